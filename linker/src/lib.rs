@@ -1,0 +1,1 @@
+//! dvm linker (filled in by the firmware/linker issue).

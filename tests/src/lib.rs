@@ -1,0 +1,1 @@
+//! dvm conformance suite.
