@@ -11,6 +11,9 @@
 //! - [`operand`]: operand field types.
 //! - [`instr`]: the instruction table; [`Opcode`] and [`Instr`] are generated from it.
 //! - [`access`]: the UB ranges and GM patterns instructions touch.
+//! - [`module`]: the container (header, sections, tables) parsed in place.
+//! - [`verify`]: static and launch checks; the only maker of [`VerifiedKernel`].
+//! - `builder`, `meta` (feature `alloc`): writing modules, their metadata.
 #![no_std]
 #![warn(missing_docs)]
 
@@ -18,16 +21,24 @@
 extern crate alloc;
 
 pub mod access;
+#[cfg(feature = "alloc")]
+pub mod builder;
 pub mod dtype;
 pub mod error;
 pub mod instr;
+#[cfg(feature = "alloc")]
+pub mod meta;
+pub mod module;
 pub mod operand;
 mod table;
+pub mod verify;
 pub mod word;
 
 pub use access::{AccessKind, GmAccess, GmKind, GmPattern, UbAccess};
 pub use dtype::{DType, DTypeSet};
-pub use error::{DecodeError, OperandError};
+pub use error::{DecodeError, OperandError, ParseError};
+pub use module::{KernelKind, KernelRef, Module, Param, ParamAccess};
+pub use verify::{verify_kernel, verify_module, DeviceLimits, LaunchError, Rule, VerifiedKernel, VerifyError};
 pub use instr::{Instr, Opcode};
 pub use operand::{Axis, GridDim, MmFlags, Operand, PadMode, Scalar};
 pub use table::layout_words;

@@ -1,0 +1,234 @@
+//! Building modules: the encoder side of [`crate::module`].
+
+use alloc::string::String;
+use alloc::vec::Vec;
+
+use zerocopy::little_endian::{U16, U32, U64};
+use zerocopy::IntoBytes;
+
+use crate::dtype::DType;
+use crate::instr::Instr;
+use crate::meta::{KernelMeta, Label, ModuleMeta, ParamMeta};
+use crate::module::{
+    features, instr_features, BodyEntry, Header, KernelEntry, KernelKind, ParamAccess, ParamEntry, SectionEntry,
+    SectionKind, HEADER_SIZE, MAGIC, VERSION_MAJOR, VERSION_MINOR,
+};
+use crate::word::WaitMask;
+
+/// Emits the instruction words of one body.
+#[derive(Clone, Debug, Default)]
+pub struct CodeWriter {
+    words: Vec<u64>,
+    labels: Vec<(u32, String)>,
+}
+
+impl CodeWriter {
+    /// An empty body.
+    pub fn new() -> CodeWriter {
+        CodeWriter::default()
+    }
+
+    /// Clears the writer for reuse, keeping its allocation.
+    pub fn clear(&mut self) {
+        self.words.clear();
+        self.labels.clear();
+    }
+
+    /// Appends `instr` with wait flags `wait`; returns its word offset.
+    pub fn push(&mut self, instr: &Instr, wait: WaitMask) -> u32 {
+        let at = self.words.len() as u32;
+        self.words.extend_from_slice(instr.encode(wait).words());
+        at
+    }
+
+    /// Attaches a debug label to the next instruction.
+    pub fn label(&mut self, text: impl Into<String>) {
+        self.labels.push((self.words.len() as u32, text.into()));
+    }
+
+    /// The words so far.
+    pub fn words(&self) -> &[u64] {
+        &self.words
+    }
+}
+
+/// A parameter declaration.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ParamDef {
+    /// Name.
+    pub name: String,
+    /// Element type.
+    pub dtype: DType,
+    /// Read, write or both.
+    pub access: ParamAccess,
+    /// Dimensions as text (metadata only).
+    pub dims: Vec<String>,
+}
+
+/// One body: grid plus code.
+#[derive(Clone, Debug)]
+pub struct BodyDef {
+    /// Tile grid.
+    pub grid: [u32; 3],
+    /// The body's instructions.
+    pub code: CodeWriter,
+}
+
+/// A kernel to add to a module.
+#[derive(Clone, Debug)]
+pub struct KernelDef {
+    /// Unique name.
+    pub name: String,
+    /// Kind.
+    pub kind: KernelKind,
+    /// UB bytes needed.
+    pub ub_bytes: u32,
+    /// Parameters.
+    pub params: Vec<ParamDef>,
+    /// Bodies (one, except for parallel and sequence kernels).
+    pub bodies: Vec<BodyDef>,
+}
+
+/// Collects kernels and writes a module.
+#[derive(Clone, Debug, Default)]
+pub struct ModuleBuilder {
+    kernels: Vec<KernelEntry>,
+    bodies: Vec<BodyEntry>,
+    params: Vec<ParamEntry>,
+    code: Vec<u64>,
+    meta: ModuleMeta,
+    features: u64,
+}
+
+impl ModuleBuilder {
+    /// An empty module.
+    pub fn new() -> ModuleBuilder {
+        ModuleBuilder::default()
+    }
+
+    /// Names of the kernels added so far.
+    pub fn kernel_names(&self) -> impl Iterator<Item = &str> {
+        self.meta.kernels.iter().map(|k| k.name.as_str())
+    }
+
+    /// Declares extra feature bits (the builder derives the rest from the
+    /// instructions it is given).
+    pub fn declare_features(&mut self, bits: u64) {
+        self.features |= bits;
+    }
+
+    /// Adds a kernel; returns its index. Features are derived from the
+    /// instructions; words that do not decode are kept as they are (the
+    /// verifier rejects them later).
+    pub fn add_kernel(&mut self, k: KernelDef) -> u32 {
+        let index = self.kernels.len() as u32;
+        let body_start = self.bodies.len() as u32;
+        let param_start = self.params.len() as u32;
+        let mut labels = Vec::new();
+        if k.bodies.len() > 1 {
+            self.features |= features::MULTI_BODY;
+        }
+        for (b, body) in k.bodies.iter().enumerate() {
+            let code_start = self.code.len() as u32;
+            let words: Vec<U64> = body.code.words.iter().map(|w| U64::new(*w)).collect();
+            let mut at = 0;
+            while at < words.len() {
+                match Instr::decode(&words[at..]) {
+                    Ok((head, instr)) => {
+                        self.features |= instr_features(&instr);
+                        at += head.len as usize;
+                    }
+                    Err(_) => break,
+                }
+            }
+            self.code.extend_from_slice(&body.code.words);
+            self.bodies.push(BodyEntry {
+                grid: body.grid.map(U32::new),
+                reserved: U32::new(0),
+                code_start: U32::new(code_start),
+                code_len: U32::new(body.code.words.len() as u32),
+            });
+            labels.extend(body.code.labels.iter().map(|(word, text)| Label {
+                body: b as u32,
+                word: *word,
+                text: text.clone(),
+            }));
+        }
+        for p in &k.params {
+            self.params.push(ParamEntry {
+                dtype: p.dtype as u8,
+                access: p.access as u8,
+                reserved: [0; 2],
+            });
+        }
+        self.kernels.push(KernelEntry {
+            kind: k.kind as u8,
+            reserved: [0; 3],
+            ub_bytes: U32::new(k.ub_bytes),
+            param_start: U32::new(param_start),
+            param_count: U32::new(k.params.len() as u32),
+            body_start: U32::new(body_start),
+            body_count: U32::new(k.bodies.len() as u32),
+        });
+        self.meta.kernels.push(KernelMeta {
+            name: k.name,
+            params: k
+                .params
+                .into_iter()
+                .map(|p| ParamMeta {
+                    name: p.name,
+                    dims: p.dims,
+                })
+                .collect(),
+            labels,
+        });
+        index
+    }
+
+    /// Writes the module bytes.
+    pub fn finish(&self) -> Vec<u8> {
+        let meta = postcard::to_allocvec(&self.meta).unwrap_or_default();
+        let sections: [(SectionKind, &[u8]); 5] = [
+            (SectionKind::Kernels, self.kernels.as_bytes()),
+            (SectionKind::Bodies, self.bodies.as_bytes()),
+            (SectionKind::Params, self.params.as_bytes()),
+            (SectionKind::Code, self.code.as_bytes()),
+            (SectionKind::Meta, &meta),
+        ];
+        let table_len = sections.len() * core::mem::size_of::<SectionEntry>();
+        let mut offset = (HEADER_SIZE + table_len) as u64;
+        let mut out = Vec::with_capacity(
+            offset as usize + sections.iter().map(|s| s.1.len() + 8).sum::<usize>(),
+        );
+        let header = Header {
+            magic: MAGIC,
+            version_major: U16::new(VERSION_MAJOR),
+            version_minor: U16::new(VERSION_MINOR),
+            features: U64::new(self.features),
+            section_count: U32::new(sections.len() as u32),
+            header_size: U32::new(HEADER_SIZE as u32),
+            reserved: U64::new(0),
+        };
+        out.extend_from_slice(header.as_bytes());
+        for (kind, bytes) in &sections {
+            // Sections start on 8-byte boundaries so code words are aligned
+            // when the module itself is.
+            offset = offset.next_multiple_of(8);
+            out.extend_from_slice(
+                SectionEntry {
+                    kind: U32::new(*kind as u32),
+                    reserved: U32::new(0),
+                    offset: U64::new(offset),
+                    len: U64::new(bytes.len() as u64),
+                }
+                .as_bytes(),
+            );
+            offset += bytes.len() as u64;
+        }
+        for (_, bytes) in &sections {
+            out.resize(out.len().next_multiple_of(8), 0);
+            out.extend_from_slice(bytes);
+        }
+        out
+    }
+}

@@ -1,0 +1,578 @@
+//! The module container: a fixed header, a section table, and the sections
+//! (kernel table, body table, parameter table, code, metadata).
+//!
+//! ```text
+//! Header (32 bytes)      magic "DVMB", version major.minor, feature bits,
+//!                        section count, header size
+//! SectionEntry × count   kind, offset, length (24 bytes each)
+//! KERNELS                KernelEntry × n (24 bytes each)
+//! BODIES                 BodyEntry × n   (24 bytes each)
+//! PARAMS                 ParamEntry × n  (4 bytes each)
+//! CODE                   little-endian u64 words
+//! META                   postcard-encoded `ModuleMeta` (names, signatures, labels)
+//! ```
+//!
+//! All multi-byte fields are little-endian and every table type has alignment
+//! one, so [`Module::parse`] views the bytes in place: nothing is copied.
+
+use core::fmt;
+
+use zerocopy::little_endian::{U16, U32, U64};
+use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout, Unaligned};
+
+use crate::dtype::DType;
+use crate::error::ParseError;
+
+/// The four magic bytes a module starts with.
+pub const MAGIC: [u8; 4] = *b"DVMB";
+/// Major version this crate reads and writes; other majors are rejected.
+pub const VERSION_MAJOR: u16 = 1;
+/// Minor version this crate writes; readers accept any minor of their major.
+pub const VERSION_MINOR: u16 = 0;
+
+/// Feature bits a module declares; a reader rejects bits it does not know,
+/// and the verifier rejects instructions that need an undeclared feature.
+pub mod features {
+    /// Some instruction touches f16 data.
+    pub const F16: u64 = 1 << 0;
+    /// Some instruction touches bf16 data.
+    pub const BF16: u64 = 1 << 1;
+    /// Some kernel uses the cube unit (matmul).
+    pub const CUBE: u64 = 1 << 2;
+    /// Some kernel stores with atomic add.
+    pub const ATOMIC_ADD: u64 = 1 << 3;
+    /// Some kernel has several bodies (parallel or sequence kinds).
+    pub const MULTI_BODY: u64 = 1 << 4;
+    /// Every feature this version knows.
+    pub const KNOWN: u64 = F16 | BF16 | CUBE | ATOMIC_ADD | MULTI_BODY;
+
+    /// Names, for the disassembler, in bit order.
+    pub const NAMES: [(&str, u64); 5] = [
+        ("f16", F16),
+        ("bf16", BF16),
+        ("cube", CUBE),
+        ("atomic_add", ATOMIC_ADD),
+        ("multi_body", MULTI_BODY),
+    ];
+}
+
+/// The feature bits an instruction needs.
+pub fn instr_features(instr: &crate::instr::Instr) -> u64 {
+    use crate::instr::Opcode;
+    let mut f = 0;
+    instr.dtype_rules(|_, d, _| {
+        f |= match d {
+            DType::F16 => features::F16,
+            DType::BF16 => features::BF16,
+            _ => 0,
+        }
+    });
+    match instr.opcode() {
+        Opcode::Matmul => f | features::CUBE,
+        Opcode::StoreAdd => f | features::ATOMIC_ADD,
+        _ => f,
+    }
+}
+
+/// The fixed module header.
+#[derive(Clone, Copy, Debug, FromBytes, IntoBytes, KnownLayout, Immutable, Unaligned)]
+#[repr(C)]
+pub struct Header {
+    /// [`MAGIC`].
+    pub magic: [u8; 4],
+    /// Major version.
+    pub version_major: U16,
+    /// Minor version.
+    pub version_minor: U16,
+    /// Feature bits (see [`features`]).
+    pub features: U64,
+    /// Number of section entries following the header.
+    pub section_count: U32,
+    /// Size of this header in bytes (32).
+    pub header_size: U32,
+    /// Reserved, zero.
+    pub reserved: U64,
+}
+
+/// Size of [`Header`] in bytes.
+pub const HEADER_SIZE: usize = core::mem::size_of::<Header>();
+
+/// Section kinds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u32)]
+pub enum SectionKind {
+    /// [`KernelEntry`] table.
+    Kernels = 1,
+    /// [`BodyEntry`] table.
+    Bodies = 2,
+    /// [`ParamEntry`] table.
+    Params = 3,
+    /// Instruction words.
+    Code = 4,
+    /// postcard-encoded metadata.
+    Meta = 5,
+}
+
+impl SectionKind {
+    const ALL: [SectionKind; 5] = [
+        SectionKind::Kernels,
+        SectionKind::Bodies,
+        SectionKind::Params,
+        SectionKind::Code,
+        SectionKind::Meta,
+    ];
+}
+
+/// One entry of the section table.
+#[derive(Clone, Copy, Debug, FromBytes, IntoBytes, KnownLayout, Immutable, Unaligned)]
+#[repr(C)]
+pub struct SectionEntry {
+    /// A [`SectionKind`] value.
+    pub kind: U32,
+    /// Reserved, zero.
+    pub reserved: U32,
+    /// Byte offset from the start of the module.
+    pub offset: U64,
+    /// Length in bytes.
+    pub len: U64,
+}
+
+/// What a kernel does and how its bodies run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum KernelKind {
+    /// Vector unit only; one body.
+    Vector = 0,
+    /// Cube unit (matmul) with loads and stores; one body.
+    Cube = 1,
+    /// Matmul plus a vector epilogue; one body.
+    Mix = 2,
+    /// Several independent bodies in one launch: their tile ranges are
+    /// concatenated and split across blocks, so different cores run
+    /// different bodies.
+    Parallel = 3,
+    /// Several dependent bodies run in order, every block finishing one
+    /// before any starts the next (a barrier between stages).
+    Sequence = 4,
+}
+
+impl KernelKind {
+    /// All kinds.
+    pub const ALL: [KernelKind; 5] = [
+        KernelKind::Vector,
+        KernelKind::Cube,
+        KernelKind::Mix,
+        KernelKind::Parallel,
+        KernelKind::Sequence,
+    ];
+
+    /// Decodes the one-byte encoding.
+    pub const fn from_u8(v: u8) -> Option<KernelKind> {
+        match v {
+            0 => Some(KernelKind::Vector),
+            1 => Some(KernelKind::Cube),
+            2 => Some(KernelKind::Mix),
+            3 => Some(KernelKind::Parallel),
+            4 => Some(KernelKind::Sequence),
+            _ => None,
+        }
+    }
+
+    /// Lower-case name used by the assembler.
+    pub const fn name(self) -> &'static str {
+        match self {
+            KernelKind::Vector => "vector",
+            KernelKind::Cube => "cube",
+            KernelKind::Mix => "mix",
+            KernelKind::Parallel => "parallel",
+            KernelKind::Sequence => "sequence",
+        }
+    }
+
+    /// Parses a name produced by [`KernelKind::name`].
+    pub fn from_name(s: &str) -> Option<KernelKind> {
+        KernelKind::ALL.into_iter().find(|k| k.name() == s)
+    }
+
+    /// True for the kinds that carry exactly one body.
+    pub const fn single_body(self) -> bool {
+        matches!(self, KernelKind::Vector | KernelKind::Cube | KernelKind::Mix)
+    }
+}
+
+impl fmt::Display for KernelKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// One entry of the kernel table.
+#[derive(Clone, Copy, Debug, FromBytes, IntoBytes, KnownLayout, Immutable, Unaligned)]
+#[repr(C)]
+pub struct KernelEntry {
+    /// A [`KernelKind`] value.
+    pub kind: u8,
+    /// Reserved, zero.
+    pub reserved: [u8; 3],
+    /// UB bytes the kernel needs (every UB access lies below this).
+    pub ub_bytes: U32,
+    /// First entry of the kernel's parameters in the parameter table.
+    pub param_start: U32,
+    /// Number of parameters.
+    pub param_count: U32,
+    /// First entry of the kernel's bodies in the body table.
+    pub body_start: U32,
+    /// Number of bodies.
+    pub body_count: U32,
+}
+
+/// One body: a tile grid and the code run once per tile.
+#[derive(Clone, Copy, Debug, FromBytes, IntoBytes, KnownLayout, Immutable, Unaligned)]
+#[repr(C)]
+pub struct BodyEntry {
+    /// Tile grid; tiles are numbered row-major, dimension 2 fastest.
+    pub grid: [U32; 3],
+    /// Reserved, zero.
+    pub reserved: U32,
+    /// First word of the body in the code section.
+    pub code_start: U32,
+    /// Length of the body in words.
+    pub code_len: U32,
+}
+
+impl BodyEntry {
+    /// The grid as plain integers.
+    pub fn grid(&self) -> [u32; 3] {
+        [self.grid[0].get(), self.grid[1].get(), self.grid[2].get()]
+    }
+}
+
+/// How a kernel uses a parameter buffer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum ParamAccess {
+    /// Loaded only.
+    Read = 1,
+    /// Stored only.
+    Write = 2,
+    /// Loaded and stored.
+    ReadWrite = 3,
+}
+
+impl ParamAccess {
+    /// Decodes the one-byte encoding.
+    pub const fn from_u8(v: u8) -> Option<ParamAccess> {
+        match v {
+            1 => Some(ParamAccess::Read),
+            2 => Some(ParamAccess::Write),
+            3 => Some(ParamAccess::ReadWrite),
+            _ => None,
+        }
+    }
+    /// True when loads may read the buffer.
+    pub const fn readable(self) -> bool {
+        matches!(self, ParamAccess::Read | ParamAccess::ReadWrite)
+    }
+    /// True when stores may write the buffer.
+    pub const fn writable(self) -> bool {
+        matches!(self, ParamAccess::Write | ParamAccess::ReadWrite)
+    }
+    /// Lower-case name used by the assembler.
+    pub const fn name(self) -> &'static str {
+        match self {
+            ParamAccess::Read => "in",
+            ParamAccess::Write => "out",
+            ParamAccess::ReadWrite => "inout",
+        }
+    }
+    /// Parses a name produced by [`ParamAccess::name`].
+    pub fn from_name(s: &str) -> Option<ParamAccess> {
+        [ParamAccess::Read, ParamAccess::Write, ParamAccess::ReadWrite]
+            .into_iter()
+            .find(|a| a.name() == s)
+    }
+}
+
+/// One entry of the parameter table.
+#[derive(Clone, Copy, Debug, FromBytes, IntoBytes, KnownLayout, Immutable, Unaligned)]
+#[repr(C)]
+pub struct ParamEntry {
+    /// A [`DType`] value.
+    pub dtype: u8,
+    /// A [`ParamAccess`] value.
+    pub access: u8,
+    /// Reserved, zero.
+    pub reserved: [u8; 2],
+}
+
+/// A parsed module: typed views into the caller's bytes.
+#[derive(Clone, Copy, Debug)]
+pub struct Module<'a> {
+    header: &'a Header,
+    kernels: &'a [KernelEntry],
+    bodies: &'a [BodyEntry],
+    params: &'a [ParamEntry],
+    code: &'a [U64],
+    meta: &'a [u8],
+}
+
+/// A parameter of a kernel, decoded.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Param {
+    /// Element type.
+    pub dtype: DType,
+    /// How the kernel uses it.
+    pub access: ParamAccess,
+}
+
+/// One kernel of a parsed module.
+#[derive(Clone, Copy, Debug)]
+pub struct KernelRef<'a> {
+    /// Index in the module's kernel table.
+    pub index: u32,
+    /// Kind.
+    pub kind: KernelKind,
+    /// UB bytes needed.
+    pub ub_bytes: u32,
+    /// The kernel's bodies.
+    pub bodies: &'a [BodyEntry],
+    /// The kernel's parameters (validated by [`Module::parse`]).
+    params: &'a [ParamEntry],
+    /// The whole code section (bodies index into it).
+    pub code: &'a [U64],
+}
+
+impl<'a> KernelRef<'a> {
+    /// Number of parameters.
+    pub fn param_count(&self) -> usize {
+        self.params.len()
+    }
+
+    /// Parameter `i`, if it exists.
+    pub fn param(&self, i: usize) -> Option<Param> {
+        let e = self.params.get(i)?;
+        Some(Param {
+            dtype: DType::from_u8(e.dtype)?,
+            access: ParamAccess::from_u8(e.access)?,
+        })
+    }
+
+    /// The parameters, in order.
+    pub fn params(&self) -> impl Iterator<Item = Param> + '_ {
+        (0..self.params.len()).filter_map(|i| self.param(i))
+    }
+
+    /// The code words of body `b`.
+    pub fn body_code(&self, b: usize) -> Option<&'a [U64]> {
+        let body = self.bodies.get(b)?;
+        let start = body.code_start.get() as usize;
+        self.code.get(start..start.checked_add(body.code_len.get() as usize)?)
+    }
+}
+
+fn view<T: FromBytes + KnownLayout + Immutable + Unaligned>(
+    bytes: &[u8],
+    what: SectionKind,
+) -> Result<&[T], ParseError> {
+    <[T]>::ref_from_bytes(bytes).map_err(|_| ParseError::SectionSize(what))
+}
+
+impl<'a> Module<'a> {
+    /// Parses a module, viewing `bytes` in place.
+    ///
+    /// Checks the header (magic, version, known features), the section table
+    /// (every section present once, inside the buffer, sized to whole
+    /// entries) and every table index (kernel → parameters and bodies, body →
+    /// code). Instructions are checked later, by [`crate::verify`].
+    ///
+    /// # Errors
+    /// A [`ParseError`] naming the first rule broken.
+    pub fn parse(bytes: &'a [u8]) -> Result<Module<'a>, ParseError> {
+        let (header, rest) =
+            Header::ref_from_prefix(bytes).map_err(|_| ParseError::Truncated {
+                what: "header",
+                need: HEADER_SIZE as u64,
+                have: bytes.len() as u64,
+            })?;
+        if header.magic != MAGIC {
+            return Err(ParseError::BadMagic(header.magic));
+        }
+        let major = header.version_major.get();
+        if major != VERSION_MAJOR {
+            return Err(ParseError::UnsupportedVersion {
+                major,
+                minor: header.version_minor.get(),
+            });
+        }
+        if header.header_size.get() as usize != HEADER_SIZE || header.reserved.get() != 0 {
+            return Err(ParseError::BadHeader);
+        }
+        let unknown = header.features.get() & !features::KNOWN;
+        if unknown != 0 {
+            return Err(ParseError::UnknownFeatures(unknown));
+        }
+        let count = header.section_count.get() as usize;
+        let (sections, _) = <[SectionEntry]>::ref_from_prefix_with_elems(rest, count)
+            .map_err(|_| ParseError::Truncated {
+                what: "section table",
+                need: (HEADER_SIZE as u64)
+                    .saturating_add((count as u64).saturating_mul(24)),
+                have: bytes.len() as u64,
+            })?;
+
+        let mut found: [Option<&'a [u8]>; 5] = [None; 5];
+        for s in sections {
+            let kind = SectionKind::ALL
+                .into_iter()
+                .find(|k| *k as u32 == s.kind.get())
+                .ok_or(ParseError::UnknownSection(s.kind.get()))?;
+            if s.reserved.get() != 0 {
+                return Err(ParseError::BadHeader);
+            }
+            let slot = &mut found[kind as usize - 1];
+            if slot.is_some() {
+                return Err(ParseError::DuplicateSection(kind));
+            }
+            let start = s.offset.get();
+            let end = start
+                .checked_add(s.len.get())
+                .filter(|e| *e <= bytes.len() as u64)
+                .ok_or(ParseError::SectionOutOfBounds {
+                    section: kind,
+                    offset: start,
+                    len: s.len.get(),
+                    file_len: bytes.len() as u64,
+                })?;
+            *slot = Some(&bytes[start as usize..end as usize]);
+        }
+        let get = |k: SectionKind| found[k as usize - 1].ok_or(ParseError::MissingSection(k));
+        let kernels: &[KernelEntry] = view(get(SectionKind::Kernels)?, SectionKind::Kernels)?;
+        let bodies: &[BodyEntry] = view(get(SectionKind::Bodies)?, SectionKind::Bodies)?;
+        let params: &[ParamEntry] = view(get(SectionKind::Params)?, SectionKind::Params)?;
+        let code: &[U64] = view(get(SectionKind::Code)?, SectionKind::Code)?;
+        let meta = get(SectionKind::Meta)?;
+
+        for (i, k) in kernels.iter().enumerate() {
+            let i = i as u32;
+            KernelKind::from_u8(k.kind).ok_or(ParseError::BadKernel {
+                kernel: i,
+                what: "unknown kernel kind",
+            })?;
+            if k.reserved != [0; 3] {
+                return Err(ParseError::BadKernel {
+                    kernel: i,
+                    what: "reserved bytes set",
+                });
+            }
+            range(k.param_start.get(), k.param_count.get(), params.len()).ok_or(
+                ParseError::BadKernel {
+                    kernel: i,
+                    what: "parameter range outside the parameter table",
+                },
+            )?;
+            range(k.body_start.get(), k.body_count.get(), bodies.len()).ok_or(
+                ParseError::BadKernel {
+                    kernel: i,
+                    what: "body range outside the body table",
+                },
+            )?;
+        }
+        for (i, b) in bodies.iter().enumerate() {
+            range(b.code_start.get(), b.code_len.get(), code.len()).ok_or(ParseError::BadBody {
+                body: i as u32,
+                what: "code range outside the code section",
+            })?;
+            if b.reserved.get() != 0 {
+                return Err(ParseError::BadBody {
+                    body: i as u32,
+                    what: "reserved field set",
+                });
+            }
+        }
+        for (i, p) in params.iter().enumerate() {
+            if DType::from_u8(p.dtype).is_none()
+                || ParamAccess::from_u8(p.access).is_none()
+                || p.reserved != [0; 2]
+            {
+                return Err(ParseError::BadParam { param: i as u32 });
+            }
+        }
+        Ok(Module {
+            header,
+            kernels,
+            bodies,
+            params,
+            code,
+            meta,
+        })
+    }
+
+    /// The header.
+    pub fn header(&self) -> &'a Header {
+        self.header
+    }
+
+    /// Declared feature bits.
+    pub fn features(&self) -> u64 {
+        self.header.features.get()
+    }
+
+    /// Number of kernels.
+    pub fn kernel_count(&self) -> usize {
+        self.kernels.len()
+    }
+
+    /// Kernel `i`, if it exists.
+    pub fn kernel(&self, i: usize) -> Option<KernelRef<'a>> {
+        let k = self.kernels.get(i)?;
+        let ps = k.param_start.get() as usize;
+        let bs = k.body_start.get() as usize;
+        Some(KernelRef {
+            index: i as u32,
+            kind: KernelKind::from_u8(k.kind)?,
+            ub_bytes: k.ub_bytes.get(),
+            bodies: self
+                .bodies
+                .get(bs..bs.checked_add(k.body_count.get() as usize)?)?,
+            params: self
+                .params
+                .get(ps..ps.checked_add(k.param_count.get() as usize)?)?,
+            code: self.code,
+        })
+    }
+
+    /// The kernels, in order.
+    pub fn kernels(&self) -> impl Iterator<Item = KernelRef<'a>> + '_ {
+        (0..self.kernels.len()).filter_map(|i| self.kernel(i))
+    }
+
+    /// The code section.
+    pub fn code(&self) -> &'a [U64] {
+        self.code
+    }
+
+    /// The raw metadata section.
+    pub fn meta_bytes(&self) -> &'a [u8] {
+        self.meta
+    }
+
+    /// Decodes the metadata section.
+    ///
+    /// # Errors
+    /// [`ParseError::BadMeta`] when it is not a valid postcard `ModuleMeta`
+    /// whose kernel count matches the kernel table.
+    #[cfg(feature = "alloc")]
+    pub fn meta(&self) -> Result<crate::meta::ModuleMeta, ParseError> {
+        let meta: crate::meta::ModuleMeta =
+            postcard::from_bytes(self.meta).map_err(|_| ParseError::BadMeta)?;
+        if meta.kernels.len() != self.kernels.len() {
+            return Err(ParseError::BadMeta);
+        }
+        Ok(meta)
+    }
+}
+
+fn range(start: u32, len: u32, total: usize) -> Option<()> {
+    let end = (start as u64).checked_add(len as u64)?;
+    (end <= total as u64).then_some(())
+}
