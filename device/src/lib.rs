@@ -1,1 +1,27 @@
+//! The dvm virtual machine: `no_std`, no heap.
+//!
+//! A [`dvm_isa::VerifiedKernel`] is predecoded once into virtual instructions
+//! (each UB instruction resolved to a monomorphised handler), then every tile
+//! of a block's range runs those handlers over the unified buffer (UB).
+//!
+//! # Crate map
+//! - [`math`]: branch-free polynomial transcendentals with stated error bounds.
+//! - [`ops`]: UB-only handlers (vector, 2-D tile, cube), resolved per instruction.
+//! - [`gm`]: global-memory buffers, the launch binding, load / store / store_add.
+//! - [`predecode`]: verified kernel → [`Program`] of virtual instructions.
+//! - [`exec`]: the tile loop ([`run_block`]), block partition, UB storage.
 #![no_std]
+#![warn(missing_docs)]
+
+pub mod exec;
+pub mod gm;
+pub mod math;
+pub mod ops;
+pub mod predecode;
+
+pub use exec::{
+    block_range, run_all_blocks_sequentially, run_block, Barrier, ExecError, NoBarrier, RunStats, UbStorage,
+    UB_DEFAULT_BYTES,
+};
+pub use gm::{BindError, GmBuf, GmFault, Launch, ParamSig};
+pub use predecode::{PredecodeError, Program, VInstr};

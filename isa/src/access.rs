@@ -98,15 +98,20 @@ impl GmPattern {
     /// Valid rows and columns of the tile at `coord`.
     ///
     /// Relies on the verifier's guarantee that every tile is non-empty
-    /// (`row_total > (grid[d] − 1)·rows`); saturates otherwise.
+    /// (`row_total > (grid[d] − 1)·rows`); saturates otherwise. A grid
+    /// dimension index above 2 (which no decoded instruction holds) gives an
+    /// empty extent rather than a panic.
     #[inline]
     pub fn extent(&self, coord: [u32; 3]) -> (u32, u32) {
         let lim = |dim: GridDim, full: u32, total: u32| match dim.index() {
             None => full,
-            Some(d) => {
-                let start = coord[d] as u64 * full as u64;
-                (total as u64).saturating_sub(start).min(full as u64) as u32
-            }
+            Some(d) => match coord.get(d) {
+                Some(&c) => {
+                    let start = c as u64 * full as u64;
+                    (total as u64).saturating_sub(start).min(full as u64) as u32
+                }
+                None => 0,
+            },
         };
         (
             lim(self.row_dim, self.rows, self.row_total),

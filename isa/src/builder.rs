@@ -41,6 +41,14 @@ impl CodeWriter {
         at
     }
 
+    /// Appends one raw word (for the assembler's `.word`, and for tests
+    /// that need code which does not decode); returns its word offset.
+    pub fn push_word(&mut self, word: u64) -> u32 {
+        let at = self.words.len() as u32;
+        self.words.push(word);
+        at
+    }
+
     /// Attaches a debug label to the next instruction.
     pub fn label(&mut self, text: impl Into<String>) {
         self.labels.push((self.words.len() as u32, text.into()));

@@ -14,6 +14,8 @@
 //! - [`module`]: the container (header, sections, tables) parsed in place.
 //! - [`verify`]: static and launch checks; the only maker of [`VerifiedKernel`].
 //! - `builder`, `meta` (feature `alloc`): writing modules, their metadata.
+//! - `asm` (feature `alloc`): the text assembly format, `assemble` and
+//!   `disassemble`, which round-trip modules byte for byte.
 #![no_std]
 #![warn(missing_docs)]
 
@@ -21,6 +23,8 @@
 extern crate alloc;
 
 pub mod access;
+#[cfg(feature = "alloc")]
+pub mod asm;
 #[cfg(feature = "alloc")]
 pub mod builder;
 pub mod dtype;

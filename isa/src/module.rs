@@ -308,6 +308,7 @@ pub struct ParamEntry {
 /// A parsed module: typed views into the caller's bytes.
 #[derive(Clone, Copy, Debug)]
 pub struct Module<'a> {
+    bytes: &'a [u8],
     header: &'a Header,
     kernels: &'a [KernelEntry],
     bodies: &'a [BodyEntry],
@@ -498,6 +499,7 @@ impl<'a> Module<'a> {
             }
         }
         Ok(Module {
+            bytes,
             header,
             kernels,
             bodies,
@@ -505,6 +507,11 @@ impl<'a> Module<'a> {
             code,
             meta,
         })
+    }
+
+    /// The whole module, as given to [`Module::parse`].
+    pub fn bytes(&self) -> &'a [u8] {
+        self.bytes
     }
 
     /// The header.

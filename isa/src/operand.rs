@@ -27,6 +27,23 @@ pub trait Operand: Sized + Copy + PartialEq + fmt::Debug {
     fn write_text(&self, ctx: Option<DType>, f: &mut dyn fmt::Write) -> fmt::Result;
     /// Parses the assembler text of the value.
     fn parse_text(s: &str, ctx: Option<DType>) -> Option<Self>;
+    /// The value from its raw field bits (as [`Operand::pack`] writes them);
+    /// `None` when the bits are not a valid value.
+    fn from_raw(bits: u64) -> Option<Self> {
+        // Fields start at bit 32 of the head; a 64-bit field in the next word.
+        let mut words = [zerocopy::little_endian::U64::new(0); 2];
+        if Self::BITS == 64 {
+            words[1] = zerocopy::little_endian::U64::new(bits);
+        } else {
+            if Self::BITS < 64 && bits >> Self::BITS != 0 {
+                return None;
+            }
+            words[0] = zerocopy::little_endian::U64::new(bits << 32);
+        }
+        let len = if Self::BITS == 64 { 2 } else { 1 };
+        let mut u = Unpacker::new(&words[..len]);
+        Self::unpack(&mut u).ok()
+    }
     /// A valid value chosen by the random `bits` (for generated tests: every
     /// field of every opcode can be sampled without knowing its type).
     fn sample(bits: u64) -> Self;
@@ -49,8 +66,13 @@ macro_rules! int_operand {
             fn write_text(&self, _: Option<DType>, f: &mut dyn fmt::Write) -> fmt::Result {
                 write!(f, "{}", self)
             }
+            /// Decimal, or hexadecimal with a `0x` prefix (hand-written
+            /// assembly); the disassembler writes decimal.
             fn parse_text(s: &str, _: Option<DType>) -> Option<Self> {
-                s.parse().ok()
+                match s.strip_prefix("0x") {
+                    Some(hex) => <$t>::from_str_radix(hex, 16).ok(),
+                    None => s.parse().ok(),
+                }
             }
             fn sample(bits: u64) -> Self {
                 bits as $t

@@ -208,6 +208,26 @@ macro_rules! define_isa {
                 }
             }
 
+            /// Builds an instruction of opcode `op` from raw field values (each
+            /// as its packed bits, in table order): the generic constructor
+            /// for code generators. `None` when the count or a value is wrong.
+            pub fn from_raw(op: Opcode, raw: &[u64]) -> Option<Instr> {
+                #[allow(unused_imports)]
+                use $crate::operand::Operand as _;
+                #[allow(unused_mut, unused_variables)]
+                let mut it = raw.iter().copied();
+                let instr = match op {
+                    $( Opcode::$name => {
+                        $( let $field = <$fty>::from_raw(it.next()?)?; )*
+                        Instr::$name { $($field),* }
+                    } )*
+                };
+                if it.next().is_some() {
+                    return None;
+                }
+                Some(instr)
+            }
+
             /// The first dtype operand: the context in which scalars print.
             pub fn text_context(&self) -> Option<$crate::dtype::DType> {
                 #[allow(unused_imports)]

@@ -7,31 +7,38 @@
 //! element size and lies inside the kernel's declared UB, which lies inside
 //! the device's; ranges an element-wise instruction reads and writes are
 //! identical or disjoint (other instructions need them disjoint); wait flags
-//! name only other data pipes; its features are declared in the header.
+//! name only other data pipes; its features are declared in the header;
+//! 2-D tile operations and matmuls have non-zero extents.
 //! Loads and stores name an existing parameter of the same dtype with the
 //! right access, describe tails consistent with the grid, and their furthest
 //! element over the whole grid is computed here in checked `u64` arithmetic,
 //! so the launch check is one comparison per parameter. Per body: the grid is
 //! non-empty, the code ends with the only `end`. Per kernel: the kind agrees
-//! with the bodies and pipes used.
+//! with the bodies and pipes used, and several bodies need the `multi_body`
+//! feature.
+//!
+//! Not checked: that different tiles of a plain (non-atomic) store write
+//! disjoint global memory, or that no tile loads what another tile stores.
+//! A verified kernel may do either (a zero step, overlapping boxes, an
+//! `inout` buffer); every access stays in bounds, but an executor that runs
+//! blocks on several threads must not rely on tiles being disjoint (plain
+//! non-atomic copies from two threads to one element are a data race).
 //!
 //! Only this module constructs a [`VerifiedKernel`]; the executor takes
 //! nothing else.
 
 use zerocopy::little_endian::U64;
 
-use crate::access::{AccessKind, GmAccess, GmKind, GmPattern, UbAccess};
+use crate::access::{AccessKind, GmAccess, GmKind, GmPattern};
 use crate::dtype::{DType, DTypeSet};
 use crate::error::DecodeError;
 use crate::instr::{Instr, Opcode};
-use crate::module::{instr_features, KernelKind, KernelRef, Module, Param, ParamAccess};
+use crate::module::{features, instr_features, KernelKind, KernelRef, Module, Param, ParamAccess};
 use crate::operand::GridDim;
 use crate::word::{Head, Pipe};
 
 /// Most parameters one kernel may have.
 pub const MAX_PARAMS: usize = 32;
-/// Most UB accesses one instruction makes (select: four).
-const MAX_UB_ACCESSES: usize = 4;
 /// Required alignment of the UB base address in bytes.
 pub const UB_ALIGN: usize = 64;
 
@@ -185,6 +192,12 @@ pub enum Rule {
     /// More parameters than [`MAX_PARAMS`].
     #[error("kernel has {0} parameters, at most 32 are supported")]
     TooManyParams(u32),
+    /// A 2-D tile operation (reduce, broadcast, transpose) with zero rows or
+    /// columns, or a matmul with a zero `m`, `n` or `k`: their shapes must be
+    /// non-empty (a reduction of nothing has no value, and handlers may
+    /// split tiles into rows of `cols` elements).
+    #[error("operand `{0}` is zero: the tile shape must be non-empty")]
+    ZeroExtent(&'static str),
 }
 
 /// A verification failure: where and which rule.
@@ -324,7 +337,7 @@ impl<'m> VerifiedKernel<'m> {
         if lens.len() != n || writable.len() != n {
             return Err(LaunchError::BufferCount {
                 expected: n,
-                got: lens.len(),
+                got: if lens.len() != n { lens.len() } else { writable.len() },
             });
         }
         for (i, (&have, &w)) in lens.iter().zip(writable).enumerate() {
@@ -413,6 +426,9 @@ pub fn verify_kernel<'m>(
             0,
             Rule::Kind("vector, cube and mix kernels have one body; parallel and sequence at least one"),
         ));
+    }
+    if nbodies > 1 && module.features() & features::MULTI_BODY == 0 {
+        return Err(err(0, 0, Rule::UndeclaredFeature(features::MULTI_BODY)));
     }
     let mut v = VerifiedKernel {
         kernel,
@@ -514,9 +530,11 @@ fn check_instr(
             });
         }
     }
-    // UB ranges.
-    let mut list: [Option<UbAccess>; MAX_UB_ACCESSES] = [None; MAX_UB_ACCESSES];
-    let mut len = 0;
+    // Shapes of 2-D operations.
+    if let Some(field) = zero_extent(instr) {
+        return Err(Rule::ZeroExtent(field));
+    }
+    // UB ranges: aligned and inside the kernel's UB.
     instr.for_each_ub(|a| {
         let align = a.dtype.size();
         if a.addr % align != 0 {
@@ -535,37 +553,59 @@ fn check_instr(
                 ub_bytes: kernel.ub_bytes,
             });
         }
-        if let Some(slot) = list.get_mut(len) {
-            *slot = Some(a);
-            len += 1;
-        }
         Ok(())
     })?;
+    // Every pair of ranges where one is written: disjoint, or identical for
+    // element-wise instructions (a read and a write of the same elements).
+    // Pairs are enumerated by nesting the table's own iteration, so no
+    // fixed-capacity list can silently drop an access.
     let elementwise = is_elementwise(op);
-    let list = &list[..len];
-    for (i, x) in list.iter().flatten().enumerate() {
-        for y in list[i + 1..].iter().flatten() {
-            if x.kind == AccessKind::Read && y.kind == AccessKind::Read {
-                continue;
+    let mut i = 0usize;
+    instr.for_each_ub(|x| {
+        let mut j = 0usize;
+        let pair = instr.for_each_ub(|y| {
+            let later = j > i;
+            j += 1;
+            if !later || (x.kind == AccessKind::Read && y.kind == AccessKind::Read) {
+                return Ok(());
             }
             let (xs, xe) = (x.addr as u64, x.end().unwrap_or(u64::MAX));
             let (ys, ye) = (y.addr as u64, y.end().unwrap_or(u64::MAX));
             let disjoint = xe <= ys || ye <= xs;
             let identical = xs == ys && xe == ye && x.dtype.size() == y.dtype.size();
             let both_write = x.kind == AccessKind::Write && y.kind == AccessKind::Write;
-            if !(disjoint || (identical && elementwise && !both_write)) {
-                return Err(Rule::Overlap {
+            if disjoint || (identical && elementwise && !both_write) {
+                Ok(())
+            } else {
+                Err(Rule::Overlap {
                     a: x.field,
                     b: y.field,
-                });
+                })
             }
-        }
-    }
+        });
+        i += 1;
+        pair
+    })?;
     // Global memory.
     if let Some(gm) = instr.gm() {
         check_gm(&gm, kernel, grid, need)?;
     }
     Ok(())
+}
+
+/// The first zero extent of a 2-D tile operation or matmul, if any.
+fn zero_extent(instr: &Instr) -> Option<&'static str> {
+    let first_zero = |fields: &[(&'static str, u32)]| fields.iter().find(|f| f.1 == 0).map(|f| f.0);
+    match *instr {
+        Instr::ReduceSum { rows, cols, .. }
+        | Instr::ReduceMax { rows, cols, .. }
+        | Instr::ReduceMin { rows, cols, .. }
+        | Instr::BroadcastRow { rows, cols, .. }
+        | Instr::BroadcastCol { rows, cols, .. }
+        | Instr::Transpose { rows, cols, .. } => first_zero(&[("rows", rows), ("cols", cols)]),
+        Instr::Matmul { m, n, k, .. } => first_zero(&[("m", m), ("n", n), ("k", k)]),
+        _ => None,
+    }
 }
 
 /// Element-wise instructions may run in place (identical ranges); the
@@ -622,7 +662,20 @@ fn check_gm(
 /// in O(1): the origin is affine and non-decreasing in each coordinate, and
 /// only the last tile along a tail dimension is shorter, so each coordinate's
 /// maximum is reached at its last or second-to-last value.
+///
+/// # Errors
+/// [`Rule::BadGrid`] for a grid with an empty dimension,
+/// [`Rule::BadPattern`] for an inconsistent box (zero extents, pitch below
+/// cols, a tail driven by a dimension outside the grid or by the same
+/// dimension on both sides, totals that leave a tile empty or exceed the
+/// grid), [`Rule::GmOverflow`] when the furthest offset overflows `u64`.
 pub fn furthest_element(p: &GmPattern, grid: [u32; 3]) -> Result<u64, Rule> {
+    if grid.contains(&0) {
+        return Err(Rule::BadGrid(grid));
+    }
+    if p.row_dim.index().is_some_and(|d| d > 2) || p.col_dim.index().is_some_and(|d| d > 2) {
+        return Err(Rule::BadPattern("tail driven by a grid dimension above 2"));
+    }
     if p.rows == 0 || p.cols == 0 {
         return Err(Rule::BadPattern("rows and cols must be at least 1"));
     }
@@ -666,11 +719,11 @@ pub fn furthest_element(p: &GmPattern, grid: [u32; 3]) -> Result<u64, Rule> {
     let (cd, cmax) = side(p.col_dim, p.cols, p.col_total, p.col_stride)?;
     total = add(total, rmax)?;
     total = add(total, cmax)?;
-    for d in 0..3 {
+    for (d, (&step, &g)) in p.step.iter().zip(&grid).enumerate() {
         if Some(d) == rd || Some(d) == cd {
             continue;
         }
-        total = add(total, mul(p.step[d], grid[d] as u64 - 1)?)?;
+        total = add(total, mul(step, g as u64 - 1)?)?;
     }
     Ok(total)
 }

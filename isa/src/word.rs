@@ -274,7 +274,10 @@ impl<'a> Unpacker<'a> {
             // Alignment gaps never cross a word boundary: check they are zero.
             let gap_word = (self.bit / 64) as usize;
             let lo = self.bit % 64;
-            let hi = if aligned % 64 == 0 { 64 } else { aligned % 64 };
+            let hi = match aligned % 64 {
+                0 => 64,
+                r => r,
+            };
             let w = self
                 .words
                 .get(gap_word)

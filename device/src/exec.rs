@@ -1,0 +1,369 @@
+//! The tile loop: one block of a launch runs its share of the tiles.
+//!
+//! Tiles are split into contiguous runs, one per block, as DVM does: of `T`
+//! tiles and `B` blocks, block `b` runs tiles `[b·T/B, (b+1)·T/B)`
+//! (balanced: runs differ by at most one tile). Tile `t` of a body with grid
+//! `(g0, g1, g2)` has coordinates `(t / (g1·g2), (t / g2) mod g1, t mod g2)`.
+//!
+//! Kernel kinds:
+//! - vector, cube, mix: one body, its tiles split across the blocks;
+//! - parallel: the tile ranges of all bodies concatenated into one flat
+//!   range and split across the blocks (different cores run different
+//!   bodies);
+//! - sequence: bodies in order, each split across all blocks, with a
+//!   [`Barrier`] wait between stages.
+
+use core::fmt;
+
+use dvm_isa::verify::{LaunchError, UB_ALIGN};
+use dvm_isa::{DeviceLimits, KernelKind};
+
+use crate::gm::{load_tile, store_add_tile, store_tile, BindError, GmBuf, GmFault, Launch};
+use crate::predecode::{Program, VInstr};
+
+/// Bytes of the default UB: an Ascend 910B UB, 192 KiB.
+pub const UB_DEFAULT_BYTES: usize = DeviceLimits::DEFAULT.ub_bytes as usize;
+
+/// A statically sized UB, aligned to [`UB_ALIGN`] (64) bytes.
+#[repr(C, align(64))]
+#[derive(Clone)]
+pub struct UbStorage<const N: usize = UB_DEFAULT_BYTES>(pub [u8; N]);
+
+impl<const N: usize> UbStorage<N> {
+    /// A zeroed UB.
+    pub const fn new() -> UbStorage<N> {
+        UbStorage([0; N])
+    }
+
+    /// The UB as a slice (64-byte aligned).
+    pub fn as_mut_slice(&mut self) -> &mut [u8] {
+        &mut self.0
+    }
+}
+
+impl<const N: usize> Default for UbStorage<N> {
+    fn default() -> Self {
+        UbStorage::new()
+    }
+}
+
+impl<const N: usize> fmt::Debug for UbStorage<N> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "UbStorage<{N}>")
+    }
+}
+
+/// A barrier across the blocks of one launch: every block calls
+/// [`Barrier::wait`] between the stages of a sequence kernel, and no block
+/// returns from it before all have called it.
+pub trait Barrier {
+    /// Blocks until every block of the launch has reached the barrier.
+    fn wait(&self);
+}
+
+/// The barrier of a single-block launch (or of blocks run one after the
+/// other): does nothing.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct NoBarrier;
+
+impl Barrier for NoBarrier {
+    fn wait(&self) {}
+}
+
+/// What a block did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct RunStats {
+    /// Tiles run.
+    pub tiles: u64,
+    /// Virtual instructions executed (summed over tiles).
+    pub instrs: u64,
+}
+
+impl core::ops::AddAssign for RunStats {
+    fn add_assign(&mut self, o: RunStats) {
+        self.tiles += o.tiles;
+        self.instrs += o.instrs;
+    }
+}
+
+/// Why a block did not run (or stopped).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ExecError {
+    /// The UB is too small or misaligned ([`LaunchError::Ub`]), or the block
+    /// index is outside the block count ([`LaunchError::Block`]).
+    Launch(LaunchError),
+    /// The launch's buffers do not fit the program.
+    Bind(BindError),
+    /// A tile's box failed its bounds check. Unreachable for a verified
+    /// kernel: reported instead of touching memory outside a buffer.
+    Fault {
+        /// Body.
+        body: u32,
+        /// Index of the virtual instruction in the body.
+        instr: u32,
+        /// Tile index in the body.
+        tile: u32,
+        /// What failed.
+        fault: GmFault,
+    },
+}
+
+impl fmt::Display for ExecError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ExecError::Launch(e) => write!(f, "{e}"),
+            ExecError::Bind(e) => write!(f, "{e}"),
+            ExecError::Fault {
+                body,
+                instr,
+                tile,
+                fault,
+            } => write!(f, "body {body}, instruction {instr}, tile {tile}: {fault}"),
+        }
+    }
+}
+
+impl core::error::Error for ExecError {}
+
+impl From<LaunchError> for ExecError {
+    fn from(e: LaunchError) -> Self {
+        ExecError::Launch(e)
+    }
+}
+
+impl From<BindError> for ExecError {
+    fn from(e: BindError) -> Self {
+        ExecError::Bind(e)
+    }
+}
+
+#[cfg(feature = "defmt")]
+impl defmt::Format for ExecError {
+    fn format(&self, f: defmt::Formatter<'_>) {
+        defmt::write!(f, "{}", defmt::Display2Format(self))
+    }
+}
+
+/// The tiles `[start, end)` of `total` that block `idx` of `dim` runs.
+#[inline]
+pub fn block_range(total: u64, idx: u32, dim: u32) -> (u64, u64) {
+    if dim == 0 {
+        return (0, 0);
+    }
+    let at = |b: u32| ((b as u128 * total as u128) / dim as u128) as u64;
+    (at(idx.min(dim)), at(idx.saturating_add(1).min(dim)))
+}
+
+/// Checks what is per block: block index, UB, buffers against the program.
+fn check<const N: usize, const B: usize>(
+    program: &Program<N, B>,
+    launch: &Launch<'_>,
+    block_idx: u32,
+    block_dim: u32,
+    ub: &[u8],
+) -> Result<(), ExecError> {
+    check_block(block_idx, block_dim)?;
+    let need = program.ub_bytes();
+    let align = 1usize << (ub.as_ptr() as usize).trailing_zeros().min(12);
+    if ub.len() < need as usize || align < UB_ALIGN {
+        return Err(LaunchError::Ub {
+            need,
+            have: ub.len(),
+            align,
+        }
+        .into());
+    }
+    program.params().check(launch.bufs())?;
+    Ok(())
+}
+
+fn check_block(block_idx: u32, block_dim: u32) -> Result<(), ExecError> {
+    if block_dim == 0 || block_idx >= block_dim {
+        return Err(LaunchError::Block {
+            idx: block_idx,
+            dim: block_dim,
+        }
+        .into());
+    }
+    Ok(())
+}
+
+/// Runs block `block_idx` of `block_dim` of `program` over the buffers of
+/// `launch`, with `ub` as this core's unified buffer.
+///
+/// For a sequence kernel the block calls `barrier.wait()` between stages;
+/// once the block index is valid it does so at every stage even after an
+/// error (skipping the work), so sibling blocks never deadlock.
+///
+/// # Errors
+/// - [`ExecError::Launch`]: `block_dim` is zero or `block_idx` not below
+///   it; `ub` is smaller than the kernel's UB or not 64-byte aligned;
+/// - [`ExecError::Bind`]: `launch` was bound for a kernel whose buffers do
+///   not fit this program;
+/// - [`ExecError::Fault`]: a tile's box left a buffer or the UB (never for
+///   a verified kernel; the tile's earlier instructions have run).
+pub fn run_block<const N: usize, const B: usize>(
+    program: &Program<N, B>,
+    launch: &Launch<'_>,
+    block_idx: u32,
+    block_dim: u32,
+    ub: &mut [u8],
+    barrier: &dyn Barrier,
+) -> Result<RunStats, ExecError> {
+    if program.kind() == KernelKind::Sequence {
+        check_block(block_idx, block_dim)?;
+        let mut result = check(program, launch, block_idx, block_dim, ub);
+        let mut stats = RunStats::default();
+        let stages = program.body_count();
+        for s in 0..stages {
+            if result.is_ok() {
+                match run_stage(program, launch, s, block_idx, block_dim, ub) {
+                    Ok(st) => stats += st,
+                    Err(e) => result = Err(e),
+                }
+            }
+            if s + 1 < stages {
+                barrier.wait();
+            }
+        }
+        return result.map(|()| stats);
+    }
+    check(program, launch, block_idx, block_dim, ub)?;
+    run_flat(program, launch.bufs(), block_idx, block_dim, ub)
+}
+
+/// Runs every block `0..block_dim` one after the other on this core (for
+/// tests and single-core devices); a sequence kernel runs stage by stage,
+/// every block finishing a stage before the next starts. Gives the same
+/// result as any concurrent execution of the same blocks.
+///
+/// # Errors
+/// As [`run_block`]; stops at the first error.
+pub fn run_all_blocks_sequentially<const N: usize, const B: usize>(
+    program: &Program<N, B>,
+    launch: &Launch<'_>,
+    block_dim: u32,
+    ub: &mut [u8],
+) -> Result<RunStats, ExecError> {
+    check(program, launch, 0, block_dim, ub)?;
+    let mut stats = RunStats::default();
+    if program.kind() == KernelKind::Sequence {
+        for s in 0..program.body_count() {
+            for b in 0..block_dim {
+                stats += run_stage(program, launch, s, b, block_dim, ub)?;
+            }
+        }
+    } else {
+        for b in 0..block_dim {
+            stats += run_flat(program, launch.bufs(), b, block_dim, ub)?;
+        }
+    }
+    Ok(stats)
+}
+
+/// One stage of a sequence kernel: body `s`'s tiles split across blocks.
+fn run_stage<const N: usize, const B: usize>(
+    program: &Program<N, B>,
+    launch: &Launch<'_>,
+    s: usize,
+    block_idx: u32,
+    block_dim: u32,
+    ub: &mut [u8],
+) -> Result<RunStats, ExecError> {
+    let Some(info) = program.body_info(s) else {
+        return Ok(RunStats::default());
+    };
+    let (start, end) = block_range(info.tiles as u64, block_idx, block_dim);
+    run_tiles(program, s, launch.bufs(), start as u32, end as u32, ub)
+}
+
+/// The flat range of all bodies (one body for the single-body kinds).
+fn run_flat<const N: usize, const B: usize>(
+    program: &Program<N, B>,
+    bufs: &[GmBuf<'_>],
+    block_idx: u32,
+    block_dim: u32,
+    ub: &mut [u8],
+) -> Result<RunStats, ExecError> {
+    let (start, end) = block_range(program.total_tiles(), block_idx, block_dim);
+    let mut stats = RunStats::default();
+    let mut off = 0u64;
+    for b in 0..program.body_count() {
+        let tiles = program.body_info(b).map_or(0, |i| i.tiles as u64);
+        let (lo, hi) = (start.max(off), end.min(off + tiles));
+        if lo < hi {
+            stats += run_tiles(program, b, bufs, (lo - off) as u32, (hi - off) as u32, ub)?;
+        }
+        off += tiles;
+    }
+    Ok(stats)
+}
+
+/// Runs tiles `[start, end)` of body `b`.
+fn run_tiles<const N: usize, const B: usize>(
+    program: &Program<N, B>,
+    b: usize,
+    bufs: &[GmBuf<'_>],
+    start: u32,
+    end: u32,
+    ub: &mut [u8],
+) -> Result<RunStats, ExecError> {
+    let Some(info) = program.body_info(b) else {
+        return Ok(RunStats::default());
+    };
+    let code = program.body(b);
+    let [_, g1, g2] = info.grid;
+    if start >= end || g1 == 0 || g2 == 0 {
+        return Ok(RunStats::default());
+    }
+    let mut c = [start / g2 / g1, (start / g2) % g1, start % g2];
+    let mut t = start;
+    let fault = |instr: usize, tile: u32, fault: GmFault| ExecError::Fault {
+        body: b as u32,
+        instr: instr as u32,
+        tile,
+        fault,
+    };
+    while t < end {
+        for (i, v) in code.iter().enumerate() {
+            match v {
+                VInstr::Ub(op) => op.run(ub),
+                VInstr::Load { pattern, pad } => {
+                    let buf = bufs
+                        .get(pattern.buf as usize)
+                        .ok_or(fault(i, t, GmFault::Operand))?;
+                    load_tile(pattern, *pad, c, buf, ub).map_err(|e| fault(i, t, e))?;
+                }
+                VInstr::Store(pattern) => {
+                    let buf = bufs
+                        .get(pattern.buf as usize)
+                        .ok_or(fault(i, t, GmFault::Operand))?;
+                    store_tile(pattern, c, buf, ub).map_err(|e| fault(i, t, e))?;
+                }
+                VInstr::StoreAdd(pattern) => {
+                    let buf = bufs
+                        .get(pattern.buf as usize)
+                        .ok_or(fault(i, t, GmFault::Operand))?;
+                    store_add_tile(pattern, c, buf, ub).map_err(|e| fault(i, t, e))?;
+                }
+                VInstr::Barrier => {}
+            }
+        }
+        t += 1;
+        c[2] += 1;
+        if c[2] == g2 {
+            c[2] = 0;
+            c[1] += 1;
+            if c[1] == g1 {
+                c[1] = 0;
+                c[0] += 1;
+            }
+        }
+    }
+    let tiles = (end - start) as u64;
+    Ok(RunStats {
+        tiles,
+        instrs: tiles * code.len() as u64,
+    })
+}

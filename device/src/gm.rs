@@ -1,0 +1,750 @@
+//! Global memory: the parameter buffers bound to a launch, and the handlers
+//! that move a tile's box between them and the unified buffer (UB).
+//!
+//! A [`GmBuf`] describes one buffer by pointer, length and a writable flag.
+//! A [`Launch`] binds a kernel's parameters to buffers; it exists only once
+//! the launch check has passed ([`VerifiedKernel::check_launch`] plus the
+//! alignment rule below), so every access of a verified kernel stays inside
+//! its buffer: the verifier computed each parameter's furthest element over
+//! the whole grid.
+//!
+//! The handlers ([`load_tile`], [`store_tile`], [`store_add_tile`]) still
+//! check each tile's box against the buffer and the UB before touching
+//! memory (a handful of integer operations per instruction and tile), so a
+//! bug in the verifier becomes a [`GmFault`], never an access outside the
+//! buffers.
+//!
+//! Elements are little-endian. Every buffer's address must be aligned to
+//! its parameter's element size (atomic adds need it).
+
+use core::fmt;
+use core::marker::PhantomData;
+use core::ptr;
+use core::sync::atomic::{AtomicI32, AtomicI8, AtomicU16, AtomicU32, Ordering};
+
+use dvm_isa::verify::{LaunchError, MAX_PARAMS};
+use dvm_isa::{DType, GmPattern, Scalar, VerifiedKernel};
+
+/// One global-memory buffer bound to a kernel parameter: a pointer, a length
+/// in bytes and whether the launch may write it.
+///
+/// Built from a slice for single-threaded use ([`GmBuf::from_slice`],
+/// [`GmBuf::from_mut_slice`]) or from raw parts for blocks that run
+/// concurrently on several cores ([`GmBuf::from_raw_parts`]); each core then
+/// builds its own [`GmBuf`]s and [`Launch`] over the same memory.
+///
+/// `GmBuf` is `Send` but not `Sync` and not `Clone`: a buffer built from a
+/// `&mut [u8]` stays usable by one thread at a time.
+pub struct GmBuf<'a> {
+    ptr: *mut u8,
+    len: usize,
+    writable: bool,
+    _life: PhantomData<&'a mut [u8]>,
+}
+
+// SAFETY: a `GmBuf` is an exclusive (`&mut`-like) or shared-read (`&`-like)
+// view of memory that is valid for its lifetime; moving it to another thread
+// is as sound as moving the slice it came from. Buffers built from raw parts
+// carry the caller's promise (see `from_raw_parts`) that any thread may use
+// them. It is deliberately not `Sync`.
+unsafe impl Send for GmBuf<'_> {}
+
+impl<'a> GmBuf<'a> {
+    /// A buffer over `len` bytes at `ptr`.
+    ///
+    /// # Safety
+    /// For as long as the `GmBuf` (or a [`Launch`] holding it) is used:
+    /// - `ptr` is valid for reads of `len` bytes and, if `writable`, valid
+    ///   for writes of `len` bytes (it need not be aligned here; binding
+    ///   checks alignment);
+    /// - the memory is accessed by nothing else (no live Rust references, no
+    ///   other threads, no DMA) except other blocks of the same launch,
+    ///   which access it through their own `GmBuf`s, and it does not overlap
+    ///   the UB of any block;
+    /// - blocks running concurrently do not race: an element that one block
+    ///   writes with `store` is neither read nor written by another block
+    ///   during the launch (tiles of different blocks write disjoint
+    ///   elements), and an element updated with `store_add` (atomic per
+    ///   element) is only updated with `store_add` by every block while they
+    ///   run. Several buffers of one launch may alias each other; a single
+    ///   block then sees its own loads and stores in program order.
+    pub unsafe fn from_raw_parts(ptr: *mut u8, len: usize, writable: bool) -> GmBuf<'a> {
+        GmBuf {
+            ptr,
+            len,
+            writable,
+            _life: PhantomData,
+        }
+    }
+
+    /// A read-only buffer over `bytes`.
+    pub fn from_slice(bytes: &'a [u8]) -> GmBuf<'a> {
+        GmBuf {
+            // Never written through: `writable` is false and every store
+            // checks it.
+            ptr: bytes.as_ptr().cast_mut(),
+            len: bytes.len(),
+            writable: false,
+            _life: PhantomData,
+        }
+    }
+
+    /// A writable buffer over `bytes`.
+    pub fn from_mut_slice(bytes: &'a mut [u8]) -> GmBuf<'a> {
+        GmBuf {
+            ptr: bytes.as_mut_ptr(),
+            len: bytes.len(),
+            writable: true,
+            _life: PhantomData,
+        }
+    }
+
+    /// Length in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// True when the buffer has no bytes.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Whether the launch may write the buffer.
+    pub fn writable(&self) -> bool {
+        self.writable
+    }
+
+    /// The base address.
+    pub fn as_ptr(&self) -> *const u8 {
+        self.ptr
+    }
+}
+
+impl fmt::Debug for GmBuf<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("GmBuf")
+            .field("ptr", &self.ptr)
+            .field("len", &self.len)
+            .field("writable", &self.writable)
+            .finish()
+    }
+}
+
+impl<'a> From<&'a [u8]> for GmBuf<'a> {
+    fn from(bytes: &'a [u8]) -> GmBuf<'a> {
+        GmBuf::from_slice(bytes)
+    }
+}
+
+impl<'a> From<&'a mut [u8]> for GmBuf<'a> {
+    fn from(bytes: &'a mut [u8]) -> GmBuf<'a> {
+        GmBuf::from_mut_slice(bytes)
+    }
+}
+
+/// Why buffers could not be bound to a kernel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum BindError {
+    /// The launch check failed: wrong count, a buffer too small, or a
+    /// read-only buffer for a written parameter.
+    #[error("{0}")]
+    Launch(#[from] LaunchError),
+    /// A buffer's address is not aligned to its parameter's element size.
+    #[error("buffer {param} at address {addr:#x} is not aligned to {align} bytes")]
+    Misaligned {
+        /// Parameter.
+        param: usize,
+        /// The buffer's address.
+        addr: usize,
+        /// Required alignment (the element size).
+        align: u32,
+    },
+}
+
+#[cfg(feature = "defmt")]
+impl defmt::Format for BindError {
+    fn format(&self, f: defmt::Formatter<'_>) {
+        defmt::write!(f, "{}", defmt::Display2Format(self))
+    }
+}
+
+/// What a kernel needs from its buffers: the launch check in a form that
+/// outlives the module bytes (kept by [`crate::predecode::Program`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ParamSig {
+    count: usize,
+    need: [u64; MAX_PARAMS],
+    writable: u32,
+    align: [u8; MAX_PARAMS],
+}
+
+impl ParamSig {
+    /// A signature with no parameters.
+    pub const EMPTY: ParamSig = ParamSig {
+        count: 0,
+        need: [0; MAX_PARAMS],
+        writable: 0,
+        align: [1; MAX_PARAMS],
+    };
+
+    /// The signature of `kernel`.
+    pub fn of(kernel: &VerifiedKernel<'_>) -> ParamSig {
+        let mut sig = ParamSig::EMPTY;
+        sig.count = kernel.param_count().min(MAX_PARAMS);
+        for i in 0..sig.count {
+            sig.need[i] = kernel.required_bytes(i);
+            if let Some(p) = kernel.param(i) {
+                if p.access.writable() {
+                    sig.writable |= 1 << i;
+                }
+                sig.align[i] = p.dtype.size() as u8;
+            }
+        }
+        sig
+    }
+
+    /// Number of parameters.
+    pub fn count(&self) -> usize {
+        self.count
+    }
+
+    /// Bytes parameter `i` must have (0 when it does not exist).
+    pub fn required_bytes(&self, i: usize) -> u64 {
+        self.need.get(i).copied().unwrap_or(0)
+    }
+
+    /// Whether the kernel may write parameter `i`.
+    pub fn writes(&self, i: usize) -> bool {
+        i < MAX_PARAMS && self.writable & (1 << i) != 0
+    }
+
+    /// Checks `bufs` against the signature: count, sizes, access, alignment.
+    ///
+    /// # Errors
+    /// A [`BindError`] naming the first parameter at fault.
+    pub fn check(&self, bufs: &[GmBuf<'_>]) -> Result<(), BindError> {
+        if bufs.len() != self.count {
+            return Err(LaunchError::BufferCount {
+                expected: self.count,
+                got: bufs.len(),
+            }
+            .into());
+        }
+        for (i, b) in bufs.iter().enumerate() {
+            let need = self.need[i];
+            if (b.len as u64) < need {
+                return Err(LaunchError::BufferTooSmall {
+                    param: i,
+                    need,
+                    have: b.len as u64,
+                }
+                .into());
+            }
+            if self.writes(i) && !b.writable {
+                return Err(LaunchError::ReadOnly { param: i }.into());
+            }
+            self.check_align(i, b)?;
+        }
+        Ok(())
+    }
+
+    fn check_align(&self, i: usize, b: &GmBuf<'_>) -> Result<(), BindError> {
+        let align = self.align[i].max(1) as usize;
+        let addr = b.ptr as usize;
+        if addr % align != 0 {
+            return Err(BindError::Misaligned {
+                param: i,
+                addr,
+                align: align as u32,
+            });
+        }
+        Ok(())
+    }
+}
+
+/// A kernel's parameters bound to buffers, after the launch check.
+///
+/// Built once per launch (per core when blocks run concurrently); the
+/// executor re-checks it against the program in O(parameters) before
+/// running, so a `Launch` can never be used with a kernel it does not fit.
+#[derive(Debug)]
+pub struct Launch<'b> {
+    bufs: heapless::Vec<GmBuf<'b>, MAX_PARAMS>,
+}
+
+impl<'b> Launch<'b> {
+    /// Binds `bufs` (one per parameter, in order) to `kernel`.
+    ///
+    /// # Errors
+    /// [`BindError::Launch`] when [`VerifiedKernel::check_launch`] fails
+    /// (buffer count, a buffer smaller than the kernel's furthest access, a
+    /// read-only buffer for a written parameter); [`BindError::Misaligned`]
+    /// when a buffer is not aligned to its element size.
+    pub fn new(
+        kernel: &VerifiedKernel<'_>,
+        bufs: impl IntoIterator<Item = GmBuf<'b>>,
+    ) -> Result<Launch<'b>, BindError> {
+        let bufs = collect(kernel.param_count(), bufs)?;
+        let mut lens = [0u64; MAX_PARAMS];
+        let mut writable = [false; MAX_PARAMS];
+        for (i, b) in bufs.iter().enumerate() {
+            lens[i] = b.len as u64;
+            writable[i] = b.writable;
+        }
+        let n = bufs.len();
+        kernel.check_launch(&lens[..n], &writable[..n])?;
+        let sig = ParamSig::of(kernel);
+        for (i, b) in bufs.iter().enumerate() {
+            sig.check_align(i, b)?;
+        }
+        Ok(Launch { bufs })
+    }
+
+    /// Binds `bufs` to the kernel `sig` describes (for callers that keep only
+    /// the predecoded program, see [`crate::predecode::Program::params`]).
+    ///
+    /// # Errors
+    /// As [`Launch::new`].
+    pub fn with_signature(
+        sig: &ParamSig,
+        bufs: impl IntoIterator<Item = GmBuf<'b>>,
+    ) -> Result<Launch<'b>, BindError> {
+        let bufs = collect(sig.count(), bufs)?;
+        sig.check(&bufs)?;
+        Ok(Launch { bufs })
+    }
+
+    /// The bound buffers.
+    pub fn bufs(&self) -> &[GmBuf<'b>] {
+        &self.bufs
+    }
+}
+
+fn collect<'b>(
+    expected: usize,
+    bufs: impl IntoIterator<Item = GmBuf<'b>>,
+) -> Result<heapless::Vec<GmBuf<'b>, MAX_PARAMS>, BindError> {
+    let mut out = heapless::Vec::new();
+    let mut got = 0usize;
+    for b in bufs {
+        got += 1;
+        // Past capacity: keep counting for the error, drop the buffer.
+        let _ = out.push(b);
+    }
+    if got != expected || got > MAX_PARAMS {
+        return Err(LaunchError::BufferCount { expected, got }.into());
+    }
+    Ok(out)
+}
+
+/// A tile's box failed the per-tile bounds check. Unreachable for verified
+/// kernels with a checked launch; reported instead of touching memory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum GmFault {
+    /// The box leaves its global-memory buffer.
+    #[error("the tile's box leaves its global-memory buffer")]
+    Gm,
+    /// The box leaves the UB.
+    #[error("the tile's box leaves the UB")]
+    Ub,
+    /// A store into a read-only buffer.
+    #[error("store into a read-only buffer")]
+    ReadOnly,
+    /// The buffer index or dtype is not valid for the operation.
+    #[error("bad buffer index or dtype")]
+    Operand,
+}
+
+#[cfg(feature = "defmt")]
+impl defmt::Format for GmFault {
+    fn format(&self, f: defmt::Formatter<'_>) {
+        defmt::write!(f, "{}", defmt::Display2Format(self))
+    }
+}
+
+/// The value a `pad=fill` load writes, as the element's little-endian bits
+/// in the low bytes: the scalar's f32 bits converted to the dtype for float
+/// types, its i32 bits for integers (saturated to i8), `x != 0` for bool.
+pub fn pad_bits(dtype: DType, padv: Scalar) -> u32 {
+    match dtype {
+        DType::F32 => padv.0,
+        DType::F16 => half::f16::from_f32(padv.as_f32()).to_bits() as u32,
+        DType::BF16 => half::bf16::from_f32(padv.as_f32()).to_bits() as u32,
+        DType::I32 => padv.0,
+        DType::I8 => padv.as_i32().clamp(i8::MIN as i32, i8::MAX as i32) as i8 as u8 as u32,
+        DType::Bool => (padv.0 != 0) as u32,
+    }
+}
+
+/// The box of one tile, checked against the buffer and the UB.
+struct Geom {
+    /// Valid rows and columns.
+    re: usize,
+    ce: usize,
+    /// Full rows of the UB box.
+    rows: usize,
+    /// UB elements per row.
+    pitch: usize,
+    /// UB byte offset of the box.
+    ub: usize,
+    /// GM element offset of the origin, and strides in elements.
+    origin: usize,
+    rs: usize,
+    cs: usize,
+}
+
+impl Geom {
+    #[inline]
+    fn new(p: &GmPattern, coord: [u32; 3], gm_len: usize, ub_len: usize) -> Result<Geom, GmFault> {
+        let size = p.dtype.size() as u64;
+        let (re, ce) = p.extent(coord);
+        let (re, ce) = (re as u64, ce as u64);
+        let origin = p.origin(coord);
+        // UB: the whole `rows × pitch` box, and no row longer than the pitch.
+        let ub_end = (p.rows as u64 * p.pitch as u64)
+            .checked_mul(size)
+            .and_then(|b| b.checked_add(p.ub as u64));
+        if ub_end.is_none_or(|e| e > ub_len as u64) || ce > p.pitch as u64 || re > p.rows as u64 {
+            return Err(GmFault::Ub);
+        }
+        // GM: strides are non-negative, so the furthest element is the
+        // box's last one.
+        if re > 0 && ce > 0 {
+            let last = (re - 1)
+                .checked_mul(p.row_stride)
+                .and_then(|r| Some((r, (ce - 1).checked_mul(p.col_stride)?)))
+                .and_then(|(r, c)| origin.checked_add(r)?.checked_add(c))
+                .and_then(|l| l.checked_add(1)?.checked_mul(size));
+            if last.is_none_or(|e| e > gm_len as u64) {
+                return Err(GmFault::Gm);
+            }
+        }
+        // Every offset below is at most the last element's (all fit in usize
+        // because they are below `gm_len`); strides are only multiplied by
+        // indices that keep them in range, or are irrelevant (one row or
+        // column), so truncating unused strides is harmless.
+        Ok(Geom {
+            re: re as usize,
+            ce: ce as usize,
+            rows: p.rows as usize,
+            pitch: p.pitch as usize,
+            ub: p.ub as usize,
+            origin: origin as usize,
+            rs: if re > 1 { p.row_stride as usize } else { 0 },
+            cs: if ce > 1 { p.col_stride as usize } else { 1 },
+        })
+    }
+
+    /// GM element offset of row `r`.
+    #[inline(always)]
+    fn row(&self, r: usize) -> usize {
+        self.origin + r * self.rs
+    }
+
+    /// True when the valid box is one run of elements on both sides.
+    #[inline(always)]
+    fn contiguous(&self) -> bool {
+        self.cs == 1 && (self.re == 1 || (self.rs == self.ce && self.pitch == self.ce))
+    }
+}
+
+/// An element type moved by loads and stores: plain bits.
+trait Bits: Copy {
+    fn from_u32(v: u32) -> Self;
+}
+impl Bits for u32 {
+    fn from_u32(v: u32) -> Self {
+        v
+    }
+}
+impl Bits for u16 {
+    fn from_u32(v: u32) -> Self {
+        v as u16
+    }
+}
+impl Bits for u8 {
+    fn from_u32(v: u32) -> Self {
+        v as u8
+    }
+}
+
+/// Loads the box of tile `coord` through `p` from `buf` into `ub`; with
+/// `pad = Some(bits)` (see [`pad_bits`]) fills the rest of the
+/// `rows × pitch` UB box.
+///
+/// # Errors
+/// A [`GmFault`] if the box leaves `buf` or `ub` (never for a verified
+/// kernel under a checked [`Launch`]); nothing is written then.
+#[inline]
+pub fn load_tile(
+    p: &GmPattern,
+    pad: Option<u32>,
+    coord: [u32; 3],
+    buf: &GmBuf<'_>,
+    ub: &mut [u8],
+) -> Result<(), GmFault> {
+    let g = Geom::new(p, coord, buf.len, ub.len())?;
+    match p.dtype.size() {
+        4 => load_t::<u32>(&g, buf, ub, pad),
+        2 => load_t::<u16>(&g, buf, ub, pad),
+        1 => load_t::<u8>(&g, buf, ub, pad),
+        _ => return Err(GmFault::Operand),
+    }
+    Ok(())
+}
+
+#[inline(always)]
+fn load_t<T: Bits>(g: &Geom, buf: &GmBuf<'_>, ub: &mut [u8], pad: Option<u32>) {
+    let gm = buf.ptr.cast_const().cast::<T>();
+    // SAFETY: `Geom::new` checked the UB box lies inside `ub`.
+    let box_ptr = unsafe { ub.as_mut_ptr().add(g.ub) }.cast::<T>();
+    // In every branch below, GM offsets are `origin + r·rs + k·cs` with
+    // `r < re`, `k < ce`: at most the last element, which `Geom::new` checked
+    // is inside `buf` (valid for reads by `GmBuf`'s contract). UB offsets are
+    // `r·pitch + k` with `k < ce ≤ pitch`, `r < rows`: inside the checked UB
+    // box. GM and UB do not overlap (`ub` is an exclusive borrow and the GM
+    // contract excludes the UB). Accesses are unaligned reads and writes.
+    if g.re > 0 && g.ce > 0 {
+        if g.contiguous() {
+            // SAFETY: see above; `re·ce` elements from the origin on both sides.
+            unsafe { ptr::copy_nonoverlapping(gm.add(g.origin), box_ptr, g.re * g.ce) };
+        } else if g.cs == 1 {
+            for r in 0..g.re {
+                // SAFETY: see above.
+                unsafe { ptr::copy_nonoverlapping(gm.add(g.row(r)), box_ptr.add(r * g.pitch), g.ce) };
+            }
+        } else if g.cs == 0 {
+            for r in 0..g.re {
+                // SAFETY: see above.
+                unsafe {
+                    let v = gm.add(g.row(r)).read_unaligned();
+                    let dst = box_ptr.add(r * g.pitch);
+                    for k in 0..g.ce {
+                        dst.add(k).write_unaligned(v);
+                    }
+                }
+            }
+        } else {
+            for r in 0..g.re {
+                // SAFETY: see above.
+                unsafe {
+                    let src = gm.add(g.row(r));
+                    let dst = box_ptr.add(r * g.pitch);
+                    for k in 0..g.ce {
+                        dst.add(k).write_unaligned(src.add(k * g.cs).read_unaligned());
+                    }
+                }
+            }
+        }
+    }
+    if let Some(bits) = pad {
+        let v = T::from_u32(bits);
+        let fill = |from: usize, to: usize| {
+            for i in from..to {
+                // SAFETY: `from..to` lies inside the checked `rows × pitch` box.
+                unsafe { box_ptr.add(i).write_unaligned(v) };
+            }
+        };
+        if g.ce < g.pitch {
+            for r in 0..g.re {
+                fill(r * g.pitch + g.ce, (r + 1) * g.pitch);
+            }
+        }
+        fill(g.re * g.pitch, g.rows * g.pitch);
+    }
+}
+
+/// Stores the valid box of tile `coord` from `ub` through `p` into `buf`.
+/// Where several elements of the box map to one address (stride 0), the
+/// last in row-major order wins.
+///
+/// # Errors
+/// A [`GmFault`] if the box leaves `buf` or `ub`, or `buf` is read-only
+/// (never for a verified kernel under a checked [`Launch`]); nothing is
+/// written then.
+#[inline]
+pub fn store_tile(p: &GmPattern, coord: [u32; 3], buf: &GmBuf<'_>, ub: &[u8]) -> Result<(), GmFault> {
+    if !buf.writable {
+        return Err(GmFault::ReadOnly);
+    }
+    let g = Geom::new(p, coord, buf.len, ub.len())?;
+    match p.dtype.size() {
+        4 => store_t::<u32>(&g, buf, ub),
+        2 => store_t::<u16>(&g, buf, ub),
+        1 => store_t::<u8>(&g, buf, ub),
+        _ => return Err(GmFault::Operand),
+    }
+    Ok(())
+}
+
+#[inline(always)]
+fn store_t<T: Bits>(g: &Geom, buf: &GmBuf<'_>, ub: &[u8]) {
+    if g.re == 0 || g.ce == 0 {
+        return;
+    }
+    let gm = buf.ptr.cast::<T>();
+    // SAFETY: `Geom::new` checked the UB box lies inside `ub`.
+    let box_ptr = unsafe { ub.as_ptr().add(g.ub) }.cast::<T>();
+    // Offsets as in `load_t`; `buf` is writable (checked by the caller) so
+    // valid for writes by `GmBuf`'s contract.
+    if g.contiguous() {
+        // SAFETY: see above.
+        unsafe { ptr::copy_nonoverlapping(box_ptr, gm.add(g.origin), g.re * g.ce) };
+    } else if g.cs == 1 {
+        for r in 0..g.re {
+            // SAFETY: see above. Rows may overlap in GM (row stride below
+            // the width); `copy_nonoverlapping` only needs source and
+            // destination of one call to be disjoint, which they are.
+            unsafe { ptr::copy_nonoverlapping(box_ptr.add(r * g.pitch), gm.add(g.row(r)), g.ce) };
+        }
+    } else if g.cs == 0 {
+        for r in 0..g.re {
+            // SAFETY: see above; the row's last element wins.
+            unsafe {
+                let v = box_ptr.add(r * g.pitch + g.ce - 1).read_unaligned();
+                gm.add(g.row(r)).write_unaligned(v);
+            }
+        }
+    } else {
+        for r in 0..g.re {
+            // SAFETY: see above.
+            unsafe {
+                let src = box_ptr.add(r * g.pitch);
+                let dst = gm.add(g.row(r));
+                for k in 0..g.ce {
+                    dst.add(k * g.cs).write_unaligned(src.add(k).read_unaligned());
+                }
+            }
+        }
+    }
+}
+
+/// Adds the valid box of tile `coord` from `ub` into `buf` through `p`,
+/// atomically per element: correct when several blocks add into the same
+/// elements concurrently. Floats add in `f32` and round to the element
+/// type; integers wrap.
+///
+/// # Errors
+/// A [`GmFault`] if the box leaves `buf` or `ub`, `buf` is read-only or
+/// misaligned, or the dtype is bool (never for a verified kernel under a
+/// checked [`Launch`]); nothing is written then.
+#[inline]
+pub fn store_add_tile(p: &GmPattern, coord: [u32; 3], buf: &GmBuf<'_>, ub: &[u8]) -> Result<(), GmFault> {
+    if !buf.writable {
+        return Err(GmFault::ReadOnly);
+    }
+    if (buf.ptr as usize) % p.dtype.size() as usize != 0 {
+        return Err(GmFault::Operand);
+    }
+    let g = Geom::new(p, coord, buf.len, ub.len())?;
+    match p.dtype {
+        DType::F32 => add_t::<AddF32>(&g, buf, ub),
+        DType::F16 => add_t::<AddF16>(&g, buf, ub),
+        DType::BF16 => add_t::<AddBf16>(&g, buf, ub),
+        DType::I32 => add_t::<AddI32>(&g, buf, ub),
+        DType::I8 => add_t::<AddI8>(&g, buf, ub),
+        DType::Bool => return Err(GmFault::Operand),
+    }
+    Ok(())
+}
+
+/// Atomic read-modify-write add of one element type.
+trait AtomicAdd {
+    type Bits: Bits;
+    /// Adds `v` into the element at `p`.
+    ///
+    /// # Safety
+    /// `p` is valid for reads and writes, aligned to the element size, and only
+    /// accessed atomically by other threads while this runs.
+    unsafe fn add(p: *mut Self::Bits, v: Self::Bits);
+}
+
+/// f32 bits: CAS loop.
+struct AddF32;
+impl AtomicAdd for AddF32 {
+    type Bits = u32;
+    #[inline(always)]
+    unsafe fn add(p: *mut u32, v: u32) {
+        // SAFETY: the caller guarantees validity, alignment and atomic-only
+        // concurrent access.
+        let a = unsafe { AtomicU32::from_ptr(p) };
+        let v = f32::from_bits(v);
+        let _ = a.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |old| {
+            Some((f32::from_bits(old) + v).to_bits())
+        });
+    }
+}
+
+/// f16 bits: CAS loop, sum in f32.
+struct AddF16;
+impl AtomicAdd for AddF16 {
+    type Bits = u16;
+    #[inline(always)]
+    unsafe fn add(p: *mut u16, v: u16) {
+        // SAFETY: as for `AddF32`.
+        let a = unsafe { AtomicU16::from_ptr(p) };
+        let v = half::f16::from_bits(v).to_f32();
+        let _ = a.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |old| {
+            Some(half::f16::from_f32(half::f16::from_bits(old).to_f32() + v).to_bits())
+        });
+    }
+}
+
+/// bf16 bits: CAS loop, sum in f32.
+struct AddBf16;
+impl AtomicAdd for AddBf16 {
+    type Bits = u16;
+    #[inline(always)]
+    unsafe fn add(p: *mut u16, v: u16) {
+        // SAFETY: as for `AddF32`.
+        let a = unsafe { AtomicU16::from_ptr(p) };
+        let v = half::bf16::from_bits(v).to_f32();
+        let _ = a.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |old| {
+            Some(half::bf16::from_f32(half::bf16::from_bits(old).to_f32() + v).to_bits())
+        });
+    }
+}
+
+/// i32: wrapping `fetch_add`.
+struct AddI32;
+impl AtomicAdd for AddI32 {
+    type Bits = u32;
+    #[inline(always)]
+    unsafe fn add(p: *mut u32, v: u32) {
+        // SAFETY: as for `AddF32`.
+        let a = unsafe { AtomicI32::from_ptr(p.cast::<i32>()) };
+        a.fetch_add(v as i32, Ordering::Relaxed);
+    }
+}
+
+/// i8: wrapping `fetch_add`.
+struct AddI8;
+impl AtomicAdd for AddI8 {
+    type Bits = u8;
+    #[inline(always)]
+    unsafe fn add(p: *mut u8, v: u8) {
+        // SAFETY: as for `AddF32`.
+        let a = unsafe { AtomicI8::from_ptr(p.cast::<i8>()) };
+        a.fetch_add(v as i8, Ordering::Relaxed);
+    }
+}
+
+#[inline(always)]
+fn add_t<A: AtomicAdd>(g: &Geom, buf: &GmBuf<'_>, ub: &[u8]) {
+    let gm = buf.ptr.cast::<A::Bits>();
+    // SAFETY: `Geom::new` checked the UB box lies inside `ub`.
+    let box_ptr = unsafe { ub.as_ptr().add(g.ub) }.cast::<A::Bits>();
+    for r in 0..g.re {
+        for k in 0..g.ce {
+            // SAFETY: offsets as in `load_t`; `buf` is writable and its base
+            // aligned to the element size (checked by the caller), and every
+            // offset is a whole number of elements, so the element is
+            // aligned; other blocks touch it only atomically (contract of
+            // `GmBuf::from_raw_parts`; slices are exclusive).
+            unsafe {
+                let v = box_ptr.add(r * g.pitch + k).read_unaligned();
+                A::add(gm.add(g.row(r) + k * g.cs), v);
+            }
+        }
+    }
+}

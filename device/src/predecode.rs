@@ -1,0 +1,286 @@
+//! Predecoding: a [`VerifiedKernel`] becomes a [`Program`] of virtual
+//! instructions once, before any tile runs.
+//!
+//! UB instructions (vector and cube pipes) are resolved to their handler by
+//! [`crate::ops::resolve`]; loads and stores keep their [`GmPattern`] (and
+//! the pad value converted to the element type); `barrier` stays as a no-op
+//! marker for the simulator; `end` is dropped. The program owns everything
+//! it needs (grids, the launch signature), so the module bytes may go away
+//! after predecode.
+
+use core::fmt;
+
+use dvm_isa::{GmKind, GmPattern, Instr, KernelKind, Opcode, PadMode, VerifiedKernel};
+
+use crate::gm::{pad_bits, ParamSig};
+use crate::ops::{self, UbOp};
+
+/// Default instruction capacity of a [`Program`] (all bodies together).
+pub const DEFAULT_INSTRS: usize = 256;
+/// Default body capacity of a [`Program`].
+pub const DEFAULT_BODIES: usize = 16;
+
+/// One virtual instruction.
+#[derive(Clone, Copy, Debug)]
+pub enum VInstr {
+    /// A UB-only instruction resolved to its handler.
+    Ub(UbOp),
+    /// Global memory → UB.
+    Load {
+        /// The tile's box.
+        pattern: GmPattern,
+        /// `pad=fill`: the pad element's bits (see [`pad_bits`]).
+        pad: Option<u32>,
+    },
+    /// UB → global memory.
+    Store(GmPattern),
+    /// UB → global memory, adding atomically per element.
+    StoreAdd(GmPattern),
+    /// Waits for every pipe; a no-op on the in-order executor.
+    Barrier,
+}
+
+/// One body of a program: its grid and its range of instructions.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BodyInfo {
+    /// Tile grid (row-major, dimension 2 fastest).
+    pub grid: [u32; 3],
+    /// Number of tiles (the verifier proved it fits in `u32`).
+    pub tiles: u32,
+    start: u32,
+    len: u32,
+}
+
+/// Why a kernel could not be predecoded.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PredecodeError {
+    /// The kernel's instructions do not fit the program's capacity.
+    TooManyInstrs {
+        /// Body being decoded when capacity ran out.
+        body: u32,
+        /// Instruction capacity.
+        cap: usize,
+    },
+    /// The kernel has more bodies than the program's capacity.
+    TooManyBodies {
+        /// Bodies in the kernel.
+        count: usize,
+        /// Body capacity.
+        cap: usize,
+    },
+    /// No handler exists for a UB instruction (opcode and dtype).
+    Unsupported {
+        /// Body.
+        body: u32,
+        /// Word offset in the body.
+        word: u32,
+        /// Opcode.
+        opcode: Opcode,
+    },
+}
+
+impl fmt::Display for PredecodeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            PredecodeError::TooManyInstrs { body, cap } => write!(
+                f,
+                "body {body}: the kernel has more than {cap} instructions, the program's capacity"
+            ),
+            PredecodeError::TooManyBodies { count, cap } => {
+                write!(f, "the kernel has {count} bodies, the program holds at most {cap}")
+            }
+            PredecodeError::Unsupported { body, word, opcode } => write!(
+                f,
+                "body {body}, word {word}: no handler for `{}` with these dtypes",
+                opcode.mnemonic()
+            ),
+        }
+    }
+}
+
+impl core::error::Error for PredecodeError {}
+
+#[cfg(feature = "defmt")]
+impl defmt::Format for PredecodeError {
+    fn format(&self, f: defmt::Formatter<'_>) {
+        defmt::write!(f, "{}", defmt::Display2Format(self))
+    }
+}
+
+/// A predecoded kernel: at most `N` virtual instructions over at most `B`
+/// bodies, no references to the module.
+///
+/// About 100 bytes per instruction; build it in place with
+/// [`Program::empty`] and [`Program::predecode`] where the stack is small.
+#[derive(Clone, Debug)]
+pub struct Program<const N: usize = DEFAULT_INSTRS, const B: usize = DEFAULT_BODIES> {
+    kind: KernelKind,
+    ub_bytes: u32,
+    params: ParamSig,
+    bodies: heapless::Vec<BodyInfo, B>,
+    code: heapless::Vec<VInstr, N>,
+}
+
+impl<const N: usize, const B: usize> Default for Program<N, B> {
+    fn default() -> Self {
+        Program::empty()
+    }
+}
+
+impl<const N: usize, const B: usize> Program<N, B> {
+    /// A program with no bodies (runs nothing); fill it with
+    /// [`Program::predecode`].
+    pub const fn empty() -> Program<N, B> {
+        Program {
+            kind: KernelKind::Vector,
+            ub_bytes: 0,
+            params: ParamSig::EMPTY,
+            bodies: heapless::Vec::new(),
+            code: heapless::Vec::new(),
+        }
+    }
+
+    /// Predecodes `kernel`.
+    ///
+    /// # Errors
+    /// A [`PredecodeError`] when the kernel exceeds the capacity or uses an
+    /// instruction without a handler.
+    pub fn new(kernel: &VerifiedKernel<'_>) -> Result<Program<N, B>, PredecodeError> {
+        let mut p = Program::empty();
+        p.predecode(kernel)?;
+        Ok(p)
+    }
+
+    /// Replaces the program with the predecoded `kernel`. On error the
+    /// program is left empty.
+    ///
+    /// # Errors
+    /// As [`Program::new`].
+    pub fn predecode(&mut self, kernel: &VerifiedKernel<'_>) -> Result<(), PredecodeError> {
+        let r = self.fill(kernel);
+        if r.is_err() {
+            *self = Program::empty();
+        }
+        r
+    }
+
+    fn fill(&mut self, kernel: &VerifiedKernel<'_>) -> Result<(), PredecodeError> {
+        self.bodies.clear();
+        self.code.clear();
+        self.kind = kernel.kind();
+        self.ub_bytes = kernel.ub_bytes();
+        self.params = ParamSig::of(kernel);
+        let count = kernel.body_count();
+        if count > B {
+            return Err(PredecodeError::TooManyBodies { count, cap: B });
+        }
+        for b in 0..count {
+            let start = self.code.len() as u32;
+            for (word, _head, instr) in kernel.instrs(b) {
+                let v = match lower(&instr) {
+                    Lowered::V(v) => v,
+                    Lowered::Skip => continue,
+                    Lowered::Unsupported => {
+                        return Err(PredecodeError::Unsupported {
+                            body: b as u32,
+                            word,
+                            opcode: instr.opcode(),
+                        })
+                    }
+                };
+                self.code
+                    .push(v)
+                    .map_err(|_| PredecodeError::TooManyInstrs { body: b as u32, cap: N })?;
+            }
+            let grid = kernel.grid(b);
+            let info = BodyInfo {
+                grid,
+                tiles: kernel.tiles(b),
+                start,
+                len: self.code.len() as u32 - start,
+            };
+            // Cannot fail: `count <= B` was checked.
+            self.bodies
+                .push(info)
+                .map_err(|_| PredecodeError::TooManyBodies { count, cap: B })?;
+        }
+        Ok(())
+    }
+
+    /// Kernel kind.
+    pub fn kind(&self) -> KernelKind {
+        self.kind
+    }
+
+    /// UB bytes the kernel needs.
+    pub fn ub_bytes(&self) -> u32 {
+        self.ub_bytes
+    }
+
+    /// What the kernel needs from its buffers.
+    pub fn params(&self) -> &ParamSig {
+        &self.params
+    }
+
+    /// Number of bodies.
+    pub fn body_count(&self) -> usize {
+        self.bodies.len()
+    }
+
+    /// Body `b`'s grid and tile count.
+    pub fn body_info(&self, b: usize) -> Option<&BodyInfo> {
+        self.bodies.get(b)
+    }
+
+    /// Body `b`'s virtual instructions (empty when it does not exist).
+    pub fn body(&self, b: usize) -> &[VInstr] {
+        self.bodies
+            .get(b)
+            .and_then(|i| self.code.get(i.start as usize..(i.start + i.len) as usize))
+            .unwrap_or(&[])
+    }
+
+    /// Tiles over all bodies.
+    pub fn total_tiles(&self) -> u64 {
+        self.bodies.iter().map(|b| b.tiles as u64).sum()
+    }
+
+    /// Virtual instructions over all bodies.
+    pub fn instr_count(&self) -> usize {
+        self.code.len()
+    }
+}
+
+enum Lowered {
+    V(VInstr),
+    Skip,
+    Unsupported,
+}
+
+fn lower(instr: &Instr) -> Lowered {
+    match *instr {
+        Instr::End {} => Lowered::Skip,
+        Instr::Barrier {} => Lowered::V(VInstr::Barrier),
+        Instr::Load { dt, pad, padv, .. } => match instr.gm() {
+            Some(gm) => Lowered::V(VInstr::Load {
+                pattern: gm.pattern,
+                pad: match pad {
+                    PadMode::Keep => None,
+                    PadMode::Fill => Some(pad_bits(dt, padv)),
+                },
+            }),
+            None => Lowered::Unsupported,
+        },
+        _ => match instr.gm() {
+            Some(gm) => match gm.kind {
+                GmKind::Store => Lowered::V(VInstr::Store(gm.pattern)),
+                GmKind::StoreAdd => Lowered::V(VInstr::StoreAdd(gm.pattern)),
+                GmKind::Load => Lowered::Unsupported,
+            },
+            None => match ops::resolve(instr) {
+                Some(op) => Lowered::V(VInstr::Ub(op)),
+                None => Lowered::Unsupported,
+            },
+        },
+    }
+}

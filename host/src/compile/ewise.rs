@@ -1,0 +1,517 @@
+//! Code generation for element-wise and reduce groups.
+
+use dvm_isa::builder::{BodyDef, CodeWriter, KernelDef, ParamDef};
+use dvm_isa::{Axis, DType, Instr, KernelKind, Opcode, ParamAccess, WaitMask};
+
+use super::group::{Group, GroupKind, Node};
+use super::space::{coalesce_keep, grid_layout, BoxShape, Tiled};
+use super::ub_alloc::{UbAlloc, ALIGN};
+use super::{instr, scalar, CompileError, Compiled, Target};
+
+/// Value class of a node inside a tile.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Class {
+    Full,
+    Reduced,
+}
+
+/// Compiles an element-wise or reduce group.
+///
+/// # Errors
+/// [`CompileError`] when the group is malformed or does not fit in UB.
+pub fn compile(group: &Group, name: &str, target: &Target) -> Result<Compiled, CompileError> {
+    let (shape, axis) = match &group.kind {
+        GroupKind::Elementwise { shape } => (shape.as_slice(), None),
+        GroupKind::Reduce { shape, axis } => (shape.as_slice(), Some(*axis)),
+        GroupKind::Matmul { .. } => return Err(malformed("matmul group in ewise")),
+    };
+    if axis.is_some_and(|a| a >= shape.len()) {
+        return Err(malformed("reduce axis out of range"));
+    }
+    let classes = classify(group)?;
+
+    // Operand strides over the space: inputs, then outputs (reduced outputs
+    // do not move along the axis).
+    let mut strides: Vec<Vec<u64>> = Vec::with_capacity(group.inputs.len() + group.outputs.len());
+    let mut offsets = Vec::with_capacity(strides.capacity());
+    for v in &group.inputs {
+        if v.shape.as_slice() != shape {
+            return Err(malformed("input view not broadcast to the space"));
+        }
+        strides.push(v.strides.clone());
+        offsets.push(v.offset);
+    }
+    for (node, v) in &group.outputs {
+        if v.shape.len() != shape.len() {
+            return Err(malformed("output rank differs from the space"));
+        }
+        let mut s = v.strides.clone();
+        if classes.get(*node) == Some(&Class::Reduced) {
+            if let Some(a) = axis {
+                s[a] = 0;
+            }
+        }
+        strides.push(s);
+        offsets.push(v.offset);
+    }
+    let (dims, cstrides, caxis) = coalesce_keep(shape, &strides, axis);
+
+    // Box: innermost dimension as columns; a reduce axis becomes the box's
+    // columns when it is innermost, its rows otherwise.
+    let last = dims.len() - 1;
+    let (rdim, cdim, fold) = match caxis {
+        Some(a) if a == last => (last.checked_sub(1), last, Some(Axis::Cols)),
+        Some(a) => (Some(a), last, Some(Axis::Rows)),
+        None => (last.checked_sub(1), last, None),
+    };
+    let mut t = Tiled {
+        dims,
+        strides: cstrides,
+        offsets,
+        rdim,
+        cdim,
+        tr: 1,
+        tc: 1,
+        grid: Vec::new(),
+        body_dims: Vec::new(),
+    };
+    choose_tile(&mut t, group, &classes, fold, target)?;
+    grid_layout(&mut t);
+
+    let mut params = Vec::with_capacity(group.inputs.len() + group.outputs.len());
+    for (i, v) in group.inputs.iter().enumerate() {
+        params.push(param(format!("in{i}"), v.dtype, ParamAccess::Read, &v.shape));
+    }
+    for (i, (_, v)) in group.outputs.iter().enumerate() {
+        params.push(param(format!("out{i}"), v.dtype, ParamAccess::Write, &v.shape));
+    }
+    if params.len() > 255 {
+        return Err(CompileError::TooLarge("parameter count".into()));
+    }
+    let grid = t.grid3()?;
+    let nbodies = t.bodies();
+    let mut bodies = Vec::with_capacity(nbodies as usize);
+    let mut ub = UbAlloc::default();
+    let mut ub_bytes = 0;
+    for b in 0..nbodies {
+        let mut code = CodeWriter::new();
+        emit_body(group, &t, &classes, fold, b, target, &mut ub, &mut code, None)?;
+        ub_bytes = ub_bytes.max(ub.high_water());
+        bodies.push(BodyDef { grid, code });
+    }
+    let kind = if nbodies > 1 {
+        KernelKind::Parallel
+    } else {
+        KernelKind::Vector
+    };
+    let tiles = nbodies * t.tiles_per_body();
+    let bytes_moved = group.inputs.iter().map(|v| v.numel() * v.dtype.size() as u64).sum::<u64>()
+        + group
+            .outputs
+            .iter()
+            .map(|(_, v)| v.numel() * v.dtype.size() as u64)
+            .sum::<u64>();
+    Ok(Compiled {
+        kernel: KernelDef {
+            name: name.to_string(),
+            kind,
+            ub_bytes,
+            params,
+            bodies,
+        },
+        tile: (t.tr, t.tc),
+        tiles,
+        bytes_moved,
+    })
+}
+
+pub(super) fn param(name: String, dtype: DType, access: ParamAccess, shape: &[u64]) -> ParamDef {
+    ParamDef {
+        name,
+        dtype,
+        access,
+        dims: shape.iter().map(|d| d.to_string()).collect(),
+    }
+}
+
+fn malformed(what: &str) -> CompileError {
+    CompileError::Malformed(what.to_string())
+}
+
+pub(super) fn classify(group: &Group) -> Result<Vec<Class>, CompileError> {
+    let mut classes: Vec<Class> = Vec::with_capacity(group.nodes.len());
+    for (i, (node, _)) in group.nodes.iter().enumerate() {
+        let mut class = Class::Full;
+        let mut any_full = false;
+        let mut n_ops = 0;
+        for o in node.operands() {
+            if o >= i {
+                return Err(malformed("nodes are not in topological order"));
+            }
+            n_ops += 1;
+            any_full |= classes[o] == Class::Full;
+        }
+        match node {
+            Node::Input(k) if *k >= group.inputs.len() => {
+                return Err(malformed("input index out of range"))
+            }
+            Node::Reduce(..) => {
+                if !matches!(group.kind, GroupKind::Reduce { .. }) {
+                    return Err(malformed("reduce node outside a reduce group"));
+                }
+                class = Class::Reduced;
+            }
+            Node::Matmul => {
+                if !matches!(group.kind, GroupKind::Matmul { .. }) {
+                    return Err(malformed("matmul node outside a matmul group"));
+                }
+            }
+            _ if n_ops > 0 && !any_full => class = Class::Reduced,
+            _ => {}
+        }
+        classes.push(class);
+    }
+    Ok(classes)
+}
+
+/// Last node (or output position, counted after all nodes) using each node.
+fn last_uses(group: &Group) -> Vec<usize> {
+    let mut last = vec![0usize; group.nodes.len()];
+    for (i, (node, _)) in group.nodes.iter().enumerate() {
+        for o in node.operands() {
+            last[o] = last[o].max(i);
+        }
+    }
+    last
+}
+
+pub(super) fn max_elem_size(group: &Group) -> u64 {
+    group
+        .nodes
+        .iter()
+        .map(|(_, d)| d.size() as u64)
+        .chain(group.inputs.iter().map(|v| v.dtype.size() as u64))
+        .max()
+        .unwrap_or(4)
+}
+
+/// Peak number of live full and reduced buffers (including broadcast temps).
+pub(super) fn peak_buffers(group: &Group, classes: &[Class]) -> (u64, u64) {
+    let last = last_uses(group);
+    let (mut full, mut red, mut peak_full, mut peak_red) = (0u64, 0u64, 0u64, 0u64);
+    for (i, (node, _)) in group.nodes.iter().enumerate() {
+        // Operands broadcast from reduced to full need a temporary.
+        let temps = if classes[i] == Class::Full {
+            node.operands().filter(|&o| classes[o] == Class::Reduced).count() as u64
+        } else {
+            0
+        };
+        match classes[i] {
+            Class::Full => full += 1,
+            Class::Reduced => red += 1,
+        }
+        peak_full = peak_full.max(full + temps);
+        peak_red = peak_red.max(red);
+        for o in node.operands() {
+            if last[o] == i {
+                match classes[o] {
+                    Class::Full => full -= 1,
+                    Class::Reduced => red -= 1,
+                }
+            }
+        }
+        // A node nobody reads is still stored; it dies after its store.
+        if last[i] <= i && !node_is_read(group, i) {
+            match classes[i] {
+                Class::Full => full -= 1,
+                Class::Reduced => red -= 1,
+            }
+        }
+    }
+    (peak_full.max(1), peak_red)
+}
+
+fn node_is_read(group: &Group, i: usize) -> bool {
+    group.nodes.iter().any(|(n, _)| n.operands().any(|o| o == i))
+}
+
+fn choose_tile(
+    t: &mut Tiled,
+    group: &Group,
+    classes: &[Class],
+    fold: Option<Axis>,
+    target: &Target,
+) -> Result<(), CompileError> {
+    let es = max_elem_size(group);
+    let (nf, nr) = peak_buffers(group, classes);
+    let ub = target.ub_bytes as u64;
+    let (er, ec) = (t.er(), t.ec());
+    let align = ALIGN as u64;
+    // Bytes for a tr × tc tile: nf full buffers plus nr reduced ones.
+    let cost = |tr: u64, tc: u64| -> u64 {
+        let red_len = match fold {
+            Some(Axis::Cols) => tr,
+            Some(Axis::Rows) => tc,
+            None => 0,
+        };
+        nf * (tr * tc * es).next_multiple_of(align) + nr * (red_len * es).next_multiple_of(align)
+    };
+    // Columns: a fold along the columns needs whole rows; otherwise as many
+    // columns as fit one row of buffers.
+    let tc_max = (ub / (nf + nr).max(1) / es).max(1) / 16 * 16;
+    let tc = match fold {
+        Some(Axis::Cols) => ec,
+        _ => ec.min(tc_max.max(16)),
+    };
+    // Rows: as many as fit (all of them when folding the rows).
+    let fits = |tr: u64| cost(tr, tc) <= ub;
+    let mut tr = match fold {
+        Some(Axis::Rows) => er,
+        _ => {
+            // Largest tr with cost(tr) ≤ ub, by bisection over [1, er].
+            let (mut lo, mut hi) = (0u64, er);
+            while lo < hi {
+                let mid = (lo + hi).div_ceil(2);
+                if fits(mid) {
+                    lo = mid;
+                } else {
+                    hi = mid - 1;
+                }
+            }
+            lo
+        }
+    };
+    if tr == 0 || !fits(tr) {
+        let what = match fold {
+            Some(_) => format!("a reduction over {} elements", if fold == Some(Axis::Cols) { ec } else { er }),
+            None => "one tile row".to_string(),
+        };
+        return Err(CompileError::DoesNotFit(what, target.ub_bytes));
+    }
+    // Enough tiles for every core (twice over, for balance), without
+    // shrinking tiles below 4 KiB.
+    let outer: u64 = (0..t.dims.len())
+        .filter(|&d| Some(d) != t.rdim && d != t.cdim)
+        .map(|d| t.dims[d])
+        .product();
+    let want = 2 * target.cores as u64;
+    let col_tiles = ec.div_ceil(tc);
+    if fold != Some(Axis::Rows) && outer * col_tiles * er.div_ceil(tr) < want {
+        let need_row_tiles = want.div_ceil(outer * col_tiles);
+        let min_rows = (4096 / (tc * es)).max(1);
+        tr = tr.min(er.div_ceil(need_row_tiles).max(min_rows)).max(1);
+    }
+    t.tr = tr;
+    t.tc = tc;
+    Ok(())
+}
+
+/// Emits the code that produces the matmul node's tile; returns its UB address.
+pub(super) type MatmulEmitter<'a> =
+    &'a dyn Fn(&mut CodeWriter, &mut UbAlloc, u64) -> Result<u32, CompileError>;
+
+/// Emits one body: every node in order, stores of the outputs, `end`.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn emit_body(
+    group: &Group,
+    t: &Tiled,
+    classes: &[Class],
+    fold: Option<Axis>,
+    body: u64,
+    target: &Target,
+    ub: &mut UbAlloc,
+    code: &mut CodeWriter,
+    matmul: Option<MatmulEmitter<'_>>,
+) -> Result<(), CompileError> {
+    ub.reset();
+    let es = max_elem_size(group);
+    let full_elems = t.tr * t.tc;
+    let red_elems = match fold {
+        Some(Axis::Cols) => t.tr,
+        Some(Axis::Rows) => t.tc,
+        None => 1,
+    };
+    let red_shape = match fold {
+        Some(Axis::Rows) => BoxShape::ColVec,
+        _ => BoxShape::RowVec,
+    };
+    let bytes = |c: Class| -> u32 {
+        let e = if c == Class::Full { full_elems } else { red_elems };
+        (e * es) as u32
+    };
+    let limit = target.ub_bytes;
+    let oom = || CompileError::DoesNotFit("the group's live tiles".into(), limit);
+    let last = last_uses(group);
+    let n_in = group.inputs.len();
+    let mut addr: Vec<u32> = vec![u32::MAX; group.nodes.len()];
+    let w = WaitMask::NONE;
+    for (i, (node, dt)) in group.nodes.iter().enumerate() {
+        let dt = *dt;
+        let class = classes[i];
+        let n = match class {
+            Class::Full => full_elems,
+            Class::Reduced => red_elems,
+        } as u64;
+        // Operands, broadcast to full where a full result meets reduced ones.
+        let mut temps: Vec<u32> = Vec::new();
+        let mut opnd = |o: usize, code: &mut CodeWriter, ub: &mut UbAlloc| -> Result<u32, CompileError> {
+            if class == Class::Full && classes[o] == Class::Reduced {
+                let tmp = ub.alloc(bytes(Class::Full), limit).ok_or_else(oom)?;
+                let odt = group.nodes[o].1;
+                let op = if fold == Some(Axis::Cols) {
+                    Opcode::BroadcastCol
+                } else {
+                    Opcode::BroadcastRow
+                };
+                code.push(
+                    &instr(op, &[odt as u64, tmp as u64, addr[o] as u64, t.tr, t.tc])?,
+                    w,
+                );
+                temps.push(tmp);
+                Ok(tmp)
+            } else {
+                Ok(addr[o])
+            }
+        };
+        // In place when an operand of the same class and element size dies here.
+        let reuse = |o: usize, ops: &[u32]| -> Option<u32> {
+            let same = classes[o] == class && group.nodes[o].1.size() == dt.size();
+            (same && last[o] == i && !temps_contains(ops, addr[o])).then_some(addr[o])
+        };
+        let result: u32;
+        match *node {
+            Node::Input(k) => {
+                result = ub.alloc(bytes(class), limit).ok_or_else(oom)?;
+                code.push(
+                    &t.load(k, k as u8, group.inputs[k].dtype, result, body, BoxShape::Full)?,
+                    w,
+                );
+            }
+            Node::Unary(op, x) => {
+                let xa = opnd(x, code, ub)?;
+                result = match reuse(x, &[]) {
+                    Some(a) => a,
+                    None => ub.alloc(bytes(class), limit).ok_or_else(oom)?,
+                };
+                let xdt = group.nodes[x].1;
+                code.push(&instr(op, &[xdt as u64, result as u64, xa as u64, n])?, w);
+            }
+            Node::Cast(x) => {
+                let xa = opnd(x, code, ub)?;
+                result = match reuse(x, &[]) {
+                    Some(a) => a,
+                    None => ub.alloc(bytes(class), limit).ok_or_else(oom)?,
+                };
+                let xdt = group.nodes[x].1;
+                code.push(
+                    &instr(Opcode::Cast, &[xdt as u64, dt as u64, result as u64, xa as u64, n])?,
+                    w,
+                );
+            }
+            Node::Scalar(op, x, v) => {
+                let xa = opnd(x, code, ub)?;
+                result = match reuse(x, &[]) {
+                    Some(a) => a,
+                    None => ub.alloc(bytes(class), limit).ok_or_else(oom)?,
+                };
+                let xdt = group.nodes[x].1;
+                let imm = scalar(xdt, v).0 as u64;
+                code.push(&instr(op, &[xdt as u64, result as u64, xa as u64, n, imm])?, w);
+            }
+            Node::Binary(op, a, b) => {
+                let aa = opnd(a, code, ub)?;
+                let ba = opnd(b, code, ub)?;
+                let ops = [aa, ba];
+                result = match reuse(a, &ops).or_else(|| reuse(b, &ops)) {
+                    Some(r) => r,
+                    None => ub.alloc(bytes(class), limit).ok_or_else(oom)?,
+                };
+                let adt = group.nodes[a].1;
+                code.push(
+                    &instr(op, &[adt as u64, result as u64, aa as u64, ba as u64, n])?,
+                    w,
+                );
+            }
+            Node::Select(c, a, b) => {
+                let ca = opnd(c, code, ub)?;
+                let aa = opnd(a, code, ub)?;
+                let ba = opnd(b, code, ub)?;
+                let ops = [ca, aa, ba];
+                result = match reuse(a, &ops).or_else(|| reuse(b, &ops)) {
+                    Some(r) => r,
+                    None => ub.alloc(bytes(class), limit).ok_or_else(oom)?,
+                };
+                code.push(
+                    &instr(
+                        Opcode::Select,
+                        &[dt as u64, result as u64, ca as u64, aa as u64, ba as u64, n],
+                    )?,
+                    w,
+                );
+            }
+            Node::Fill(v) => {
+                result = ub.alloc(bytes(class), limit).ok_or_else(oom)?;
+                code.push(
+                    &instr(Opcode::Fill, &[dt as u64, result as u64, n, scalar(dt, v).0 as u64])?,
+                    w,
+                );
+            }
+            Node::Reduce(op, x) => {
+                let xa = opnd(x, code, ub)?;
+                result = ub.alloc(bytes(Class::Reduced), limit).ok_or_else(oom)?;
+                let axis = fold.ok_or_else(|| malformed("reduce without a fold"))?;
+                let xdt = group.nodes[x].1;
+                code.push(
+                    &instr(
+                        op,
+                        &[xdt as u64, axis as u64, result as u64, xa as u64, t.tr, t.tc],
+                    )?,
+                    w,
+                );
+            }
+            Node::Matmul => {
+                let emit = matmul.ok_or_else(|| malformed("matmul node without operands"))?;
+                result = emit(code, ub, body)?;
+            }
+        }
+        addr[i] = result;
+        for tmp in temps {
+            ub.free(tmp);
+        }
+        // Store every output this node produces.
+        for (k, (node_id, v)) in group.outputs.iter().enumerate() {
+            if *node_id == i {
+                if v.dtype != dt {
+                    return Err(malformed("output dtype differs from its node"));
+                }
+                let shape = if class == Class::Full {
+                    BoxShape::Full
+                } else {
+                    red_shape
+                };
+                code.push(
+                    &t.store(n_in + k, (n_in + k) as u8, dt, result, body, shape, false)?,
+                    w,
+                );
+            }
+        }
+        // Free operands that die here (unless reused as the result).
+        for o in node.operands() {
+            if last[o] == i && addr[o] != result {
+                ub.free(addr[o]);
+            }
+        }
+        if !node_is_read(group, i) {
+            ub.free(result);
+        }
+    }
+    code.push(&Instr::End {}, w);
+    Ok(())
+}
+
+fn temps_contains(ops: &[u32], a: u32) -> bool {
+    // An operand address that is also another operand's address (a == b)
+    // cannot be overwritten in place unless both die: keep it simple and
+    // refuse in-place when the same buffer feeds two operand slots.
+    ops.iter().filter(|&&x| x == a).count() > 1
+}

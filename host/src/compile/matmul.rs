@@ -1,0 +1,298 @@
+//! Code generation for matmul groups: cube tiles with the contraction
+//! unrolled in UB-sized chunks, then the element-wise epilogue on the
+//! accumulator tile (the mix kernel).
+
+use dvm_isa::builder::{BodyDef, CodeWriter, KernelDef};
+use dvm_isa::{DType, Instr, KernelKind, MmFlags, ParamAccess, Pipe, WaitMask};
+
+use super::ewise::{classify, emit_body, max_elem_size, param, peak_buffers};
+use super::group::{Group, GroupKind};
+use super::space::{coalesce_keep, grid_layout, load_from, BoxShape, PatternFields, Tiled};
+use super::ub_alloc::{UbAlloc, ALIGN};
+use super::{CompileError, Compiled, Target};
+
+/// Compiles a matmul group.
+///
+/// # Errors
+/// [`CompileError`] when the group is malformed or does not fit in UB.
+pub fn compile(group: &Group, name: &str, target: &Target) -> Result<Compiled, CompileError> {
+    let GroupKind::Matmul {
+        batch,
+        m,
+        n,
+        k,
+        acc,
+    } = &group.kind
+    else {
+        return Err(CompileError::Malformed("not a matmul group".into()));
+    };
+    let (m, n, k, acc) = (*m, *n, *k, *acc);
+    if group.inputs.len() < 2 {
+        return Err(CompileError::Malformed("matmul needs two operands".into()));
+    }
+    let (a, b) = (&group.inputs[0], &group.inputs[1]);
+    let nb = batch.len();
+    let rank = nb + 2;
+    if a.shape.len() != rank || b.shape.len() != rank {
+        return Err(CompileError::Malformed("operand rank".into()));
+    }
+    if a.shape[nb..] != [m, k] || b.shape[nb..] != [k, n] || a.dtype != b.dtype {
+        return Err(CompileError::Malformed("operand shapes or dtypes".into()));
+    }
+    let classes = classify(group)?;
+
+    // The output space [batch…, m, n]; A does not move along n, B not along m.
+    let mut space = batch.clone();
+    space.push(m);
+    space.push(n);
+    let mut strides: Vec<Vec<u64>> = Vec::new();
+    let mut offsets = Vec::new();
+    let mut sa = a.strides[..nb].to_vec();
+    sa.extend([a.strides[nb], 0]);
+    let mut sb = b.strides[..nb].to_vec();
+    sb.extend([0, b.strides[nb + 1]]);
+    strides.push(sa);
+    strides.push(sb);
+    offsets.extend([a.offset, b.offset]);
+    for v in &group.inputs[2..] {
+        if v.shape != space {
+            return Err(CompileError::Malformed("epilogue input not over the output space".into()));
+        }
+        strides.push(v.strides.clone());
+        offsets.push(v.offset);
+    }
+    for (_, v) in &group.outputs {
+        if v.shape != space {
+            return Err(CompileError::Malformed("output not over the output space".into()));
+        }
+        strides.push(v.strides.clone());
+        offsets.push(v.offset);
+    }
+    // Coalesce the batch dimensions only: m and n stay the box.
+    let (mut dims, mut cstr, _) = coalesce_keep(&space[..nb], &strides.iter().map(|s| s[..nb].to_vec()).collect::<Vec<_>>(), None);
+    if nb == 0 || (dims == [1] && space[..nb].iter().product::<u64>() == 1) {
+        dims.clear();
+        cstr.iter_mut().for_each(Vec::clear);
+    }
+    dims.extend([m, n]);
+    for (c, s) in cstr.iter_mut().zip(&strides) {
+        c.extend([s[nb], s[nb + 1]]);
+    }
+    let r = dims.len() - 2;
+    let mut t = Tiled {
+        dims,
+        strides: cstr,
+        offsets,
+        rdim: Some(r),
+        cdim: r + 1,
+        tr: 1,
+        tc: 1,
+        grid: Vec::new(),
+        body_dims: Vec::new(),
+    };
+
+    // Tile sizes: start from 64 × 128 × 256 and shrink until A, B, the
+    // accumulator and the epilogue's live tiles fit.
+    let es_in = a.dtype.size() as u64;
+    let es = max_elem_size(group).max(acc.size() as u64);
+    let (nf, _) = peak_buffers(group, &classes);
+    let al = |x: u64| x.next_multiple_of(ALIGN as u64);
+    let ub = target.ub_bytes as u64;
+    let (mut tm, mut tn, mut tk) = (m.min(64), n.min(128), k.min(256));
+    let cost = |tm: u64, tn: u64, tk: u64| {
+        al(tm * tk * es_in) + al(tk * tn * es_in) + (nf + 1) * al(tm * tn * es)
+    };
+    while cost(tm, tn, tk) > ub {
+        if tk > 32 {
+            tk /= 2;
+        } else if tm > 8 {
+            tm /= 2;
+        } else if tn > 16 {
+            tn /= 2;
+        } else {
+            return Err(CompileError::DoesNotFit("a matmul tile".into(), target.ub_bytes));
+        }
+    }
+    // Enough tiles for the cores.
+    let outer: u64 = t.dims[..r].iter().product();
+    while outer * m.div_ceil(tm) * n.div_ceil(tn) < 2 * target.cores as u64 && tm > 8 {
+        tm = (tm / 2).max(8);
+    }
+    t.tr = tm;
+    t.tc = tn;
+    grid_layout(&mut t);
+
+    let trans_a = a.strides[nb + 1] != 1 && a.strides[nb] == 1 && m > 1;
+    let trans_b = b.strides[nb + 1] != 1 && b.strides[nb] == 1 && n > 1;
+    let (ka, kb) = (a.strides[nb + 1], b.strides[nb]);
+    let in_dt = a.dtype;
+
+    let mut params = Vec::new();
+    for (i, v) in group.inputs.iter().enumerate() {
+        params.push(param(format!("in{i}"), v.dtype, ParamAccess::Read, &v.shape));
+    }
+    for (i, (_, v)) in group.outputs.iter().enumerate() {
+        params.push(param(format!("out{i}"), v.dtype, ParamAccess::Write, &v.shape));
+    }
+    let grid = t.grid3()?;
+    let nbodies = t.bodies();
+    let mut bodies = Vec::with_capacity(nbodies as usize);
+    let mut alloc = UbAlloc::default();
+    let mut ub_bytes = 0;
+    let limit = target.ub_bytes;
+    let emit_mm = |code: &mut CodeWriter, ubx: &mut UbAlloc, body: u64| -> Result<u32, CompileError> {
+        let oom = || CompileError::DoesNotFit("a matmul tile".into(), limit);
+        let c = ubx.alloc((tm * tn * acc.size() as u64) as u32, limit).ok_or_else(oom)?;
+        let abuf = ubx.alloc((tm * tk * es_in) as u32, limit).ok_or_else(oom)?;
+        let bbuf = ubx.alloc((tk * tn * es_in) as u32, limit).ok_or_else(oom)?;
+        let pa = t.pattern(0, body, BoxShape::Full)?;
+        let pb = t.pattern(1, body, BoxShape::Full)?;
+        let mut k0 = 0;
+        while k0 < k {
+            let kc = tk.min(k - k0);
+            let la = a_box(&pa, trans_a, tm, kc, ka, k0)?;
+            let lb = b_box(&pb, trans_b, tn, kc, kb, k0)?;
+            code.push(&load_from(&la, 0, in_dt, abuf)?, WaitMask::NONE);
+            code.push(&load_from(&lb, 1, in_dt, bbuf)?, WaitMask::NONE);
+            let flags = MmFlags {
+                trans_a,
+                trans_b,
+                accumulate: k0 > 0,
+            };
+            code.push(
+                &Instr::Matmul {
+                    dt: in_dt,
+                    out: acc,
+                    flags,
+                    dst: c,
+                    a: abuf,
+                    b: bbuf,
+                    m: tm as u32,
+                    n: tn as u32,
+                    k: kc as u32,
+                },
+                WaitMask::NONE.with(Pipe::Load),
+            );
+            k0 += kc;
+        }
+        ubx.free(abuf);
+        ubx.free(bbuf);
+        Ok(c)
+    };
+    for body in 0..nbodies {
+        let mut code = CodeWriter::new();
+        emit_body(group, &t, &classes, None, body, target, &mut alloc, &mut code, Some(&emit_mm))?;
+        ub_bytes = ub_bytes.max(alloc.high_water());
+        bodies.push(BodyDef { grid, code });
+    }
+    let vector = bodies.iter().any(|b| {
+        let words: Vec<_> = b.code.words().iter().map(|w| zerocopy::little_endian::U64::new(*w)).collect();
+        let mut at = 0;
+        let mut v = false;
+        while let Ok((h, i)) = Instr::decode(&words[at.min(words.len())..]) {
+            v |= i.opcode().pipe() == Pipe::Vector;
+            at += h.len as usize;
+        }
+        v
+    });
+    let kind = if nbodies > 1 {
+        KernelKind::Parallel
+    } else if vector {
+        KernelKind::Mix
+    } else {
+        KernelKind::Cube
+    };
+    let tiles = nbodies * t.tiles_per_body();
+    let io = |d: DType, e: u64| e * d.size() as u64;
+    // A is read once per column tile, B once per row tile.
+    let bytes_moved = io(a.dtype, a.numel()) * n.div_ceil(tn)
+        + io(b.dtype, b.numel()) * m.div_ceil(tm)
+        + group.inputs[2..].iter().map(|v| io(v.dtype, v.numel())).sum::<u64>()
+        + group.outputs.iter().map(|(_, v)| io(v.dtype, v.numel())).sum::<u64>();
+    Ok(Compiled {
+        kernel: KernelDef {
+            name: name.to_string(),
+            kind,
+            ub_bytes,
+            params,
+            bodies,
+        },
+        tile: (tm, tn),
+        tiles,
+        bytes_moved,
+    })
+}
+
+/// The A box for contraction chunk `k0..k0+kc`: `tm × kc` (or `kc × tm`
+/// when A is stored transposed and loaded with contiguous rows).
+fn a_box(p: &PatternFields, trans: bool, tm: u64, kc: u64, ka: u64, k0: u64) -> Result<PatternFields, CompileError> {
+    let base = p.base.checked_add(k0.checked_mul(ka).ok_or_else(big)?).ok_or_else(big)?;
+    Ok(if trans {
+        PatternFields {
+            pitch: tm,
+            rows: kc,
+            cols: tm,
+            row_total: kc,
+            col_total: p.row_total,
+            row_dim: dvm_isa::GridDim::None,
+            col_dim: p.row_dim,
+            base,
+            step: p.step,
+            row_stride: ka,
+            col_stride: p.row_stride,
+        }
+    } else {
+        PatternFields {
+            pitch: kc,
+            rows: p.rows,
+            cols: kc,
+            row_total: p.row_total,
+            col_total: kc,
+            row_dim: p.row_dim,
+            col_dim: dvm_isa::GridDim::None,
+            base,
+            step: p.step,
+            row_stride: p.row_stride,
+            col_stride: ka,
+        }
+    })
+}
+
+/// The B box for contraction chunk `k0..k0+kc`: `kc × tn` (or `tn × kc`
+/// when B is stored transposed).
+fn b_box(p: &PatternFields, trans: bool, tn: u64, kc: u64, kb: u64, k0: u64) -> Result<PatternFields, CompileError> {
+    let base = p.base.checked_add(k0.checked_mul(kb).ok_or_else(big)?).ok_or_else(big)?;
+    Ok(if trans {
+        PatternFields {
+            pitch: kc,
+            rows: tn,
+            cols: kc,
+            row_total: p.col_total,
+            col_total: kc,
+            row_dim: p.col_dim,
+            col_dim: dvm_isa::GridDim::None,
+            base,
+            step: p.step,
+            row_stride: p.col_stride,
+            col_stride: kb,
+        }
+    } else {
+        PatternFields {
+            pitch: tn,
+            rows: kc,
+            cols: p.cols,
+            row_total: kc,
+            col_total: p.col_total,
+            row_dim: dvm_isa::GridDim::None,
+            col_dim: p.col_dim,
+            base,
+            step: p.step,
+            row_stride: kb,
+            col_stride: p.col_stride,
+        }
+    })
+}
+
+fn big() -> CompileError {
+    CompileError::TooLarge("a matmul offset".into())
+}

@@ -1,0 +1,177 @@
+//! Decomposition of composites into primitives.
+//!
+//! | composite | primitives (PyTorch's formulation) |
+//! |---|---|
+//! | `mean(x, axes)` | `sum(x, axes) / n` with `n` the product of the reduced extents (`divs` by a constant, or [`Op::ScalarDim`] when symbolic) |
+//! | `softmax(x, a)` | `m = max(x, a)`, `e = exp(x − m)`, `e / sum(e, a)` |
+//! | `log_softmax(x, a)` | `m = max(x, a)`, `d = x − m`, `d − log(sum(exp(d), a))` |
+//! | `layer_norm(x, g, b, ε)` | `μ = mean(x)`, `d = x − μ`, `v = mean(d·d)` (biased), `d · rsqrt(v + ε) · g + b` |
+//! | `rms_norm(x, g, ε)` | `x · rsqrt(mean(x·x) + ε) · g` |
+//!
+//! Reductions inside composites keep their axes (`keepdims`) so the
+//! following element-wise ops broadcast. Intermediate nodes are named after
+//! the composite (`y.max`, `y.exp`, …); the last one keeps its name, so
+//! outputs and later references are unchanged.
+
+use dvm_isa::Opcode;
+
+use super::error::GraphError;
+use super::{Graph, Node, NodeId, Op, ReduceOp};
+use crate::sym::Dim;
+
+/// A copy of `graph` in which every composite ([`Op::is_composite`]) is
+/// replaced by primitives (see the [module docs](self)); node names, inputs,
+/// outputs and the symbol scope carry over. A graph without composites is
+/// returned as an equal copy.
+///
+/// # Errors
+///
+/// Only if a rewritten node fails its shape checks, which would be a bug in
+/// the decomposition; the error names the node.
+pub fn decompose(graph: &Graph) -> Result<Graph, GraphError> {
+    let mut out = Graph {
+        scope: graph.scope.clone(),
+        ..Graph::default()
+    };
+    let mut map: Vec<NodeId> = Vec::with_capacity(graph.nodes.len());
+    for node in &graph.nodes {
+        let operands: Vec<NodeId> = node.operands.iter().map(|o| map[o.0]).collect();
+        let id = if node.op.is_composite() {
+            Rewriter {
+                g: &mut out,
+                orig: graph,
+                name: &node.name,
+            }
+            .composite(node, &operands)?
+        } else {
+            out.push(Node {
+                operands,
+                ..node.clone()
+            })
+        };
+        map.push(id);
+    }
+    out.outputs = graph
+        .outputs
+        .iter()
+        .map(|(n, id)| (n.clone(), map[id.0]))
+        .collect();
+    Ok(out)
+}
+
+struct Rewriter<'a> {
+    g: &'a mut Graph,
+    /// The graph being decomposed: new names must not clash with its names.
+    orig: &'a Graph,
+    /// The composite's name: the final node takes it.
+    name: &'a str,
+}
+
+impl Rewriter<'_> {
+    fn node(&mut self, suffix: &str, op: Op, operands: &[NodeId]) -> Result<NodeId, GraphError> {
+        let base = format!("{}.{suffix}", self.name);
+        let taken = |n: &str| self.g.find(n).is_some() || self.orig.find(n).is_some();
+        let name = std::iter::once(base.clone())
+            .chain((1..).map(|i| format!("{base}_{i}")))
+            .find(|n| !taken(n))
+            .unwrap_or(base);
+        self.g.add_node(Some(&name), op, operands, None, None)
+    }
+
+    fn last(&mut self, op: Op, operands: &[NodeId]) -> Result<NodeId, GraphError> {
+        let name = self.name.to_owned();
+        self.g.add_node(Some(&name), op, operands, None, None)
+    }
+
+    fn reduce(&mut self, suffix: &str, op: ReduceOp, x: NodeId, axes: &[usize]) -> Result<NodeId, GraphError> {
+        let op = Op::Reduce {
+            op,
+            axes: axes.to_vec(),
+            keepdims: true,
+        };
+        self.node(suffix, op, &[x])
+    }
+
+    /// `sum(x, axes) / n`; the division is the final node when `last`.
+    fn mean(
+        &mut self,
+        suffix: &str,
+        x: NodeId,
+        axes: &[usize],
+        keepdims: bool,
+        last: bool,
+    ) -> Result<NodeId, GraphError> {
+        let shape = self.g[x].shape.clone();
+        let n: Dim = axes.iter().map(|&a| &shape[a]).product();
+        let n = self.g.scope().canonical(&n);
+        let sum = Op::Reduce {
+            op: ReduceOp::Sum,
+            axes: axes.to_vec(),
+            keepdims,
+        };
+        let s = self.node(&format!("{suffix}sum"), sum, &[x])?;
+        let div = match n.as_const() {
+            Some(c) => Op::Scalar(Opcode::DivS, c as f64),
+            None => Op::ScalarDim(Opcode::DivS, n),
+        };
+        if last {
+            self.last(div, &[s])
+        } else {
+            self.node(suffix.trim_end_matches('_'), div, &[s])
+        }
+    }
+
+    fn composite(mut self, node: &Node, x: &[NodeId]) -> Result<NodeId, GraphError> {
+        use Opcode::{Add, Div, Exp, Log, Mul, Rsqrt, Sub};
+        match node.op {
+            Op::Reduce {
+                op: ReduceOp::Mean,
+                ref axes,
+                keepdims,
+            } => self.mean("", x[0], axes, keepdims, true),
+            Op::Softmax { axis } => {
+                let m = self.reduce("max", ReduceOp::Max, x[0], &[axis])?;
+                let d = self.node("sub", Op::Binary(Sub), &[x[0], m])?;
+                let e = self.node("exp", Op::Unary(Exp), &[d])?;
+                let s = self.reduce("sum", ReduceOp::Sum, e, &[axis])?;
+                self.last(Op::Binary(Div), &[e, s])
+            }
+            Op::LogSoftmax { axis } => {
+                let m = self.reduce("max", ReduceOp::Max, x[0], &[axis])?;
+                let d = self.node("sub", Op::Binary(Sub), &[x[0], m])?;
+                let e = self.node("exp", Op::Unary(Exp), &[d])?;
+                let s = self.reduce("sum", ReduceOp::Sum, e, &[axis])?;
+                let l = self.node("log", Op::Unary(Log), &[s])?;
+                self.last(Op::Binary(Sub), &[d, l])
+            }
+            Op::LayerNorm { eps } => {
+                let axis = self.g[x[0]].shape.len() - 1;
+                let mu = self.mean("mean_", x[0], &[axis], true, false)?;
+                let d = self.node("sub", Op::Binary(Sub), &[x[0], mu])?;
+                let sq = self.node("sq", Op::Binary(Mul), &[d, d])?;
+                let var = self.mean("var_", sq, &[axis], true, false)?;
+                let ve = self.node("eps", Op::Scalar(Opcode::AddS, eps), &[var])?;
+                let r = self.node("rsqrt", Op::Unary(Rsqrt), &[ve])?;
+                let n = self.node("norm", Op::Binary(Mul), &[d, r])?;
+                let gy = self.node("scale", Op::Binary(Mul), &[n, x[1]])?;
+                self.last(Op::Binary(Add), &[gy, x[2]])
+            }
+            Op::RmsNorm { eps } => {
+                let axis = self.g[x[0]].shape.len() - 1;
+                let sq = self.node("sq", Op::Binary(Mul), &[x[0], x[0]])?;
+                let ms = self.mean("ms_", sq, &[axis], true, false)?;
+                let ve = self.node("eps", Op::Scalar(Opcode::AddS, eps), &[ms])?;
+                let r = self.node("rsqrt", Op::Unary(Rsqrt), &[ve])?;
+                let n = self.node("norm", Op::Binary(Mul), &[x[0], r])?;
+                self.last(Op::Binary(Mul), &[n, x[1]])
+            }
+            _ => {
+                let id = self.g.push(Node {
+                    operands: x.to_vec(),
+                    ..node.clone()
+                });
+                Ok(id)
+            }
+        }
+    }
+}

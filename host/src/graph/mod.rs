@@ -1,0 +1,395 @@
+//! The graph IR: typed tensors with symbolic shapes, built op by op.
+//!
+//! A [`Graph`] owns a [`SymbolScope`], a list of [`Node`]s (each an [`Op`], its
+//! operand node ids, a unique name, a dtype and a symbolic shape), the inputs
+//! in order and the named outputs. Node ids are indices into the node list,
+//! and since a node can only use nodes that already exist, the list is in
+//! topological order by construction.
+//!
+//! ```
+//! use dvm_host::graph::Graph;
+//! use dvm_isa::DType;
+//!
+//! let mut g = Graph::new();
+//! let s = g.symbol("S", 1, 8192)?;
+//! let x = g.input("x", DType::F32, &[s.into(), 768.into()])?;
+//! let w = g.input("w", DType::F32, &[768.into(), 3072.into()])?;
+//! let h = g.matmul(x, w, false, false)?;
+//! let y = g.gelu_tanh(h)?;
+//! g.output("y", y)?;
+//! assert_eq!(g.shape_string(y), "[S, 3072]");
+//! # Ok::<(), dvm_host::graph::GraphError>(())
+//! ```
+//!
+//! # Shape propagation
+//!
+//! Every builder method computes the result's dtype and symbolic shape when
+//! the node is added, and rejects the node with a [`GraphError`] naming the
+//! node, its op, the operand shapes and the dimension at fault.
+//!
+//! **Broadcasting policy** (element-wise ops, `where`, matmul batch axes):
+//! NumPy's rules with shapes right-aligned, and dimensions decided by
+//! [`SymbolScope::broadcast`], which never assumes: two dimensions combine if
+//! they are provably equal (same canonical form, or equal under the scope's
+//! recorded equalities and ranges), or if one of them is the constant 1. Two
+//! different symbols (`S` against `T`), or a symbol against a constant other
+//! than 1 (`S` against `768`, where `S` might be 1), are errors; declare the
+//! fact with [`Graph::declare_equal`] (or a range excluding 1) first.
+//! Dimensions that must match exactly (matmul contraction, concat's other
+//! axes, layer-norm weights, expand targets) must be provably equal.
+//!
+//! **Dtypes** follow the instruction set's rule for the opcode an op lowers
+//! to (e.g. `exp` accepts f32/f16/bf16, so `exp` of an i32 tensor is an
+//! error); operands of element-wise ops must have the same dtype (no implicit
+//! promotion: insert a [`cast`](Graph::cast)).
+//!
+//! **Axes** are given as `i64`; negative values count from the end.
+
+mod bind;
+mod builder;
+mod decompose;
+mod error;
+pub mod json;
+pub mod op;
+mod shape;
+
+#[cfg(test)]
+mod tests;
+
+use std::collections::HashMap;
+use std::fmt;
+
+use dvm_isa::DType;
+
+pub use bind::ConcreteShapes;
+pub use decompose::decompose;
+pub use error::{DimsDisplay, GraphError, ShapeDisplay};
+pub use op::{is_comparison, opcode_dtypes, opcode_kind, result_dtype, Op, OpcodeKind, ReduceOp};
+
+use crate::sym::{Dim, Symbol, SymbolScope};
+
+/// Index of a node in its graph (see [`Graph::nodes`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct NodeId(pub usize);
+
+impl NodeId {
+    /// The index into [`Graph::nodes`].
+    pub fn index(self) -> usize {
+        self.0
+    }
+}
+
+impl fmt::Display for NodeId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "%{}", self.0)
+    }
+}
+
+/// One node: an operator applied to earlier nodes.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Node {
+    /// The operator (axes normalised to non-negative, sorted where the op
+    /// says so).
+    pub op: Op,
+    /// Operand node ids, in order (all smaller than this node's id).
+    pub operands: Vec<NodeId>,
+    /// Unique name (`[A-Za-z0-9_.-]`, not starting with `.`).
+    pub name: String,
+    /// Element type of the result.
+    pub dtype: DType,
+    /// Symbolic shape of the result, canonical under the graph's scope at the
+    /// time the node was added.
+    pub shape: Vec<Dim>,
+}
+
+/// A tensor program over symbolic shapes (see the [module docs](self)).
+#[derive(Clone, Debug, Default)]
+pub struct Graph {
+    scope: SymbolScope,
+    nodes: Vec<Node>,
+    inputs: Vec<NodeId>,
+    outputs: Vec<(String, NodeId)>,
+    names: HashMap<String, NodeId>,
+}
+
+/// Longest accepted node or output name, in bytes.
+pub const MAX_NAME_LEN: usize = 128;
+
+/// Checks a node or output name: 1 to 128 bytes of `[A-Za-z0-9_.-]`, not
+/// starting with `.` (names become file names, e.g. `DIR/NAME.npy`).
+///
+/// # Errors
+///
+/// [`GraphError::InvalidName`] naming the problem.
+pub fn check_name(kind: &'static str, name: &str) -> Result<(), GraphError> {
+    let reason = if name.is_empty() {
+        Some("empty")
+    } else if name.len() > MAX_NAME_LEN {
+        Some("longer than 128 bytes")
+    } else if name.starts_with('.') {
+        Some("starts with `.`")
+    } else if !name
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'))
+    {
+        Some("only ASCII letters, digits, `_`, `.` and `-` are allowed")
+    } else {
+        None
+    };
+    match reason {
+        None => Ok(()),
+        Some(reason) => Err(GraphError::InvalidName {
+            kind,
+            name: name.chars().take(MAX_NAME_LEN).collect(),
+            reason,
+        }),
+    }
+}
+
+impl Graph {
+    /// An empty graph with an empty symbol scope.
+    pub fn new() -> Graph {
+        Graph::default()
+    }
+
+    /// The symbol scope (ranges, divisibility, equalities).
+    pub fn scope(&self) -> &SymbolScope {
+        &self.scope
+    }
+
+    /// All nodes, in topological order; `NodeId(i)` is `nodes()[i]`.
+    pub fn nodes(&self) -> &[Node] {
+        &self.nodes
+    }
+
+    /// The node `id`, if it is in this graph.
+    pub fn node(&self, id: NodeId) -> Option<&Node> {
+        self.nodes.get(id.0)
+    }
+
+    /// The graph inputs (nodes with [`Op::Input`]), in declaration order.
+    pub fn inputs(&self) -> &[NodeId] {
+        &self.inputs
+    }
+
+    /// The named outputs, in declaration order.
+    pub fn outputs(&self) -> &[(String, NodeId)] {
+        &self.outputs
+    }
+
+    /// The node named `name`.
+    pub fn find(&self, name: &str) -> Option<NodeId> {
+        self.names.get(name).copied()
+    }
+
+    /// The node's shape printed as `[S, 768]` (empty string for a foreign id).
+    pub fn shape_string(&self, id: NodeId) -> String {
+        self.node(id)
+            .map(|n| ShapeDisplay(&n.shape).to_string())
+            .unwrap_or_default()
+    }
+
+    /// The symbol `name` with the declared range `lo..=hi`.
+    ///
+    /// Declaring an existing symbol again intersects the ranges.
+    ///
+    /// # Errors
+    ///
+    /// [`GraphError::Symbol`] for an invalid name or an empty range.
+    pub fn symbol(&mut self, name: &str, lo: i64, hi: i64) -> Result<Symbol, GraphError> {
+        let ctx = || format!("declaring symbol `{name}` in {lo}..={hi}");
+        let mut scope = self.scope.clone();
+        let sym = scope.symbol(name).map_err(|source| GraphError::Symbol {
+            context: ctx(),
+            source,
+        })?;
+        scope
+            .declare_range(sym, lo, hi)
+            .map_err(|source| GraphError::Symbol {
+                context: ctx(),
+                source,
+            })?;
+        self.scope = scope;
+        Ok(sym)
+    }
+
+    /// Declares `sym % multiple == 0`.
+    ///
+    /// # Errors
+    ///
+    /// [`GraphError::Symbol`] if the fact is invalid or leaves no value.
+    pub fn declare_multiple_of(&mut self, sym: Symbol, multiple: i64) -> Result<(), GraphError> {
+        self.scope
+            .declare_multiple_of(sym, multiple)
+            .map_err(|source| GraphError::Symbol {
+                context: format!("declaring `{sym}` a multiple of {multiple}"),
+                source,
+            })
+    }
+
+    /// Declares `lo <= sym <= hi` (intersected with what is known).
+    ///
+    /// # Errors
+    ///
+    /// [`GraphError::Symbol`] if no value would remain.
+    pub fn declare_range(&mut self, sym: Symbol, lo: i64, hi: i64) -> Result<(), GraphError> {
+        self.scope
+            .declare_range(sym, lo, hi)
+            .map_err(|source| GraphError::Symbol {
+                context: format!("declaring `{sym}` in {lo}..={hi}"),
+                source,
+            })
+    }
+
+    /// Records that two dimensions are equal (e.g. two inputs' sequence
+    /// symbols), so that they broadcast and match each other.
+    ///
+    /// # Errors
+    ///
+    /// [`GraphError::Symbol`] if they can never be equal or the equality
+    /// cannot be recorded.
+    pub fn declare_equal(&mut self, a: &Dim, b: &Dim) -> Result<(), GraphError> {
+        self.scope
+            .unify(a, b)
+            .map_err(|source| GraphError::Symbol {
+                context: format!("declaring `{a}` == `{b}`"),
+                source: source.into(),
+            })
+    }
+
+    /// Parses a dimension expression (`"S"`, `"2*S+1"`, `"768"`), adding new
+    /// symbols to the scope with the default range.
+    ///
+    /// # Errors
+    ///
+    /// [`GraphError::Symbol`] for malformed text.
+    pub fn parse_dim(&mut self, text: &str) -> Result<Dim, GraphError> {
+        Dim::parse(text, &mut self.scope).map_err(|source| GraphError::Symbol {
+            context: format!("parsing dimension `{text}`"),
+            source,
+        })
+    }
+
+    /// Gives node `id` the name `name`.
+    ///
+    /// # Errors
+    ///
+    /// [`GraphError::UnknownNode`], [`GraphError::InvalidName`], or
+    /// [`GraphError::DuplicateName`] if another node has that name.
+    pub fn rename(&mut self, id: NodeId, name: &str) -> Result<(), GraphError> {
+        self.check(id)?;
+        check_name("node", name)?;
+        match self.names.get(name) {
+            Some(&other) if other == id => return Ok(()),
+            Some(_) => {
+                return Err(GraphError::DuplicateName {
+                    kind: "node",
+                    name: name.to_owned(),
+                })
+            }
+            None => {}
+        }
+        let old = std::mem::replace(&mut self.nodes[id.0].name, name.to_owned());
+        self.names.remove(&old);
+        self.names.insert(name.to_owned(), id);
+        Ok(())
+    }
+
+    /// Marks node `node` as the output `name`.
+    ///
+    /// # Errors
+    ///
+    /// [`GraphError::UnknownNode`], [`GraphError::InvalidName`], or
+    /// [`GraphError::DuplicateName`] if an output already has that name.
+    pub fn output(&mut self, name: &str, node: NodeId) -> Result<(), GraphError> {
+        self.check(node)?;
+        check_name("output", name)?;
+        if self.outputs.iter().any(|(n, _)| n == name) {
+            return Err(GraphError::DuplicateName {
+                kind: "output",
+                name: name.to_owned(),
+            });
+        }
+        self.outputs.push((name.to_owned(), node));
+        Ok(())
+    }
+
+    pub(crate) fn check(&self, id: NodeId) -> Result<&Node, GraphError> {
+        self.nodes.get(id.0).ok_or(GraphError::UnknownNode {
+            id: id.0,
+            len: self.nodes.len(),
+        })
+    }
+
+    /// A fresh node name derived from `base` (`base`, else `base_1`, …).
+    pub(crate) fn fresh_name(&self, base: &str) -> String {
+        if !self.names.contains_key(base) && check_name("node", base).is_ok() {
+            return base.to_owned();
+        }
+        (1..)
+            .map(|i| format!("{base}_{i}"))
+            .find(|n| !self.names.contains_key(n))
+            .unwrap_or_else(|| base.to_owned())
+    }
+
+    /// Appends a node whose op, dtype and shape were already checked.
+    fn push(&mut self, node: Node) -> NodeId {
+        let id = NodeId(self.nodes.len());
+        self.names.insert(node.name.clone(), id);
+        if node.op == Op::Input {
+            self.inputs.push(id);
+        }
+        self.nodes.push(node);
+        id
+    }
+}
+
+impl std::ops::Index<NodeId> for Graph {
+    type Output = Node;
+
+    /// The node `id`.
+    ///
+    /// # Panics
+    ///
+    /// If `id` is not a node of this graph; use [`Graph::node`] for ids of
+    /// unknown origin.
+    fn index(&self, id: NodeId) -> &Node {
+        &self.nodes[id.0]
+    }
+}
+
+impl fmt::Display for Graph {
+    /// One line per node: `%3 h: f32[S, 3072] = matmul(%0 x, %1 w) {…}`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, n) in self.nodes.iter().enumerate() {
+            write!(
+                f,
+                "%{i} {}: {}{} = {}(",
+                n.name,
+                n.dtype,
+                ShapeDisplay(&n.shape),
+                n.op.name()
+            )?;
+            for (j, o) in n.operands.iter().enumerate() {
+                if j > 0 {
+                    f.write_str(", ")?;
+                }
+                write!(f, "{o} {}", self.nodes[o.0].name)?;
+            }
+            f.write_str(")")?;
+            match &n.op {
+                Op::Input | Op::Unary(_) | Op::Binary(_) | Op::Where | Op::Cast => {}
+                Op::Reshape | Op::Expand => {}
+                Op::Constant(v) => write!(f, " [{} values]", v.len())?,
+                Op::Scalar(_, v) => write!(f, " {v}")?,
+                Op::ScalarDim(_, d) => write!(f, " {d}")?,
+                other => write!(f, " {other:?}")?,
+            }
+            writeln!(f)?;
+        }
+        for (name, id) in &self.outputs {
+            writeln!(f, "output {name} = {id} {}", self.nodes[id.0].name)?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,757 @@
+//! Shape and dtype inference: the checks every node passes when it is added.
+
+use dvm_isa::{DType, DTypeSet, Opcode};
+
+use super::error::GraphError;
+use super::op::{is_comparison, opcode_dtypes, opcode_kind, OpcodeKind};
+use super::{check_name, Graph, Node, NodeId, Op, ReduceOp};
+use crate::sym::{Dim, SymbolScope, UnifyError};
+use crate::tensor::{convert, numel};
+
+/// Operand facts needed by inference.
+pub(crate) struct Arg {
+    pub(crate) name: String,
+    pub(crate) dtype: DType,
+    pub(crate) shape: Vec<Dim>,
+}
+
+/// The node being checked, for error messages.
+pub(crate) struct Ctx<'a> {
+    pub(crate) node: &'a str,
+    pub(crate) op: &'static str,
+}
+
+impl Ctx<'_> {
+    pub(crate) fn invalid(&self, msg: impl Into<String>) -> GraphError {
+        GraphError::Invalid {
+            node: self.node.to_owned(),
+            op: self.op,
+            msg: msg.into(),
+        }
+    }
+
+    fn arity(&self, expected: &'static str, got: usize) -> GraphError {
+        GraphError::Arity {
+            node: self.node.to_owned(),
+            op: self.op,
+            expected,
+            got,
+        }
+    }
+
+    fn dtype(&self, index: usize, arg: &Arg, allowed: DTypeSet) -> GraphError {
+        GraphError::DType {
+            node: self.node.to_owned(),
+            op: self.op,
+            operand: format!("operand {index} (`{}`)", arg.name),
+            dtype: arg.dtype,
+            allowed,
+        }
+    }
+
+    fn mismatch(&self, what: &str, lhs: &[Dim], rhs: &[Dim], ld: &Dim, rd: &Dim) -> GraphError {
+        GraphError::ShapeMismatch {
+            node: self.node.to_owned(),
+            op: self.op,
+            lhs: lhs.to_vec(),
+            rhs: rhs.to_vec(),
+            what: what.to_owned(),
+            lhs_dim: ld.clone(),
+            rhs_dim: rd.clone(),
+        }
+    }
+}
+
+/// Normalises an axis (`-1` is the last) against `rank`.
+pub(crate) fn norm_axis(cx: &Ctx<'_>, axis: i64, rank: usize) -> Result<usize, GraphError> {
+    let r = rank as i64;
+    let a = if axis < 0 { axis + r } else { axis };
+    if (0..r).contains(&a) {
+        Ok(a as usize)
+    } else {
+        Err(cx.invalid(format!(
+            "axis {axis} is out of range for rank {rank} (valid: {}..={})",
+            -r,
+            r - 1
+        )))
+    }
+}
+
+/// Checks a list of axes: each below `rank`, no repeats; returns them sorted.
+fn sorted_axes(cx: &Ctx<'_>, axes: &[usize], rank: usize) -> Result<Vec<usize>, GraphError> {
+    let mut v = axes.to_vec();
+    if let Some(&a) = v.iter().find(|&&a| a >= rank) {
+        return Err(cx.invalid(format!("axis {a} is out of range for rank {rank}")));
+    }
+    v.sort_unstable();
+    if let Some(w) = v.windows(2).find(|w| w[0] == w[1]) {
+        return Err(cx.invalid(format!("axis {} is listed twice", w[0])));
+    }
+    Ok(v)
+}
+
+fn product(dims: &[Dim]) -> Dim {
+    dims.iter().product()
+}
+
+impl Graph {
+    /// Adds a node: the generic form behind every builder method.
+    ///
+    /// `op` carries normalised (non-negative) axes. `dtype` is required by
+    /// [`Op::Input`], [`Op::Constant`] and [`Op::Cast`] (the target type) and
+    /// ignored otherwise; `shape` is required by `Input`, `Constant`,
+    /// [`Op::Reshape`] and [`Op::Expand`] (the target shape, in which `-1`
+    /// means "inferred" for reshape and "keep the operand's extent" for
+    /// expand) and ignored otherwise. Without `name` the node is named after
+    /// its op and id (`add_7`).
+    ///
+    /// # Errors
+    ///
+    /// [`GraphError::UnknownNode`] for a foreign operand id;
+    /// [`GraphError::InvalidName`] / [`GraphError::DuplicateName`] for the
+    /// name; otherwise the shape, dtype, arity and attribute errors described
+    /// in the [module docs](super), each naming the node and its op. The
+    /// graph is unchanged on error.
+    pub fn add_node(
+        &mut self,
+        name: Option<&str>,
+        op: Op,
+        operands: &[NodeId],
+        dtype: Option<DType>,
+        shape: Option<&[Dim]>,
+    ) -> Result<NodeId, GraphError> {
+        let name = match name {
+            Some(n) => {
+                check_name("node", n)?;
+                if self.find(n).is_some() {
+                    return Err(GraphError::DuplicateName {
+                        kind: "node",
+                        name: n.to_owned(),
+                    });
+                }
+                n.to_owned()
+            }
+            None => self.fresh_name(&format!("{}_{}", op.name(), self.nodes.len())),
+        };
+        let mut args = Vec::with_capacity(operands.len());
+        for &id in operands {
+            let n = self.check(id)?;
+            args.push(Arg {
+                name: n.name.clone(),
+                dtype: n.dtype,
+                shape: n.shape.clone(),
+            });
+        }
+        let cx = Ctx {
+            node: &name,
+            op: op.name(),
+        };
+        let (op, dtype, shape) = infer(&self.scope, &cx, op, &args, dtype, shape)?;
+        Ok(self.push(Node {
+            op,
+            operands: operands.to_vec(),
+            name,
+            dtype,
+            shape,
+        }))
+    }
+}
+
+type Inferred = (Op, DType, Vec<Dim>);
+
+/// Checks `op` over `args` and computes the result's dtype and shape.
+pub(crate) fn infer(
+    scope: &SymbolScope,
+    cx: &Ctx<'_>,
+    op: Op,
+    args: &[Arg],
+    dtype: Option<DType>,
+    shape: Option<&[Dim]>,
+) -> Result<Inferred, GraphError> {
+    let need = |n: usize, text: &'static str| {
+        if args.len() == n {
+            Ok(())
+        } else {
+            Err(cx.arity(text, args.len()))
+        }
+    };
+    let want_dtype = || dtype.ok_or_else(|| cx.invalid("needs a result dtype"));
+    let want_shape = || shape.ok_or_else(|| cx.invalid("needs a target shape"));
+    let canon = |d: &Dim| scope.canonical(d);
+    match op {
+        Op::Input => {
+            need(0, "0")?;
+            let dt = want_dtype()?;
+            let s = declared_shape(scope, cx, want_shape()?)?;
+            Ok((Op::Input, dt, s))
+        }
+        Op::Constant(values) => {
+            need(0, "0")?;
+            let dt = want_dtype()?;
+            let s = declared_shape(scope, cx, want_shape()?)?;
+            let count = s.iter().map(Dim::as_const).collect::<Option<Vec<_>>>();
+            if values.len() != 1 {
+                let count = count
+                    .and_then(|c| {
+                        c.iter()
+                            .map(|&d| u64::try_from(d).ok())
+                            .collect::<Option<Vec<_>>>()
+                    })
+                    .and_then(|c| numel(&c));
+                match count {
+                    Some(n) if n == values.len() => {}
+                    Some(n) => {
+                        return Err(cx.invalid(format!(
+                            "shape {} has {n} elements but {} values are given",
+                            super::ShapeDisplay(&s),
+                            values.len()
+                        )))
+                    }
+                    None => {
+                        return Err(cx.invalid(format!(
+                            "a constant of symbolic shape {} must have exactly one value (a fill), got {}",
+                            super::ShapeDisplay(&s),
+                            values.len()
+                        )))
+                    }
+                }
+            }
+            let values = values.into_iter().map(|v| convert(dt, v)).collect();
+            Ok((Op::Constant(values), dt, s))
+        }
+        Op::Unary(code) => {
+            need(1, "1")?;
+            check_kind(cx, code, OpcodeKind::Unary)?;
+            let a = &args[0];
+            check_dtype(cx, code, 0, a)?;
+            let dt = if code == Opcode::IsFinite {
+                DType::Bool
+            } else {
+                a.dtype
+            };
+            Ok((op, dt, a.shape.clone()))
+        }
+        Op::Binary(code) => {
+            need(2, "2")?;
+            check_kind(cx, code, OpcodeKind::Binary)?;
+            same_dtype(cx, &args[0], &args[1])?;
+            check_dtype(cx, code, 0, &args[0])?;
+            let s = broadcast(scope, cx, &args[0].shape, &args[1].shape)?;
+            let dt = if is_comparison(code) {
+                DType::Bool
+            } else {
+                args[0].dtype
+            };
+            Ok((op, dt, s))
+        }
+        Op::Scalar(code, _) | Op::ScalarDim(code, _) => {
+            need(1, "1")?;
+            check_kind(cx, code, OpcodeKind::Scalar)?;
+            let a = &args[0];
+            check_dtype(cx, code, 0, a)?;
+            let dt = if is_comparison(code) {
+                DType::Bool
+            } else {
+                a.dtype
+            };
+            let op = match op {
+                Op::ScalarDim(c, d) => match canon(&d).as_const() {
+                    // A constant is an ordinary scalar.
+                    Some(v) => Op::Scalar(c, v as f64),
+                    None => Op::ScalarDim(c, canon(&d)),
+                },
+                other => other,
+            };
+            Ok((op, dt, a.shape.clone()))
+        }
+        Op::Where => {
+            need(3, "3 (cond, a, b)")?;
+            if args[0].dtype != DType::Bool {
+                return Err(cx.dtype(0, &args[0], DType::Bool.set()));
+            }
+            same_dtype(cx, &args[1], &args[2])?;
+            let s = broadcast(scope, cx, &args[0].shape, &args[1].shape)?;
+            let s = broadcast(scope, cx, &s, &args[2].shape)?;
+            Ok((Op::Where, args[1].dtype, s))
+        }
+        Op::Cast => {
+            need(1, "1")?;
+            Ok((Op::Cast, want_dtype()?, args[0].shape.clone()))
+        }
+        Op::Reduce {
+            op: rop,
+            axes,
+            keepdims,
+        } => {
+            need(1, "1")?;
+            let a = &args[0];
+            let allowed = if rop == ReduceOp::Mean {
+                DTypeSet::FLOAT
+            } else {
+                DTypeSet::NUM
+            };
+            if !allowed.contains(a.dtype) {
+                return Err(cx.dtype(0, a, allowed));
+            }
+            if axes.is_empty() {
+                return Err(cx.invalid("no axes to reduce (list every axis for a full reduction)"));
+            }
+            let axes = sorted_axes(cx, &axes, a.shape.len())?;
+            let s = reduced_shape(&a.shape, &axes, keepdims);
+            Ok((
+                Op::Reduce {
+                    op: rop,
+                    axes,
+                    keepdims,
+                },
+                a.dtype,
+                s,
+            ))
+        }
+        Op::Softmax { axis } | Op::LogSoftmax { axis } => {
+            need(1, "1")?;
+            let a = &args[0];
+            float_only(cx, 0, a)?;
+            sorted_axes(cx, &[axis], a.shape.len())?;
+            Ok((op, a.dtype, a.shape.clone()))
+        }
+        Op::LayerNorm { eps } | Op::RmsNorm { eps } => {
+            let is_ln = matches!(op, Op::LayerNorm { .. });
+            if is_ln {
+                need(3, "3 (x, gamma, beta)")?;
+            } else {
+                need(2, "2 (x, gamma)")?;
+            }
+            if !eps.is_finite() || eps < 0.0 {
+                return Err(cx.invalid(format!("eps must be finite and >= 0, got {eps}")));
+            }
+            let x = &args[0];
+            float_only(cx, 0, x)?;
+            let Some(last) = x.shape.last() else {
+                return Err(cx.invalid("normalises the last axis: needs rank >= 1, got a scalar"));
+            };
+            for w in &args[1..] {
+                same_dtype(cx, x, w)?;
+                let ok = matches!(w.shape.as_slice(), [d] if scope.prove_eq(d, last));
+                if !ok {
+                    let wd = w.shape.last().cloned().unwrap_or(Dim::ZERO);
+                    return Err(cx.mismatch(
+                        &format!("weight `{}` must have shape [{last}]:", w.name),
+                        &x.shape,
+                        &w.shape,
+                        last,
+                        &wd,
+                    ));
+                }
+            }
+            Ok((op, x.dtype, x.shape.clone()))
+        }
+        Op::MatMul { trans_a, trans_b } => {
+            need(2, "2")?;
+            let (a, b) = (&args[0], &args[1]);
+            same_dtype(cx, a, b)?;
+            if !DTypeSet::MM_IN.contains(a.dtype) {
+                return Err(cx.dtype(0, a, DTypeSet::MM_IN));
+            }
+            for (i, x) in [a, b].into_iter().enumerate() {
+                if x.shape.len() < 2 {
+                    return Err(cx.invalid(format!(
+                        "operand {i} (`{}`) has shape {}: matmul needs rank >= 2",
+                        x.name,
+                        super::ShapeDisplay(&x.shape)
+                    )));
+                }
+            }
+            let (ra, rb) = (a.shape.len(), b.shape.len());
+            let (m, ka) = if trans_a {
+                (&a.shape[ra - 1], &a.shape[ra - 2])
+            } else {
+                (&a.shape[ra - 2], &a.shape[ra - 1])
+            };
+            let (kb, n) = if trans_b {
+                (&b.shape[rb - 1], &b.shape[rb - 2])
+            } else {
+                (&b.shape[rb - 2], &b.shape[rb - 1])
+            };
+            if !scope.prove_eq(ka, kb) {
+                return Err(cx.mismatch("contraction dims", &a.shape, &b.shape, ka, kb));
+            }
+            let mut s = broadcast(scope, cx, &a.shape[..ra - 2], &b.shape[..rb - 2])?;
+            s.push(canon(m));
+            s.push(canon(n));
+            let dt = if a.dtype == DType::I8 {
+                DType::I32
+            } else {
+                a.dtype
+            };
+            Ok((op, dt, s))
+        }
+        Op::Reshape => {
+            need(1, "1")?;
+            let a = &args[0];
+            let s = reshape(scope, cx, &a.shape, want_shape()?)?;
+            Ok((Op::Reshape, a.dtype, s))
+        }
+        Op::Transpose { perm } => {
+            need(1, "1")?;
+            let a = &args[0];
+            let r = a.shape.len();
+            let mut seen = vec![false; r];
+            if perm.len() != r {
+                return Err(cx.invalid(format!(
+                    "permutation {perm:?} has {} entries for rank {r}",
+                    perm.len()
+                )));
+            }
+            for &p in &perm {
+                if p >= r || std::mem::replace(&mut seen[p], true) {
+                    return Err(cx.invalid(format!(
+                        "{perm:?} is not a permutation of 0..{r}"
+                    )));
+                }
+            }
+            let s = perm.iter().map(|&p| a.shape[p].clone()).collect();
+            Ok((Op::Transpose { perm }, a.dtype, s))
+        }
+        Op::Slice { mut ranges } => {
+            need(1, "1")?;
+            let a = &args[0];
+            let r = a.shape.len();
+            ranges.sort_by_key(|t| t.0);
+            let axes: Vec<usize> = ranges.iter().map(|t| t.0).collect();
+            sorted_axes(cx, &axes, r)?;
+            let mut s = a.shape.clone();
+            for &(axis, start, end, step) in &ranges {
+                if step < 1 {
+                    return Err(cx.invalid(format!("axis {axis}: step must be >= 1, got {step}")));
+                }
+                let n = &a.shape[axis];
+                let lo = slice_bound(n, start);
+                let hi = slice_bound(n, end);
+                let len = (hi - lo).max(&Dim::ZERO);
+                let len = len
+                    .div_ceil(step)
+                    .map_err(|e| cx.invalid(format!("axis {axis}: {e}")))?;
+                s[axis] = canon(&len);
+            }
+            Ok((Op::Slice { ranges }, a.dtype, s))
+        }
+        Op::Concat { axis } => {
+            if args.is_empty() {
+                return Err(cx.arity("at least 1", 0));
+            }
+            let first = &args[0];
+            let r = first.shape.len();
+            sorted_axes(cx, &[axis], r)?;
+            let mut total = Dim::ZERO;
+            for (i, x) in args.iter().enumerate() {
+                same_dtype(cx, first, x)?;
+                if x.shape.len() != r {
+                    return Err(cx.invalid(format!(
+                        "operand {i} (`{}`) has rank {} but operand 0 has rank {r}",
+                        x.name,
+                        x.shape.len()
+                    )));
+                }
+                for (k, (d0, d)) in first.shape.iter().zip(&x.shape).enumerate() {
+                    if k != axis && !scope.prove_eq(d0, d) {
+                        return Err(cx.mismatch(
+                            &format!("axis {k} of operand 0 and operand {i} (`{}`):", x.name),
+                            &first.shape,
+                            &x.shape,
+                            d0,
+                            d,
+                        ));
+                    }
+                }
+                total += &x.shape[axis];
+            }
+            let mut s = first.shape.clone();
+            s[axis] = canon(&total);
+            Ok((Op::Concat { axis }, first.dtype, s))
+        }
+        Op::Expand => {
+            need(1, "1")?;
+            let a = &args[0];
+            let s = expand(scope, cx, &a.shape, want_shape()?)?;
+            Ok((Op::Expand, a.dtype, s))
+        }
+        Op::Squeeze { axes } => {
+            need(1, "1")?;
+            let a = &args[0];
+            let axes = sorted_axes(cx, &axes, a.shape.len())?;
+            for &ax in &axes {
+                if canon(&a.shape[ax]).as_const() != Some(1) {
+                    return Err(cx.invalid(format!(
+                        "axis {ax} of {} has extent `{}`, not 1",
+                        super::ShapeDisplay(&a.shape),
+                        a.shape[ax]
+                    )));
+                }
+            }
+            let s = a
+                .shape
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| !axes.contains(i))
+                .map(|(_, d)| d.clone())
+                .collect();
+            Ok((Op::Squeeze { axes }, a.dtype, s))
+        }
+        Op::Unsqueeze { axes } => {
+            need(1, "1")?;
+            let a = &args[0];
+            let out_rank = a.shape.len() + axes.len();
+            let axes = sorted_axes(cx, &axes, out_rank)?;
+            let mut rest = a.shape.iter();
+            let s = (0..out_rank)
+                .map(|i| {
+                    if axes.contains(&i) {
+                        Dim::ONE
+                    } else {
+                        rest.next().cloned().unwrap_or(Dim::ONE)
+                    }
+                })
+                .collect();
+            Ok((Op::Unsqueeze { axes }, a.dtype, s))
+        }
+    }
+}
+
+/// A declared shape (inputs, constants), canonicalised; rejects dimensions
+/// that are provably negative.
+fn declared_shape(scope: &SymbolScope, cx: &Ctx<'_>, shape: &[Dim]) -> Result<Vec<Dim>, GraphError> {
+    shape
+        .iter()
+        .enumerate()
+        .map(|(i, d)| declared_dim(scope, cx, i, d))
+        .collect()
+}
+
+/// Dimension `i` of a declared shape, canonicalised; provably negative is an error.
+fn declared_dim(scope: &SymbolScope, cx: &Ctx<'_>, i: usize, d: &Dim) -> Result<Dim, GraphError> {
+    let c = scope.canonical(d);
+    if scope.prove_lt(&c, &Dim::ZERO) {
+        Err(cx.invalid(format!(
+            "dimension {i} (`{d}`) is negative (only reshape and expand accept -1)"
+        )))
+    } else {
+        Ok(c)
+    }
+}
+
+fn check_kind(cx: &Ctx<'_>, code: Opcode, kind: OpcodeKind) -> Result<(), GraphError> {
+    if opcode_kind(code) == Some(kind) {
+        Ok(())
+    } else {
+        Err(cx.invalid(format!(
+            "opcode `{}` is not a {} element-wise opcode",
+            code.mnemonic(),
+            match kind {
+                OpcodeKind::Unary => "unary",
+                OpcodeKind::Binary => "binary",
+                OpcodeKind::Scalar => "with-scalar",
+            }
+        )))
+    }
+}
+
+fn check_dtype(cx: &Ctx<'_>, code: Opcode, index: usize, a: &Arg) -> Result<(), GraphError> {
+    let allowed = opcode_dtypes(code).unwrap_or(DTypeSet::ANY);
+    if allowed.contains(a.dtype) {
+        Ok(())
+    } else {
+        Err(cx.dtype(index, a, allowed))
+    }
+}
+
+fn float_only(cx: &Ctx<'_>, index: usize, a: &Arg) -> Result<(), GraphError> {
+    if a.dtype.is_float() {
+        Ok(())
+    } else {
+        Err(cx.dtype(index, a, DTypeSet::FLOAT))
+    }
+}
+
+fn same_dtype(cx: &Ctx<'_>, a: &Arg, b: &Arg) -> Result<(), GraphError> {
+    if a.dtype == b.dtype {
+        Ok(())
+    } else {
+        Err(GraphError::DTypeMismatch {
+            node: cx.node.to_owned(),
+            op: cx.op,
+            lhs: a.dtype,
+            rhs: b.dtype,
+        })
+    }
+}
+
+/// NumPy broadcast of two shapes under the strict policy.
+pub(crate) fn broadcast(
+    scope: &SymbolScope,
+    cx: &Ctx<'_>,
+    a: &[Dim],
+    b: &[Dim],
+) -> Result<Vec<Dim>, GraphError> {
+    let r = a.len().max(b.len());
+    let one = Dim::ONE;
+    (0..r)
+        .map(|i| {
+            let da = (i + a.len()).checked_sub(r).map_or(&one, |j| &a[j]);
+            let db = (i + b.len()).checked_sub(r).map_or(&one, |j| &b[j]);
+            scope
+                .broadcast(da, db)
+                .map(|d| scope.canonical(&d))
+                .map_err(|source| {
+                    let hint = if matches!(source, UnifyError::BroadcastUndecided { .. }) {
+                        " (if they are equal, declare it with Graph::declare_equal or a symbol range that excludes 1)"
+                    } else {
+                        ""
+                    };
+                    GraphError::Broadcast {
+                        node: cx.node.to_owned(),
+                        op: cx.op,
+                        lhs: a.to_vec(),
+                        rhs: b.to_vec(),
+                        axis: i,
+                        source,
+                        hint,
+                    }
+                })
+        })
+        .collect()
+}
+
+/// The shape after reducing `axes` (sorted).
+pub(crate) fn reduced_shape(shape: &[Dim], axes: &[usize], keepdims: bool) -> Vec<Dim> {
+    shape
+        .iter()
+        .enumerate()
+        .filter_map(|(i, d)| match (axes.contains(&i), keepdims) {
+            (false, _) => Some(d.clone()),
+            (true, true) => Some(Dim::ONE),
+            (true, false) => None,
+        })
+        .collect()
+}
+
+/// Python's clamped slice bound of `v` on an axis of extent `n`.
+fn slice_bound(n: &Dim, v: i64) -> Dim {
+    if v >= 0 {
+        Dim::val(v).min(n)
+    } else {
+        (n + v).max(&Dim::ZERO)
+    }
+}
+
+fn is_minus_one(d: &Dim) -> bool {
+    d.as_const() == Some(-1)
+}
+
+fn reshape(
+    scope: &SymbolScope,
+    cx: &Ctx<'_>,
+    input: &[Dim],
+    target_in: &[Dim],
+) -> Result<Vec<Dim>, GraphError> {
+    let holes = target_in.iter().filter(|d| is_minus_one(d)).count();
+    if holes > 1 {
+        return Err(cx.invalid("at most one target dimension may be -1"));
+    }
+    let mut target: Vec<Dim> = target_in
+        .iter()
+        .enumerate()
+        .map(|(i, d)| {
+            if is_minus_one(d) {
+                Ok(d.clone())
+            } else {
+                declared_dim(scope, cx, i, d)
+            }
+        })
+        .collect::<Result<_, _>>()?;
+    let total = scope.canonical(&product(input));
+    if let Some(hole) = target.iter().position(is_minus_one) {
+        // Cancel target dims against equal input dims; divide the rest.
+        let mut rest: Vec<Dim> = input.iter().map(|d| scope.canonical(d)).collect();
+        let mut unmatched = Dim::ONE;
+        for (i, t) in target.iter().enumerate() {
+            if i == hole || t.as_const() == Some(1) {
+                continue;
+            }
+            match rest.iter().position(|d| d == t) {
+                Some(j) => {
+                    rest.swap_remove(j);
+                }
+                None => unmatched *= t,
+            }
+        }
+        let rest = scope.canonical(&product(&rest));
+        let unmatched = scope.canonical(&unmatched);
+        let inferred = match unmatched.as_const() {
+            Some(c) if c > 0 => rest
+                .div(c)
+                .ok()
+                .map(|q| scope.canonical(&q))
+                .filter(|q| scope.prove_eq(&(q * c), &rest)),
+            _ => None,
+        };
+        let Some(inferred) = inferred else {
+            return Err(cx.invalid(format!(
+                "cannot infer the -1 in {}: `{rest}` elements are not provably divisible by `{unmatched}`",
+                super::ShapeDisplay(&target)
+            )));
+        };
+        target[hole] = inferred;
+    }
+    let count = scope.canonical(&product(&target));
+    if !scope.prove_eq(&count, &total) {
+        return Err(cx.mismatch("element counts", input, &target, &total, &count));
+    }
+    Ok(target)
+}
+
+fn expand(
+    scope: &SymbolScope,
+    cx: &Ctx<'_>,
+    input: &[Dim],
+    target: &[Dim],
+) -> Result<Vec<Dim>, GraphError> {
+    if target.len() < input.len() {
+        return Err(cx.invalid(format!(
+            "cannot expand {} to the lower rank {}",
+            super::ShapeDisplay(input),
+            super::ShapeDisplay(target)
+        )));
+    }
+    let off = target.len() - input.len();
+    let mut out = Vec::with_capacity(target.len());
+    for (i, t) in target.iter().enumerate() {
+        let src = i.checked_sub(off).map(|j| &input[j]);
+        if is_minus_one(t) {
+            match src {
+                Some(d) => out.push(scope.canonical(d)),
+                None => {
+                    return Err(cx.invalid(format!(
+                        "target axis {i} is -1 but has no operand axis to keep"
+                    )))
+                }
+            }
+            continue;
+        }
+        let t = declared_dim(scope, cx, i, t)?;
+        if let Some(d) = src {
+            let d = scope.canonical(d);
+            if d.as_const() != Some(1) && !scope.prove_eq(&d, &t) {
+                return Err(cx.mismatch(
+                    &format!("axis {i} (operand dims must be 1 or equal to the target):"),
+                    input,
+                    target,
+                    &d,
+                    &t,
+                ));
+            }
+        }
+        out.push(t);
+    }
+    Ok(out)
+}

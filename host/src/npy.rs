@@ -1,0 +1,562 @@
+//! NumPy `.npy` files ↔ [`Tensor`]s, through the `npyz` crate.
+//!
+//! | dtype | `.npy` descr | notes |
+//! |---|---|---|
+//! | f32 | `<f4` | big-endian `>f4` is read too |
+//! | f16 | `<f2` | |
+//! | i32 | `<i4` | |
+//! | i8 | `\|i1` | |
+//! | bool | `\|b1` | bytes must be 0 or 1 |
+//! | bf16 | `<u2` | **raw bits**: NumPy has no bfloat16, so the 16-bit patterns are stored as `uint16` (in PyTorch: `torch.from_numpy(a).view(torch.bfloat16)`; in NumPy with `ml_dtypes`: `a.view(ml_dtypes.bfloat16)`) |
+//!
+//! [`read`] infers the dtype from the file and refuses `<u2` (it cannot know
+//! the bits are bf16); [`read_as`] checks the file against an expected dtype
+//! and reads `<u2` as bf16 when bf16 is expected. Fortran-order files are
+//! transposed into row-major order. Other dtypes (`<f8`, `<i8`, …) are
+//! refused with an error naming the file and the dtype.
+//!
+//! Writing is atomic: the file is written to a temporary file in the same
+//! directory and renamed into place, so a failure leaves no half-written
+//! file (and no temporary either).
+
+use std::io::{Cursor, Write};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use dvm_isa::DType;
+use half::f16;
+use npyz::{NpyFile, NpyHeader, Order, TypeChar, WriterBuilder};
+
+use crate::tensor::{numel, Tensor};
+
+/// Errors of reading and writing `.npy` files; each names the file.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum NpyError {
+    /// The file could not be read or written.
+    #[error("{}: {source}", .path.display())]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The error.
+        source: std::io::Error,
+    },
+    /// The file is not a valid `.npy` file.
+    #[error("{}: not a valid .npy file: {msg}", .path.display())]
+    NotNpy {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        msg: String,
+    },
+    /// The file's dtype has no tensor dtype.
+    #[error("{}: unsupported .npy dtype `{descr}` (supported: <f4 f32, <f2 f16, <i4 i32, |i1 i8, |b1 bool, <u2 bf16 bits)", .path.display())]
+    UnsupportedDType {
+        /// The file.
+        path: PathBuf,
+        /// The file's dtype string.
+        descr: String,
+    },
+    /// The file holds another dtype than expected.
+    #[error("{}: expected dtype {expected}, but the file holds `{descr}`{}", .path.display(), found.map(|d| format!(" ({d})")).unwrap_or_default())]
+    DTypeMismatch {
+        /// The file.
+        path: PathBuf,
+        /// The dtype expected.
+        expected: DType,
+        /// The file's dtype string.
+        descr: String,
+        /// The file's dtype as a tensor dtype, if it has one.
+        found: Option<DType>,
+    },
+    /// The data section is shorter or longer than the header's shape says.
+    #[error("{}: shape {shape:?} of {dtype} needs {expected} data bytes, the file has {found}", .path.display())]
+    DataLength {
+        /// The file.
+        path: PathBuf,
+        /// Shape in the header.
+        shape: Vec<u64>,
+        /// Dtype.
+        dtype: DType,
+        /// Bytes needed.
+        expected: u64,
+        /// Bytes present.
+        found: u64,
+    },
+    /// The tensor cannot be stored (e.g. too large).
+    #[error("{}: {msg}", .path.display())]
+    Invalid {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        msg: String,
+    },
+}
+
+/// The `.npy` dtype string written for `dtype`.
+pub fn descr(dtype: DType) -> &'static str {
+    match dtype {
+        DType::F32 => "<f4",
+        DType::F16 => "<f2",
+        DType::BF16 => "<u2",
+        DType::I32 => "<i4",
+        DType::I8 => "|i1",
+        DType::Bool => "|b1",
+    }
+}
+
+/// Reads an `.npy` file, inferring the dtype.
+///
+/// # Errors
+///
+/// [`NpyError::Io`] if the file cannot be read, [`NpyError::NotNpy`] for a
+/// malformed file, [`NpyError::UnsupportedDType`] (including `<u2`: use
+/// [`read_as`] for bf16), [`NpyError::DataLength`] for a truncated file.
+pub fn read(path: &Path) -> Result<Tensor, NpyError> {
+    let bytes = std::fs::read(path).map_err(|source| NpyError::Io {
+        path: path.to_owned(),
+        source,
+    })?;
+    from_bytes(&bytes, path, None)
+}
+
+/// Reads an `.npy` file that must hold `dtype` (`<u2` is read as bf16 bits
+/// when `dtype` is bf16).
+///
+/// # Errors
+///
+/// [`NpyError::DTypeMismatch`] naming both dtypes, and the errors of [`read`].
+pub fn read_as(path: &Path, dtype: DType) -> Result<Tensor, NpyError> {
+    let bytes = std::fs::read(path).map_err(|source| NpyError::Io {
+        path: path.to_owned(),
+        source,
+    })?;
+    from_bytes(&bytes, path, Some(dtype))
+}
+
+/// Parses `.npy` bytes; `path` only names the source in errors. With
+/// `expected`, the file must hold that dtype.
+///
+/// # Errors
+///
+/// As [`read`] and [`read_as`].
+pub fn from_bytes(bytes: &[u8], path: &Path, expected: Option<DType>) -> Result<Tensor, NpyError> {
+    let not_npy = |msg: String| NpyError::NotNpy {
+        path: path.to_owned(),
+        msg,
+    };
+    let (data_start, shape_hint) = precheck(bytes).map_err(not_npy)?;
+    let header = NpyHeader::from_reader(bytes).map_err(|e| not_npy(e.to_string()))?;
+    if header.shape() != shape_hint.as_slice() {
+        return Err(not_npy("inconsistent shape in header".into()));
+    }
+    let dtype_descr = header.dtype().descr();
+    let npyz::DType::Plain(ts) = header.dtype() else {
+        return Err(NpyError::UnsupportedDType {
+            path: path.to_owned(),
+            descr: dtype_descr,
+        });
+    };
+    let natural = match (ts.type_char(), ts.size_field()) {
+        (TypeChar::Float, 4) => Some(DType::F32),
+        (TypeChar::Float, 2) => Some(DType::F16),
+        (TypeChar::Int, 4) => Some(DType::I32),
+        (TypeChar::Int, 1) => Some(DType::I8),
+        (TypeChar::Bool, 1) => Some(DType::Bool),
+        _ => None,
+    };
+    let is_u2 = matches!((ts.type_char(), ts.size_field()), (TypeChar::Uint, 2));
+    let dtype = match (expected, natural) {
+        (Some(DType::BF16), _) if is_u2 => DType::BF16,
+        (Some(e), Some(n)) if e == n => n,
+        (Some(e), found) => {
+            return Err(NpyError::DTypeMismatch {
+                path: path.to_owned(),
+                expected: e,
+                descr: dtype_descr,
+                found,
+            })
+        }
+        (None, Some(n)) => n,
+        (None, None) => {
+            return Err(NpyError::UnsupportedDType {
+                path: path.to_owned(),
+                descr: dtype_descr,
+            })
+        }
+    };
+    let shape = header.shape().to_vec();
+    let data = &bytes[data_start..];
+    let n = numel(&shape).ok_or_else(|| not_npy(format!("shape {shape:?} is too large")))?;
+    let need = (n as u64).checked_mul(u64::from(dtype.size()));
+    if need != Some(data.len() as u64) {
+        return Err(NpyError::DataLength {
+            path: path.to_owned(),
+            shape,
+            dtype,
+            expected: need.unwrap_or(u64::MAX),
+            found: data.len() as u64,
+        });
+    }
+    let order = header.order();
+    let file = NpyFile::with_header(header, data);
+    let io = |e: std::io::Error| not_npy(e.to_string());
+    let mut out: Vec<u8> = Vec::with_capacity(data.len());
+    match dtype {
+        DType::F32 => out.extend(file.into_vec::<f32>().map_err(io)?.iter().flat_map(|v| v.to_le_bytes())),
+        DType::F16 => out.extend(file.into_vec::<f16>().map_err(io)?.iter().flat_map(|v| v.to_le_bytes())),
+        DType::BF16 => out.extend(file.into_vec::<u16>().map_err(io)?.iter().flat_map(|v| v.to_le_bytes())),
+        DType::I32 => out.extend(file.into_vec::<i32>().map_err(io)?.iter().flat_map(|v| v.to_le_bytes())),
+        DType::I8 => out.extend(file.into_vec::<i8>().map_err(io)?.iter().map(|v| v.to_le_bytes()[0])),
+        DType::Bool => out.extend(file.into_vec::<bool>().map_err(io)?.iter().map(|&v| u8::from(v))),
+    }
+    if order == Order::Fortran && shape.len() > 1 {
+        out = fortran_to_c(&out, &shape, dtype.size() as usize);
+    }
+    Tensor::new(dtype, shape, out).map_err(|e| not_npy(e.to_string()))
+}
+
+/// Reorders column-major element bytes into row-major.
+fn fortran_to_c(src: &[u8], shape: &[u64], size: usize) -> Vec<u8> {
+    let dims: Vec<usize> = shape.iter().map(|&d| d as usize).collect();
+    let n: usize = dims.iter().product();
+    // Column-major strides.
+    let mut fst = vec![1usize; dims.len()];
+    for i in 1..dims.len() {
+        fst[i] = fst[i - 1] * dims[i - 1];
+    }
+    let mut out = Vec::with_capacity(src.len());
+    let mut idx = vec![0usize; dims.len()];
+    for _ in 0..n {
+        let off: usize = idx.iter().zip(&fst).map(|(i, s)| i * s).sum();
+        out.extend_from_slice(&src[off * size..(off + 1) * size]);
+        for ax in (0..dims.len()).rev() {
+            idx[ax] += 1;
+            if idx[ax] < dims[ax] {
+                break;
+            }
+            idx[ax] = 0;
+        }
+    }
+    out
+}
+
+/// Checks the magic, version and header length, and reads the shape tuple
+/// (so that absurd shapes are refused before `npyz` multiplies them).
+/// Returns the offset of the data and the shape.
+fn precheck(bytes: &[u8]) -> Result<(usize, Vec<u64>), String> {
+    const MAGIC: &[u8] = b"\x93NUMPY";
+    if bytes.len() < 10 || !bytes.starts_with(MAGIC) {
+        return Err("missing the \\x93NUMPY magic".into());
+    }
+    let (len, start) = match bytes[6] {
+        1 => (usize::from(u16::from_le_bytes([bytes[8], bytes[9]])), 10),
+        2 | 3 if bytes.len() >= 12 => (
+            u32::from_le_bytes([bytes[8], bytes[9], bytes[10], bytes[11]]) as usize,
+            12,
+        ),
+        v => return Err(format!("unsupported format version {v}")),
+    };
+    let end = start
+        .checked_add(len)
+        .filter(|&e| e <= bytes.len())
+        .ok_or("the header runs past the end of the file")?;
+    let text = std::str::from_utf8(&bytes[start..end]).map_err(|_| "the header is not text")?;
+    let at = text.find("'shape'").ok_or("the header has no 'shape'")?;
+    let rest = &text[at + "'shape'".len()..];
+    let open = rest.find('(').ok_or("malformed 'shape'")?;
+    let close = rest[open..].find(')').ok_or("malformed 'shape'")? + open;
+    let mut shape = Vec::new();
+    for part in rest[open + 1..close].split(',') {
+        let p = part.trim().trim_end_matches('L');
+        if p.is_empty() {
+            continue;
+        }
+        shape.push(p.parse::<u64>().map_err(|_| format!("bad dimension `{p}` in 'shape'"))?);
+    }
+    shape
+        .iter()
+        .try_fold(1u64, |acc, &d| acc.checked_mul(d))
+        .ok_or_else(|| format!("shape {shape:?} has too many elements"))?;
+    Ok((end, shape))
+}
+
+/// The `.npy` encoding of `tensor` (version 1.0, little-endian, C order).
+///
+/// # Errors
+///
+/// [`NpyError::Invalid`] if the encoder fails (`path` names the destination).
+pub fn to_bytes(tensor: &Tensor, path: &Path) -> Result<Vec<u8>, NpyError> {
+    let invalid = |e: String| NpyError::Invalid {
+        path: path.to_owned(),
+        msg: e,
+    };
+    let ts: npyz::TypeStr = descr(tensor.dtype())
+        .parse()
+        .map_err(|e: npyz::ParseTypeStrError| invalid(e.to_string()))?;
+    let mut buf = Cursor::new(Vec::with_capacity(tensor.bytes().len() + 128));
+    let b = tensor.bytes();
+    let io = |e: std::io::Error| invalid(e.to_string());
+    macro_rules! write_as {
+        ($t:ty, $conv:expr) => {{
+            let mut w = npyz::WriteOptions::<$t>::new()
+                .dtype(npyz::DType::Plain(ts))
+                .shape(tensor.shape())
+                .writer(&mut buf)
+                .begin_nd()
+                .map_err(io)?;
+            let size = std::mem::size_of::<$t>();
+            w.extend(b.chunks_exact(size).map($conv)).map_err(io)?;
+            w.finish().map_err(io)?;
+        }};
+    }
+    match tensor.dtype() {
+        DType::F32 => write_as!(f32, |c: &[u8]| f32::from_le_bytes([c[0], c[1], c[2], c[3]])),
+        DType::F16 => write_as!(f16, |c: &[u8]| f16::from_le_bytes([c[0], c[1]])),
+        DType::BF16 => write_as!(u16, |c: &[u8]| u16::from_le_bytes([c[0], c[1]])),
+        DType::I32 => write_as!(i32, |c: &[u8]| i32::from_le_bytes([c[0], c[1], c[2], c[3]])),
+        DType::I8 => write_as!(i8, |c: &[u8]| c[0] as i8),
+        DType::Bool => write_as!(bool, |c: &[u8]| c[0] != 0),
+    }
+    Ok(buf.into_inner())
+}
+
+static TEMP_COUNTER: AtomicU64 = AtomicU64::new(0);
+
+/// A temporary path next to `path` (same directory, so renaming is atomic).
+fn temp_path(path: &Path) -> PathBuf {
+    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let k = TEMP_COUNTER.fetch_add(1, Ordering::Relaxed);
+    path.with_file_name(format!(".{name}.{}.{k}.tmp", std::process::id()))
+}
+
+fn write_temp(path: &Path, bytes: &[u8]) -> Result<PathBuf, NpyError> {
+    let tmp = temp_path(path);
+    let result = (|| {
+        let mut f = std::fs::OpenOptions::new().write(true).create_new(true).open(&tmp)?;
+        f.write_all(bytes)?;
+        f.sync_all()
+    })();
+    match result {
+        Ok(()) => Ok(tmp),
+        Err(source) => {
+            let _ = std::fs::remove_file(&tmp);
+            Err(NpyError::Io {
+                path: path.to_owned(),
+                source,
+            })
+        }
+    }
+}
+
+/// Writes `tensor` to `path` atomically (see the [module docs](self)).
+///
+/// # Errors
+///
+/// [`NpyError::Io`] naming the file if it cannot be written; nothing is left
+/// behind then.
+pub fn write(path: &Path, tensor: &Tensor) -> Result<(), NpyError> {
+    write_all(&[(path, tensor)])
+}
+
+/// Writes several files: all are written to temporaries first and renamed
+/// into place only when every one was written, so a failure leaves none of
+/// them (unless a rename itself fails part-way, which names its file).
+///
+/// # Errors
+///
+/// [`NpyError::Io`] or [`NpyError::Invalid`] naming the file at fault.
+pub fn write_all(files: &[(&Path, &Tensor)]) -> Result<(), NpyError> {
+    let mut temps: Vec<(PathBuf, &Path)> = Vec::with_capacity(files.len());
+    let cleanup = |temps: &[(PathBuf, &Path)]| {
+        for (t, _) in temps {
+            let _ = std::fs::remove_file(t);
+        }
+    };
+    for &(path, tensor) in files {
+        let written = to_bytes(tensor, path).and_then(|bytes| write_temp(path, &bytes));
+        match written {
+            Ok(tmp) => temps.push((tmp, path)),
+            Err(e) => {
+                cleanup(&temps);
+                return Err(e);
+            }
+        }
+    }
+    for (i, (tmp, path)) in temps.iter().enumerate() {
+        if let Err(source) = std::fs::rename(tmp, path) {
+            cleanup(&temps[i..]);
+            return Err(NpyError::Io {
+                path: path.to_path_buf(),
+                source,
+            });
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn dir() -> PathBuf {
+        let k = TEMP_COUNTER.fetch_add(1, Ordering::Relaxed);
+        let d = std::env::temp_dir().join(format!("dvm-npy-test-{}-{k}", std::process::id()));
+        std::fs::create_dir_all(&d).unwrap();
+        d
+    }
+
+    fn roundtrip(t: &Tensor) -> Tensor {
+        let d = dir();
+        let p = d.join("t.npy");
+        write(&p, t).unwrap();
+        let back = read_as(&p, t.dtype()).unwrap();
+        // Only the file itself is left.
+        let names: Vec<_> = std::fs::read_dir(&d).unwrap().map(|e| e.unwrap().file_name()).collect();
+        assert_eq!(names, vec![std::ffi::OsString::from("t.npy")]);
+        std::fs::remove_dir_all(&d).unwrap();
+        back
+    }
+
+    #[test]
+    fn roundtrip_every_dtype() {
+        let vals = [0.0, 1.5, -2.0, 3.25, 100.0, -0.5];
+        for dt in DType::ALL {
+            let t = Tensor::from_f64(dt, &[2, 3], &vals).unwrap();
+            let back = roundtrip(&t);
+            assert_eq!(back, t, "{dt}");
+        }
+        let scalar = Tensor::from_f32(&[], &[4.0]).unwrap();
+        assert_eq!(roundtrip(&scalar), scalar);
+        let empty = Tensor::zeros(DType::I32, &[0, 3]).unwrap();
+        assert_eq!(roundtrip(&empty), empty);
+    }
+
+    #[test]
+    fn header_is_numpy_compatible() {
+        let t = Tensor::from_f32(&[2, 3], &[1.0; 6]).unwrap();
+        let bytes = to_bytes(&t, Path::new("x.npy")).unwrap();
+        assert!(bytes.starts_with(b"\x93NUMPY\x01\x00"));
+        let text = String::from_utf8_lossy(&bytes[10..]);
+        assert!(text.contains("'descr': '<f4'"), "{text}");
+        assert!(text.contains("'shape': (2, 3)"), "{text}");
+        assert_eq!((bytes.len() - 24) % 16, 0);
+    }
+
+    #[test]
+    fn bf16_needs_read_as() {
+        let t = Tensor::from_f64(DType::BF16, &[2], &[1.0, -2.0]).unwrap();
+        let bytes = to_bytes(&t, Path::new("b.npy")).unwrap();
+        let e = from_bytes(&bytes, Path::new("b.npy"), None).unwrap_err();
+        assert!(e.to_string().contains("<u2"), "{e}");
+        let back = from_bytes(&bytes, Path::new("b.npy"), Some(DType::BF16)).unwrap();
+        assert_eq!(back, t);
+    }
+
+    #[test]
+    fn wrong_dtype_names_file_and_types() {
+        let t = Tensor::from_i32(&[2], &[1, 2]).unwrap();
+        let bytes = to_bytes(&t, Path::new("a.npy")).unwrap();
+        let e = from_bytes(&bytes, Path::new("in/a.npy"), Some(DType::F32)).unwrap_err();
+        let msg = e.to_string();
+        assert!(msg.contains("in/a.npy") && msg.contains("expected dtype f32") && msg.contains("<i4"), "{msg}");
+    }
+
+    fn header(descr: &str, shape: &str, fortran: bool) -> Vec<u8> {
+        let mut text = format!("{{'descr': '{descr}', 'fortran_order': {}, 'shape': {shape}, }}", if fortran { "True" } else { "False" });
+        while (10 + text.len() + 1) % 16 != 0 {
+            text.push(' ');
+        }
+        text.push('\n');
+        let mut out = b"\x93NUMPY\x01\x00".to_vec();
+        out.extend_from_slice(&(text.len() as u16).to_le_bytes());
+        out.extend_from_slice(text.as_bytes());
+        out
+    }
+
+    #[test]
+    fn reads_big_endian_f8_refused_and_fortran() {
+        let mut be = header(">f4", "(2,)", false);
+        be.extend_from_slice(&1.5f32.to_be_bytes());
+        be.extend_from_slice(&(-3.0f32).to_be_bytes());
+        let t = from_bytes(&be, Path::new("be.npy"), None).unwrap();
+        assert_eq!(t.to_f64_vec(), vec![1.5, -3.0]);
+
+        let mut f8 = header("<f8", "(1,)", false);
+        f8.extend_from_slice(&1.0f64.to_le_bytes());
+        let e = from_bytes(&f8, Path::new("f8.npy"), None).unwrap_err();
+        assert!(matches!(e, NpyError::UnsupportedDType { .. }), "{e}");
+        assert!(e.to_string().contains("f8.npy"), "{e}");
+
+        // Fortran order: [[1, 2, 3], [4, 5, 6]] stored column by column.
+        let mut f = header("<i4", "(2, 3)", true);
+        for v in [1i32, 4, 2, 5, 3, 6] {
+            f.extend_from_slice(&v.to_le_bytes());
+        }
+        let t = from_bytes(&f, Path::new("f.npy"), None).unwrap();
+        assert_eq!(t.as_i32_vec().unwrap(), vec![1, 2, 3, 4, 5, 6]);
+        assert_eq!(t.shape(), &[2, 3]);
+    }
+
+    #[test]
+    fn bad_files_are_errors_not_panics() {
+        let p = Path::new("bad.npy");
+        let cases: Vec<Vec<u8>> = vec![
+            b"".to_vec(),
+            b"hello world, not numpy".to_vec(),
+            b"\x93NUMPY\x01\x00\xff\xff{".to_vec(),
+            b"\x93NUMPY\x09\x00\x00\x00".to_vec(),
+            header("<f4", "(4294967296, 4294967296, 4294967296)", false),
+            header("<f4", "(3,)", false),
+            {
+                let mut v = header("<f4", "(1,)", false);
+                v.extend_from_slice(&[0; 8]);
+                v
+            },
+            {
+                let mut v = header("|b1", "(1,)", false);
+                v.push(7);
+                v
+            },
+            header("<f4", "(-1,)", false),
+            header("[('a', '<f4')]", "(1,)", false),
+        ];
+        for (i, c) in cases.iter().enumerate() {
+            let e = from_bytes(c, p, None).unwrap_err();
+            assert!(e.to_string().contains("bad.npy"), "case {i}: {e}");
+        }
+        // Truncated data is a length error.
+        let e = from_bytes(&header("<f4", "(3,)", false), p, None).unwrap_err();
+        assert!(matches!(e, NpyError::DataLength { expected: 12, found: 0, .. }), "{e}");
+        // Random prefixes of a valid file.
+        let good = to_bytes(&Tensor::from_f32(&[3], &[1.0, 2.0, 3.0]).unwrap(), p).unwrap();
+        for n in 0..good.len() {
+            assert!(from_bytes(&good[..n], p, None).is_err());
+        }
+    }
+
+    #[test]
+    fn missing_file_and_unwritable_directory() {
+        let e = read(Path::new("/nonexistent-dvm/x.npy")).unwrap_err();
+        assert!(e.to_string().contains("/nonexistent-dvm/x.npy"), "{e}");
+        let t = Tensor::from_f32(&[1], &[1.0]).unwrap();
+        let e = write(Path::new("/nonexistent-dvm/y.npy"), &t).unwrap_err();
+        assert!(e.to_string().contains("/nonexistent-dvm/y.npy"), "{e}");
+    }
+
+    #[test]
+    fn write_all_leaves_nothing_on_failure() {
+        let d = dir();
+        let t = Tensor::from_f32(&[1], &[1.0]).unwrap();
+        let good = d.join("a.npy");
+        let bad = d.join("missing-subdir").join("b.npy");
+        assert!(write_all(&[(&good, &t), (&bad, &t)]).is_err());
+        assert_eq!(std::fs::read_dir(&d).unwrap().count(), 0);
+        // Overwriting an existing file replaces it whole.
+        write(&good, &t).unwrap();
+        let t2 = Tensor::from_f32(&[2], &[5.0, 6.0]).unwrap();
+        write(&good, &t2).unwrap();
+        assert_eq!(read(&good).unwrap(), t2);
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+}

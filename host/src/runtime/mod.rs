@@ -1,0 +1,3 @@
+//! Runtime: devices, kernel cache, sessions.
+
+pub mod pool;
