@@ -555,7 +555,8 @@ fn run_op(op: &UbOp, ub: &mut [u8], reps: u32) {
 // 3. From DRAM.
 
 fn dram(rows: &mut Vec<Row>, quick: bool) {
-    const N: usize = 32 * 1024; // 128 KiB tiles
+    let n_env: usize = std::env::var("DVM_TILE").ok().and_then(|s| s.parse().ok()).unwrap_or(32 * 1024);
+    let N = n_env;
     const UB: usize = 192 * 1024;
     let mib = if quick { 64 } else { 256 };
     let len = mib * (1 << 20) / 4;

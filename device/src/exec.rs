@@ -18,7 +18,9 @@ use core::fmt;
 use dvm_isa::verify::{LaunchError, UB_ALIGN};
 use dvm_isa::{DeviceLimits, KernelKind};
 
-use crate::gm::{load_tile, store_add_tile, store_tile, BindError, GmBuf, GmFault, Launch};
+use crate::gm::{
+    load_tile, store_add_tile, store_tile, store_tile_streaming, BindError, GmBuf, GmFault, Launch, Prefetch,
+};
 use crate::predecode::{Program, VInstr};
 
 /// Bytes of the default UB: an Ascend 910B UB, 192 KiB.
@@ -300,6 +302,21 @@ fn run_flat<const N: usize, const B: usize>(
     Ok(stats)
 }
 
+/// The coordinates of the tile after `c` (row-major, dimension 2 fastest).
+#[inline(always)]
+fn next_coord(mut c: [u32; 3], g1: u32, g2: u32) -> [u32; 3] {
+    c[2] += 1;
+    if c[2] == g2 {
+        c[2] = 0;
+        c[1] += 1;
+        if c[1] == g1 {
+            c[1] = 0;
+            c[0] += 1;
+        }
+    }
+    c
+}
+
 /// Runs tiles `[start, end)` of body `b`.
 fn run_tiles<const N: usize, const B: usize>(
     program: &Program<N, B>,
@@ -335,11 +352,26 @@ fn run_tiles<const N: usize, const B: usize>(
                         .ok_or(fault(i, t, GmFault::Operand))?;
                     load_tile(pattern, *pad, c, buf, ub).map_err(|e| fault(i, t, e))?;
                 }
-                VInstr::Store(pattern) => {
+                VInstr::Store { pattern, stream } => {
                     let buf = bufs
                         .get(pattern.buf as usize)
                         .ok_or(fault(i, t, GmFault::Operand))?;
-                    store_tile(pattern, c, buf, ub).map_err(|e| fault(i, t, e))?;
+                    if *stream {
+                        let mut pf = Prefetch::NONE;
+                        if info.prefetch_at == Some(i as u32) && t + 1 < end {
+                            let next = next_coord(c, g1, g2);
+                            for v in code {
+                                if let VInstr::Load { pattern: lp, .. } = v {
+                                    if let Some(lb) = bufs.get(lp.buf as usize) {
+                                        pf.add_load(lp, next, lb);
+                                    }
+                                }
+                            }
+                        }
+                        store_tile_streaming(pattern, c, buf, ub, &pf).map_err(|e| fault(i, t, e))?;
+                    } else {
+                        store_tile(pattern, c, buf, ub).map_err(|e| fault(i, t, e))?;
+                    }
                 }
                 VInstr::StoreAdd(pattern) => {
                     let buf = bufs
@@ -351,15 +383,7 @@ fn run_tiles<const N: usize, const B: usize>(
             }
         }
         t += 1;
-        c[2] += 1;
-        if c[2] == g2 {
-            c[2] = 0;
-            c[1] += 1;
-            if c[1] == g1 {
-                c[1] = 0;
-                c[0] += 1;
-            }
-        }
+        c = next_coord(c, g1, g2);
     }
     let tiles = (end - start) as u64;
     Ok(RunStats {

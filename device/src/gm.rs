@@ -619,6 +619,229 @@ fn store_t<T: Bits>(g: &Geom, buf: &GmBuf<'_>, ub: &[u8]) {
     }
 }
 
+/// Stores into a parameter whose accesses span at least this many bytes
+/// may bypass the caches (non-temporal stores): an output that large does
+/// not stay in cache for its consumer anyway, and streaming it saves the
+/// read-for-ownership of every destination line.
+pub const STREAM_MIN_BYTES: u64 = 16 << 20;
+
+/// Contiguous runs shorter than this are stored normally even when
+/// streaming (partial write-combining lines are slow).
+const STREAM_MIN_RUN: usize = 4096;
+
+/// Most read regions one streaming store prefetches.
+const MAX_PREFETCH: usize = 4;
+
+/// Global-memory byte ranges to prefetch while a streaming store runs
+/// (the next tile's loads), so that reads and writes overlap as the load
+/// and store pipes do on the device. Only hints: the addresses are never
+/// dereferenced, and a prefetch does not fault.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Prefetch {
+    regions: [(usize, usize); MAX_PREFETCH],
+    n: usize,
+}
+
+impl Prefetch {
+    /// No prefetch.
+    pub const NONE: Prefetch = Prefetch {
+        regions: [(0, 0); MAX_PREFETCH],
+        n: 0,
+    };
+
+    /// Adds the box that `p` loads from `buf` at tile `coord`, if it is one
+    /// contiguous run inside `buf` (other boxes are left to the hardware
+    /// prefetcher) and there is room.
+    pub fn add_load(&mut self, p: &GmPattern, coord: [u32; 3], buf: &GmBuf<'_>) {
+        if self.n >= MAX_PREFETCH {
+            return;
+        }
+        let Ok(g) = Geom::new(p, coord, buf.len, usize::MAX) else { return };
+        if g.re == 0 || g.ce == 0 || !g.contiguous() {
+            return;
+        }
+        let size = p.dtype.size() as usize;
+        let addr = (buf.ptr as usize).wrapping_add(g.origin * size);
+        self.regions[self.n] = (addr, g.re * g.ce * size);
+        self.n += 1;
+    }
+
+    fn bytes(&self) -> usize {
+        self.regions[..self.n].iter().map(|r| r.1).sum()
+    }
+}
+
+/// Walks the prefetch regions a few cache lines per stored line.
+struct Cursor<'a> {
+    pf: &'a Prefetch,
+    region: usize,
+    off: usize,
+    per_line: usize,
+}
+
+impl<'a> Cursor<'a> {
+    fn new(pf: &'a Prefetch, store_bytes: usize) -> Cursor<'a> {
+        let total = pf.bytes();
+        let per_line = if total == 0 {
+            0
+        } else {
+            total.div_ceil(store_bytes.max(1)).max(1)
+        };
+        Cursor {
+            pf,
+            region: 0,
+            off: 0,
+            per_line,
+        }
+    }
+
+    /// Prefetches the next `per_line` lines.
+    #[inline(always)]
+    fn step(&mut self) {
+        for _ in 0..self.per_line {
+            let Some(&(addr, len)) = self.pf.regions[..self.pf.n].get(self.region) else {
+                return;
+            };
+            prefetch(addr.wrapping_add(self.off));
+            self.off += 64;
+            if self.off >= len {
+                self.region += 1;
+                self.off = 0;
+            }
+        }
+    }
+}
+
+/// A read prefetch hint for the line at `addr` (never faults).
+#[inline(always)]
+fn prefetch(addr: usize) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: `prefetcht0` is a hint; it never faults, whatever the address.
+    unsafe {
+        core::arch::x86_64::_mm_prefetch::<{ core::arch::x86_64::_MM_HINT_T0 }>(addr as *const i8)
+    };
+    #[cfg(target_arch = "aarch64")]
+    // SAFETY: `prfm` is a hint; it never faults, whatever the address.
+    unsafe {
+        core::arch::asm!("prfm pldl1keep, [{0}]", in(reg) addr, options(nostack, preserves_flags, readonly))
+    };
+    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+    let _ = addr;
+}
+
+/// Copies `n` bytes to `dst`, bypassing the caches where the target has
+/// non-temporal stores (x86-64), and prefetching through `cur` as it goes.
+///
+/// # Safety
+/// `src` valid for reads and `dst` for writes of `n` bytes; no overlap.
+#[inline(always)]
+unsafe fn stream_copy(dst: *mut u8, src: *const u8, n: usize, cur: &mut Cursor<'_>) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use core::arch::x86_64::{__m128i, _mm_loadu_si128, _mm_stream_si128};
+        let head = ((16 - (dst as usize & 15)) & 15).min(n);
+        // SAFETY: the head, 64-byte blocks and tail below partition `0..n`;
+        // the blocks' destinations are 16-byte aligned.
+        unsafe {
+            ptr::copy_nonoverlapping(src, dst, head);
+            let mut i = head;
+            while i + 64 <= n {
+                cur.step();
+                let s = src.add(i).cast::<__m128i>();
+                let d = dst.add(i).cast::<__m128i>();
+                let v0 = _mm_loadu_si128(s);
+                let v1 = _mm_loadu_si128(s.add(1));
+                let v2 = _mm_loadu_si128(s.add(2));
+                let v3 = _mm_loadu_si128(s.add(3));
+                _mm_stream_si128(d, v0);
+                _mm_stream_si128(d.add(1), v1);
+                _mm_stream_si128(d.add(2), v2);
+                _mm_stream_si128(d.add(3), v3);
+                i += 64;
+            }
+            ptr::copy_nonoverlapping(src.add(i), dst.add(i), n - i);
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let mut i = 0;
+        while i < n {
+            let len = (n - i).min(4096);
+            for _ in 0..len.div_ceil(64) {
+                cur.step();
+            }
+            // SAFETY: `i..i + len` lies inside `0..n`.
+            unsafe { ptr::copy_nonoverlapping(src.add(i), dst.add(i), len) };
+            i += len;
+        }
+    }
+}
+
+/// Orders this core's non-temporal stores before whatever follows (other
+/// blocks may read the data after a barrier).
+#[inline(always)]
+fn stream_fence() {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: `sfence` has no memory-safety preconditions.
+    unsafe {
+        core::arch::x86_64::_mm_sfence()
+    };
+}
+
+/// [`store_tile`] with non-temporal stores for long contiguous runs,
+/// prefetching `prefetch` (the next tile's loads) while it writes. Same
+/// result as [`store_tile`].
+///
+/// # Errors
+/// As [`store_tile`].
+#[inline]
+pub fn store_tile_streaming(
+    p: &GmPattern,
+    coord: [u32; 3],
+    buf: &GmBuf<'_>,
+    ub: &[u8],
+    prefetch: &Prefetch,
+) -> Result<(), GmFault> {
+    if !buf.writable {
+        return Err(GmFault::ReadOnly);
+    }
+    let g = Geom::new(p, coord, buf.len, ub.len())?;
+    let size = p.dtype.size() as usize;
+    if !(1..=4).contains(&size) {
+        return Err(GmFault::Operand);
+    }
+    let run = if g.contiguous() { g.re * g.ce } else { g.ce } * size;
+    // Rows that overlap in GM (row stride below the width) keep plain
+    // stores, which keep their program order.
+    let overlapping = g.re > 1 && g.rs < g.ce;
+    if g.re == 0 || g.ce == 0 || g.cs != 1 || overlapping || run < STREAM_MIN_RUN {
+        match size {
+            4 => store_t::<u32>(&g, buf, ub),
+            2 => store_t::<u16>(&g, buf, ub),
+            _ => store_t::<u8>(&g, buf, ub),
+        }
+        return Ok(());
+    }
+    let mut cur = Cursor::new(prefetch, g.re * g.ce * size);
+    // SAFETY: `Geom::new` checked the UB box lies inside `ub`.
+    let box_ptr = unsafe { ub.as_ptr().add(g.ub) };
+    let gm = buf.ptr;
+    // SAFETY: offsets as in `store_t` (in bytes here): every run lies inside
+    // the checked GM box and UB box; `buf` is writable; UB and GM do not
+    // overlap.
+    unsafe {
+        if g.contiguous() {
+            stream_copy(gm.add(g.origin * size), box_ptr, run, &mut cur);
+        } else {
+            for r in 0..g.re {
+                stream_copy(gm.add(g.row(r) * size), box_ptr.add(r * g.pitch * size), run, &mut cur);
+            }
+        }
+    }
+    stream_fence();
+    Ok(())
+}
+
 /// Adds the valid box of tile `coord` from `ub` into `buf` through `p`,
 /// atomically per element: correct when several blocks add into the same
 /// elements concurrently. Floats add in `f32` and round to the element

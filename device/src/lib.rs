@@ -23,5 +23,5 @@ pub use exec::{
     block_range, run_all_blocks_sequentially, run_block, Barrier, ExecError, NoBarrier, RunStats, UbStorage,
     UB_DEFAULT_BYTES,
 };
-pub use gm::{BindError, GmBuf, GmFault, Launch, ParamSig};
+pub use gm::{BindError, GmBuf, GmFault, Launch, ParamSig, Prefetch};
 pub use predecode::{PredecodeError, Program, VInstr};

@@ -12,7 +12,7 @@ use core::fmt;
 
 use dvm_isa::{GmKind, GmPattern, Instr, KernelKind, Opcode, PadMode, VerifiedKernel};
 
-use crate::gm::{pad_bits, ParamSig};
+use crate::gm::{pad_bits, ParamSig, STREAM_MIN_BYTES};
 use crate::ops::{self, UbOp};
 
 /// Default instruction capacity of a [`Program`] (all bodies together).
@@ -33,7 +33,13 @@ pub enum VInstr {
         pad: Option<u32>,
     },
     /// UB → global memory.
-    Store(GmPattern),
+    Store {
+        /// The tile's box.
+        pattern: GmPattern,
+        /// Whether the parameter is large enough (at least
+        /// [`STREAM_MIN_BYTES`]) for non-temporal stores.
+        stream: bool,
+    },
     /// UB → global memory, adding atomically per element.
     StoreAdd(GmPattern),
     /// Waits for every pipe; a no-op on the in-order executor.
@@ -47,6 +53,9 @@ pub struct BodyInfo {
     pub grid: [u32; 3],
     /// Number of tiles (the verifier proved it fits in `u32`).
     pub tiles: u32,
+    /// Index of the streaming store that prefetches the next tile's loads
+    /// (the body's last streaming store), if any.
+    pub prefetch_at: Option<u32>,
     start: u32,
     len: u32,
 }
@@ -170,6 +179,7 @@ impl<const N: usize, const B: usize> Program<N, B> {
         self.kind = kernel.kind();
         self.ub_bytes = kernel.ub_bytes();
         self.params = ParamSig::of(kernel);
+        let params = self.params;
         let count = kernel.body_count();
         if count > B {
             return Err(PredecodeError::TooManyBodies { count, cap: B });
@@ -177,7 +187,7 @@ impl<const N: usize, const B: usize> Program<N, B> {
         for b in 0..count {
             let start = self.code.len() as u32;
             for (word, _head, instr) in kernel.instrs(b) {
-                let v = match lower(&instr) {
+                let v = match lower(&instr, &params) {
                     Lowered::V(v) => v,
                     Lowered::Skip => continue,
                     Lowered::Unsupported => {
@@ -193,9 +203,17 @@ impl<const N: usize, const B: usize> Program<N, B> {
                     .map_err(|_| PredecodeError::TooManyInstrs { body: b as u32, cap: N })?;
             }
             let grid = kernel.grid(b);
+            let code = &self.code[start as usize..];
+            let has_load = code.iter().any(|v| matches!(v, VInstr::Load { .. }));
+            let prefetch_at = code
+                .iter()
+                .rposition(|v| matches!(v, VInstr::Store { stream: true, .. }))
+                .filter(|_| has_load)
+                .map(|i| i as u32);
             let info = BodyInfo {
                 grid,
                 tiles: kernel.tiles(b),
+                prefetch_at,
                 start,
                 len: self.code.len() as u32 - start,
             };
@@ -257,7 +275,7 @@ enum Lowered {
     Unsupported,
 }
 
-fn lower(instr: &Instr) -> Lowered {
+fn lower(instr: &Instr, params: &ParamSig) -> Lowered {
     match *instr {
         Instr::End {} => Lowered::Skip,
         Instr::Barrier {} => Lowered::V(VInstr::Barrier),
@@ -273,7 +291,10 @@ fn lower(instr: &Instr) -> Lowered {
         },
         _ => match instr.gm() {
             Some(gm) => match gm.kind {
-                GmKind::Store => Lowered::V(VInstr::Store(gm.pattern)),
+                GmKind::Store => Lowered::V(VInstr::Store {
+                    pattern: gm.pattern,
+                    stream: params.required_bytes(gm.pattern.buf as usize) >= STREAM_MIN_BYTES,
+                }),
                 GmKind::StoreAdd => Lowered::V(VInstr::StoreAdd(gm.pattern)),
                 GmKind::Load => Lowered::Unsupported,
             },

@@ -8,3 +8,5 @@ pub mod graph;
 pub mod npy;
 pub mod reference;
 pub mod tensor;
+pub mod demo;
+pub mod kernel;

@@ -337,7 +337,11 @@ impl<'m> VerifiedKernel<'m> {
         if lens.len() != n || writable.len() != n {
             return Err(LaunchError::BufferCount {
                 expected: n,
-                got: if lens.len() != n { lens.len() } else { writable.len() },
+                got: if lens.len() != n {
+                    lens.len()
+                } else {
+                    writable.len()
+                },
             });
         }
         for (i, (&have, &w)) in lens.iter().zip(writable).enumerate() {

@@ -5,8 +5,8 @@
 mod common;
 
 use dvm_isa::asm::{
-    assemble, disassemble, disassemble_kernel, disassemble_lossy, disassemble_with, format_instr,
-    AsmError, AsmErrorKind, DisasmError, DisasmOptions,
+    assemble, disassemble, disassemble_code, disassemble_kernel, disassemble_lossy,
+    disassemble_with, format_instr, AsmError, AsmErrorKind, DisasmError, DisasmOptions,
 };
 use dvm_isa::builder::{BodyDef, CodeWriter, KernelDef, ModuleBuilder, ParamDef};
 use dvm_isa::error::OperandError;
@@ -768,6 +768,9 @@ fn undecodable_words_print_as_word_lines() {
     );
     assert!(k.contains("    end  ; word 9\n"), "{k}");
     assert_eq!(assemble(&k).unwrap(), bytes);
+    // The bare code listing of the body.
+    let code = disassemble_code(m.kernel(0).unwrap().body_code(0).unwrap(), false);
+    assert_eq!(code, body[..5].join("\n") + "\n");
 }
 
 #[test]

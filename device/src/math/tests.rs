@@ -6,7 +6,7 @@ use super::*;
 use std::println;
 
 /// Every `STRIDE`-th f32 bit pattern (both signs, every exponent).
-const STRIDE: usize = 61;
+const STRIDE: usize = 101;
 
 fn sweep() -> impl Iterator<Item = f32> {
     (0..=u32::MAX)

@@ -36,6 +36,8 @@ pub(crate) fn interval(n: &Node, facts: &dyn Facts) -> (i64, i64) {
     match n {
         Node::Val(c) => (*c, *c),
         Node::Sym(s) => facts.range(*s),
+        // Not produced by the public API; kept total anyway.
+        Node::Div(_, d) | Node::Rem(_, d) if *d <= 0 => (i64::MIN, i64::MAX),
         Node::Add(ts) => {
             let (mut lo, mut hi) = (0i128, 0i128);
             for t in ts.iter() {

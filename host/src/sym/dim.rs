@@ -2,8 +2,8 @@
 
 use std::ops::{Add, AddAssign, Mul, MulAssign, Neg, Sub, SubAssign};
 
-use super::error::SymError;
 use super::bounds::NoFacts;
+use super::error::SymError;
 use super::ops;
 use super::poly::Poly;
 use super::symbol::Symbol;
@@ -133,18 +133,29 @@ impl Dim {
         if divisor > 0 {
             Ok(())
         } else {
-            Err(SymError::BadDivisor { expr: self.clone(), divisor: Dim::val(divisor) })
+            Err(SymError::BadDivisor {
+                expr: self.clone(),
+                divisor: Dim::val(divisor),
+            })
         }
     }
 
     /// The smaller of `self` and `other`.
     pub fn min(&self, other: &Dim) -> Dim {
-        Dim(ops::min_max(vec![self.0.clone(), other.0.clone()], true, &NoFacts))
+        Dim(ops::min_max(
+            vec![self.0.clone(), other.0.clone()],
+            true,
+            &NoFacts,
+        ))
     }
 
     /// The larger of `self` and `other`.
     pub fn max(&self, other: &Dim) -> Dim {
-        Dim(ops::min_max(vec![self.0.clone(), other.0.clone()], false, &NoFacts))
+        Dim(ops::min_max(
+            vec![self.0.clone(), other.0.clone()],
+            false,
+            &NoFacts,
+        ))
     }
 
     /// Replaces every occurrence of `sym` by `value` and re-canonicalises.
@@ -171,7 +182,9 @@ impl Dim {
 fn size(n: &Node) -> usize {
     1 + match n {
         Node::Val(_) | Node::Sym(_) => 0,
-        Node::Add(ts) | Node::Mul(_, ts) | Node::Min(ts) | Node::Max(ts) => ts.iter().map(size).sum(),
+        Node::Add(ts) | Node::Mul(_, ts) | Node::Min(ts) | Node::Max(ts) => {
+            ts.iter().map(size).sum()
+        }
         Node::Div(x, _) | Node::Rem(x, _) => size(x),
     }
 }
@@ -191,7 +204,9 @@ pub(crate) fn contains(n: &Node, sym: Symbol) -> bool {
     match n {
         Node::Val(_) => false,
         Node::Sym(s) => *s == sym,
-        Node::Add(ts) | Node::Mul(_, ts) | Node::Min(ts) | Node::Max(ts) => ts.iter().any(|t| contains(t, sym)),
+        Node::Add(ts) | Node::Mul(_, ts) | Node::Min(ts) | Node::Max(ts) => {
+            ts.iter().any(|t| contains(t, sym))
+        }
         Node::Div(x, _) | Node::Rem(x, _) => contains(x, sym),
     }
 }
@@ -324,7 +339,10 @@ macro_rules! binop {
 
 binop!(Add, add, AddAssign, add_assign, add_nodes);
 binop!(Mul, mul, MulAssign, mul_assign, mul_nodes);
-binop!(Sub, sub, SubAssign, sub_assign, |a, b| add_nodes(a, &mul_nodes(b, &Node::Val(-1))));
+binop!(Sub, sub, SubAssign, sub_assign, |a, b| add_nodes(
+    a,
+    &mul_nodes(b, &Node::Val(-1))
+));
 
 impl Neg for &Dim {
     type Output = Dim;

@@ -104,7 +104,11 @@ fn write_call(name: &str, args: &[Node], f: &mut Formatter<'_>) -> fmt::Result {
     f.write_char(')')
 }
 
-fn parens(wrap: bool, f: &mut Formatter<'_>, body: impl FnOnce(&mut Formatter<'_>) -> fmt::Result) -> fmt::Result {
+fn parens(
+    wrap: bool,
+    f: &mut Formatter<'_>,
+    body: impl FnOnce(&mut Formatter<'_>) -> fmt::Result,
+) -> fmt::Result {
     if wrap {
         f.write_char('(')?;
     }

@@ -96,7 +96,9 @@ pub enum SymError {
         multiple: i64,
     },
     /// A binding contradicts a proven equality.
-    #[error("binding `{sym}` = {value} contradicts the equality `{sym}` = `{expr}` (= {expected})")]
+    #[error(
+        "binding `{sym}` = {value} contradicts the equality `{sym}` = `{expr}` (= {expected})"
+    )]
     Inconsistent {
         /// The symbol whose binding is wrong.
         sym: Symbol,

@@ -108,8 +108,13 @@ impl Dim {
     /// in `i64`.
     pub fn eval(&self, bindings: &Bindings) -> Result<i64, SymError> {
         eval(&self.0, bindings).map_err(|fail| match fail {
-            Fail::Unbound(sym) => SymError::Unbound { sym, expr: self.clone() },
-            Fail::Overflow(n) => SymError::Overflow { expr: Dim(n.clone()) },
+            Fail::Unbound(sym) => SymError::Unbound {
+                sym,
+                expr: self.clone(),
+            },
+            Fail::Overflow(n) => SymError::Overflow {
+                expr: Dim(n.clone()),
+            },
         })
     }
 }
@@ -119,8 +124,12 @@ fn eval<'a>(n: &'a Node, b: &Bindings) -> Result<i64, Fail<'a>> {
     match n {
         Node::Val(c) => Ok(*c),
         Node::Sym(s) => b.get(*s).ok_or(Fail::Unbound(*s)),
-        Node::Add(ts) => ts.iter().try_fold(0i64, |acc, t| acc.checked_add(eval(t, b)?).ok_or_else(overflow)),
-        Node::Mul(c, fs) => fs.iter().try_fold(*c, |acc, f| acc.checked_mul(eval(f, b)?).ok_or_else(overflow)),
+        Node::Add(ts) => ts.iter().try_fold(0i64, |acc, t| {
+            acc.checked_add(eval(t, b)?).ok_or_else(overflow)
+        }),
+        Node::Mul(c, fs) => fs.iter().try_fold(*c, |acc, f| {
+            acc.checked_mul(eval(f, b)?).ok_or_else(overflow)
+        }),
         Node::Div(x, d) => eval(x, b)?.checked_div_euclid(*d).ok_or_else(overflow),
         Node::Rem(x, d) => eval(x, b)?.checked_rem_euclid(*d).ok_or_else(overflow),
         Node::Min(args) => fold(args, b, i64::min),

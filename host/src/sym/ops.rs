@@ -62,7 +62,9 @@ type Terms = Vec<(Vec<Node>, i64)>;
 /// Divides `terms` and `d` (positive) by `g`, the gcd of all coefficients and
 /// `d`; returns the quotients and `g`.
 fn divide_content(mut terms: Terms, d: i64) -> (Terms, i64, i64) {
-    let g = terms.iter().fold(i128::from(d), |g, (_, c)| gcd(g, i128::from(*c)));
+    let g = terms
+        .iter()
+        .fold(i128::from(d), |g, (_, c)| gcd(g, i128::from(*c)));
     if g <= 1 {
         return (terms, d, 1);
     }
@@ -119,7 +121,9 @@ pub(crate) fn rem_node(x: Node, d: i64, facts: &dyn Facts) -> Node {
         .terms
         .into_iter()
         .map(|(mono, c)| (mono, c.rem_euclid(d)))
-        .filter(|(mono, r)| *r != 0 && (mono.is_empty() || term_divisor(*r, mono, facts) % i128::from(d) != 0))
+        .filter(|(mono, r)| {
+            *r != 0 && (mono.is_empty() || term_divisor(*r, mono, facts) % i128::from(d) != 0)
+        })
         .collect();
     // (g*y) mod (g*e) == g * (y mod e)
     let (terms, d, g) = divide_content(terms, d);
@@ -210,7 +214,10 @@ fn prune_dominated(args: Vec<Node>, is_min: bool, facts: &dyn Facts) -> Vec<Node
             }
         }
     }
-    args.into_iter().zip(keep).filter_map(|(a, k)| k.then_some(a)).collect()
+    args.into_iter()
+        .zip(keep)
+        .filter_map(|(a, k)| k.then_some(a))
+        .collect()
 }
 
 /// Rebuilds `n` bottom-up, replacing symbols by `leaf(sym)` where it answers and
@@ -227,13 +234,23 @@ pub(crate) fn rebuild(n: &Node, facts: &dyn Facts, leaf: &dyn Fn(Symbol) -> Opti
             cancel_exact(sum(&parts), facts)
         }
         Node::Mul(c, fs) => {
-            let product = fs.iter().fold(Node::Val(*c), |acc, f| mul_nodes(&acc, &rebuild(f, facts, leaf)));
+            let product = fs.iter().fold(Node::Val(*c), |acc, f| {
+                mul_nodes(&acc, &rebuild(f, facts, leaf))
+            });
             cancel_exact(product, facts)
         }
         Node::Div(x, d) => div_node(rebuild(x, facts, leaf), *d, facts),
         Node::Rem(x, d) => rem_node(rebuild(x, facts, leaf), *d, facts),
-        Node::Min(args) => min_max(args.iter().map(|a| rebuild(a, facts, leaf)).collect(), true, facts),
-        Node::Max(args) => min_max(args.iter().map(|a| rebuild(a, facts, leaf)).collect(), false, facts),
+        Node::Min(args) => min_max(
+            args.iter().map(|a| rebuild(a, facts, leaf)).collect(),
+            true,
+            facts,
+        ),
+        Node::Max(args) => min_max(
+            args.iter().map(|a| rebuild(a, facts, leaf)).collect(),
+            false,
+            facts,
+        ),
     }
 }
 

@@ -28,9 +28,18 @@ impl Dim {
     /// positive constants. On error, no symbol is added to `scope`.
     pub fn parse(input: &str, scope: &mut SymbolScope) -> Result<Dim, SymError> {
         if input.len() > MAX_INPUT {
-            return Err(error(input, MAX_INPUT, format!("input longer than {MAX_INPUT} bytes")));
+            return Err(error(
+                input,
+                MAX_INPUT,
+                format!("input longer than {MAX_INPUT} bytes"),
+            ));
         }
-        let mut p = Parser { src: input, pos: 0, depth: 0, seen: Vec::new() };
+        let mut p = Parser {
+            src: input,
+            pos: 0,
+            depth: 0,
+            seen: Vec::new(),
+        };
         let d = p.expr()?;
         p.skip_ws();
         if p.pos < input.len() {
@@ -49,7 +58,11 @@ fn error(input: &str, pos: usize, msg: String) -> SymError {
     if shown.len() < input.len() {
         shown.push('…');
     }
-    SymError::Parse { input: shown, pos, msg }
+    SymError::Parse {
+        input: shown,
+        pos,
+        msg,
+    }
 }
 
 struct Parser<'a> {
@@ -128,7 +141,10 @@ impl<'a> Parser<'a> {
                 let divisor = match rhs.as_const() {
                     Some(d) if d > 0 => d,
                     _ => {
-                        let e = SymError::BadDivisor { expr: acc, divisor: rhs };
+                        let e = SymError::BadDivisor {
+                            expr: acc,
+                            divisor: rhs,
+                        };
                         return Err(self.err(at, e.to_string()));
                     }
                 };
@@ -195,7 +211,12 @@ impl<'a> Parser<'a> {
         let is_min = match name {
             "min" => true,
             "max" => false,
-            _ => return Err(self.err(start, format!("unknown function `{name}` (expected `min` or `max`)"))),
+            _ => {
+                return Err(self.err(
+                    start,
+                    format!("unknown function `{name}` (expected `min` or `max`)"),
+                ))
+            }
         };
         self.enter()?;
         let mut args: Vec<Node> = vec![self.expr()?.0];

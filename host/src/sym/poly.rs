@@ -19,7 +19,9 @@ impl Poly {
         if c == 0 {
             Poly::default()
         } else {
-            Poly { terms: vec![(Vec::new(), c)] }
+            Poly {
+                terms: vec![(Vec::new(), c)],
+            }
         }
     }
 
@@ -28,8 +30,12 @@ impl Poly {
         match n {
             Node::Val(c) => Some(Poly::constant(*c)),
             Node::Mul(0, _) => Some(Poly::default()),
-            Node::Mul(c, fs) if fs.iter().all(Node::is_atom) => Some(Poly { terms: vec![(fs.to_vec(), *c)] }),
-            _ if n.is_atom() => Some(Poly { terms: vec![(vec![n.clone()], 1)] }),
+            Node::Mul(c, fs) if fs.iter().all(Node::is_atom) => Some(Poly {
+                terms: vec![(fs.to_vec(), *c)],
+            }),
+            _ if n.is_atom() => Some(Poly {
+                terms: vec![(vec![n.clone()], 1)],
+            }),
             _ => Poly::sum([n]),
         }
     }
@@ -84,11 +90,14 @@ impl Poly {
         if n == 0 || m == 0 {
             return Some(Poly::default());
         }
-        let expand = (n == 1 && m == 1) || (n * m <= EXPAND_LIMIT && !self.is_nested() && !other.is_nested());
+        let expand = (n == 1 && m == 1)
+            || (n * m <= EXPAND_LIMIT && !self.is_nested() && !other.is_nested());
         if !expand {
             let (ca, fa) = self.as_factor();
             let (cb, fb) = other.as_factor();
-            return Some(Poly { terms: vec![(merge(&fa, &fb), ca.checked_mul(cb)?)] });
+            return Some(Poly {
+                terms: vec![(merge(&fa, &fb), ca.checked_mul(cb)?)],
+            });
         }
         let mut raw = Vec::with_capacity(n * m);
         for (ma, ca) in &self.terms {
@@ -101,7 +110,9 @@ impl Poly {
 
     /// True if a monomial holds an unexpanded sum (copying it would duplicate it).
     fn is_nested(&self) -> bool {
-        self.terms.iter().any(|(m, _)| m.iter().any(|f| matches!(f, Node::Add(_))))
+        self.terms
+            .iter()
+            .any(|(m, _)| m.iter().any(|f| matches!(f, Node::Add(_))))
     }
 
     /// `(coefficient, factors)` of this polynomial seen as one factor.

@@ -23,7 +23,10 @@ enum Expr {
 }
 
 fn expr() -> impl Strategy<Value = Expr> {
-    let leaf = prop_oneof![(-4i64..=12).prop_map(Expr::Val), (0..NAMES.len()).prop_map(Expr::Sym)];
+    let leaf = prop_oneof![
+        (-4i64..=12).prop_map(Expr::Val),
+        (0..NAMES.len()).prop_map(Expr::Sym)
+    ];
     leaf.prop_recursive(8, 128, 2, |inner| {
         let pair = || (inner.clone(), inner.clone());
         prop_oneof![
@@ -90,7 +93,14 @@ fn agrees(d: &Dim, e: &Expr, syms: &[Symbol], vals: &[i64]) -> Result<(), TestCa
 
 /// Scope facts for S, T, U: (lo, width, multiple) each.
 fn facts() -> impl Strategy<Value = Vec<(i64, i64, i64)>> {
-    proptest::collection::vec((-6i64..=20, 0i64..=40, prop_oneof![Just(1i64), Just(2), Just(4), Just(8)]), 3)
+    proptest::collection::vec(
+        (
+            -6i64..=20,
+            0i64..=40,
+            prop_oneof![Just(1i64), Just(2), Just(4), Just(8)],
+        ),
+        3,
+    )
 }
 
 fn scope_with(facts: &[(i64, i64, i64)]) -> Option<(SymbolScope, Vec<Symbol>)> {

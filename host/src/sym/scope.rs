@@ -77,7 +77,13 @@ impl SymbolScope {
         let order = self.order.len();
         self.facts.entry(sym).or_insert_with(|| {
             let (lo, hi) = DEFAULT_RANGE;
-            SymFacts { lo, hi, multiple: 1, order, declared: false }
+            SymFacts {
+                lo,
+                hi,
+                multiple: 1,
+                order,
+                declared: false,
+            }
         });
         if self.order.len() < self.facts.len() {
             self.order.push(sym);
@@ -87,7 +93,13 @@ impl SymbolScope {
     pub(crate) fn facts_of(&self, sym: Symbol) -> SymFacts {
         self.facts.get(&sym).copied().unwrap_or_else(|| {
             let (lo, hi) = DEFAULT_RANGE;
-            SymFacts { lo, hi, multiple: 1, order: usize::MAX, declared: false }
+            SymFacts {
+                lo,
+                hi,
+                multiple: 1,
+                order: usize::MAX,
+                declared: false,
+            }
         })
     }
 
@@ -113,9 +125,18 @@ impl SymbolScope {
         let mut next = self.clone();
         next.register(sym);
         let mut f = next.facts_of(sym);
-        let (lo, hi) = if f.declared { (lo.max(f.lo), hi.min(f.hi)) } else { (lo, hi) };
+        let (lo, hi) = if f.declared {
+            (lo.max(f.lo), hi.min(f.hi))
+        } else {
+            (lo, hi)
+        };
         let multiple = f.multiple;
-        (f.lo, f.hi) = fit(lo, hi, multiple).ok_or(SymError::EmptyRange { sym, lo, hi, multiple })?;
+        (f.lo, f.hi) = fit(lo, hi, multiple).ok_or(SymError::EmptyRange {
+            sym,
+            lo,
+            hi,
+            multiple,
+        })?;
         f.declared = true;
         next.facts.insert(sym, f);
         next.refresh()?;
@@ -139,7 +160,12 @@ impl SymbolScope {
         let mut f = next.facts_of(sym);
         f.multiple = lcm(f.multiple, multiple).ok_or(SymError::BadMultiple { sym, multiple })?;
         let (lo, hi) = (f.lo, f.hi);
-        (f.lo, f.hi) = fit(lo, hi, f.multiple).ok_or(SymError::EmptyRange { sym, lo, hi, multiple: f.multiple })?;
+        (f.lo, f.hi) = fit(lo, hi, f.multiple).ok_or(SymError::EmptyRange {
+            sym,
+            lo,
+            hi,
+            multiple: f.multiple,
+        })?;
         next.facts.insert(sym, f);
         next.refresh()?;
         *self = next;
@@ -155,10 +181,19 @@ impl SymbolScope {
     pub fn check_binding(&self, sym: Symbol, value: i64) -> Result<(), SymError> {
         let f = self.facts_of(sym);
         if value < f.lo || value > f.hi {
-            return Err(SymError::OutOfRange { sym, value, lo: f.lo, hi: f.hi });
+            return Err(SymError::OutOfRange {
+                sym,
+                value,
+                lo: f.lo,
+                hi: f.hi,
+            });
         }
         if value % f.multiple != 0 {
-            return Err(SymError::NotMultiple { sym, value, multiple: f.multiple });
+            return Err(SymError::NotMultiple {
+                sym,
+                value,
+                multiple: f.multiple,
+            });
         }
         Ok(())
     }
@@ -180,7 +215,9 @@ impl SymbolScope {
     ///
     /// The first violation, in symbol-name order.
     pub fn check_bindings(&self, bindings: &Bindings) -> Result<(), SymError> {
-        bindings.iter().try_for_each(|(s, v)| self.check_binding(s, v))
+        bindings
+            .iter()
+            .try_for_each(|(s, v)| self.check_binding(s, v))
     }
 }
 
@@ -196,7 +233,12 @@ impl Facts for SymbolScope {
 /// Shrinks `lo..=hi` to start and end on multiples of `m`; `None` if empty.
 pub(crate) fn fit(lo: i64, hi: i64, m: i64) -> Option<(i64, i64)> {
     let m = i128::from(m.max(1));
-    let lo = i128::from(lo).div_euclid(m) * m + if i128::from(lo).rem_euclid(m) == 0 { 0 } else { m };
+    let lo = i128::from(lo).div_euclid(m) * m
+        + if i128::from(lo).rem_euclid(m) == 0 {
+            0
+        } else {
+            m
+        };
     let hi = i128::from(hi).div_euclid(m) * m;
     if lo > hi {
         return None;

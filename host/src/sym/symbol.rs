@@ -77,7 +77,10 @@ fn validate(name: &str) -> Result<(), SymError> {
             if shown.len() < name.len() {
                 shown.push('…');
             }
-            Err(SymError::InvalidName { name: shown, reason })
+            Err(SymError::InvalidName {
+                name: shown,
+                reason,
+            })
         }
         None => Ok(()),
     }

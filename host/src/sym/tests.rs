@@ -31,7 +31,10 @@ fn sums_and_products_are_canonical() {
     assert_eq!(hash(&(&s * 2 + &t)), hash(&(&t + &s + &s)));
     assert_eq!((&s + &t) * 2 - &t * 2, 2 * &s);
     assert_eq!(p("S*(T+1) - S", &mut sc), p("T*S", &mut sc));
-    assert_eq!([s.clone(), t.clone(), Dim::val(3)].iter().sum::<Dim>(), &s + &t + 3);
+    assert_eq!(
+        [s.clone(), t.clone(), Dim::val(3)].iter().sum::<Dim>(),
+        &s + &t + 3
+    );
     assert_eq!([s.clone(), Dim::val(3)].iter().product::<Dim>(), 3 * &s);
 }
 
@@ -89,7 +92,15 @@ fn display_is_readable() {
     assert_eq!(show(Dim::val(-3)), "-3");
     assert_eq!(show(Dim::val(i64::MIN)), "(-9223372036854775807-1)");
     assert_eq!(format!("{:?}", &s + 1), "Dim(S+1)");
-    for text in ["2*S+1", "min(S,128)", "S/4", "(S+1)/2", "max(S,T,7)", "S*S*T-3", "-(S/4)+T%3"] {
+    for text in [
+        "2*S+1",
+        "min(S,128)",
+        "S/4",
+        "(S+1)/2",
+        "max(S,T,7)",
+        "S*S*T-3",
+        "-(S/4)+T%3",
+    ] {
         assert_eq!(show(p(text, &mut sc)), text);
     }
 }
@@ -102,22 +113,44 @@ fn parse_round_trips_and_rejects_garbage() {
     assert_eq!(p(" min ( S , T ) * 2 ", &mut sc), 2 * s.min(&t));
     assert_eq!(p("--S", &mut sc), s);
     for bad in [
-        "", "S+", "S/T", "S/0", "S%(0-2)", "foo(S)", "min()", "min(S,", "S T", "1 2", "S#", "é", "(S", "S)",
-        "99999999999999999999", "min", "9S", "_",
+        "",
+        "S+",
+        "S/T",
+        "S/0",
+        "S%(0-2)",
+        "foo(S)",
+        "min()",
+        "min(S,",
+        "S T",
+        "1 2",
+        "S#",
+        "é",
+        "(S",
+        "S)",
+        "99999999999999999999",
+        "min",
+        "9S",
+        "_",
     ] {
         let r = Dim::parse(bad, &mut sc);
         if bad == "_" {
             assert!(r.is_ok());
             continue;
         }
-        assert!(matches!(r, Err(SymError::Parse { .. })), "{bad:?} gave {r:?}");
+        assert!(
+            matches!(r, Err(SymError::Parse { .. })),
+            "{bad:?} gave {r:?}"
+        );
     }
     let deep = format!("{}S{}", "(".repeat(100), ")".repeat(100));
     assert!(Dim::parse(&deep, &mut sc).is_err());
     assert!(Dim::parse(&"-".repeat(1000), &mut sc).is_err());
     assert!(Dim::parse(&"S+".repeat(3000), &mut sc).is_err());
     let msg = Dim::parse("S/T", &mut sc).unwrap_err().to_string();
-    assert!(msg.contains("positive constant") && msg.contains("byte 2"), "{msg}");
+    assert!(
+        msg.contains("positive constant") && msg.contains("byte 2"),
+        "{msg}"
+    );
     // A failed parse adds no symbol.
     let before = sc.symbols().count();
     assert!(Dim::parse("Fresh + %", &mut sc).is_err());
@@ -136,12 +169,21 @@ fn big_products_stay_factored_and_overflow_is_not_folded() {
     assert_eq!(p(&prod.to_string(), &mut sc).eval(&b).unwrap(), 1 << 20);
     let big = Dim::val(i64::MAX);
     let x = &big + 1;
-    assert!(matches!(x.eval(&Bindings::new()), Err(SymError::Overflow { .. })));
+    assert!(matches!(
+        x.eval(&Bindings::new()),
+        Err(SymError::Overflow { .. })
+    ));
     assert_eq!(&x - 1, big);
     let s = Dim::sym(sc.symbol("S").unwrap());
     let y = &s * i64::MAX + &s * i64::MAX;
-    assert_eq!(y.eval(&Bindings::new().with(s.as_symbol().unwrap(), 0)).unwrap(), 0);
-    assert!(y.eval(&Bindings::new().with(s.as_symbol().unwrap(), 1)).is_err());
+    assert_eq!(
+        y.eval(&Bindings::new().with(s.as_symbol().unwrap(), 0))
+            .unwrap(),
+        0
+    );
+    assert!(y
+        .eval(&Bindings::new().with(s.as_symbol().unwrap(), 1))
+        .is_err());
     assert_eq!(p(&y.to_string(), &mut sc), y);
 }
 
@@ -155,7 +197,9 @@ fn eval_checks_everything() {
     let err = d.eval(&Bindings::new().with(ss, 1)).unwrap_err();
     assert!(matches!(err, SymError::Unbound { sym, .. } if sym == ts));
     assert!(err.to_string().contains("`T`"));
-    let err = (&s * &s).eval(&Bindings::new().with(ss, 1 << 40)).unwrap_err();
+    let err = (&s * &s)
+        .eval(&Bindings::new().with(ss, 1 << 40))
+        .unwrap_err();
     assert_eq!(err.to_string(), "arithmetic overflow evaluating `S*S`");
     assert_eq!(s.bind(&Bindings::new().with(ss, 4)), Dim::val(4));
     assert_eq!((&s + &t).substitute(ts, &(&s * 2)), 3 * &s);
@@ -184,8 +228,14 @@ fn scope_facts_simplify() {
     sc.declare_range(ts, 4, 4).unwrap();
     assert_eq!(sc.canonical(&(&s + &t)), &s + 4);
     // Errors, and the scope is unchanged after them.
-    assert!(matches!(sc.declare_range(ss, 9, 15), Err(SymError::EmptyRange { .. })));
-    assert!(matches!(sc.declare_multiple_of(ss, 0), Err(SymError::BadMultiple { .. })));
+    assert!(matches!(
+        sc.declare_range(ss, 9, 15),
+        Err(SymError::EmptyRange { .. })
+    ));
+    assert!(matches!(
+        sc.declare_multiple_of(ss, 0),
+        Err(SymError::BadMultiple { .. })
+    ));
     assert_eq!(sc.range(ss), (8, 8192));
     let e = sc.check_binding(ss, 0).unwrap_err().to_string();
     assert_eq!(e, "value 0 for symbol `S` is outside its range 8..=8192");
@@ -203,16 +253,26 @@ fn scope_facts_simplify() {
 #[test]
 fn unification_records_equalities() {
     let (mut sc, s, t, u) = scope3();
-    let (ss, ts, us) = (s.as_symbol().unwrap(), t.as_symbol().unwrap(), u.as_symbol().unwrap());
+    let (ss, ts, us) = (
+        s.as_symbol().unwrap(),
+        t.as_symbol().unwrap(),
+        u.as_symbol().unwrap(),
+    );
     sc.unify(&Dim::val(3), &Dim::val(3)).unwrap();
-    assert!(matches!(sc.unify(&Dim::val(3), &Dim::val(4)), Err(UnifyError::Mismatch { .. })));
+    assert!(matches!(
+        sc.unify(&Dim::val(3), &Dim::val(4)),
+        Err(UnifyError::Mismatch { .. })
+    ));
     sc.unify(&t, &s).unwrap();
     assert_eq!(sc.canonical(&t), s, "the later symbol is eliminated");
     sc.unify(&u, &(&t + 1)).unwrap();
     assert_eq!(sc.canonical(&(&u - &s)), Dim::ONE);
     assert!(sc.prove_eq(&(&u + &t), &(2 * &s + 1)));
     assert!(matches!(sc.unify(&u, &s), Err(UnifyError::Mismatch { .. })));
-    assert!(matches!(sc.unify(&(2 * &s), &Dim::val(7)), Err(UnifyError::Mismatch { .. })));
+    assert!(matches!(
+        sc.unify(&(2 * &s), &Dim::val(7)),
+        Err(UnifyError::Mismatch { .. })
+    ));
     let before = sc.clone();
     let err = sc.unify(&(&s * &t), &Dim::val(128)).unwrap_err();
     assert!(matches!(err, UnifyError::Unsolvable { .. }), "{err}");
@@ -221,27 +281,53 @@ fn unification_records_equalities() {
     assert!(sc.prove_eq(&s, &Dim::val(3)));
     assert_eq!(before.canonical(&u), &s + 1);
     let eqs: Vec<_> = sc.equalities().map(|(k, v)| (k, v.to_string())).collect();
-    assert_eq!(eqs, vec![(ss, "3".to_string()), (ts, "3".to_string()), (us, "4".to_string())]);
+    assert_eq!(
+        eqs,
+        vec![
+            (ss, "3".to_string()),
+            (ts, "3".to_string()),
+            (us, "4".to_string())
+        ]
+    );
 }
 
 #[test]
 fn unification_respects_ranges() {
     let (mut sc, s, t, u) = scope3();
-    let (ss, ts, us) = (s.as_symbol().unwrap(), t.as_symbol().unwrap(), u.as_symbol().unwrap());
+    let (ss, ts, us) = (
+        s.as_symbol().unwrap(),
+        t.as_symbol().unwrap(),
+        u.as_symbol().unwrap(),
+    );
     let err = sc.unify(&s, &Dim::ZERO).unwrap_err();
-    assert_eq!(err.to_string(), format!("symbol `S` would have to equal `0`, outside its range 1..={}", i64::MAX));
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "symbol `S` would have to equal `0`, outside its range 1..={}",
+            i64::MAX
+        )
+    );
     let err = sc.unify(&s, &(2 * &s)).unwrap_err();
-    assert!(matches!(err, UnifyError::OutOfRange { sym, .. } if sym == ss), "{err}");
+    assert!(
+        matches!(err, UnifyError::OutOfRange { sym, .. } if sym == ss),
+        "{err}"
+    );
     sc.declare_range(ss, 1, 10).unwrap();
     sc.unify(&(&t + 5), &s).unwrap();
     assert_eq!(sc.canonical(&t), &s - 5, "the later symbol is eliminated");
     assert_eq!(sc.range(ss), (6, 10), "T >= 1 narrows S");
     let err = sc.unify(&t, &Dim::val(7)).unwrap_err();
-    assert!(matches!(err, UnifyError::OutOfRange { sym, .. } if sym == ss), "{err}");
+    assert!(
+        matches!(err, UnifyError::OutOfRange { sym, .. } if sym == ss),
+        "{err}"
+    );
     assert!(sc.declare_range(ts, 6, 9).is_err());
     sc.declare_multiple_of(us, 4).unwrap();
     let err = sc.unify(&u, &(2 * &s + 1)).unwrap_err();
-    assert!(matches!(err, UnifyError::NotMultiple { sym, .. } if sym == us), "{err}");
+    assert!(
+        matches!(err, UnifyError::NotMultiple { sym, .. } if sym == us),
+        "{err}"
+    );
     sc.unify(&u, &(2 * &s)).unwrap();
     assert_eq!(sc.multiple_of(ss), 2);
     assert_eq!(sc.range(ss), (6, 10));
@@ -252,7 +338,10 @@ fn unification_respects_ranges() {
     assert_eq!((b.get(ts), b.get(us)), (Some(3), Some(16)));
     let mut b = Bindings::new().with(ts, 3).with(us, 8);
     let err = sc.complete_bindings(&mut b).unwrap_err();
-    assert!(matches!(err, SymError::Inconsistent { sym, .. } if sym == us), "{err}");
+    assert!(
+        matches!(err, SymError::Inconsistent { sym, .. } if sym == us),
+        "{err}"
+    );
     let mut b = Bindings::new().with(us, 6);
     assert!(sc.complete_bindings(&mut b).is_err());
 }
@@ -264,8 +353,14 @@ fn broadcasting() {
     assert_eq!(sc.broadcast(&one, &s).unwrap(), s);
     assert_eq!(sc.broadcast(&s, &one).unwrap(), s);
     assert_eq!(sc.broadcast(&(&s + &s), &(2 * &s)).unwrap(), 2 * &s);
-    assert!(matches!(sc.broadcast(&Dim::val(2), &Dim::val(3)), Err(UnifyError::BroadcastMismatch { .. })));
-    assert!(matches!(sc.broadcast(&(&s + 1), &(&s + 2)), Err(UnifyError::BroadcastMismatch { .. })));
+    assert!(matches!(
+        sc.broadcast(&Dim::val(2), &Dim::val(3)),
+        Err(UnifyError::BroadcastMismatch { .. })
+    ));
+    assert!(matches!(
+        sc.broadcast(&(&s + 1), &(&s + 2)),
+        Err(UnifyError::BroadcastMismatch { .. })
+    ));
     let err = sc.broadcast(&s, &t).unwrap_err();
     assert!(matches!(err, UnifyError::BroadcastUndecided { .. }));
     assert!(err.to_string().contains("`S`") && err.to_string().contains("`T`"));
@@ -283,7 +378,10 @@ fn symbols_and_names() {
     assert_eq!(sc.lookup("batch"), Some(a));
     assert_eq!(a.name(), "batch");
     for bad in ["", "1x", "min", "a-b", "ü", &"x".repeat(65)] {
-        assert!(matches!(sc.symbol(bad), Err(SymError::InvalidName { .. })), "{bad}");
+        assert!(
+            matches!(sc.symbol(bad), Err(SymError::InvalidName { .. })),
+            "{bad}"
+        );
     }
 }
 

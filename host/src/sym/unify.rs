@@ -115,45 +115,84 @@ impl SymbolScope {
     }
 
     fn record(&mut self, a: &Dim, b: &Dim, diff: Dim) -> Result<(), UnifyError> {
-        let mismatch = |reason| UnifyError::Mismatch { lhs: a.clone(), rhs: b.clone(), reason };
+        let mismatch = |reason| UnifyError::Mismatch {
+            lhs: a.clone(),
+            rhs: b.clone(),
+            reason,
+        };
         let diff = self.canonical(&diff);
         match diff.as_const() {
             Some(0) => return Ok(()),
             Some(_) => return Err(mismatch("they differ by a constant")),
             None => {}
         }
-        let unsolvable = || UnifyError::Unsolvable { lhs: a.clone(), rhs: b.clone() };
+        let unsolvable = || UnifyError::Unsolvable {
+            lhs: a.clone(),
+            rhs: b.clone(),
+        };
         let (lo, hi) = interval(&diff.0, self);
         let never = lo > 0 || hi < 0;
         let Some(poly) = Poly::of(&diff.0) else {
-            return Err(if never { mismatch("their difference is never zero") } else { unsolvable() });
+            return Err(if never {
+                mismatch("their difference is never zero")
+            } else {
+                unsolvable()
+            });
         };
-        let content = poly.terms.iter().filter(|(m, _)| !m.is_empty()).fold(0, |g, (_, c)| gcd(g, i128::from(*c)));
+        let content = poly
+            .terms
+            .iter()
+            .filter(|(m, _)| !m.is_empty())
+            .fold(0, |g, (_, c)| gcd(g, i128::from(*c)));
         let constant = poly.as_const_term();
         if content == 0 || i128::from(constant) % content != 0 {
             return Err(mismatch("no integer solution"));
         }
         // Candidates: `±content * S` with S nowhere else in the difference.
         let candidate = |(i, (mono, c)): (usize, &(Vec<Node>, i64))| -> Option<(Symbol, usize)> {
-            let [Node::Sym(s)] = mono.as_slice() else { return None };
+            let [Node::Sym(s)] = mono.as_slice() else {
+                return None;
+            };
             let others = poly.terms.iter().enumerate().filter(|(j, _)| *j != i);
-            let occurs = others.into_iter().any(|(_, (m, _))| m.iter().any(|f| contains(f, *s)));
+            let occurs = others
+                .into_iter()
+                .any(|(_, (m, _))| m.iter().any(|f| contains(f, *s)));
             (i128::from(*c).abs() == content && !occurs).then_some((*s, i))
         };
-        let best = poly.terms.iter().enumerate().filter_map(candidate).max_by_key(|(s, _)| self.facts_of(*s).order);
+        let best = poly
+            .terms
+            .iter()
+            .enumerate()
+            .filter_map(candidate)
+            .max_by_key(|(s, _)| self.facts_of(*s).order);
         let Some((sym, index)) = best else {
-            return Err(if never { mismatch("their difference is never zero") } else { unsolvable() });
+            return Err(if never {
+                mismatch("their difference is never zero")
+            } else {
+                unsolvable()
+            });
         };
         // diff = unit*content*S + rest == 0  =>  S = -unit * rest / content.
         let unit = poly.terms[index].1.signum();
-        let rest: Vec<_> = poly.terms.iter().enumerate().filter(|(j, _)| *j != index).map(|(_, t)| t.clone()).collect();
+        let rest: Vec<_> = poly
+            .terms
+            .iter()
+            .enumerate()
+            .filter(|(j, _)| *j != index)
+            .map(|(_, t)| t.clone())
+            .collect();
         let rest = Dim(Poly { terms: rest }.into_node()) * -unit;
         // content divides every coefficient of rest, so this division is exact.
         let content = i64::try_from(content).map_err(|_| unsolvable())?;
         let rhs = self.canonical(&rest.div(content).map_err(|_| unsolvable())?);
         if never {
             let (lo, hi) = self.range(sym);
-            return Err(UnifyError::OutOfRange { sym, value: rhs, lo, hi });
+            return Err(UnifyError::OutOfRange {
+                sym,
+                value: rhs,
+                lo,
+                hi,
+            });
         }
         self.subst.insert(sym, rhs);
         self.refresh()
@@ -187,16 +226,31 @@ impl SymbolScope {
     /// the symbol `rhs` is affine in. Returns whether any fact changed.
     fn tighten(&mut self, sym: Symbol, rhs: &Dim) -> Result<bool, UnifyError> {
         let f = self.facts_of(sym);
-        let out_of_range = || UnifyError::OutOfRange { sym, value: rhs.clone(), lo: f.lo, hi: f.hi };
-        let not_multiple = || UnifyError::NotMultiple { sym, value: rhs.clone(), multiple: f.multiple };
+        let out_of_range = || UnifyError::OutOfRange {
+            sym,
+            value: rhs.clone(),
+            lo: f.lo,
+            hi: f.hi,
+        };
+        let not_multiple = || UnifyError::NotMultiple {
+            sym,
+            value: rhs.clone(),
+            multiple: f.multiple,
+        };
         let (lo, hi) = interval(&rhs.0, self);
         if hi < f.lo || lo > f.hi {
             return Err(out_of_range());
         }
         if let Some(v) = rhs.as_const() {
-            return if v % f.multiple == 0 { Ok(false) } else { Err(not_multiple()) };
+            return if v % f.multiple == 0 {
+                Ok(false)
+            } else {
+                Err(not_multiple())
+            };
         }
-        let Some((t, c1, c0)) = affine(rhs) else { return Ok(false) };
+        let Some((t, c1, c0)) = affine(rhs) else {
+            return Ok(false);
+        };
         let tf = self.facts_of(t);
         let (plo, phi) = preimage(f.lo, f.hi, c1, c0);
         let (lo, hi) = (plo.max(tf.lo), phi.min(tf.hi));
@@ -252,20 +306,32 @@ impl SymbolScope {
             for (&sym, rhs) in &self.subst {
                 match (bindings.get(sym), rhs.eval(bindings)) {
                     (Some(value), Ok(expected)) if value != expected => {
-                        return Err(SymError::Inconsistent { sym, value, expr: rhs.clone(), expected });
+                        return Err(SymError::Inconsistent {
+                            sym,
+                            value,
+                            expr: rhs.clone(),
+                            expected,
+                        });
                     }
                     (None, Ok(v)) => {
                         bindings.set(sym, v);
                         progress = true;
                     }
                     (Some(value), Err(SymError::Unbound { .. })) => {
-                        let Some((t, c1, c0)) = affine(rhs) else { continue };
+                        let Some((t, c1, c0)) = affine(rhs) else {
+                            continue;
+                        };
                         let num = i128::from(value) - i128::from(c0);
                         let solution = (num % i128::from(c1) == 0)
                             .then(|| i64::try_from(num / i128::from(c1)).ok())
                             .flatten();
                         let Some(tv) = solution else {
-                            return Err(SymError::NoSolution { sym, value, expr: rhs.clone(), target: t });
+                            return Err(SymError::NoSolution {
+                                sym,
+                                value,
+                                expr: rhs.clone(),
+                                target: t,
+                            });
                         };
                         bindings.set(t, tv);
                         progress = true;
@@ -304,9 +370,15 @@ impl SymbolScope {
         }
         let one = Dim::ONE;
         if self.prove_ne(&ca, &one) && self.prove_ne(&cb, &one) && self.prove_ne(&ca, &cb) {
-            return Err(UnifyError::BroadcastMismatch { lhs: a.clone(), rhs: b.clone() });
+            return Err(UnifyError::BroadcastMismatch {
+                lhs: a.clone(),
+                rhs: b.clone(),
+            });
         }
-        Err(UnifyError::BroadcastUndecided { lhs: a.clone(), rhs: b.clone() })
+        Err(UnifyError::BroadcastUndecided {
+            lhs: a.clone(),
+            rhs: b.clone(),
+        })
     }
 
     /// [`broadcast`](Self::broadcast), but an undecided case is resolved by
@@ -348,8 +420,13 @@ fn affine(rhs: &Dim) -> Option<(Symbol, i64, i64)> {
 fn preimage(lo: i64, hi: i64, c1: i64, c0: i64) -> (i64, i64) {
     let (c1, c0) = (i128::from(c1), i128::from(c0));
     let (a, b) = (i128::from(lo) - c0, i128::from(hi) - c0);
-    let (tlo, thi) = if c1 > 0 { (ceil_div(a, c1), floor_div(b, c1)) } else { (ceil_div(b, c1), floor_div(a, c1)) };
-    let clamp = |v: i128| i64::try_from(v.clamp(i128::from(i64::MIN), i128::from(i64::MAX))).unwrap_or(0);
+    let (tlo, thi) = if c1 > 0 {
+        (ceil_div(a, c1), floor_div(b, c1))
+    } else {
+        (ceil_div(b, c1), floor_div(a, c1))
+    };
+    let clamp =
+        |v: i128| i64::try_from(v.clamp(i128::from(i64::MIN), i128::from(i64::MAX))).unwrap_or(0);
     (clamp(tlo), clamp(thi))
 }
 

@@ -100,6 +100,16 @@ pub fn disassemble_with(m: &Module<'_>, opts: &DisasmOptions) -> Result<String, 
     Ok(write_module(m, opts, &mut Vec::new()))
 }
 
+/// The instructions of one body's code words, one per line (indented as
+/// inside a `.body`), with `; word N` offsets when `word_offsets`; words that
+/// do not decode print as `.word` lines. For printing code without its
+/// module, e.g. a [`crate::VerifiedKernel`]'s body.
+pub fn disassemble_code(code: &[U64], word_offsets: bool) -> String {
+    let mut out = String::new();
+    write_code(code, &[], word_offsets, &mut out);
+    out
+}
+
 /// One instruction as a line of text (mnemonic, operands, wait flags), as
 /// the disassembler prints it.
 pub fn format_instr(instr: &Instr, wait: WaitMask) -> String {

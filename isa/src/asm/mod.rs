@@ -92,8 +92,8 @@ use alloc::string::String;
 
 pub use assemble::assemble;
 pub use disasm::{
-    disassemble, disassemble_kernel, disassemble_lossy, disassemble_with, format_instr,
-    DisasmOptions,
+    disassemble, disassemble_code, disassemble_kernel, disassemble_lossy, disassemble_with,
+    format_instr, DisasmOptions,
 };
 
 use crate::error::OperandError;

@@ -1,0 +1,248 @@
+//! Element-wise maps `dst[i] = f(src[i])`: the unary opcodes and (through
+//! [`WithImm`]) the vector-with-scalar ones.
+//!
+//! `f32`/`i32` tiles run `f` directly over the UB slices (in place when
+//! `dst == src`); `f16`/`bf16`/`i8`/`bool` tiles go through a stack buffer
+//! of [`CHUNK`] compute values: convert in, run the same slice kernel,
+//! convert out.
+
+use core::marker::PhantomData;
+
+use super::binary::BinOp;
+use super::ub::{range_of, view_mut, Elem, Split, TSrc, CHUNK};
+use super::UbArgs;
+use crate::math;
+
+/// An element-wise function over compute values, with slice kernels that
+/// an op may override (e.g. with SIMD intrinsics).
+pub(crate) trait Kern<C: Copy>: Copy {
+    /// The function.
+    fn f(&self, x: C) -> C;
+    /// `dst[i] = f(src[i])` (equal lengths).
+    #[inline(always)]
+    fn run(&self, dst: &mut [C], src: &[C]) {
+        for (d, s) in dst.iter_mut().zip(src) {
+            *d = self.f(*s);
+        }
+    }
+    /// `xs[i] = f(xs[i])`.
+    #[inline(always)]
+    fn run_inplace(&self, xs: &mut [C]) {
+        for x in xs {
+            *x = self.f(*x);
+        }
+    }
+}
+
+/// Runs `k` over `n` elements from byte offset `src` to `dst` (identical or
+/// disjoint ranges).
+#[inline(always)]
+pub(crate) fn map1<T: Elem, K: Kern<T::C>>(ub: &mut [u8], dst: u32, src: u32, n: u32, k: K) {
+    let n = n as usize;
+    let (Some(rd), Some(rs)) = (range_of::<T>(dst, n), range_of::<T>(src, n)) else {
+        return;
+    };
+    let Some(sp) = Split::new(ub, rd) else { return };
+    let Some(src) = sp.src(rs).and_then(|s| s.typed::<T>()) else {
+        return;
+    };
+    let Some(d) = view_mut::<T>(sp.dst) else { return };
+    match src {
+        TSrc::Alias => {
+            if let Some(dc) = T::direct_mut(d) {
+                k.run_inplace(dc);
+                return;
+            }
+            let mut buf = [T::C::default(); CHUNK];
+            for dc in d.chunks_mut(CHUNK) {
+                let b = &mut buf[..dc.len().min(CHUNK)];
+                for (b, x) in b.iter_mut().zip(dc.iter()) {
+                    *b = x.get();
+                }
+                k.run_inplace(b);
+                for (x, b) in dc.iter_mut().zip(b.iter()) {
+                    *x = T::put(*b);
+                }
+            }
+        }
+        TSrc::Slice(s) => {
+            if let (Some(dc), Some(sc)) = (T::direct_mut(d), T::direct(s)) {
+                k.run(dc, sc);
+                return;
+            }
+            let mut buf = [T::C::default(); CHUNK];
+            for (dc, sc) in d.chunks_mut(CHUNK).zip(s.chunks(CHUNK)) {
+                let b = &mut buf[..dc.len().min(CHUNK)];
+                for (b, x) in b.iter_mut().zip(sc) {
+                    *b = x.get();
+                }
+                k.run_inplace(b);
+                for (x, b) in dc.iter_mut().zip(b.iter()) {
+                    *x = T::put(*b);
+                }
+            }
+        }
+    }
+}
+
+/// Handler of a unary opcode.
+pub(crate) fn unary<T: Elem, K: Kern<T::C> + Default>(ub: &mut [u8], a: &UbArgs) {
+    map1::<T, K>(ub, a.dst, a.a, a.n, K::default());
+}
+
+/// A binary op with its second (or, `REV`, first) operand fixed to the
+/// instruction's immediate.
+pub(crate) struct WithImm<C, O, const REV: bool>(pub C, PhantomData<O>);
+
+impl<C: Copy, O, const REV: bool> Clone for WithImm<C, O, REV> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<C: Copy, O, const REV: bool> Copy for WithImm<C, O, REV> {}
+
+impl<C: Copy, O: BinOp<C>, const REV: bool> Kern<C> for WithImm<C, O, REV> {
+    #[inline(always)]
+    fn f(&self, x: C) -> C {
+        if REV {
+            O::f(self.0, x)
+        } else {
+            O::f(x, self.0)
+        }
+    }
+}
+
+/// Handler of a vector-with-scalar opcode: `dst = a op imm` (`REV`:
+/// `imm op a`).
+pub(crate) fn scalar<T: Elem, O: BinOp<T::C>, const REV: bool>(ub: &mut [u8], a: &UbArgs) {
+    let k = WithImm::<T::C, O, REV>(T::imm(a.imm), PhantomData);
+    map1::<T, _>(ub, a.dst, a.a, a.n, k);
+}
+
+macro_rules! kern {
+    ($(#[$m:meta])* $name:ident { $($c:ty => |$x:ident| $e:expr;)* }) => {
+        $(#[$m])*
+        #[derive(Clone, Copy, Default)]
+        pub(crate) struct $name;
+        $(
+            impl Kern<$c> for $name {
+                #[inline(always)]
+                fn f(&self, $x: $c) -> $c {
+                    $e
+                }
+            }
+        )*
+    };
+}
+
+kern!(
+    /// `|x|` (integers wrap: |MIN| = MIN).
+    Abs {
+        f32 => |x| f32::from_bits(x.to_bits() & 0x7fff_ffff);
+        i32 => |x| x.wrapping_abs();
+    }
+);
+kern!(
+    /// `−x` (integers wrap).
+    Neg {
+        f32 => |x| -x;
+        i32 => |x| x.wrapping_neg();
+    }
+);
+kern!(
+    /// `max(x, 0)`; for floats NaN stays NaN and −0 becomes +0.
+    Relu {
+        f32 => |x| if x <= 0.0 { 0.0 } else { x };
+        i32 => |x| x.max(0);
+    }
+);
+kern!(
+    /// [`math::exp`].
+    Exp { f32 => |x| math::exp(x); }
+);
+kern!(
+    /// [`math::log`].
+    Log { f32 => |x| math::log(x); }
+);
+kern!(
+    /// [`math::recip`].
+    Recip { f32 => |x| math::recip(x); }
+);
+kern!(
+    /// [`math::tanh`].
+    Tanh { f32 => |x| math::tanh(x); }
+);
+kern!(
+    /// [`math::sigmoid`].
+    Sigmoid { f32 => |x| math::sigmoid(x); }
+);
+kern!(
+    /// [`math::gelu_tanh`].
+    GeluTanh { f32 => |x| math::gelu_tanh(x); }
+);
+kern!(
+    /// [`math::gelu_erf`].
+    GeluErf { f32 => |x| math::gelu_erf(x); }
+);
+kern!(
+    /// [`math::silu`].
+    Silu { f32 => |x| math::silu(x); }
+);
+kern!(
+    /// [`math::floor`].
+    Floor { f32 => |x| math::floor(x); }
+);
+kern!(
+    /// [`math::ceil`].
+    Ceil { f32 => |x| math::ceil(x); }
+);
+kern!(
+    /// [`math::round`].
+    Round { f32 => |x| math::round(x); }
+);
+kern!(
+    /// [`math::erf`].
+    Erf { f32 => |x| math::erf(x); }
+);
+kern!(
+    /// Logical not.
+    Not { bool => |x| !x; }
+);
+
+/// Square root with the SIMD instruction over slices.
+#[derive(Clone, Copy, Default)]
+pub(crate) struct Sqrt;
+
+impl Kern<f32> for Sqrt {
+    #[inline(always)]
+    fn f(&self, x: f32) -> f32 {
+        math::sqrt(x)
+    }
+    #[inline(always)]
+    fn run(&self, dst: &mut [f32], src: &[f32]) {
+        math::sqrt_slice_with(dst, src, |r| r);
+    }
+    #[inline(always)]
+    fn run_inplace(&self, xs: &mut [f32]) {
+        math::sqrt_slice_inplace_with(xs, |r| r);
+    }
+}
+
+/// `1/sqrt(x)` with the SIMD square root over slices.
+#[derive(Clone, Copy, Default)]
+pub(crate) struct Rsqrt;
+
+impl Kern<f32> for Rsqrt {
+    #[inline(always)]
+    fn f(&self, x: f32) -> f32 {
+        math::rsqrt(x)
+    }
+    #[inline(always)]
+    fn run(&self, dst: &mut [f32], src: &[f32]) {
+        math::sqrt_slice_with(dst, src, |r| 1.0 / r);
+    }
+    #[inline(always)]
+    fn run_inplace(&self, xs: &mut [f32]) {
+        math::sqrt_slice_inplace_with(xs, |r| 1.0 / r);
+    }
+}

@@ -1,0 +1,274 @@
+//! `dvm demo`: the runtime operator compiler on a sweep of sequence lengths.
+//!
+//! For each length S and each operator of a transformer layer at hidden size
+//! 768 (bias add, softmax, layernorm, matmul + bias + GELU), the demo
+//! compiles a kernel for exactly that shape (timing the cache miss: compile,
+//! encode, verify, predecode), runs it on the CPU device, and checks it
+//! against an f64 reference.
+
+use std::fmt::Write as _;
+use std::time::Instant;
+
+use dvm_isa::{DType, Opcode};
+
+use crate::compile::{Group, GroupKind, Node, Target, View};
+use crate::kernel::build;
+use crate::runtime::pool::{CpuPool, RawBuf};
+
+/// Hidden size of the demo's layer.
+pub const HIDDEN: u64 = 768;
+
+/// One row of the demo table.
+#[derive(Clone, Debug)]
+pub struct DemoRow {
+    /// Sequence length.
+    pub len: u64,
+    /// Operator name.
+    pub op: &'static str,
+    /// Compile time of the cache miss, µs.
+    pub compile_us: f64,
+    /// Best run time over a few launches, ms.
+    pub run_ms: f64,
+    /// Max |device − reference|.
+    pub max_err: f64,
+    /// Tolerance the error is checked against.
+    pub tol: f64,
+}
+
+fn f32v(shape: &[u64]) -> View {
+    View::contiguous(DType::F32, shape)
+}
+
+/// Deterministic pseudo-random data in [-1, 1).
+pub fn data(n: usize, seed: u32) -> Vec<f32> {
+    let mut s = seed.wrapping_mul(2_654_435_761) | 1;
+    (0..n)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 17;
+            s ^= s << 5;
+            (s >> 8) as f32 / (1u32 << 23) as f32 - 1.0
+        })
+        .collect()
+}
+
+/// The groups of the demo layer at length `s`, with their names.
+pub fn groups(s: u64) -> Vec<(&'static str, Group)> {
+    let h = HIDDEN;
+    let x = f32v(&[s, h]);
+    let row = |v: View| v.broadcast_to(&[s, h]).unwrap_or_else(|| f32v(&[s, h]));
+    let bias_add = Group {
+        kind: GroupKind::Elementwise { shape: vec![s, h] },
+        inputs: vec![x.clone(), row(f32v(&[h]))],
+        nodes: vec![
+            (Node::Input(0), DType::F32),
+            (Node::Input(1), DType::F32),
+            (Node::Binary(Opcode::Add, 0, 1), DType::F32),
+        ],
+        outputs: vec![(2, x.clone())],
+    };
+    let softmax = Group {
+        kind: GroupKind::Reduce {
+            shape: vec![s, h],
+            axis: 1,
+        },
+        inputs: vec![x.clone()],
+        nodes: vec![
+            (Node::Input(0), DType::F32),
+            (Node::Reduce(Opcode::ReduceMax, 0), DType::F32),
+            (Node::Binary(Opcode::Sub, 0, 1), DType::F32),
+            (Node::Unary(Opcode::Exp, 2), DType::F32),
+            (Node::Reduce(Opcode::ReduceSum, 3), DType::F32),
+            (Node::Binary(Opcode::Div, 3, 4), DType::F32),
+        ],
+        outputs: vec![(5, x.clone())],
+    };
+    let inv = 1.0 / h as f64;
+    let layernorm = Group {
+        kind: GroupKind::Reduce {
+            shape: vec![s, h],
+            axis: 1,
+        },
+        inputs: vec![x.clone(), row(f32v(&[h])), row(f32v(&[h]))],
+        nodes: vec![
+            (Node::Input(0), DType::F32),                          // 0 x
+            (Node::Reduce(Opcode::ReduceSum, 0), DType::F32),      // 1 Σx
+            (Node::Scalar(Opcode::MulS, 1, inv), DType::F32),      // 2 mean
+            (Node::Binary(Opcode::Sub, 0, 2), DType::F32),         // 3 xc
+            (Node::Binary(Opcode::Mul, 3, 3), DType::F32),         // 4 xc²
+            (Node::Reduce(Opcode::ReduceSum, 4), DType::F32),      // 5 Σxc²
+            (Node::Scalar(Opcode::MulS, 5, inv), DType::F32),      // 6 var
+            (Node::Scalar(Opcode::AddS, 6, 1e-5), DType::F32),     // 7 var+ε
+            (Node::Unary(Opcode::Rsqrt, 7), DType::F32),           // 8 rstd
+            (Node::Binary(Opcode::Mul, 3, 8), DType::F32),         // 9 xhat
+            (Node::Input(1), DType::F32),                          // 10 γ
+            (Node::Binary(Opcode::Mul, 9, 10), DType::F32),        // 11
+            (Node::Input(2), DType::F32),                          // 12 β
+            (Node::Binary(Opcode::Add, 11, 12), DType::F32),       // 13
+        ],
+        outputs: vec![(13, x.clone())],
+    };
+    let mlp = Group {
+        kind: GroupKind::Matmul {
+            batch: vec![],
+            m: s,
+            n: h,
+            k: h,
+            acc: DType::F32,
+        },
+        inputs: vec![x.clone(), f32v(&[h, h]), row(f32v(&[h]))],
+        nodes: vec![
+            (Node::Matmul, DType::F32),
+            (Node::Input(2), DType::F32),
+            (Node::Binary(Opcode::Add, 0, 1), DType::F32),
+            (Node::Unary(Opcode::GeluTanh, 2), DType::F32),
+        ],
+        outputs: vec![(3, x)],
+    };
+    vec![
+        ("bias_add", bias_add),
+        ("softmax", softmax),
+        ("layernorm", layernorm),
+        ("matmul+bias+gelu", mlp),
+    ]
+}
+
+/// f64 reference of the demo operators; `rows` selects the rows checked.
+fn reference(op: &str, s: u64, inputs: &[Vec<f32>], rows: &[u64]) -> Vec<(u64, Vec<f64>)> {
+    let h = HIDDEN as usize;
+    let x = &inputs[0];
+    rows.iter()
+        .map(|&r| {
+            let xr: Vec<f64> = x[r as usize * h..(r as usize + 1) * h].iter().map(|v| *v as f64).collect();
+            let out = match op {
+                "bias_add" => xr.iter().zip(&inputs[1]).map(|(a, b)| a + *b as f64).collect(),
+                "softmax" => {
+                    let m = xr.iter().cloned().fold(f64::MIN, f64::max);
+                    let e: Vec<f64> = xr.iter().map(|v| (v - m).exp()).collect();
+                    let sum: f64 = e.iter().sum();
+                    e.iter().map(|v| v / sum).collect()
+                }
+                "layernorm" => {
+                    let mean = xr.iter().sum::<f64>() / h as f64;
+                    let var = xr.iter().map(|v| (v - mean) * (v - mean)).sum::<f64>() / h as f64;
+                    let rstd = 1.0 / (var + 1e-5).sqrt();
+                    (0..h)
+                        .map(|j| (xr[j] - mean) * rstd * inputs[1][j] as f64 + inputs[2][j] as f64)
+                        .collect()
+                }
+                _ => {
+                    let w = &inputs[1];
+                    (0..h)
+                        .map(|j| {
+                            let mut acc = inputs[2][j] as f64;
+                            for (p, xv) in xr.iter().enumerate() {
+                                acc += xv * w[p * h + j] as f64;
+                            }
+                            let c = (2.0 / std::f64::consts::PI).sqrt();
+                            0.5 * acc * (1.0 + (c * (acc + 0.044715 * acc * acc * acc)).tanh())
+                        })
+                        .collect()
+                }
+            };
+            let _ = s;
+            (r, out)
+        })
+        .collect()
+}
+
+/// Runs the demo over `lens`; returns the rows (errors are strings: the demo
+/// is a command, not a library entry).
+///
+/// # Errors
+/// The first compile or launch failure, as text.
+pub fn run(lens: &[u64], pool: &CpuPool) -> Result<Vec<DemoRow>, String> {
+    let target = Target {
+        cores: pool.cores() as u32,
+        ..Target::default()
+    };
+    let mut rows_out = Vec::new();
+    for &s in lens {
+        for (i, (name, group)) in groups(s).into_iter().enumerate() {
+            let t0 = Instant::now();
+            let kernel = build(&group, name, &target).map_err(|e| format!("{name} at S={s}: {e}"))?;
+            let compile_us = t0.elapsed().as_secs_f64() * 1e6;
+            let inputs: Vec<Vec<f32>> = group
+                .inputs
+                .iter()
+                .enumerate()
+                .map(|(k, v)| {
+                    let n = if v.strides.contains(&0) { HIDDEN } else { v.numel() };
+                    data(n as usize, (s as u32) * 31 + i as u32 * 7 + k as u32)
+                })
+                .collect();
+            let mut out = vec![0f32; (s * HIDDEN) as usize];
+            let mut bufs: Vec<RawBuf> = inputs
+                .iter()
+                .map(|v| RawBuf {
+                    ptr: v.as_ptr() as *mut u8,
+                    len: v.len() * 4,
+                    writable: false,
+                })
+                .collect();
+            bufs.push(RawBuf {
+                ptr: out.as_mut_ptr() as *mut u8,
+                len: out.len() * 4,
+                writable: true,
+            });
+            let mut best = f64::MAX;
+            for _ in 0..3 {
+                let t = Instant::now();
+                // SAFETY: the buffers are live vectors owned here, not
+                // touched during the launch; only `out` is written.
+                unsafe { pool.launch(&kernel.program, &bufs) }
+                    .map_err(|e| format!("{name} at S={s}: {e}"))?;
+                best = best.min(t.elapsed().as_secs_f64() * 1e3);
+            }
+            let check: Vec<u64> = if s <= 256 {
+                (0..s).collect()
+            } else {
+                (0..64).map(|k| k * (s - 1) / 63).collect()
+            };
+            let mut max_err = 0f64;
+            for (r, want) in reference(name, s, &inputs, &check) {
+                for (j, w) in want.iter().enumerate() {
+                    let got = out[(r * HIDDEN) as usize + j] as f64;
+                    max_err = max_err.max((got - w).abs());
+                }
+            }
+            let tol = if name == "matmul+bias+gelu" { 1e-3 } else { 1e-5 };
+            rows_out.push(DemoRow {
+                len: s,
+                op: name,
+                compile_us,
+                run_ms: best,
+                max_err,
+                tol,
+            });
+        }
+    }
+    Ok(rows_out)
+}
+
+/// Formats the demo table.
+pub fn table(rows: &[DemoRow]) -> String {
+    let mut t = String::new();
+    let _ = writeln!(
+        t,
+        "{:>6}  {:<18} {:>12} {:>10} {:>10}  {}",
+        "len", "op", "compile µs", "run ms", "max err", "ok"
+    );
+    for r in rows {
+        let _ = writeln!(
+            t,
+            "{:>6}  {:<18} {:>12.1} {:>10.3} {:>10.2e}  {}",
+            r.len,
+            r.op,
+            r.compile_us,
+            r.run_ms,
+            r.max_err,
+            if r.max_err <= r.tol { "yes" } else { "NO" }
+        );
+    }
+    t
+}
