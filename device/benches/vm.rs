@@ -18,7 +18,8 @@
 //! and as the median of per-pair ratios. After the summary, divan runs the
 //! micro-benchmarks (dispatch cost per tile, predecode, small loads) unless
 //! `DVM_BENCH_SUMMARY_ONLY` is set. Set `DVM_BENCH_QUICK=1` for a fast run
-//! with smaller DRAM buffers.
+//! with smaller DRAM buffers, `DVM_BENCH_DRAM_TILE=<f32 elements>` to
+//! change the DRAM kernels' tile size.
 
 use std::hint::black_box;
 use std::time::{Duration, Instant};
@@ -27,8 +28,8 @@ use dvm_device::ops::{self, UbOp};
 use dvm_device::{math, run_block, GmBuf, Launch, NoBarrier, Program, UbStorage};
 use dvm_isa::builder::{BodyDef, CodeWriter, KernelDef, ModuleBuilder, ParamDef};
 use dvm_isa::{
-    verify_kernel, Axis, DType, DeviceLimits, GridDim, Instr, KernelKind, Module, PadMode, ParamAccess, Scalar,
-    WaitMask,
+    verify_kernel, Axis, DType, DeviceLimits, GridDim, Instr, KernelKind, Module, PadMode,
+    ParamAccess, Scalar, WaitMask,
 };
 use zerocopy::IntoBytes;
 
@@ -37,6 +38,7 @@ const F: DType = DType::F32;
 fn main() {
     let quick = std::env::var_os("DVM_BENCH_QUICK").is_some();
     let mut rows: Vec<Row> = Vec::new();
+    warm_up();
     overhead(&mut rows, quick);
     handlers(&mut rows, quick);
     dram(&mut rows, quick);
@@ -72,7 +74,13 @@ enum Kind {
     /// `base / vm` (throughput), at least `target` — or informational.
     ThroughputAtLeast(Option<f64>),
     /// Bandwidth relative to memcpy; `bytes_vm` and `bytes_base` per sample.
-    Bandwidth { target: f64, bytes_vm: f64, bytes_base: f64 },
+    Bandwidth {
+        target: f64,
+        bytes_vm: f64,
+        bytes_base: f64,
+    },
+    /// As `Bandwidth`, for information.
+    BandwidthInfo { bytes_vm: f64, bytes_base: f64 },
 }
 
 /// Runs `vm` and `base` alternately, `samples` times each (after one warm-up
@@ -100,10 +108,25 @@ fn paired<S: ?Sized>(
         tv.push(a);
         tb.push(b);
     }
-    let mut ratios: Vec<f64> = tv.iter().zip(&tb).map(|(a, b)| a.as_secs_f64() / b.as_secs_f64()).collect();
+    let mut ratios: Vec<f64> = tv
+        .iter()
+        .zip(&tb)
+        .map(|(a, b)| a.as_secs_f64() / b.as_secs_f64())
+        .collect();
     ratios.sort_by(|a, b| a.total_cmp(b));
     let min = |v: &[Duration]| v.iter().copied().min().unwrap_or_default();
     (min(&tv), min(&tb), ratios[ratios.len() / 2])
+}
+
+/// Spins for a while so the core is at its steady clock before the first
+/// measurement.
+fn warm_up() {
+    let (a, b) = (data(4096, 1), data(4096, 2));
+    let mut c = vec![0f32; 4096];
+    let t = Instant::now();
+    while t.elapsed() < Duration::from_millis(300) {
+        plain_add(black_box(&mut c), black_box(&a), black_box(&b));
+    }
 }
 
 fn time(f: impl FnOnce()) -> Duration {
@@ -124,13 +147,23 @@ fn print_summary(rows: &[Row]) {
         let (ratio, med, target, ok) = match r.kind {
             Kind::TimeAtMost(t) => {
                 let x = vm / base;
-                (x, r.median_ratio, format!("<={t:.2}x"), if x <= t { "yes" } else { "NO" })
+                (
+                    x,
+                    r.median_ratio,
+                    format!("<={t:.2}x"),
+                    if x <= t { "yes" } else { "NO" },
+                )
             }
             Kind::ThroughputAtLeast(t) => {
                 let x = base / vm;
                 let med = 1.0 / r.median_ratio;
                 match t {
-                    Some(t) => (x, med, format!(">={t:.2}x"), if x >= t { "yes" } else { "NO" }),
+                    Some(t) => (
+                        x,
+                        med,
+                        format!(">={t:.2}x"),
+                        if x >= t { "yes" } else { "NO" },
+                    ),
                     None => (x, med, "info".to_string(), "-"),
                 }
             }
@@ -141,7 +174,20 @@ fn print_summary(rows: &[Row]) {
             } => {
                 let x = (bytes_vm / vm) / (bytes_base / base);
                 let med = (bytes_vm / bytes_base) / r.median_ratio;
-                (x, med, format!(">={:.0}%", target * 100.0), if x >= target { "yes" } else { "NO" })
+                (
+                    x,
+                    med,
+                    format!(">={:.0}%", target * 100.0),
+                    if x >= target { "yes" } else { "NO" },
+                )
+            }
+            Kind::BandwidthInfo {
+                bytes_vm,
+                bytes_base,
+            } => {
+                let x = (bytes_vm / vm) / (bytes_base / base);
+                let med = (bytes_vm / bytes_base) / r.median_ratio;
+                (x, med, "info".to_string(), "-")
             }
         };
         eprintln!(
@@ -268,11 +314,18 @@ fn add_module(n: u32, tiles: u32) -> Vec<u8> {
 fn copy_module(n: u32, tiles: u32) -> Vec<u8> {
     let (la, _) = gm_box(0, 0, n);
     let (_, sb) = gm_box(1, 0, n);
-    module(4 * n, &[ParamAccess::Read, ParamAccess::Write], tiles, &[la, sb])
+    module(
+        4 * n,
+        &[ParamAccess::Read, ParamAccess::Write],
+        tiles,
+        &[la, sb],
+    )
 }
 
 fn limits(ub: usize) -> DeviceLimits {
-    DeviceLimits { ub_bytes: ub as u32 }
+    DeviceLimits {
+        ub_bytes: ub as u32,
+    }
 }
 
 /// A zeroed, 64-byte aligned UB of `N` bytes on the heap.
@@ -283,7 +336,9 @@ fn ub_box<const N: usize>() -> Box<UbStorage<N>> {
 
 /// `len` f32 values, touched so that pages are mapped.
 fn data(len: usize, seed: u32) -> Vec<f32> {
-    (0..len).map(|i| ((i as u32).wrapping_mul(2654435761) ^ seed) as f32 * 1e-9).collect()
+    (0..len)
+        .map(|i| ((i as u32).wrapping_mul(2654435761) ^ seed) as f32 * 1e-9)
+        .collect()
 }
 
 /// The UB as f32 slices `[a | b | c]` of `n` elements each, from byte 0.
@@ -353,9 +408,20 @@ fn overhead(rows: &mut Vec<Row>, quick: bool) {
 
 /// The plain loop: per tile, copy a and b into the scratch, add, copy out.
 #[inline(never)]
-fn plain_add_tiles(a: &[f32], b: &[f32], c: &mut [f32], ua: &mut [f32], ub: &mut [f32], uc: &mut [f32]) {
+fn plain_add_tiles(
+    a: &[f32],
+    b: &[f32],
+    c: &mut [f32],
+    ua: &mut [f32],
+    ub: &mut [f32],
+    uc: &mut [f32],
+) {
     let n = ua.len();
-    for ((ta, tb), tc) in a.chunks_exact(n).zip(b.chunks_exact(n)).zip(c.chunks_exact_mut(n)) {
+    for ((ta, tb), tc) in a
+        .chunks_exact(n)
+        .zip(b.chunks_exact(n))
+        .zip(c.chunks_exact_mut(n))
+    {
         ua.copy_from_slice(ta);
         ub.copy_from_slice(tb);
         plain_add(uc, ua, ub);
@@ -384,15 +450,26 @@ fn plain_map(c: &mut [f32], a: &[f32], f: impl Fn(f32) -> f32) {
     }
 }
 
-/// Column sums of a `rows × cols` tile (fold the rows): vectorised across
-/// columns.
+/// Column sums of a `rows × cols` tile (fold the rows): 32 columns at a
+/// time accumulated in registers down all the rows.
 #[inline(never)]
 fn plain_sum_rows(out: &mut [f32], x: &[f32], cols: usize) {
-    out.copy_from_slice(&x[..cols]);
-    for row in x.chunks_exact(cols).skip(1) {
-        for (o, v) in out.iter_mut().zip(row) {
-            *o += v;
+    const W: usize = 32;
+    let rows = x.len() / cols;
+    let mut c = 0;
+    while c + W <= cols {
+        let mut acc = [0f32; W];
+        for r in 0..rows {
+            let row: &[f32; W] = x[r * cols + c..r * cols + c + W].try_into().unwrap();
+            for (a, v) in acc.iter_mut().zip(row) {
+                *a += v;
+            }
         }
+        out[c..c + W].copy_from_slice(&acc);
+        c += W;
+    }
+    for (k, o) in out.iter_mut().enumerate().skip(c) {
+        *o = (0..rows).map(|r| x[r * cols + k]).sum();
     }
 }
 
@@ -429,8 +506,18 @@ fn handlers(rows: &mut Vec<Row>, quick: bool) {
     let ub = &mut ubs.0;
     {
         let (a, b, c) = ub_f32(ub, N);
-        a.copy_from_slice(&data(N, 3).iter().map(|x| x * 1e9 % 8.0 - 4.0).collect::<Vec<_>>());
-        b.copy_from_slice(&data(N, 4).iter().map(|x| x * 1e9 % 8.0 - 4.0).collect::<Vec<_>>());
+        a.copy_from_slice(
+            &data(N, 3)
+                .iter()
+                .map(|x| x * 1e9 % 8.0 - 4.0)
+                .collect::<Vec<_>>(),
+        );
+        b.copy_from_slice(
+            &data(N, 4)
+                .iter()
+                .map(|x| x * 1e9 % 8.0 - 4.0)
+                .collect::<Vec<_>>(),
+        );
         c.fill(0.0);
     }
     let n = N as u32;
@@ -441,7 +528,13 @@ fn handlers(rows: &mut Vec<Row>, quick: bool) {
     let cases: Vec<(&str, Instr, Base, Option<f64>)> = vec![
         (
             "add",
-            Instr::Add { dt: F, dst: 8 * n, a: 0, b: 4 * n, n },
+            Instr::Add {
+                dt: F,
+                dst: 8 * n,
+                a: 0,
+                b: 4 * n,
+                n,
+            },
             |u| {
                 let (a, b, c) = ub_f32(u, N);
                 plain_add(c, a, b)
@@ -450,7 +543,13 @@ fn handlers(rows: &mut Vec<Row>, quick: bool) {
         ),
         (
             "mul",
-            Instr::Mul { dt: F, dst: 8 * n, a: 0, b: 4 * n, n },
+            Instr::Mul {
+                dt: F,
+                dst: 8 * n,
+                a: 0,
+                b: 4 * n,
+                n,
+            },
             |u| {
                 let (a, b, c) = ub_f32(u, N);
                 plain_mul(c, a, b)
@@ -459,7 +558,12 @@ fn handlers(rows: &mut Vec<Row>, quick: bool) {
         ),
         (
             "exp (vs math::exp loop)",
-            Instr::Exp { dt: F, dst: 8 * n, src: 0, n },
+            Instr::Exp {
+                dt: F,
+                dst: 8 * n,
+                src: 0,
+                n,
+            },
             |u| {
                 let (a, _, c) = ub_f32(u, N);
                 plain_map(c, a, math::exp)
@@ -468,7 +572,12 @@ fn handlers(rows: &mut Vec<Row>, quick: bool) {
         ),
         (
             "exp (vs libm::expf, info)",
-            Instr::Exp { dt: F, dst: 8 * n, src: 0, n },
+            Instr::Exp {
+                dt: F,
+                dst: 8 * n,
+                src: 0,
+                n,
+            },
             |u| {
                 let (a, _, c) = ub_f32(u, N);
                 plain_map(c, a, libm::expf)
@@ -477,7 +586,12 @@ fn handlers(rows: &mut Vec<Row>, quick: bool) {
         ),
         (
             "tanh (vs math::tanh loop)",
-            Instr::Tanh { dt: F, dst: 8 * n, src: 0, n },
+            Instr::Tanh {
+                dt: F,
+                dst: 8 * n,
+                src: 0,
+                n,
+            },
             |u| {
                 let (a, _, c) = ub_f32(u, N);
                 plain_map(c, a, math::tanh)
@@ -486,7 +600,12 @@ fn handlers(rows: &mut Vec<Row>, quick: bool) {
         ),
         (
             "tanh (vs libm::tanhf, info)",
-            Instr::Tanh { dt: F, dst: 8 * n, src: 0, n },
+            Instr::Tanh {
+                dt: F,
+                dst: 8 * n,
+                src: 0,
+                n,
+            },
             |u| {
                 let (a, _, c) = ub_f32(u, N);
                 plain_map(c, a, libm::tanhf)
@@ -495,7 +614,14 @@ fn handlers(rows: &mut Vec<Row>, quick: bool) {
         ),
         (
             "rsum rows (16x256 -> 1x256)",
-            Instr::ReduceSum { dt: F, axis: Axis::Rows, dst: 8 * n, src: 0, rows: rr, cols: rc },
+            Instr::ReduceSum {
+                dt: F,
+                axis: Axis::Rows,
+                dst: 8 * n,
+                src: 0,
+                rows: rr,
+                cols: rc,
+            },
             |u| {
                 let (a, _, c) = ub_f32(u, N);
                 plain_sum_rows(&mut c[..N / 16], a, N / 16)
@@ -504,7 +630,14 @@ fn handlers(rows: &mut Vec<Row>, quick: bool) {
         ),
         (
             "rsum cols (16x256 -> 16x1)",
-            Instr::ReduceSum { dt: F, axis: Axis::Cols, dst: 8 * n, src: 0, rows: rr, cols: rc },
+            Instr::ReduceSum {
+                dt: F,
+                axis: Axis::Cols,
+                dst: 8 * n,
+                src: 0,
+                rows: rr,
+                cols: rc,
+            },
             |u| {
                 let (a, _, c) = ub_f32(u, N);
                 plain_sum_cols(&mut c[..16], a, N / 16)
@@ -534,7 +667,7 @@ fn handlers(rows: &mut Vec<Row>, quick: bool) {
         } as f64;
         rows.push(Row {
             group: "in-cache",
-            name: format!("{name}"),
+            name: name.to_string(),
             vm: per(vm),
             base: per(bt),
             median_ratio: med,
@@ -555,12 +688,17 @@ fn run_op(op: &UbOp, ub: &mut [u8], reps: u32) {
 // 3. From DRAM.
 
 fn dram(rows: &mut Vec<Row>, quick: bool) {
-    let n_env: usize = std::env::var("DVM_TILE").ok().and_then(|s| s.parse().ok()).unwrap_or(32 * 1024);
-    let N = n_env;
+    // Elements per tile (64 KiB of f32 by default); `DVM_BENCH_DRAM_TILE`
+    // overrides it.
+    let tile: usize = std::env::var("DVM_BENCH_DRAM_TILE")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(16 * 1024)
+        .clamp(64, 24 * 1024);
     const UB: usize = 192 * 1024;
     let mib = if quick { 64 } else { 256 };
     let len = mib * (1 << 20) / 4;
-    let tiles = (len / N) as u32;
+    let tiles = (len / tile) as u32;
     let samples = if quick { 5 } else { 9 };
     let a = data(len, 5);
     let b = data(len, 6);
@@ -568,7 +706,7 @@ fn dram(rows: &mut Vec<Row>, quick: bool) {
     let mut ub = ub_box::<UB>();
 
     // Copy kernel.
-    let bytes = copy_module(N as u32, tiles);
+    let bytes = copy_module(tile as u32, tiles);
     let m = Module::parse(&bytes).unwrap();
     let vk = verify_kernel(&m, 0, &limits(UB)).unwrap();
     let prog: Program = Program::new(&vk).unwrap();
@@ -577,8 +715,14 @@ fn dram(rows: &mut Vec<Row>, quick: bool) {
         samples,
         &mut st,
         |(c, ub)| {
-            let launch =
-                Launch::new(&vk, [GmBuf::from_slice(a.as_bytes()), GmBuf::from_mut_slice(c.as_mut_bytes())]).unwrap();
+            let launch = Launch::new(
+                &vk,
+                [
+                    GmBuf::from_slice(a.as_bytes()),
+                    GmBuf::from_mut_slice(c.as_mut_bytes()),
+                ],
+            )
+            .unwrap();
             black_box(run_block(&prog, &launch, 0, 1, ub, &NoBarrier).unwrap());
         },
         |(c, _)| memcpy(c, &a),
@@ -602,8 +746,35 @@ fn dram(rows: &mut Vec<Row>, quick: bool) {
         ),
     });
 
+    // For information: the same staging written as plain Rust (copy into a
+    // scratch tile, copy out), i.e. what the VM does, without the VM.
+    let (vm_t, base_t, med_t) = paired(
+        samples,
+        &mut st,
+        |(c, ub)| {
+            let (u, _, _) = ub_f32(ub, tile);
+            for (d, s) in c.chunks_exact_mut(tile).zip(a.chunks_exact(tile)) {
+                u.copy_from_slice(s);
+                d.copy_from_slice(black_box(&*u));
+            }
+        },
+        |(c, _)| memcpy(c, &a),
+    );
+    rows.push(Row {
+        group: "dram",
+        name: format!("plain staged copy loop, {mib} MiB"),
+        vm: vm_t,
+        base: base_t,
+        median_ratio: med_t,
+        kind: Kind::BandwidthInfo {
+            bytes_vm: bytes_moved,
+            bytes_base: bytes_moved,
+        },
+        note: "info: plain Rust, same tiles through a scratch, no VM".into(),
+    });
+
     // Add kernel: reads two buffers, writes one.
-    let bytes = add_module(N as u32 / 2, tiles * 2);
+    let bytes = add_module(tile as u32 / 2, tiles * 2);
     let m = Module::parse(&bytes).unwrap();
     let vk = verify_kernel(&m, 0, &limits(UB)).unwrap();
     let Ok(prog) = Program::<256, 16>::new(&vk) else {
@@ -645,6 +816,30 @@ fn dram(rows: &mut Vec<Row>, quick: bool) {
             bytes_moved / base.as_secs_f64() / 1e9
         ),
     });
+
+    // For information: the same staged add as plain Rust.
+    let half = tile / 2;
+    let (vm_t, base_t, med_t) = paired(
+        samples,
+        &mut st,
+        |(c, ub)| {
+            let (ua, ub_, uc) = ub_f32(ub, half);
+            plain_add_tiles(&a, &b, c, ua, ub_, uc);
+        },
+        |(c, _)| memcpy(c, &a),
+    );
+    rows.push(Row {
+        group: "dram",
+        name: format!("plain staged add loop, 3 x {mib} MiB"),
+        vm: vm_t,
+        base: base_t,
+        median_ratio: med_t,
+        kind: Kind::BandwidthInfo {
+            bytes_vm: moved,
+            bytes_base: bytes_moved,
+        },
+        note: "info: plain Rust, same tiles through a scratch, no VM".into(),
+    });
 }
 
 #[inline(never)]
@@ -664,23 +859,27 @@ fn dispatch_small_tiles(bencher: divan::Bencher) {
     let bytes = add_module(n, tiles);
     let m = Module::parse(&bytes).unwrap();
     let vk = verify_kernel(&m, 0, &DeviceLimits::DEFAULT).unwrap();
-    let Ok(prog) = Program::<256, 16>::new(&vk) else { return };
+    let Ok(prog) = Program::<256, 16>::new(&vk) else {
+        return;
+    };
     let len = (n * tiles) as usize;
     let (a, b) = (data(len, 7), data(len, 8));
     let mut c = vec![0f32; len];
     let mut ub = ub_box::<{ 192 * 1024 }>();
-    bencher.counter(divan::counter::ItemsCount::new(tiles)).bench_local(|| {
-        let launch = Launch::new(
-            &vk,
-            [
-                GmBuf::from_slice(a.as_bytes()),
-                GmBuf::from_slice(b.as_bytes()),
-                GmBuf::from_mut_slice(c.as_mut_bytes()),
-            ],
-        )
-        .unwrap();
-        run_block(&prog, &launch, 0, 1, &mut ub.0, &NoBarrier).unwrap()
-    });
+    bencher
+        .counter(divan::counter::ItemsCount::new(tiles))
+        .bench_local(|| {
+            let launch = Launch::new(
+                &vk,
+                [
+                    GmBuf::from_slice(a.as_bytes()),
+                    GmBuf::from_slice(b.as_bytes()),
+                    GmBuf::from_mut_slice(c.as_mut_bytes()),
+                ],
+            )
+            .unwrap();
+            run_block(&prog, &launch, 0, 1, &mut ub.0, &NoBarrier).unwrap()
+        });
 }
 
 /// Parse + verify + predecode of a 4-instruction kernel.
@@ -690,7 +889,9 @@ fn parse_verify_predecode(bencher: divan::Bencher) {
     bencher.bench(|| {
         let m = Module::parse(black_box(&bytes)).unwrap();
         let vk = verify_kernel(&m, 0, &DeviceLimits::DEFAULT).unwrap();
-        Program::<256, 16>::new(&vk).map(|p| p.instr_count()).unwrap_or(0)
+        Program::<256, 16>::new(&vk)
+            .map(|p| p.instr_count())
+            .unwrap_or(0)
     });
 }
 
@@ -722,5 +923,13 @@ fn transposed_load_64x64(bencher: divan::Bencher) {
     let mut ub = ub_box::<{ 64 * 1024 }>();
     bencher
         .counter(divan::counter::BytesCount::new(64 * 64 * 4usize))
-        .bench_local(|| dvm_device::gm::load_tile(&pattern, None, [0; 3], &GmBuf::from_slice(a.as_bytes()), &mut ub.0));
+        .bench_local(|| {
+            dvm_device::gm::load_tile(
+                &pattern,
+                None,
+                [0; 3],
+                &GmBuf::from_slice(a.as_bytes()),
+                &mut ub.0,
+            )
+        });
 }

@@ -19,7 +19,8 @@ use dvm_isa::verify::{LaunchError, UB_ALIGN};
 use dvm_isa::{DeviceLimits, KernelKind};
 
 use crate::gm::{
-    load_tile, store_add_tile, store_tile, store_tile_streaming, BindError, GmBuf, GmFault, Launch, Prefetch,
+    load_tile, store_add_tile, store_tile, store_tile_streaming, BindError, GmBuf, GmFault, Launch,
+    Prefetch,
 };
 use crate::predecode::{Program, VInstr};
 
@@ -347,15 +348,15 @@ fn run_tiles<const N: usize, const B: usize>(
             match v {
                 VInstr::Ub(op) => op.run(ub),
                 VInstr::Load { pattern, pad } => {
-                    let buf = bufs
-                        .get(pattern.buf as usize)
-                        .ok_or(fault(i, t, GmFault::Operand))?;
+                    let buf =
+                        bufs.get(pattern.buf as usize)
+                            .ok_or(fault(i, t, GmFault::Operand))?;
                     load_tile(pattern, *pad, c, buf, ub).map_err(|e| fault(i, t, e))?;
                 }
                 VInstr::Store { pattern, stream } => {
-                    let buf = bufs
-                        .get(pattern.buf as usize)
-                        .ok_or(fault(i, t, GmFault::Operand))?;
+                    let buf =
+                        bufs.get(pattern.buf as usize)
+                            .ok_or(fault(i, t, GmFault::Operand))?;
                     if *stream {
                         let mut pf = Prefetch::NONE;
                         if info.prefetch_at == Some(i as u32) && t + 1 < end {
@@ -368,15 +369,16 @@ fn run_tiles<const N: usize, const B: usize>(
                                 }
                             }
                         }
-                        store_tile_streaming(pattern, c, buf, ub, &pf).map_err(|e| fault(i, t, e))?;
+                        store_tile_streaming(pattern, c, buf, ub, &pf)
+                            .map_err(|e| fault(i, t, e))?;
                     } else {
                         store_tile(pattern, c, buf, ub).map_err(|e| fault(i, t, e))?;
                     }
                 }
                 VInstr::StoreAdd(pattern) => {
-                    let buf = bufs
-                        .get(pattern.buf as usize)
-                        .ok_or(fault(i, t, GmFault::Operand))?;
+                    let buf =
+                        bufs.get(pattern.buf as usize)
+                            .ok_or(fault(i, t, GmFault::Operand))?;
                     store_add_tile(pattern, c, buf, ub).map_err(|e| fault(i, t, e))?;
                 }
                 VInstr::Barrier => {}

@@ -251,7 +251,7 @@ impl ParamSig {
     fn check_align(&self, i: usize, b: &GmBuf<'_>) -> Result<(), BindError> {
         let align = self.align[i].max(1) as usize;
         let addr = b.ptr as usize;
-        if addr % align != 0 {
+        if addr & (align - 1) != 0 {
             return Err(BindError::Misaligned {
                 param: i,
                 addr,
@@ -511,7 +511,9 @@ fn load_t<T: Bits>(g: &Geom, buf: &GmBuf<'_>, ub: &mut [u8], pad: Option<u32>) {
         } else if g.cs == 1 {
             for r in 0..g.re {
                 // SAFETY: see above.
-                unsafe { ptr::copy_nonoverlapping(gm.add(g.row(r)), box_ptr.add(r * g.pitch), g.ce) };
+                unsafe {
+                    ptr::copy_nonoverlapping(gm.add(g.row(r)), box_ptr.add(r * g.pitch), g.ce)
+                };
             }
         } else if g.cs == 0 {
             for r in 0..g.re {
@@ -531,7 +533,8 @@ fn load_t<T: Bits>(g: &Geom, buf: &GmBuf<'_>, ub: &mut [u8], pad: Option<u32>) {
                     let src = gm.add(g.row(r));
                     let dst = box_ptr.add(r * g.pitch);
                     for k in 0..g.ce {
-                        dst.add(k).write_unaligned(src.add(k * g.cs).read_unaligned());
+                        dst.add(k)
+                            .write_unaligned(src.add(k * g.cs).read_unaligned());
                     }
                 }
             }
@@ -563,7 +566,12 @@ fn load_t<T: Bits>(g: &Geom, buf: &GmBuf<'_>, ub: &mut [u8], pad: Option<u32>) {
 /// (never for a verified kernel under a checked [`Launch`]); nothing is
 /// written then.
 #[inline]
-pub fn store_tile(p: &GmPattern, coord: [u32; 3], buf: &GmBuf<'_>, ub: &[u8]) -> Result<(), GmFault> {
+pub fn store_tile(
+    p: &GmPattern,
+    coord: [u32; 3],
+    buf: &GmBuf<'_>,
+    ub: &[u8],
+) -> Result<(), GmFault> {
     if !buf.writable {
         return Err(GmFault::ReadOnly);
     }
@@ -612,7 +620,8 @@ fn store_t<T: Bits>(g: &Geom, buf: &GmBuf<'_>, ub: &[u8]) {
                 let src = box_ptr.add(r * g.pitch);
                 let dst = gm.add(g.row(r));
                 for k in 0..g.ce {
-                    dst.add(k * g.cs).write_unaligned(src.add(k).read_unaligned());
+                    dst.add(k * g.cs)
+                        .write_unaligned(src.add(k).read_unaligned());
                 }
             }
         }
@@ -656,7 +665,9 @@ impl Prefetch {
         if self.n >= MAX_PREFETCH {
             return;
         }
-        let Ok(g) = Geom::new(p, coord, buf.len, usize::MAX) else { return };
+        let Ok(g) = Geom::new(p, coord, buf.len, usize::MAX) else {
+            return;
+        };
         if g.re == 0 || g.ce == 0 || !g.contiguous() {
             return;
         }
@@ -834,7 +845,12 @@ pub fn store_tile_streaming(
             stream_copy(gm.add(g.origin * size), box_ptr, run, &mut cur);
         } else {
             for r in 0..g.re {
-                stream_copy(gm.add(g.row(r) * size), box_ptr.add(r * g.pitch * size), run, &mut cur);
+                stream_copy(
+                    gm.add(g.row(r) * size),
+                    box_ptr.add(r * g.pitch * size),
+                    run,
+                    &mut cur,
+                );
             }
         }
     }
@@ -852,11 +868,16 @@ pub fn store_tile_streaming(
 /// misaligned, or the dtype is bool (never for a verified kernel under a
 /// checked [`Launch`]); nothing is written then.
 #[inline]
-pub fn store_add_tile(p: &GmPattern, coord: [u32; 3], buf: &GmBuf<'_>, ub: &[u8]) -> Result<(), GmFault> {
+pub fn store_add_tile(
+    p: &GmPattern,
+    coord: [u32; 3],
+    buf: &GmBuf<'_>,
+    ub: &[u8],
+) -> Result<(), GmFault> {
     if !buf.writable {
         return Err(GmFault::ReadOnly);
     }
-    if (buf.ptr as usize) % p.dtype.size() as usize != 0 {
+    if (buf.ptr as usize) & (p.dtype.size() as usize - 1) != 0 {
         return Err(GmFault::Operand);
     }
     let g = Geom::new(p, coord, buf.len, ub.len())?;

@@ -96,7 +96,10 @@ impl fmt::Display for PredecodeError {
                 "body {body}: the kernel has more than {cap} instructions, the program's capacity"
             ),
             PredecodeError::TooManyBodies { count, cap } => {
-                write!(f, "the kernel has {count} bodies, the program holds at most {cap}")
+                write!(
+                    f,
+                    "the kernel has {count} bodies, the program holds at most {cap}"
+                )
             }
             PredecodeError::Unsupported { body, word, opcode } => write!(
                 f,
@@ -200,7 +203,10 @@ impl<const N: usize, const B: usize> Program<N, B> {
                 };
                 self.code
                     .push(v)
-                    .map_err(|_| PredecodeError::TooManyInstrs { body: b as u32, cap: N })?;
+                    .map_err(|_| PredecodeError::TooManyInstrs {
+                        body: b as u32,
+                        cap: N,
+                    })?;
             }
             let grid = kernel.grid(b);
             let code = &self.code[start as usize..];

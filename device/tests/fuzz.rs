@@ -8,7 +8,10 @@ mod common;
 
 use common::*;
 use dvm_device::{run_block, ExecError, GmBuf, Launch, NoBarrier, Program};
-use dvm_isa::{verify_kernel, Axis, DType, DeviceLimits, Instr, KernelKind, MmFlags, Module, ParamAccess, Scalar};
+use dvm_isa::{
+    verify_kernel, Axis, DType, DeviceLimits, Instr, KernelKind, MmFlags, Module, ParamAccess,
+    Scalar,
+};
 use proptest::prelude::*;
 
 const R: ParamAccess = ParamAccess::Read;
@@ -20,7 +23,9 @@ fn seeds() -> Vec<Vec<u8>> {
     let f = DType::F32;
     let mut out = Vec::new();
     // 1-D copy with a tail.
-    let src = GmBox::new(f, 0, 1, 256).cols_tail(2, 1000).step([0, 0, 256]);
+    let src = GmBox::new(f, 0, 1, 256)
+        .cols_tail(2, 1000)
+        .step([0, 0, 256]);
     out.push(build(vec![K::vector(
         1024,
         &[(f, R), (f, W)],
@@ -40,8 +45,18 @@ fn seeds() -> Vec<Vec<u8>> {
         .cols_tail(0, 37)
         .step([8 * 53, 16, 0])
         .strides(1, 53);
-    let bc = GmBox::new(f, 2, 8, 16).ub(2048).rows_tail(0, 37).cols_tail(1, 53).step([0, 16, 0]).strides(0, 1);
-    let add = GmBox::new(f, 3, 8, 16).ub(0).pitch(20).rows_tail(0, 37).cols_tail(1, 53).strides(0, 1);
+    let bc = GmBox::new(f, 2, 8, 16)
+        .ub(2048)
+        .rows_tail(0, 37)
+        .cols_tail(1, 53)
+        .step([0, 16, 0])
+        .strides(0, 1);
+    let add = GmBox::new(f, 3, 8, 16)
+        .ub(0)
+        .pitch(20)
+        .rows_tail(0, 37)
+        .cols_tail(1, 53)
+        .strides(0, 1);
     out.push(build(vec![K::vector(
         4096,
         &[(f, R), (f, W), (f, R), (f, RW)],
@@ -57,8 +72,14 @@ fn seeds() -> Vec<Vec<u8>> {
     // Vector ops (run once the handlers exist): add, exp, reductions,
     // broadcast, transpose, cast.
     let x = GmBox::new(f, 0, 4, 64).rows_tail(0, 30).step([256, 0, 0]);
-    let y = GmBox::new(f, 1, 4, 64).ub(1024).rows_tail(0, 30).step([256, 0, 0]);
-    let o = GmBox::new(f, 2, 4, 64).ub(2048).rows_tail(0, 30).step([256, 0, 0]);
+    let y = GmBox::new(f, 1, 4, 64)
+        .ub(1024)
+        .rows_tail(0, 30)
+        .step([256, 0, 0]);
+    let o = GmBox::new(f, 2, 4, 64)
+        .ub(2048)
+        .rows_tail(0, 30)
+        .step([256, 0, 0]);
     out.push(build(vec![K::vector(
         8192,
         &[(f, R), (f, R), (f, W)],
@@ -66,15 +87,70 @@ fn seeds() -> Vec<Vec<u8>> {
         vec![
             x.load_fill(Scalar::f32(0.0)),
             y.load_fill(Scalar::f32(0.0)),
-            Instr::Add { dt: f, dst: 2048, a: 0, b: 1024, n: 256 },
-            Instr::Exp { dt: f, dst: 2048, src: 2048, n: 256 },
-            Instr::ReduceMax { dt: f, axis: Axis::Cols, dst: 3072, src: 2048, rows: 4, cols: 64 },
-            Instr::BroadcastCol { dt: f, dst: 4096, src: 3072, rows: 4, cols: 64 },
-            Instr::Sub { dt: f, dst: 2048, a: 2048, b: 4096, n: 256 },
-            Instr::ReduceSum { dt: f, axis: Axis::Rows, dst: 3072, src: 2048, rows: 4, cols: 64 },
-            Instr::Transpose { dt: f, dst: 5120, src: 2048, rows: 4, cols: 64 },
-            Instr::MulS { dt: f, dst: 2048, a: 2048, n: 256, imm: Scalar::f32(0.5) },
-            Instr::Cast { dt: f, to: DType::F16, dst: 6144, src: 2048, n: 256 },
+            Instr::Add {
+                dt: f,
+                dst: 2048,
+                a: 0,
+                b: 1024,
+                n: 256,
+            },
+            Instr::Exp {
+                dt: f,
+                dst: 2048,
+                src: 2048,
+                n: 256,
+            },
+            Instr::ReduceMax {
+                dt: f,
+                axis: Axis::Cols,
+                dst: 3072,
+                src: 2048,
+                rows: 4,
+                cols: 64,
+            },
+            Instr::BroadcastCol {
+                dt: f,
+                dst: 4096,
+                src: 3072,
+                rows: 4,
+                cols: 64,
+            },
+            Instr::Sub {
+                dt: f,
+                dst: 2048,
+                a: 2048,
+                b: 4096,
+                n: 256,
+            },
+            Instr::ReduceSum {
+                dt: f,
+                axis: Axis::Rows,
+                dst: 3072,
+                src: 2048,
+                rows: 4,
+                cols: 64,
+            },
+            Instr::Transpose {
+                dt: f,
+                dst: 5120,
+                src: 2048,
+                rows: 4,
+                cols: 64,
+            },
+            Instr::MulS {
+                dt: f,
+                dst: 2048,
+                a: 2048,
+                n: 256,
+                imm: Scalar::f32(0.5),
+            },
+            Instr::Cast {
+                dt: f,
+                to: DType::F16,
+                dst: 6144,
+                src: 2048,
+                n: 256,
+            },
             Instr::Barrier {},
             o.store(),
         ],
@@ -103,19 +179,37 @@ fn seeds() -> Vec<Vec<u8>> {
                     n: 8,
                     k: 8,
                 },
-                Instr::Relu { dt: f, dst: 512, src: 512, n: 64 },
+                Instr::Relu {
+                    dt: f,
+                    dst: 512,
+                    src: 512,
+                    n: 64,
+                },
                 c.store(),
             ],
         )],
     }]));
     // Parallel and sequence, other dtypes.
-    let h = GmBox::new(DType::F16, 0, 2, 32).rows_tail(0, 9).step([64, 0, 0]);
-    let i8b = GmBox::new(DType::I8, 2, 2, 32).ub(256).rows_tail(0, 9).step([64, 0, 0]);
+    let h = GmBox::new(DType::F16, 0, 2, 32)
+        .rows_tail(0, 9)
+        .step([64, 0, 0]);
+    let i8b = GmBox::new(DType::I8, 2, 2, 32)
+        .ub(256)
+        .rows_tail(0, 9)
+        .step([64, 0, 0]);
     let bodies = vec![
         ([5, 1, 1], vec![h.load(), GmBox { buf: 1, ..h }.store()]),
-        ([5, 1, 1], vec![i8b.load(), GmBox { buf: 3, ..i8b }.store_add()]),
+        (
+            [5, 1, 1],
+            vec![i8b.load(), GmBox { buf: 3, ..i8b }.store_add()],
+        ),
     ];
-    let params = vec![(DType::F16, R), (DType::F16, W), (DType::I8, R), (DType::I8, RW)];
+    let params = vec![
+        (DType::F16, R),
+        (DType::F16, W),
+        (DType::I8, R),
+        (DType::I8, RW),
+    ];
     for kind in [KernelKind::Parallel, KernelKind::Sequence] {
         out.push(build(vec![K {
             kind,
@@ -141,14 +235,22 @@ fn exercise(bytes: &[u8]) {
         let Ok(vk) = verify_kernel(&m, k, &DeviceLimits::DEFAULT) else {
             continue;
         };
-        let Ok(prog) = Program::<256, 16>::new(&vk) else { continue };
-        let needs: Vec<u64> = (0..vk.param_count()).map(|i| vk.required_bytes(i)).collect();
+        let Ok(prog) = Program::<256, 16>::new(&vk) else {
+            continue;
+        };
+        let needs: Vec<u64> = (0..vk.param_count())
+            .map(|i| vk.required_bytes(i))
+            .collect();
         if needs.iter().sum::<u64>() > MAX_BUF_BYTES {
             continue;
         }
         let mut bufs: Vec<Buf> = needs.iter().map(|n| Buf::zeroed(*n as usize)).collect();
-        let launch = Launch::new(&vk, bufs.iter_mut().map(|b| GmBuf::from_mut_slice(b.bytes_mut())))
-            .expect("buffers sized by required_bytes bind");
+        let launch = Launch::new(
+            &vk,
+            bufs.iter_mut()
+                .map(|b| GmBuf::from_mut_slice(b.bytes_mut())),
+        )
+        .expect("buffers sized by required_bytes bind");
         let mut ub = ub();
         let total = prog.total_tiles().max(1);
         let dim = total.div_ceil(TILES_PER_BLOCK).min(u32::MAX as u64) as u32;
@@ -220,7 +322,8 @@ fn seeds_are_valid_and_run() {
     for (i, s) in seeds().iter().enumerate() {
         let m = Module::parse(s).unwrap();
         for k in 0..m.kernel_count() {
-            verify_kernel(&m, k, &DeviceLimits::DEFAULT).unwrap_or_else(|e| panic!("seed {i}: {e}"));
+            verify_kernel(&m, k, &DeviceLimits::DEFAULT)
+                .unwrap_or_else(|e| panic!("seed {i}: {e}"));
         }
         exercise(s);
     }
@@ -291,9 +394,54 @@ proptest! {
 fn shrink_fields(ins: &mut Instr, next: &mut dyn FnMut() -> u64) {
     let mut small = |m: u64| next() % m;
     match ins {
-        Instr::Load { buf, ub, pitch, rows, cols, row_total, col_total, base, step0, step1, step2, row_stride, col_stride, .. }
-        | Instr::Store { buf, ub, pitch, rows, cols, row_total, col_total, base, step0, step1, step2, row_stride, col_stride, .. }
-        | Instr::StoreAdd { buf, ub, pitch, rows, cols, row_total, col_total, base, step0, step1, step2, row_stride, col_stride, .. } => {
+        Instr::Load {
+            buf,
+            ub,
+            pitch,
+            rows,
+            cols,
+            row_total,
+            col_total,
+            base,
+            step0,
+            step1,
+            step2,
+            row_stride,
+            col_stride,
+            ..
+        }
+        | Instr::Store {
+            buf,
+            ub,
+            pitch,
+            rows,
+            cols,
+            row_total,
+            col_total,
+            base,
+            step0,
+            step1,
+            step2,
+            row_stride,
+            col_stride,
+            ..
+        }
+        | Instr::StoreAdd {
+            buf,
+            ub,
+            pitch,
+            rows,
+            cols,
+            row_total,
+            col_total,
+            base,
+            step0,
+            step1,
+            step2,
+            row_stride,
+            col_stride,
+            ..
+        } => {
             *buf = small(3) as u8;
             *ub = (small(64) * 64) as u32;
             *rows = small(8) as u32 + 1;
@@ -311,4 +459,3 @@ fn shrink_fields(ins: &mut Instr, next: &mut dyn FnMut() -> u64) {
         _ => {}
     }
 }
-

@@ -18,7 +18,9 @@ fn iota_f32(n: usize) -> Vec<f32> {
 #[test]
 fn copy_1000_elements_in_256_element_tiles() {
     let n = 1000u32;
-    let src = GmBox::new(DType::F32, 0, 1, 256).cols_tail(2, n).step([0, 0, 256]);
+    let src = GmBox::new(DType::F32, 0, 1, 256)
+        .cols_tail(2, n)
+        .step([0, 0, 256]);
     let dst = GmBox { buf: 1, ..src };
     let bytes = build(vec![K::vector(
         1024,
@@ -27,7 +29,12 @@ fn copy_1000_elements_in_256_element_tiles() {
         vec![src.load(), dst.store()],
     )]);
     let a = iota_f32(n as usize);
-    let out = check_multi_block(&bytes, 0, &[Buf::from_f32(&a), Buf::zeroed(4 * n as usize)], 4);
+    let out = check_multi_block(
+        &bytes,
+        0,
+        &[Buf::from_f32(&a), Buf::zeroed(4 * n as usize)],
+        4,
+    );
     assert_eq!(out[1].f32s(), a);
     // Stats: 4 tiles × (load, store).
     let mut bufs = vec![Buf::from_f32(&a), Buf::zeroed(4000)];
@@ -66,7 +73,12 @@ fn tiled_copy(rows: u32, cols: u32, tr: u32, tc: u32, pitch: u32, dt: DType) -> 
         .strides(cols as u64, 1);
     let dst = GmBox { buf: 1, ..src };
     let ub = (tr * pitch * dt.size()).next_multiple_of(64);
-    let bytes = build(vec![K::vector(ub, &[(dt, R), (dt, W)], g, vec![src.load(), dst.store()])]);
+    let bytes = build(vec![K::vector(
+        ub,
+        &[(dt, R), (dt, W)],
+        g,
+        vec![src.load(), dst.store()],
+    )]);
     (bytes, g[0] * g[1])
 }
 
@@ -76,19 +88,31 @@ fn copy_2d_with_row_and_column_tails() {
     let a = iota_f32((rows * cols) as usize);
     for pitch in [16, 17, 24] {
         let (bytes, tiles) = tiled_copy(rows, cols, 8, 16, pitch, DType::F32);
-        let out = check_multi_block(&bytes, 0, &[Buf::from_f32(&a), Buf::zeroed(a.len() * 4)], tiles);
+        let out = check_multi_block(
+            &bytes,
+            0,
+            &[Buf::from_f32(&a), Buf::zeroed(a.len() * 4)],
+            tiles,
+        );
         assert_eq!(out[1].f32s(), a, "pitch {pitch}");
     }
     // One-byte and two-byte elements take the same paths.
     let b: Vec<u8> = (0..rows * cols).map(|i| (i * 7) as u8).collect();
     for dt in [DType::I8, DType::Bool, DType::F16, DType::BF16] {
         let data: Vec<u8> = if dt.size() == 1 {
-            b.iter().map(|x| if dt == DType::Bool { x & 1 } else { *x }).collect()
+            b.iter()
+                .map(|x| if dt == DType::Bool { x & 1 } else { *x })
+                .collect()
         } else {
             b.iter().flat_map(|x| [*x, x.wrapping_mul(3)]).collect()
         };
         let (bytes, tiles) = tiled_copy(rows, cols, 8, 16, 16, dt);
-        let out = check_multi_block(&bytes, 0, &[Buf::from_bytes(&data), Buf::zeroed(data.len())], tiles);
+        let out = check_multi_block(
+            &bytes,
+            0,
+            &[Buf::from_bytes(&data), Buf::zeroed(data.len())],
+            tiles,
+        );
         assert_eq!(out[1].bytes(), &data[..], "{dt}");
     }
 }
@@ -99,7 +123,9 @@ fn whole_box_copy_when_rows_are_contiguous() {
     // row tail.
     let (rows, cols) = (29u32, 64u32);
     let a = iota_f32((rows * cols) as usize);
-    let src = GmBox::new(DType::F32, 0, 8, cols).rows_tail(0, rows).step([(8 * cols) as u64, 0, 0]);
+    let src = GmBox::new(DType::F32, 0, 8, cols)
+        .rows_tail(0, rows)
+        .step([(8 * cols) as u64, 0, 0]);
     let dst = GmBox { buf: 1, ..src };
     let bytes = build(vec![K::vector(
         8 * 64 * 4,
@@ -132,7 +158,12 @@ fn padded_boxes(dt: DType, padv: Scalar, data: &[u8], rows: u32, cols: u32) -> V
         vec![src.load_fill(padv), dst.store()],
     )]);
     let out_len = (g[0] * g[1]) as usize * slot as usize * dt.size() as usize;
-    let out = check_multi_block(&bytes, 0, &[Buf::from_bytes(data), Buf::zeroed(out_len)], g[0] * g[1]);
+    let out = check_multi_block(
+        &bytes,
+        0,
+        &[Buf::from_bytes(data), Buf::zeroed(out_len)],
+        g[0] * g[1],
+    );
     out[1].bytes().to_vec()
 }
 
@@ -168,20 +199,45 @@ fn pad_fill_writes_the_rest_of_the_box() {
     let a = iota_f32(n);
     let a_bytes = Buf::from_f32(&a).bytes().to_vec();
     let got = padded_boxes(DType::F32, Scalar::f32(-7.5), &a_bytes, rows, cols);
-    assert_eq!(got, expected_boxes(4, &a_bytes, &(-7.5f32).to_le_bytes(), rows, cols));
+    assert_eq!(
+        got,
+        expected_boxes(4, &a_bytes, &(-7.5f32).to_le_bytes(), rows, cols)
+    );
     // -inf pads for a max reduction.
-    let got = padded_boxes(DType::F32, Scalar::f32(f32::NEG_INFINITY), &a_bytes, rows, cols);
-    assert_eq!(got, expected_boxes(4, &a_bytes, &f32::NEG_INFINITY.to_le_bytes(), rows, cols));
+    let got = padded_boxes(
+        DType::F32,
+        Scalar::f32(f32::NEG_INFINITY),
+        &a_bytes,
+        rows,
+        cols,
+    );
+    assert_eq!(
+        got,
+        expected_boxes(4, &a_bytes, &f32::NEG_INFINITY.to_le_bytes(), rows, cols)
+    );
     // f16 / bf16: the f32 value converted.
-    let h: Vec<u8> = (0..n).flat_map(|i| half::f16::from_f32(i as f32).to_le_bytes()).collect();
+    let h: Vec<u8> = (0..n)
+        .flat_map(|i| half::f16::from_f32(i as f32).to_le_bytes())
+        .collect();
     let got = padded_boxes(DType::F16, Scalar::f32(-2.5), &h, rows, cols);
-    assert_eq!(got, expected_boxes(2, &h, &half::f16::from_f32(-2.5).to_le_bytes(), rows, cols));
+    assert_eq!(
+        got,
+        expected_boxes(2, &h, &half::f16::from_f32(-2.5).to_le_bytes(), rows, cols)
+    );
     let got = padded_boxes(DType::BF16, Scalar::f32(3.0), &h, rows, cols);
-    assert_eq!(got, expected_boxes(2, &h, &half::bf16::from_f32(3.0).to_le_bytes(), rows, cols));
+    assert_eq!(
+        got,
+        expected_boxes(2, &h, &half::bf16::from_f32(3.0).to_le_bytes(), rows, cols)
+    );
     // i32: the scalar's bits; i8 saturates; bool is `!= 0`.
-    let i = Buf::from_i32(&(0..n as i32).collect::<Vec<_>>()).bytes().to_vec();
+    let i = Buf::from_i32(&(0..n as i32).collect::<Vec<_>>())
+        .bytes()
+        .to_vec();
     let got = padded_boxes(DType::I32, Scalar::i32(-123_456), &i, rows, cols);
-    assert_eq!(got, expected_boxes(4, &i, &(-123_456i32).to_le_bytes(), rows, cols));
+    assert_eq!(
+        got,
+        expected_boxes(4, &i, &(-123_456i32).to_le_bytes(), rows, cols)
+    );
     let b: Vec<u8> = (0..n).map(|i| i as u8).collect();
     let got = padded_boxes(DType::I8, Scalar::i32(i32::MIN), &b, rows, cols);
     assert_eq!(got, expected_boxes(1, &b, &[0x80], rows, cols));
@@ -226,7 +282,11 @@ fn pad_keep_leaves_the_rest_of_the_box() {
             for r in 0..tr {
                 for k in 0..tc {
                     let (i, j) = (t0 * tr + r, t1 * tc + k);
-                    want.push(if i < rows && j < cols { a[(i * cols + j) as usize] } else { 99.0 });
+                    want.push(if i < rows && j < cols {
+                        a[(i * cols + j) as usize]
+                    } else {
+                        99.0
+                    });
                 }
             }
         }
@@ -262,11 +322,21 @@ fn broadcast_loads_with_stride_zero() {
         K::vector(512, &params, g, vec![col.load(), out_box.store()]),
     ]);
     let v = iota_f32(cols as usize);
-    let out = check_multi_block(&bytes, 0, &[Buf::from_f32(&v), Buf::zeroed((4 * rows * cols) as usize)], 6);
+    let out = check_multi_block(
+        &bytes,
+        0,
+        &[Buf::from_f32(&v), Buf::zeroed((4 * rows * cols) as usize)],
+        6,
+    );
     let want: Vec<f32> = (0..rows * cols).map(|e| v[(e % cols) as usize]).collect();
     assert_eq!(out[1].f32s(), want);
     let v = iota_f32(rows as usize);
-    let out = check_multi_block(&bytes, 1, &[Buf::from_f32(&v), Buf::zeroed((4 * rows * cols) as usize)], 6);
+    let out = check_multi_block(
+        &bytes,
+        1,
+        &[Buf::from_f32(&v), Buf::zeroed((4 * rows * cols) as usize)],
+        6,
+    );
     let want: Vec<f32> = (0..rows * cols).map(|e| v[(e / cols) as usize]).collect();
     assert_eq!(out[1].f32s(), want);
 }
@@ -276,7 +346,12 @@ fn scalar_broadcast_with_both_strides_zero() {
     // Both strides zero: one element fills the box.
     let b = GmBox::new(DType::I32, 0, 3, 5).strides(0, 0);
     let o = GmBox::new(DType::I32, 1, 3, 5).step([15, 0, 0]);
-    let bytes = build(vec![K::vector(64, &[(DType::I32, R), (DType::I32, W)], [2, 1, 1], vec![b.load(), o.store()])]);
+    let bytes = build(vec![K::vector(
+        64,
+        &[(DType::I32, R), (DType::I32, W)],
+        [2, 1, 1],
+        vec![b.load(), o.store()],
+    )]);
     let out = check_multi_block(&bytes, 0, &[Buf::from_i32(&[42]), Buf::zeroed(120)], 2);
     assert_eq!(out[1].i32s(), vec![42; 30]);
 }
@@ -310,7 +385,12 @@ fn transposed_strided_loads() {
     let (rows, cols) = (45u32, 70u32);
     let a = iota_f32((rows * cols) as usize);
     let (bytes, tiles) = transpose_kernel(DType::F32, rows, cols);
-    let out = check_multi_block(&bytes, 0, &[Buf::from_f32(&a), Buf::zeroed(a.len() * 4)], tiles);
+    let out = check_multi_block(
+        &bytes,
+        0,
+        &[Buf::from_f32(&a), Buf::zeroed(a.len() * 4)],
+        tiles,
+    );
     let want: Vec<f32> = (0..cols)
         .flat_map(|j| (0..rows).map(move |i| (i, j)))
         .map(|(i, j)| a[(i * cols + j) as usize])
@@ -319,7 +399,12 @@ fn transposed_strided_loads() {
     // Two- and one-byte gathers.
     let h: Vec<u16> = (0..rows * cols).map(|x| x as u16).collect();
     let (bytes, tiles) = transpose_kernel(DType::F16, rows, cols);
-    let out = check_multi_block(&bytes, 0, &[Buf::from_u16(&h), Buf::zeroed(h.len() * 2)], tiles);
+    let out = check_multi_block(
+        &bytes,
+        0,
+        &[Buf::from_u16(&h), Buf::zeroed(h.len() * 2)],
+        tiles,
+    );
     let want: Vec<u16> = (0..cols)
         .flat_map(|j| (0..rows).map(move |i| (i, j)))
         .map(|(i, j)| h[(i * cols + j) as usize])
@@ -327,7 +412,12 @@ fn transposed_strided_loads() {
     assert_eq!(out[1].u16s(), want);
     let b: Vec<u8> = (0..rows * cols).map(|x| x as u8).collect();
     let (bytes, tiles) = transpose_kernel(DType::I8, rows, cols);
-    let out = check_multi_block(&bytes, 0, &[Buf::from_bytes(&b), Buf::zeroed(b.len())], tiles);
+    let out = check_multi_block(
+        &bytes,
+        0,
+        &[Buf::from_bytes(&b), Buf::zeroed(b.len())],
+        tiles,
+    );
     let want: Vec<u8> = (0..cols)
         .flat_map(|j| (0..rows).map(move |i| (i, j)))
         .map(|(i, j)| b[(i * cols + j) as usize])
@@ -338,9 +428,19 @@ fn transposed_strided_loads() {
 #[test]
 fn strided_store_scatters() {
     // Load contiguous 8-element tiles, store them with column stride 3.
-    let src = GmBox::new(DType::F32, 0, 1, 8).cols_tail(0, 30).step([8, 0, 0]);
-    let dst = GmBox::new(DType::F32, 1, 1, 8).cols_tail(0, 30).step([24, 0, 0]).strides(0, 3);
-    let bytes = build(vec![K::vector(64, &[(DType::F32, R), (DType::F32, W)], [4, 1, 1], vec![src.load(), dst.store()])]);
+    let src = GmBox::new(DType::F32, 0, 1, 8)
+        .cols_tail(0, 30)
+        .step([8, 0, 0]);
+    let dst = GmBox::new(DType::F32, 1, 1, 8)
+        .cols_tail(0, 30)
+        .step([24, 0, 0])
+        .strides(0, 3);
+    let bytes = build(vec![K::vector(
+        64,
+        &[(DType::F32, R), (DType::F32, W)],
+        [4, 1, 1],
+        vec![src.load(), dst.store()],
+    )]);
     let a = iota_f32(30);
     let out = check_multi_block(&bytes, 0, &[Buf::from_f32(&a), Buf::zeroed(4 * 90)], 4);
     let got = out[1].f32s();
@@ -353,7 +453,12 @@ fn strided_store_scatters() {
 fn store_with_stride_zero_keeps_the_last_element() {
     let src = GmBox::new(DType::I32, 0, 2, 4);
     let dst = GmBox::new(DType::I32, 1, 2, 4).strides(1, 0);
-    let bytes = build(vec![K::vector(64, &[(DType::I32, R), (DType::I32, W)], [1, 1, 1], vec![src.load(), dst.store()])]);
+    let bytes = build(vec![K::vector(
+        64,
+        &[(DType::I32, R), (DType::I32, W)],
+        [1, 1, 1],
+        vec![src.load(), dst.store()],
+    )]);
     let mut bufs = vec![Buf::from_i32(&[1, 2, 3, 4, 5, 6, 7, 8]), Buf::zeroed(8)];
     run_seq(&bytes, 0, &mut bufs, 1).unwrap();
     assert_eq!(bufs[1].i32s(), vec![4, 8]);
@@ -363,7 +468,9 @@ fn store_with_stride_zero_keeps_the_last_element() {
 /// into one output row (row stride 0): a split reduction.
 fn split_reduction(dt: DType, rows: u32, cols: u32, tr: u32) -> (Vec<u8>, u32) {
     let g = [rows.div_ceil(tr), 1, 1];
-    let src = GmBox::new(dt, 0, tr, cols).rows_tail(0, rows).step([(tr * cols) as u64, 0, 0]);
+    let src = GmBox::new(dt, 0, tr, cols)
+        .rows_tail(0, rows)
+        .step([(tr * cols) as u64, 0, 0]);
     let dst = GmBox::new(dt, 1, tr, cols).rows_tail(0, rows).strides(0, 1);
     let bytes = build(vec![K::vector(
         (tr * cols * dt.size()).next_multiple_of(64),
@@ -384,13 +491,23 @@ fn store_add_split_reduction_every_dtype() {
     let (bytes, tiles) = split_reduction(DType::F32, rows, cols, tr);
     let out = check_multi_block(&bytes, 0, &[Buf::from_f32(&a), Buf::from_f32(&init)], tiles);
     let want: Vec<f32> = (0..cols as usize)
-        .map(|c| init[c] + (0..rows as usize).map(|r| a[r * cols as usize + c]).sum::<f32>())
+        .map(|c| {
+            init[c]
+                + (0..rows as usize)
+                    .map(|r| a[r * cols as usize + c])
+                    .sum::<f32>()
+        })
         .collect();
     assert_eq!(out[1].f32s(), want);
     // i32 wraps.
     let a: Vec<i32> = (0..n as i32).map(|i| i.wrapping_mul(0x3fff_1234)).collect();
     let (bytes, tiles) = split_reduction(DType::I32, rows, cols, tr);
-    let out = check_multi_block(&bytes, 0, &[Buf::from_i32(&a), Buf::zeroed(4 * cols as usize)], tiles);
+    let out = check_multi_block(
+        &bytes,
+        0,
+        &[Buf::from_i32(&a), Buf::zeroed(4 * cols as usize)],
+        tiles,
+    );
     let want: Vec<i32> = (0..cols as usize)
         .map(|c| (0..rows as usize).fold(0i32, |s, r| s.wrapping_add(a[r * cols as usize + c])))
         .collect();
@@ -398,7 +515,12 @@ fn store_add_split_reduction_every_dtype() {
     // i8 wraps.
     let a: Vec<u8> = (0..n).map(|i| (i * 13) as u8).collect();
     let (bytes, tiles) = split_reduction(DType::I8, rows, cols, tr);
-    let out = check_multi_block(&bytes, 0, &[Buf::from_bytes(&a), Buf::zeroed(cols as usize)], tiles);
+    let out = check_multi_block(
+        &bytes,
+        0,
+        &[Buf::from_bytes(&a), Buf::zeroed(cols as usize)],
+        tiles,
+    );
     let want: Vec<u8> = (0..cols as usize)
         .map(|c| (0..rows as usize).fold(0u8, |s, r| s.wrapping_add(a[r * cols as usize + c])))
         .collect();
@@ -414,9 +536,18 @@ fn store_add_split_reduction_every_dtype() {
         };
         let data: Vec<u16> = vals.iter().map(|v| enc(*v)).collect();
         let (bytes, tiles) = split_reduction(dt, rows16, cols16, 4);
-        let out = check_multi_block(&bytes, 0, &[Buf::from_u16(&data), Buf::zeroed(2 * cols16 as usize)], tiles);
+        let out = check_multi_block(
+            &bytes,
+            0,
+            &[Buf::from_u16(&data), Buf::zeroed(2 * cols16 as usize)],
+            tiles,
+        );
         let want: Vec<u16> = (0..cols16 as usize)
-            .map(|c| enc((0..rows16 as usize).map(|r| vals[r * cols16 as usize + c]).sum::<f32>()))
+            .map(|c| {
+                enc((0..rows16 as usize)
+                    .map(|r| vals[r * cols16 as usize + c])
+                    .sum::<f32>())
+            })
             .collect();
         assert_eq!(out[1].u16s(), want, "{dt}");
     }
@@ -432,7 +563,12 @@ fn store_add_is_atomic_under_contention() {
     let fd = GmBox::new(DType::F32, 3, 1, 16).ub(64).strides(0, 1);
     let bytes = build(vec![K::vector(
         128,
-        &[(DType::I32, R), (DType::I32, RW), (DType::F32, R), (DType::F32, RW)],
+        &[
+            (DType::I32, R),
+            (DType::I32, RW),
+            (DType::F32, R),
+            (DType::F32, RW),
+        ],
         [tiles, 1, 1],
         vec![src.load(), dst.store_add(), f.load(), fd.store_add()],
     )]);
@@ -453,7 +589,9 @@ fn store_add_is_atomic_under_contention() {
 fn parallel_kernel_runs_every_body() {
     // Body 0: copy a (1000 elements, 7 tiles of 150); body 1: y = bᵀ
     // (transpose of 13 × 9 through 4 × 4 tiles, 12 tiles).
-    let copy_src = GmBox::new(DType::F32, 0, 1, 150).cols_tail(0, 1000).step([150, 0, 0]);
+    let copy_src = GmBox::new(DType::F32, 0, 1, 150)
+        .cols_tail(0, 1000)
+        .step([150, 0, 0]);
     let copy_dst = GmBox { buf: 2, ..copy_src };
     let (rows, cols) = (13u32, 9u32);
     let t_load = GmBox::new(DType::F32, 1, 4, 4)
@@ -469,7 +607,12 @@ fn parallel_kernel_runs_every_body() {
     let bytes = build(vec![K {
         kind: KernelKind::Parallel,
         ub_bytes: 1024,
-        params: vec![(DType::F32, R), (DType::F32, R), (DType::F32, W), (DType::F32, W)],
+        params: vec![
+            (DType::F32, R),
+            (DType::F32, R),
+            (DType::F32, W),
+            (DType::F32, W),
+        ],
         bodies: vec![
             ([7, 1, 1], vec![copy_src.load(), copy_dst.store()]),
             ([3, 4, 1], vec![t_load.load(), t_store.store()]),
@@ -511,10 +654,18 @@ fn sequence_kernel(rows: u32, cols: u32) -> Vec<u8> {
     build(vec![K {
         kind: KernelKind::Sequence,
         ub_bytes: 4096,
-        params: vec![(DType::F32, R), (DType::F32, RW), (DType::F32, RW), (DType::F32, RW)],
+        params: vec![
+            (DType::F32, R),
+            (DType::F32, RW),
+            (DType::F32, RW),
+            (DType::F32, RW),
+        ],
         bodies: vec![
             ([rows, 1, 1], vec![s0_load.load(), s0_store.store()]),
-            ([cols.div_ceil(4), 1, 1], vec![t_load.load(), t_store.store()]),
+            (
+                [cols.div_ceil(4), 1, 1],
+                vec![t_load.load(), t_store.store()],
+            ),
             ([cols, 1, 1], vec![s2_load.load(), s2_add.store_add()]),
         ],
     }])

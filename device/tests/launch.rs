@@ -7,8 +7,8 @@ use common::*;
 use dvm_device::exec::UB_DEFAULT_BYTES;
 use dvm_device::gm::{load_tile, store_add_tile, store_tile};
 use dvm_device::{
-    run_all_blocks_sequentially, run_block, BindError, ExecError, GmBuf, GmFault, Launch, NoBarrier, PredecodeError,
-    Program, UbStorage,
+    run_all_blocks_sequentially, run_block, BindError, ExecError, GmBuf, GmFault, Launch,
+    NoBarrier, PredecodeError, Program, UbStorage,
 };
 use dvm_isa::verify::LaunchError;
 use dvm_isa::{verify_kernel, DType, DeviceLimits, KernelKind, Module, ParamAccess, Scalar};
@@ -18,18 +18,33 @@ const W: ParamAccess = ParamAccess::Write;
 
 /// Copies 1000 f32 in 4 tiles of 256: needs 4000 bytes in and out.
 fn copy_module() -> Vec<u8> {
-    let src = GmBox::new(DType::F32, 0, 1, 256).cols_tail(2, 1000).step([0, 0, 256]);
+    let src = GmBox::new(DType::F32, 0, 1, 256)
+        .cols_tail(2, 1000)
+        .step([0, 0, 256]);
     let dst = GmBox { buf: 1, ..src };
     build(vec![
-        K::vector(1024, &[(DType::F32, R), (DType::F32, W)], [1, 1, 4], vec![src.load(), dst.store()]),
+        K::vector(
+            1024,
+            &[(DType::F32, R), (DType::F32, W)],
+            [1, 1, 4],
+            vec![src.load(), dst.store()],
+        ),
         // A second kernel with bigger buffers (5000 bytes).
         K::vector(
             1024,
             &[(DType::F32, R), (DType::F32, W)],
             [1, 1, 5],
             vec![
-                GmBox { col_total: 1250, ..src }.load(),
-                GmBox { col_total: 1250, ..dst }.store(),
+                GmBox {
+                    col_total: 1250,
+                    ..src
+                }
+                .load(),
+                GmBox {
+                    col_total: 1250,
+                    ..dst
+                }
+                .store(),
             ],
         ),
     ])
@@ -47,7 +62,13 @@ fn launch_check_failures_are_typed() {
 
     // Wrong count.
     let e = Launch::new(&vk, [GmBuf::from_slice(a.bytes())]).unwrap_err();
-    assert_eq!(e, BindError::Launch(LaunchError::BufferCount { expected: 2, got: 1 }));
+    assert_eq!(
+        e,
+        BindError::Launch(LaunchError::BufferCount {
+            expected: 2,
+            got: 1
+        })
+    );
     let mut c = Buf::zeroed(4000);
     let e = Launch::new(
         &vk,
@@ -58,14 +79,33 @@ fn launch_check_failures_are_typed() {
         ],
     )
     .unwrap_err();
-    assert_eq!(e, BindError::Launch(LaunchError::BufferCount { expected: 2, got: 3 }));
+    assert_eq!(
+        e,
+        BindError::Launch(LaunchError::BufferCount {
+            expected: 2,
+            got: 3
+        })
+    );
     // Far too many buffers (more than 32) is the same error, not a panic.
     let many: Vec<Buf> = (0..40).map(|_| Buf::zeroed(4)).collect();
     let e = Launch::new(&vk, many.iter().map(|x| GmBuf::from_slice(x.bytes()))).unwrap_err();
-    assert_eq!(e, BindError::Launch(LaunchError::BufferCount { expected: 2, got: 40 }));
+    assert_eq!(
+        e,
+        BindError::Launch(LaunchError::BufferCount {
+            expected: 2,
+            got: 40
+        })
+    );
 
     // Too small, input and output.
-    let e = Launch::new(&vk, [GmBuf::from_slice(small.bytes()), GmBuf::from_mut_slice(b.bytes_mut())]).unwrap_err();
+    let e = Launch::new(
+        &vk,
+        [
+            GmBuf::from_slice(small.bytes()),
+            GmBuf::from_mut_slice(b.bytes_mut()),
+        ],
+    )
+    .unwrap_err();
     assert_eq!(
         e,
         BindError::Launch(LaunchError::BufferTooSmall {
@@ -75,27 +115,64 @@ fn launch_check_failures_are_typed() {
         })
     );
     let mut small_out = Buf::zeroed(3999);
-    let e = Launch::new(&vk, [GmBuf::from_slice(a.bytes()), GmBuf::from_mut_slice(small_out.bytes_mut())])
-        .unwrap_err();
-    assert!(matches!(e, BindError::Launch(LaunchError::BufferTooSmall { param: 1, .. })));
+    let e = Launch::new(
+        &vk,
+        [
+            GmBuf::from_slice(a.bytes()),
+            GmBuf::from_mut_slice(small_out.bytes_mut()),
+        ],
+    )
+    .unwrap_err();
+    assert!(matches!(
+        e,
+        BindError::Launch(LaunchError::BufferTooSmall { param: 1, .. })
+    ));
 
     // Read-only buffer bound to a written parameter.
-    let e = Launch::new(&vk, [GmBuf::from_slice(a.bytes()), GmBuf::from_slice(b.bytes())]).unwrap_err();
+    let e = Launch::new(
+        &vk,
+        [GmBuf::from_slice(a.bytes()), GmBuf::from_slice(b.bytes())],
+    )
+    .unwrap_err();
     assert_eq!(e, BindError::Launch(LaunchError::ReadOnly { param: 1 }));
 
     // Misaligned f32 buffer.
     let big = Buf::zeroed(4008);
-    let e = Launch::new(&vk, [GmBuf::from_slice(&big.bytes()[1..4001]), GmBuf::from_mut_slice(b.bytes_mut())])
-        .unwrap_err();
-    assert!(matches!(e, BindError::Misaligned { param: 0, align: 4, .. }), "{e:?}");
+    let e = Launch::new(
+        &vk,
+        [
+            GmBuf::from_slice(&big.bytes()[1..4001]),
+            GmBuf::from_mut_slice(b.bytes_mut()),
+        ],
+    )
+    .unwrap_err();
+    assert!(
+        matches!(
+            e,
+            BindError::Misaligned {
+                param: 0,
+                align: 4,
+                ..
+            }
+        ),
+        "{e:?}"
+    );
 
     // The same rules through the program's signature.
     let prog: Program = Program::new(&vk).unwrap();
-    let e = Launch::with_signature(prog.params(), [GmBuf::from_slice(a.bytes()), GmBuf::from_slice(b.bytes())])
-        .unwrap_err();
+    let e = Launch::with_signature(
+        prog.params(),
+        [GmBuf::from_slice(a.bytes()), GmBuf::from_slice(b.bytes())],
+    )
+    .unwrap_err();
     assert_eq!(e, BindError::Launch(LaunchError::ReadOnly { param: 1 }));
-    let launch =
-        Launch::with_signature(prog.params(), [GmBuf::from_slice(a.bytes()), GmBuf::from_mut_slice(b.bytes_mut())]);
+    let launch = Launch::with_signature(
+        prog.params(),
+        [
+            GmBuf::from_slice(a.bytes()),
+            GmBuf::from_mut_slice(b.bytes_mut()),
+        ],
+    );
     assert!(launch.is_ok());
     // Errors print.
     assert!(!format!("{e}").is_empty());
@@ -113,7 +190,14 @@ fn run_checks_are_typed_and_write_nothing() {
     let mut b = Buf::zeroed(4000);
     let mut ub = ub();
     {
-        let launch = Launch::new(&vk0, [GmBuf::from_slice(a.bytes()), GmBuf::from_mut_slice(b.bytes_mut())]).unwrap();
+        let launch = Launch::new(
+            &vk0,
+            [
+                GmBuf::from_slice(a.bytes()),
+                GmBuf::from_mut_slice(b.bytes_mut()),
+            ],
+        )
+        .unwrap();
         // Block index outside the block count; zero blocks.
         let e = run_block(&p0, &launch, 2, 2, ub.as_mut_slice(), &NoBarrier).unwrap_err();
         assert_eq!(e, ExecError::Launch(LaunchError::Block { idx: 2, dim: 2 }));
@@ -122,11 +206,37 @@ fn run_checks_are_typed_and_write_nothing() {
         let e = run_all_blocks_sequentially(&p0, &launch, 0, ub.as_mut_slice()).unwrap_err();
         assert_eq!(e, ExecError::Launch(LaunchError::Block { idx: 0, dim: 0 }));
         // UB too small.
-        let e = run_block(&p0, &launch, 0, 1, &mut ub.as_mut_slice()[..1023], &NoBarrier).unwrap_err();
-        assert!(matches!(e, ExecError::Launch(LaunchError::Ub { need: 1024, have: 1023, .. })));
+        let e = run_block(
+            &p0,
+            &launch,
+            0,
+            1,
+            &mut ub.as_mut_slice()[..1023],
+            &NoBarrier,
+        )
+        .unwrap_err();
+        assert!(matches!(
+            e,
+            ExecError::Launch(LaunchError::Ub {
+                need: 1024,
+                have: 1023,
+                ..
+            })
+        ));
         // UB misaligned.
-        let e = run_block(&p0, &launch, 0, 1, &mut ub.as_mut_slice()[4..2048], &NoBarrier).unwrap_err();
-        assert!(matches!(e, ExecError::Launch(LaunchError::Ub { align: 4, .. })), "{e:?}");
+        let e = run_block(
+            &p0,
+            &launch,
+            0,
+            1,
+            &mut ub.as_mut_slice()[4..2048],
+            &NoBarrier,
+        )
+        .unwrap_err();
+        assert!(
+            matches!(e, ExecError::Launch(LaunchError::Ub { align: 4, .. })),
+            "{e:?}"
+        );
         // A launch bound for kernel 0 does not fit kernel 1 (bigger buffers).
         let e = run_block(&p1, &launch, 0, 1, ub.as_mut_slice(), &NoBarrier).unwrap_err();
         assert_eq!(
@@ -220,7 +330,10 @@ fn sequence_block_with_an_error_still_passes_the_barriers() {
         hs.into_iter().map(|h| h.join().unwrap()).collect()
     });
     assert!(results[0].is_ok() && results[2].is_ok());
-    assert!(matches!(results[1], Err(ExecError::Launch(LaunchError::Ub { .. }))));
+    assert!(matches!(
+        results[1],
+        Err(ExecError::Launch(LaunchError::Ub { .. }))
+    ));
 }
 
 #[test]
@@ -234,34 +347,100 @@ fn handlers_refuse_boxes_outside_their_buffers() {
 
     // GM: one element past the end.
     let pat = instr_pattern(p.base(1));
-    assert_eq!(load_tile(&pat, None, [0; 3], &GmBuf::from_slice(data.bytes()), &mut ub.0), Err(GmFault::Gm));
+    assert_eq!(
+        load_tile(
+            &pat,
+            None,
+            [0; 3],
+            &GmBuf::from_slice(data.bytes()),
+            &mut ub.0
+        ),
+        Err(GmFault::Gm)
+    );
     // GM: huge strides overflow.
     let pat = instr_pattern(p.strides(u64::MAX / 2, 1));
-    assert_eq!(load_tile(&pat, None, [0; 3], &GmBuf::from_slice(data.bytes()), &mut ub.0), Err(GmFault::Gm));
+    assert_eq!(
+        load_tile(
+            &pat,
+            None,
+            [0; 3],
+            &GmBuf::from_slice(data.bytes()),
+            &mut ub.0
+        ),
+        Err(GmFault::Gm)
+    );
     let pat = instr_pattern(p.step([u64::MAX, 0, 0]));
-    assert_eq!(load_tile(&pat, None, [1, 0, 0], &GmBuf::from_slice(data.bytes()), &mut ub.0), Err(GmFault::Gm));
+    assert_eq!(
+        load_tile(
+            &pat,
+            None,
+            [1, 0, 0],
+            &GmBuf::from_slice(data.bytes()),
+            &mut ub.0
+        ),
+        Err(GmFault::Gm)
+    );
     // UB: the box leaves the UB.
     let pat = instr_pattern(p.ub(200));
-    assert_eq!(load_tile(&pat, Some(0), [0; 3], &GmBuf::from_slice(data.bytes()), &mut ub.0), Err(GmFault::Ub));
-    assert_eq!(store_tile(&pat, [0; 3], &GmBuf::from_mut_slice(out.bytes_mut()), &ub.0), Err(GmFault::Ub));
+    assert_eq!(
+        load_tile(
+            &pat,
+            Some(0),
+            [0; 3],
+            &GmBuf::from_slice(data.bytes()),
+            &mut ub.0
+        ),
+        Err(GmFault::Ub)
+    );
+    assert_eq!(
+        store_tile(&pat, [0; 3], &GmBuf::from_mut_slice(out.bytes_mut()), &ub.0),
+        Err(GmFault::Ub)
+    );
     // UB: pitch below the width.
     let pat = instr_pattern(p.pitch(2));
-    assert_eq!(load_tile(&pat, None, [0; 3], &GmBuf::from_slice(data.bytes()), &mut ub.0), Err(GmFault::Ub));
+    assert_eq!(
+        load_tile(
+            &pat,
+            None,
+            [0; 3],
+            &GmBuf::from_slice(data.bytes()),
+            &mut ub.0
+        ),
+        Err(GmFault::Ub)
+    );
     // Stores into a read-only buffer.
     let pat = instr_pattern(p);
-    assert_eq!(store_tile(&pat, [0; 3], &GmBuf::from_slice(data.bytes()), &ub.0), Err(GmFault::ReadOnly));
-    assert_eq!(store_add_tile(&pat, [0; 3], &GmBuf::from_slice(data.bytes()), &ub.0), Err(GmFault::ReadOnly));
+    assert_eq!(
+        store_tile(&pat, [0; 3], &GmBuf::from_slice(data.bytes()), &ub.0),
+        Err(GmFault::ReadOnly)
+    );
+    assert_eq!(
+        store_add_tile(&pat, [0; 3], &GmBuf::from_slice(data.bytes()), &ub.0),
+        Err(GmFault::ReadOnly)
+    );
     // Misaligned atomic add.
     let mut big = Buf::zeroed(80);
     assert_eq!(
-        store_add_tile(&pat, [0; 3], &GmBuf::from_mut_slice(&mut big.bytes_mut()[2..66]), &ub.0),
+        store_add_tile(
+            &pat,
+            [0; 3],
+            &GmBuf::from_mut_slice(&mut big.bytes_mut()[2..66]),
+            &ub.0
+        ),
         Err(GmFault::Operand)
     );
     assert!(ub.0.iter().all(|b| *b == 0), "UB untouched");
     assert!(out.bytes().iter().all(|b| *b == 0) && big.bytes().iter().all(|b| *b == 0));
     // And the in-bounds case works.
     let pat = instr_pattern(p);
-    load_tile(&pat, Some(Scalar::f32(1.0).0), [0; 3], &GmBuf::from_slice(data.bytes()), &mut ub.0).unwrap();
+    load_tile(
+        &pat,
+        Some(Scalar::f32(1.0).0),
+        [0; 3],
+        &GmBuf::from_slice(data.bytes()),
+        &mut ub.0,
+    )
+    .unwrap();
     store_tile(&pat, [0; 3], &GmBuf::from_mut_slice(out.bytes_mut()), &ub.0).unwrap();
     assert_eq!(out.f32s(), vec![3.0; 16]);
 }

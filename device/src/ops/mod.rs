@@ -4,17 +4,61 @@
 //! [`resolve`] turns one decoded instruction into a [`UbOp`]: the handler
 //! monomorphised for its opcode and dtype plus its operands, so that the
 //! per-tile loop is one indirect call per instruction.
+//!
+//! # Semantics beyond the instruction table
+//! - Floats: `f32` arithmetic; `f16`/`bf16` are widened to `f32`, computed,
+//!   and rounded back to nearest even. Transcendentals are the
+//!   [`crate::math`] approximations (error bounds there).
+//! - Integers wrap (`i8` computes in `i32` and keeps the low byte); integer
+//!   division by zero gives 0 and `MIN / −1` gives `MIN`.
+//! - Immediates are `f32` bits for float dtypes and `i32` bits otherwise;
+//!   `i8` ops with an immediate compute in `i32` (`maxs` with 300 gives
+//!   300 wrapped to 44; `lts` with 300 is true).
+//! - `max`/`min` (and their reductions) propagate NaN.
+//! - `relu`: NaN stays NaN, −0 becomes +0.
+//! - Bool inputs: any nonzero byte is true; bool outputs are 0 or 1.
+//! - `cast` rules: see [`cast`]'s module doc (in the source).
+//!
+//! # Aliasing
+//! The verifier guarantees operand ranges of element-wise instructions are
+//! identical or disjoint, and of the others disjoint. Handlers split UB
+//! around the destination (safe split borrows): identical ranges run in
+//! place, anything else (cannot happen after verification) does nothing.
+//! No handler panics or touches memory outside `ub`.
 
-use dvm_isa::Instr;
+mod binary;
+mod cast;
+mod compare;
+mod ew;
+mod matmul;
+mod tile2d;
+mod ub;
+mod unary;
+
+#[cfg(test)]
+mod tests;
+
+use dvm_isa::{Axis, DType, Instr, MmFlags};
+
+use self::binary::{binary, Add, And, Div, Max, Min, Mul, Or, Pow, Square, Sub};
+use self::cast::{cast, copy, fill, iota};
+use self::compare::{compare, compare_s, isfinite, select, Eq, Ge, Gt, Le, Lt, Ne};
+use self::matmul::matmul;
+use self::tile2d::{broadcast_col, broadcast_row, reduce_cols, reduce_rows, transpose, Sum};
+use self::ub::{Bf16, Bool, F16};
+use self::unary::{
+    scalar, unary, Abs, Ceil, Erf, Exp, Floor, GeluErf, GeluTanh, Log, Neg, Not, Recip, Relu, Round, Rsqrt, Sigmoid,
+    Silu, Sqrt, Tanh,
+};
 
 /// Operands of a UB-only instruction, in byte offsets and element counts.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct UbArgs {
     /// Destination byte offset.
     pub dst: u32,
-    /// First source byte offset.
+    /// First source byte offset (select: `cond`).
     pub a: u32,
-    /// Second source byte offset.
+    /// Second source byte offset (select: the `a` value operand).
     pub b: u32,
     /// Third source byte offset (select: the `b` value operand).
     pub c: u32,
@@ -24,9 +68,10 @@ pub struct UbArgs {
     pub cols: u32,
     /// k (matmul).
     pub k: u32,
-    /// Scalar immediate bits.
+    /// Scalar immediate bits (`imm`, `start`).
     pub imm: u32,
-    /// Opcode-specific flags (axis, matmul flags).
+    /// Opcode-specific flags: reductions 0 = rows, 1 = cols; matmul
+    /// `trans_a | trans_b << 1 | accumulate << 2`.
     pub flags: u32,
 }
 
@@ -60,9 +105,242 @@ impl UbOp {
     }
 }
 
+/// Handler for the float dtypes.
+macro_rules! float_h {
+    ($dt:expr, $f:ident :: < _ $(, $g:tt)* >) => {
+        match $dt {
+            DType::F32 => $f::<f32 $(, $g)*> as Handler,
+            DType::F16 => $f::<F16 $(, $g)*>,
+            DType::BF16 => $f::<Bf16 $(, $g)*>,
+            _ => return None,
+        }
+    };
+}
+
+/// Handler for the numeric dtypes.
+macro_rules! num_h {
+    ($dt:expr, $f:ident :: < _ $(, $g:tt)* >) => {
+        match $dt {
+            DType::I32 => $f::<i32 $(, $g)*> as Handler,
+            DType::I8 => $f::<i8 $(, $g)*>,
+            d => float_h!(d, $f::<_ $(, $g)*>),
+        }
+    };
+}
+
+/// Handler for every dtype.
+macro_rules! any_h {
+    ($dt:expr, $f:ident :: < _ $(, $g:tt)* >) => {
+        match $dt {
+            DType::Bool => $f::<Bool $(, $g)*> as Handler,
+            d => num_h!(d, $f::<_ $(, $g)*>),
+        }
+    };
+}
+
+/// Handler for the bool dtype.
+macro_rules! bool_h {
+    ($dt:expr, $f:ident :: < _ $(, $g:tt)* >) => {
+        match $dt {
+            DType::Bool => $f::<Bool $(, $g)*> as Handler,
+            _ => return None,
+        }
+    };
+}
+
+/// Handler of a raw data movement by element size.
+macro_rules! raw_h {
+    ($dt:expr, $f:ident) => {
+        match $dt.size() {
+            1 => $f::<u8> as Handler,
+            2 => $f::<u16>,
+            _ => $f::<u32>,
+        }
+    };
+}
+
+/// Handler of a vector-with-scalar op over the numeric dtypes.
+macro_rules! scalar_h {
+    ($dt:expr, $op:ty, $rev:literal) => {
+        match $dt {
+            DType::F32 => scalar::<f32, $op, $rev> as Handler,
+            DType::F16 => scalar::<F16, $op, $rev>,
+            DType::BF16 => scalar::<Bf16, $op, $rev>,
+            DType::I32 => scalar::<i32, $op, $rev>,
+            DType::I8 => scalar::<i8, $op, $rev>,
+            DType::Bool => return None,
+        }
+    };
+}
+
+/// Handler of a reduction for a dtype and axis.
+macro_rules! reduce_h {
+    ($dt:expr, $axis:expr, $op:ty) => {
+        match $axis {
+            Axis::Rows => num_h!($dt, reduce_rows::<_, $op>),
+            Axis::Cols => num_h!($dt, reduce_cols::<_, $op>),
+        }
+    };
+}
+
+/// The cast handler for a (from, to) pair.
+fn cast_handler(from: DType, to: DType) -> Handler {
+    macro_rules! to {
+        ($a:ty) => {
+            match to {
+                DType::F32 => cast::<$a, f32> as Handler,
+                DType::F16 => cast::<$a, F16>,
+                DType::BF16 => cast::<$a, Bf16>,
+                DType::I32 => cast::<$a, i32>,
+                DType::I8 => cast::<$a, i8>,
+                DType::Bool => cast::<$a, Bool>,
+            }
+        };
+    }
+    match from {
+        DType::F32 => to!(f32),
+        DType::F16 => to!(F16),
+        DType::BF16 => to!(Bf16),
+        DType::I32 => to!(i32),
+        DType::I8 => to!(i8),
+        DType::Bool => to!(Bool),
+    }
+}
+
+/// The matmul handler for an (input, output) pair allowed by the verifier.
+fn matmul_handler(dt: DType, out: DType) -> Option<Handler> {
+    macro_rules! out {
+        ($i:ty) => {
+            match out {
+                DType::F32 => matmul::<$i, f32> as Handler,
+                DType::F16 => matmul::<$i, F16>,
+                DType::BF16 => matmul::<$i, Bf16>,
+                _ => return None,
+            }
+        };
+    }
+    Some(match dt {
+        DType::F32 => out!(f32),
+        DType::F16 => out!(F16),
+        DType::BF16 => out!(Bf16),
+        DType::I8 if out == DType::I32 => matmul::<i8, i32> as Handler,
+        _ => return None,
+    })
+}
+
+fn mm_bits(f: MmFlags) -> u32 {
+    f.trans_a as u32 * matmul::TRANS_A | f.trans_b as u32 * matmul::TRANS_B | f.accumulate as u32 * matmul::ACCUMULATE
+}
+
 /// Resolves a UB-only instruction (vector or cube pipe) to its handler;
-/// `None` for loads, stores and control instructions.
+/// `None` for loads, stores and control instructions, and for a dtype the
+/// opcode does not allow (the verifier rejects those).
 pub fn resolve(instr: &Instr) -> Option<UbOp> {
-    let _ = instr;
-    None
+    use Instr as I;
+    let un = |dst, src, n| UbArgs { dst, a: src, n, ..UbArgs::default() };
+    let bin = |dst, a, b, n| UbArgs { dst, a, b, n, ..UbArgs::default() };
+    let sc = |dst, a, n, imm: dvm_isa::Scalar| UbArgs { dst, a, n, imm: imm.0, ..UbArgs::default() };
+    let tile = |dst, src, rows, cols| UbArgs { dst, a: src, n: rows, cols, ..UbArgs::default() };
+    let (handler, args): (Handler, UbArgs) = match *instr {
+        // ---- unary
+        I::Abs { dt, dst, src, n } => (num_h!(dt, unary::<_, Abs>), un(dst, src, n)),
+        I::Neg { dt, dst, src, n } => (num_h!(dt, unary::<_, Neg>), un(dst, src, n)),
+        I::Relu { dt, dst, src, n } => (num_h!(dt, unary::<_, Relu>), un(dst, src, n)),
+        I::Exp { dt, dst, src, n } => (float_h!(dt, unary::<_, Exp>), un(dst, src, n)),
+        I::Log { dt, dst, src, n } => (float_h!(dt, unary::<_, Log>), un(dst, src, n)),
+        I::Sqrt { dt, dst, src, n } => (float_h!(dt, unary::<_, Sqrt>), un(dst, src, n)),
+        I::Rsqrt { dt, dst, src, n } => (float_h!(dt, unary::<_, Rsqrt>), un(dst, src, n)),
+        I::Recip { dt, dst, src, n } => (float_h!(dt, unary::<_, Recip>), un(dst, src, n)),
+        I::Tanh { dt, dst, src, n } => (float_h!(dt, unary::<_, Tanh>), un(dst, src, n)),
+        I::Sigmoid { dt, dst, src, n } => (float_h!(dt, unary::<_, Sigmoid>), un(dst, src, n)),
+        I::GeluTanh { dt, dst, src, n } => (float_h!(dt, unary::<_, GeluTanh>), un(dst, src, n)),
+        I::GeluErf { dt, dst, src, n } => (float_h!(dt, unary::<_, GeluErf>), un(dst, src, n)),
+        I::Silu { dt, dst, src, n } => (float_h!(dt, unary::<_, Silu>), un(dst, src, n)),
+        I::Floor { dt, dst, src, n } => (float_h!(dt, unary::<_, Floor>), un(dst, src, n)),
+        I::Ceil { dt, dst, src, n } => (float_h!(dt, unary::<_, Ceil>), un(dst, src, n)),
+        I::Round { dt, dst, src, n } => (float_h!(dt, unary::<_, Round>), un(dst, src, n)),
+        I::Erf { dt, dst, src, n } => (float_h!(dt, unary::<_, Erf>), un(dst, src, n)),
+        I::Not { dt, dst, src, n } => (bool_h!(dt, unary::<_, Not>), un(dst, src, n)),
+        I::IsFinite { dt, dst, src, n } => (float_h!(dt, isfinite::<_>), un(dst, src, n)),
+        // ---- binary
+        I::Add { dt, dst, a, b, n } => (num_h!(dt, binary::<_, Add>), bin(dst, a, b, n)),
+        I::Sub { dt, dst, a, b, n } => (num_h!(dt, binary::<_, Sub>), bin(dst, a, b, n)),
+        I::Mul { dt, dst, a, b, n } => (num_h!(dt, binary::<_, Mul>), bin(dst, a, b, n)),
+        I::Div { dt, dst, a, b, n } => (num_h!(dt, binary::<_, Div>), bin(dst, a, b, n)),
+        I::Max { dt, dst, a, b, n } => (num_h!(dt, binary::<_, Max>), bin(dst, a, b, n)),
+        I::Min { dt, dst, a, b, n } => (num_h!(dt, binary::<_, Min>), bin(dst, a, b, n)),
+        I::Pow { dt, dst, a, b, n } => (float_h!(dt, binary::<_, Pow>), bin(dst, a, b, n)),
+        I::And { dt, dst, a, b, n } => (bool_h!(dt, binary::<_, And>), bin(dst, a, b, n)),
+        I::Or { dt, dst, a, b, n } => (bool_h!(dt, binary::<_, Or>), bin(dst, a, b, n)),
+        // ---- with scalar
+        I::AddS { dt, dst, a, n, imm } => (scalar_h!(dt, Add, false), sc(dst, a, n, imm)),
+        I::SubS { dt, dst, a, n, imm } => (scalar_h!(dt, Sub, false), sc(dst, a, n, imm)),
+        I::RSubS { dt, dst, a, n, imm } => (scalar_h!(dt, Sub, true), sc(dst, a, n, imm)),
+        I::MulS { dt, dst, a, n, imm } => (scalar_h!(dt, Mul, false), sc(dst, a, n, imm)),
+        I::DivS { dt, dst, a, n, imm } => (scalar_h!(dt, Div, false), sc(dst, a, n, imm)),
+        I::RDivS { dt, dst, a, n, imm } => (scalar_h!(dt, Div, true), sc(dst, a, n, imm)),
+        I::MaxS { dt, dst, a, n, imm } => (scalar_h!(dt, Max, false), sc(dst, a, n, imm)),
+        I::MinS { dt, dst, a, n, imm } => (scalar_h!(dt, Min, false), sc(dst, a, n, imm)),
+        I::PowS { dt, dst, a, n, imm } => {
+            let h = if imm.as_f32() == 2.0 {
+                float_h!(dt, scalar::<_, Square, false>)
+            } else {
+                float_h!(dt, scalar::<_, Pow, false>)
+            };
+            (h, sc(dst, a, n, imm))
+        }
+        // ---- comparisons and select
+        I::Eq { dt, dst, a, b, n } => (any_h!(dt, compare::<_, Eq>), bin(dst, a, b, n)),
+        I::Ne { dt, dst, a, b, n } => (any_h!(dt, compare::<_, Ne>), bin(dst, a, b, n)),
+        I::Lt { dt, dst, a, b, n } => (num_h!(dt, compare::<_, Lt>), bin(dst, a, b, n)),
+        I::Le { dt, dst, a, b, n } => (num_h!(dt, compare::<_, Le>), bin(dst, a, b, n)),
+        I::Gt { dt, dst, a, b, n } => (num_h!(dt, compare::<_, Gt>), bin(dst, a, b, n)),
+        I::Ge { dt, dst, a, b, n } => (num_h!(dt, compare::<_, Ge>), bin(dst, a, b, n)),
+        I::EqS { dt, dst, a, n, imm } => (num_h!(dt, compare_s::<_, Eq>), sc(dst, a, n, imm)),
+        I::NeS { dt, dst, a, n, imm } => (num_h!(dt, compare_s::<_, Ne>), sc(dst, a, n, imm)),
+        I::LtS { dt, dst, a, n, imm } => (num_h!(dt, compare_s::<_, Lt>), sc(dst, a, n, imm)),
+        I::LeS { dt, dst, a, n, imm } => (num_h!(dt, compare_s::<_, Le>), sc(dst, a, n, imm)),
+        I::GtS { dt, dst, a, n, imm } => (num_h!(dt, compare_s::<_, Gt>), sc(dst, a, n, imm)),
+        I::GeS { dt, dst, a, n, imm } => (num_h!(dt, compare_s::<_, Ge>), sc(dst, a, n, imm)),
+        I::Select { dt, dst, cond, a, b, n } => (
+            raw_h!(dt, select),
+            UbArgs { dst, a: cond, b: a, c: b, n, ..UbArgs::default() },
+        ),
+        // ---- data movement
+        I::Cast { dt, to, dst, src, n } => (cast_handler(dt, to), un(dst, src, n)),
+        I::Copy { dt, dst, src, n } => (
+            match dt.size() {
+                1 => copy::<1> as Handler,
+                2 => copy::<2>,
+                _ => copy::<4>,
+            },
+            un(dst, src, n),
+        ),
+        I::Fill { dt, dst, n, imm } => (any_h!(dt, fill::<_>), UbArgs { dst, n, imm: imm.0, ..UbArgs::default() }),
+        I::Iota { dt, dst, n, start } => (num_h!(dt, iota::<_>), UbArgs { dst, n, imm: start.0, ..UbArgs::default() }),
+        // ---- 2-D
+        I::ReduceSum { dt, axis, dst, src, rows, cols } => (
+            reduce_h!(dt, axis, Sum),
+            UbArgs { flags: axis as u32, ..tile(dst, src, rows, cols) },
+        ),
+        I::ReduceMax { dt, axis, dst, src, rows, cols } => (
+            reduce_h!(dt, axis, tile2d::Max),
+            UbArgs { flags: axis as u32, ..tile(dst, src, rows, cols) },
+        ),
+        I::ReduceMin { dt, axis, dst, src, rows, cols } => (
+            reduce_h!(dt, axis, tile2d::Min),
+            UbArgs { flags: axis as u32, ..tile(dst, src, rows, cols) },
+        ),
+        I::BroadcastRow { dt, dst, src, rows, cols } => (raw_h!(dt, broadcast_row), tile(dst, src, rows, cols)),
+        I::BroadcastCol { dt, dst, src, rows, cols } => (raw_h!(dt, broadcast_col), tile(dst, src, rows, cols)),
+        I::Transpose { dt, dst, src, rows, cols } => (raw_h!(dt, transpose), tile(dst, src, rows, cols)),
+        // ---- cube
+        I::Matmul { dt, out, flags, dst, a, b, m, n, k } => (
+            matmul_handler(dt, out)?,
+            UbArgs { dst, a, b, n: m, cols: n, k, flags: mm_bits(flags), ..UbArgs::default() },
+        ),
+        // ---- GM and control: not UB-only
+        I::Load { .. } | I::Store { .. } | I::StoreAdd { .. } | I::Barrier { .. } | I::End { .. } => return None,
+    };
+    Some(UbOp { handler, args })
 }

@@ -199,12 +199,6 @@ pub(crate) fn view_mut<T: Pod>(bytes: &mut [u8]) -> Option<&mut [T]> {
     <[T]>::mut_from_bytes(bytes).ok()
 }
 
-/// `&ub[r]` as `[T]`.
-#[inline(always)]
-pub(crate) fn slice<T: Pod>(ub: &[u8], r: Range<usize>) -> Option<&[T]> {
-    view(ub.get(r)?)
-}
-
 /// A source operand relative to the destination.
 #[derive(Clone, Copy)]
 pub(crate) enum Src<'a> {

@@ -3,11 +3,13 @@
 #![allow(dead_code)]
 
 use dvm_device::{
-    run_all_blocks_sequentially, run_block, Barrier, ExecError, GmBuf, Launch, Program, RunStats, UbStorage,
+    run_all_blocks_sequentially, run_block, Barrier, ExecError, GmBuf, Launch, Program, RunStats,
+    UbStorage,
 };
 use dvm_isa::builder::{BodyDef, CodeWriter, KernelDef, ModuleBuilder, ParamDef};
 use dvm_isa::{
-    verify_kernel, DType, DeviceLimits, GridDim, Instr, KernelKind, Module, PadMode, ParamAccess, Scalar, WaitMask,
+    verify_kernel, DType, DeviceLimits, GridDim, Instr, KernelKind, Module, PadMode, ParamAccess,
+    Scalar, WaitMask,
 };
 
 /// A GM box: the fields of a load or store except the UB destination's.
@@ -161,7 +163,12 @@ pub struct K {
 }
 
 impl K {
-    pub fn vector(ub_bytes: u32, params: &[(DType, ParamAccess)], grid: [u32; 3], code: Vec<Instr>) -> K {
+    pub fn vector(
+        ub_bytes: u32,
+        params: &[(DType, ParamAccess)],
+        grid: [u32; 3],
+        code: Vec<Instr>,
+    ) -> K {
         K {
             kind: KernelKind::Vector,
             ub_bytes,
@@ -281,11 +288,20 @@ pub fn program(bytes: &[u8], k: usize) -> Program {
 
 fn writable(bytes: &[u8], k: usize) -> Vec<bool> {
     let m = Module::parse(bytes).unwrap();
-    m.kernel(k).unwrap().params().map(|p| p.access.writable()).collect()
+    m.kernel(k)
+        .unwrap()
+        .params()
+        .map(|p| p.access.writable())
+        .collect()
 }
 
 /// Runs kernel `k` with `bufs`, blocks `0..block_dim` one after the other.
-pub fn run_seq(bytes: &[u8], k: usize, bufs: &mut [Buf], block_dim: u32) -> Result<RunStats, ExecError> {
+pub fn run_seq(
+    bytes: &[u8],
+    k: usize,
+    bufs: &mut [Buf],
+    block_dim: u32,
+) -> Result<RunStats, ExecError> {
     let m = Module::parse(bytes).expect("parse");
     let vk = verify_kernel(&m, k, &DeviceLimits::DEFAULT).expect("verify");
     let prog: Program = Program::new(&vk).expect("predecode");
@@ -320,7 +336,12 @@ struct Raw(usize, usize, bool);
 
 /// Runs kernel `k` with `bufs` on `block_dim` threads at once, each with its
 /// own raw-pointer `GmBuf`s, `Launch` and UB.
-pub fn run_threads(bytes: &[u8], k: usize, bufs: &mut [Buf], block_dim: u32) -> Result<RunStats, ExecError> {
+pub fn run_threads(
+    bytes: &[u8],
+    k: usize,
+    bufs: &mut [Buf],
+    block_dim: u32,
+) -> Result<RunStats, ExecError> {
     let m = Module::parse(bytes).expect("parse");
     let vk = verify_kernel(&m, k, &DeviceLimits::DEFAULT).expect("verify");
     let prog: Program = Program::new(&vk).expect("predecode");

@@ -56,6 +56,29 @@ impl Graph {
     /// symbol the graph does not have; [`GraphError::Unbound`] for a symbol
     /// nothing determines.
     pub fn bind(&self, inputs: &[(&str, &[u64])], explicit: &Bindings) -> Result<Bindings, GraphError> {
+        let scope = self.scope();
+        let mut b = Bindings::new();
+        let mut origin: HashMap<Symbol, String> = HashMap::new();
+        for (sym, value) in explicit.iter() {
+            if scope.lookup(sym.name()) != Some(sym) {
+                return Err(GraphError::UnknownSymbol {
+                    symbol: sym.name().to_owned(),
+                    known: scope
+                        .symbols()
+                        .map(|s| format!("`{s}`"))
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                });
+            }
+            scope
+                .bind(&mut b, sym, value)
+                .map_err(|source| GraphError::Binding {
+                    context: format!("explicit binding `{sym}` = {value}"),
+                    source,
+                })?;
+            origin.insert(sym, "an explicit binding".to_owned());
+        }
+
         let mut given: HashMap<&str, &[u64]> = HashMap::new();
         for &(name, shape) in inputs {
             let is_input = self
@@ -90,29 +113,6 @@ impl Graph {
                 });
             }
             shapes.push((id, shape));
-        }
-
-        let scope = self.scope();
-        let mut b = Bindings::new();
-        let mut origin: HashMap<Symbol, String> = HashMap::new();
-        for (sym, value) in explicit.iter() {
-            if scope.lookup(sym.name()) != Some(sym) {
-                return Err(GraphError::UnknownSymbol {
-                    symbol: sym.name().to_owned(),
-                    known: scope
-                        .symbols()
-                        .map(|s| format!("`{s}`"))
-                        .collect::<Vec<_>>()
-                        .join(", "),
-                });
-            }
-            scope
-                .bind(&mut b, sym, value)
-                .map_err(|source| GraphError::Binding {
-                    context: format!("explicit binding `{sym}` = {value}"),
-                    source,
-                })?;
-            origin.insert(sym, "an explicit binding".to_owned());
         }
 
         let dim_error = |id: NodeId, shape: &[u64], axis: usize, dim: &Dim, detail: String| GraphError::InputDim {

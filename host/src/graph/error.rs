@@ -43,7 +43,7 @@ impl fmt::Display for DimsDisplay<'_> {
     }
 }
 
-fn shape(s: &[Dim]) -> ShapeDisplay<'_> {
+fn shape_of(s: &[Dim]) -> ShapeDisplay<'_> {
     ShapeDisplay(s)
 }
 
@@ -61,7 +61,7 @@ pub enum GraphError {
     /// [`Graph`](super::Graph)'s policy).
     #[error(
         "node `{node}` ({op}): cannot broadcast {} with {} at output axis {axis}: {source}{hint}",
-        shape(.lhs), shape(.rhs)
+        shape_of(.lhs), shape_of(.rhs)
     )]
     Broadcast {
         /// Node name.
@@ -82,7 +82,7 @@ pub enum GraphError {
     /// Two shapes disagree in a dimension that must be equal.
     #[error(
         "node `{node}` ({op}): shapes {} and {} disagree: {what} `{lhs_dim}` vs `{rhs_dim}` are not provably equal",
-        shape(.lhs), shape(.rhs)
+        shape_of(.lhs), shape_of(.rhs)
     )]
     ShapeMismatch {
         /// Node name.
@@ -216,7 +216,7 @@ pub enum GraphError {
     },
     /// An input has the wrong rank.
     #[error("input `{input}` has shape {}, but the graph declares {} (rank {} vs {})",
-        dims(.got), shape(.expected), .got.len(), .expected.len())]
+        dims(.got), shape_of(.expected), .got.len(), .expected.len())]
     InputRank {
         /// The input.
         input: String,
@@ -277,7 +277,7 @@ pub enum GraphError {
         node: String,
     },
     /// A node's shape does not evaluate to valid extents.
-    #[error("node `{node}` ({op}): shape {} {msg}", shape(.shape))]
+    #[error("node `{node}` ({op}): shape {} {msg}", shape_of(.shape))]
     NodeShape {
         /// Node name.
         node: String,

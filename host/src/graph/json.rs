@@ -201,12 +201,16 @@ impl Graph {
     /// [`Graph::add_node`], naming the node; [`GraphError::Npy`] for a
     /// constant file that cannot be read.
     pub fn from_json(text: &str, base_dir: &Path) -> Result<Graph, GraphError> {
-        let doc: Doc = serde_json::from_str(text).map_err(|e| {
+        let value: Value = serde_json::from_str(text).map_err(|e| {
             let at = format!("line {} column {}", e.line(), e.column());
             let msg = e.to_string();
             let msg = msg.rsplit_once(" at line ").map_or(msg.as_str(), |(m, _)| m).to_owned();
             err(&at, None, msg)
         })?;
+        if !value.is_object() {
+            return Err(err("document", None, format!("expected an object, got {}", kind(&value))));
+        }
+        let doc: Doc = serde_json::from_value(value).map_err(|e| err("document", None, e.to_string()))?;
         let mut g = Graph::new();
 
         // Symbols: those solved by an equality are added last, so that the

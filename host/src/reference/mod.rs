@@ -2,7 +2,8 @@
 //!
 //! [`run`] binds the symbols from the input shapes, [`decompose`]s the
 //! composites (so the decomposition itself is what gets checked) and
-//! evaluates every primitive node in order at the concrete shapes.
+//! evaluates, in order and at the concrete shapes, every primitive node the
+//! outputs depend on.
 //!
 //! Numerics, following the instruction set's documentation:
 //!
@@ -60,8 +61,9 @@ pub fn run(graph: &Graph, inputs: &[(&str, &Tensor)], explicit: &Bindings) -> Re
     Ok(out)
 }
 
-/// Evaluates every node of `graph`, which must contain no composites (call
-/// [`decompose`] first), at `bindings` (from [`Graph::bind_tensors`]).
+/// Evaluates every node of `graph` (not only those the outputs need), which
+/// must contain no composites (call [`decompose`] first), at `bindings` (from
+/// [`Graph::bind_tensors`]).
 /// Returns one tensor per node, indexed by node id.
 ///
 /// # Errors
@@ -128,8 +130,24 @@ fn eval(
     for (_, id) in g.outputs() {
         last_use[id.0] = usize::MAX;
     }
+    // Only nodes the outputs depend on are evaluated (unless all are kept).
+    let mut needed = vec![keep_all; n];
+    for (_, id) in g.outputs() {
+        needed[id.0] = true;
+    }
+    for i in (0..n).rev() {
+        if needed[i] {
+            for o in &g.nodes()[i].operands {
+                needed[o.0] = true;
+            }
+        }
+    }
     let mut values: Vec<Option<Value>> = Vec::with_capacity(n);
     for (i, node) in g.nodes().iter().enumerate() {
+        if !needed[i] {
+            values.push(None);
+            continue;
+        }
         let shape: Vec<usize> = shapes[i]
             .iter()
             .map(|&d| usize::try_from(d))
@@ -628,3 +646,6 @@ fn matmul(a: &Value, b: &Value, ta: bool, tb: bool, shape: &[usize], out: DType)
     }
     result
 }
+
+#[cfg(test)]
+mod tests;

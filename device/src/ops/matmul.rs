@@ -1,0 +1,282 @@
+//! The cube: `dst (m×n) [+]= a (m×k) · b (k×n)`.
+//!
+//! Blocked GEMM without heap: the output is processed in `MC × NC` blocks
+//! whose accumulators live in a stack array (`f32` for float inputs, `i32`
+//! for `i8`); for each `KC` slice of `k` the block's panels of `a` and `b`
+//! are packed (converted to the accumulator type, transposes resolved,
+//! edges zero-padded) into `MR`-row and `NR`-column micro-panels, and an
+//! `MR × NR` register-blocked micro-kernel runs `k` innermost over them.
+//! The block is written once at the end, so `f16`/`bf16` outputs are
+//! rounded once (and `accumulate` adds the old `dst` before that rounding).
+//!
+//! Float accumulation is plain `f32` multiply-add (no FMA contraction), in
+//! `KC`-long partial sums per micro-tile; `i8` products accumulate in
+//! wrapping `i32`. Stack use: `(MC + NC)·KC + MC·NC` accumulators
+//! (20 KiB).
+
+use super::ub::{range_of, view_mut, Bf16, Pod, Split, F16};
+use super::UbArgs;
+
+/// Micro-kernel rows.
+#[cfg(target_arch = "aarch64")]
+pub(crate) const MR: usize = 8;
+/// Micro-kernel rows.
+#[cfg(not(target_arch = "aarch64"))]
+pub(crate) const MR: usize = 4;
+/// Micro-kernel columns.
+pub(crate) const NR: usize = 8;
+/// Output block rows.
+pub(crate) const MC: usize = 32;
+/// Output block columns.
+pub(crate) const NC: usize = 32;
+/// Depth of one packed slice.
+pub(crate) const KC: usize = 64;
+
+/// `MmFlags` bits in [`UbArgs::flags`].
+pub(crate) const TRANS_A: u32 = 1;
+/// `MmFlags` bits in [`UbArgs::flags`].
+pub(crate) const TRANS_B: u32 = 2;
+/// `MmFlags` bits in [`UbArgs::flags`].
+pub(crate) const ACCUMULATE: u32 = 4;
+
+/// An accumulator type.
+pub(crate) trait Acc: Copy + Default + 'static {
+    /// `acc + a·b`.
+    fn madd(acc: Self, a: Self, b: Self) -> Self;
+    /// `a + b`.
+    fn add(a: Self, b: Self) -> Self;
+}
+
+impl Acc for f32 {
+    #[inline(always)]
+    fn madd(acc: f32, a: f32, b: f32) -> f32 {
+        acc + a * b
+    }
+    #[inline(always)]
+    fn add(a: f32, b: f32) -> f32 {
+        a + b
+    }
+}
+
+impl Acc for i32 {
+    #[inline(always)]
+    fn madd(acc: i32, a: i32, b: i32) -> i32 {
+        acc.wrapping_add(a.wrapping_mul(b))
+    }
+    #[inline(always)]
+    fn add(a: i32, b: i32) -> i32 {
+        a.wrapping_add(b)
+    }
+}
+
+/// A matmul input element.
+pub(crate) trait MmIn: Pod {
+    /// Accumulator type.
+    type A: Acc;
+    /// The element as an accumulator value (exact).
+    fn load(self) -> Self::A;
+}
+
+/// A matmul output element.
+pub(crate) trait MmOut<A>: Pod {
+    /// The element as an accumulator value (exact).
+    fn get(self) -> A;
+    /// The accumulator rounded (nearest even) to the element.
+    fn put(a: A) -> Self;
+}
+
+macro_rules! mm_float {
+    ($($t:ty),*) => {$(
+        impl MmIn for $t {
+            type A = f32;
+            #[inline(always)]
+            fn load(self) -> f32 {
+                super::ub::Elem::get(self)
+            }
+        }
+        impl MmOut<f32> for $t {
+            #[inline(always)]
+            fn get(self) -> f32 {
+                super::ub::Elem::get(self)
+            }
+            #[inline(always)]
+            fn put(a: f32) -> Self {
+                <$t as super::ub::Elem>::put(a)
+            }
+        }
+    )*};
+}
+mm_float!(f32, F16, Bf16);
+
+impl MmIn for i8 {
+    type A = i32;
+    #[inline(always)]
+    fn load(self) -> i32 {
+        self as i32
+    }
+}
+
+impl MmOut<i32> for i32 {
+    #[inline(always)]
+    fn get(self) -> i32 {
+        self
+    }
+    #[inline(always)]
+    fn put(a: i32) -> i32 {
+        a
+    }
+}
+
+/// The `MR × NR` micro-kernel: `k` innermost over packed panels (`ap`:
+/// `kc` groups of `MR`, `bp`: `kc` groups of `NR`), accumulators in
+/// registers, added into `c` (rows `NC` apart) at the end.
+#[inline(always)]
+fn kernel<A: Acc>(ap: &[A], bp: &[A], c: &mut [A]) {
+    let mut acc = [[A::default(); NR]; MR];
+    for (a, b) in ap.chunks_exact(MR).zip(bp.chunks_exact(NR)) {
+        let (Ok(a), Ok(b)) = (<&[A; MR]>::try_from(a), <&[A; NR]>::try_from(b)) else {
+            return;
+        };
+        for i in 0..MR {
+            for j in 0..NR {
+                acc[i][j] = A::madd(acc[i][j], a[i], b[j]);
+            }
+        }
+    }
+    for (crow, arow) in c.chunks_mut(NC).zip(acc.iter()) {
+        for (c, a) in crow.iter_mut().zip(arow.iter()) {
+            *c = A::add(*c, *a);
+        }
+    }
+}
+
+/// Packs rows `i0..i0+mc` × depth `p0..p0+kc` of `a` into `MR`-row panels
+/// (`kc` groups of `MR` per panel, zero-padded rows).
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+fn pack_a<I: MmIn>(a: &[I], trans: bool, m: usize, k: usize, i0: usize, mc: usize, p0: usize, kc: usize, ap: &mut [I::A]) -> Option<()> {
+    let panels = mc.div_ceil(MR);
+    let ap = ap.get_mut(..panels * kc * MR)?;
+    if mc % MR != 0 {
+        ap.fill(I::A::default());
+    }
+    for (ip, panel) in ap.chunks_exact_mut(kc * MR).enumerate() {
+        let r0 = i0 + ip * MR;
+        let rows = (mc - ip * MR).min(MR);
+        if trans {
+            // a is k×m: the MR values of one depth are contiguous.
+            for (p, g) in panel.chunks_exact_mut(MR).enumerate() {
+                let o = (p0 + p) * m + r0;
+                let s = a.get(o..o + rows)?;
+                for (g, x) in g.iter_mut().zip(s) {
+                    *g = x.load();
+                }
+            }
+        } else {
+            // a is m×k: each row's kc values are contiguous.
+            for ii in 0..rows {
+                let o = (r0 + ii) * k + p0;
+                let s = a.get(o..o + kc)?;
+                for (g, x) in panel.chunks_exact_mut(MR).zip(s) {
+                    if let Some(g) = g.get_mut(ii) {
+                        *g = x.load();
+                    }
+                }
+            }
+        }
+    }
+    Some(())
+}
+
+/// Packs depth `p0..p0+kc` × columns `j0..j0+nc` of `b` into `NR`-column
+/// panels (`kc` groups of `NR` per panel, zero-padded columns).
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+fn pack_b<I: MmIn>(b: &[I], trans: bool, n: usize, k: usize, j0: usize, nc: usize, p0: usize, kc: usize, bp: &mut [I::A]) -> Option<()> {
+    let panels = nc.div_ceil(NR);
+    let bp = bp.get_mut(..panels * kc * NR)?;
+    if nc % NR != 0 {
+        bp.fill(I::A::default());
+    }
+    for (jp, panel) in bp.chunks_exact_mut(kc * NR).enumerate() {
+        let c0 = j0 + jp * NR;
+        let cols = (nc - jp * NR).min(NR);
+        if trans {
+            // b is n×k: each column's kc values are contiguous.
+            for jj in 0..cols {
+                let o = (c0 + jj) * k + p0;
+                let s = b.get(o..o + kc)?;
+                for (g, x) in panel.chunks_exact_mut(NR).zip(s) {
+                    if let Some(g) = g.get_mut(jj) {
+                        *g = x.load();
+                    }
+                }
+            }
+        } else {
+            // b is k×n: the NR values of one depth are contiguous.
+            for (p, g) in panel.chunks_exact_mut(NR).enumerate() {
+                let o = (p0 + p) * n + c0;
+                let s = b.get(o..o + cols)?;
+                for (g, x) in g.iter_mut().zip(s) {
+                    *g = x.load();
+                }
+            }
+        }
+    }
+    Some(())
+}
+
+/// Handler of `matmul` with input `I` and output `O`. Operands: `a`, `b`,
+/// `dst`; `n` = m, `cols` = n, `k`; `flags` = trans_a | trans_b << 1 |
+/// accumulate << 2.
+pub(crate) fn matmul<I: MmIn, O: MmOut<I::A>>(ub: &mut [u8], args: &UbArgs) {
+    let _ = run::<I, O>(ub, args);
+}
+
+fn run<I: MmIn, O: MmOut<I::A>>(ub: &mut [u8], args: &UbArgs) -> Option<()> {
+    let (m, n, k) = (args.n as usize, args.cols as usize, args.k as usize);
+    let sp = Split::new(ub, range_of::<O>(args.dst, m.checked_mul(n)?)?)?;
+    let a = sp.disjoint::<I>(range_of::<I>(args.a, m.checked_mul(k)?)?)?;
+    let b = sp.disjoint::<I>(range_of::<I>(args.b, k.checked_mul(n)?)?)?;
+    let dst = view_mut::<O>(sp.dst)?;
+    let (ta, tb) = (args.flags & TRANS_A != 0, args.flags & TRANS_B != 0);
+    let accumulate = args.flags & ACCUMULATE != 0;
+
+    let mut ap = [I::A::default(); MC * KC];
+    let mut bp = [I::A::default(); KC * NC];
+    let mut c = [I::A::default(); MC * NC];
+    for j0 in (0..n).step_by(NC) {
+        let nc = (n - j0).min(NC);
+        for i0 in (0..m).step_by(MC) {
+            let mc = (m - i0).min(MC);
+            // Block accumulators: the old dst or zero.
+            c.fill(I::A::default());
+            if accumulate {
+                for (i, crow) in c.chunks_exact_mut(NC).take(mc).enumerate() {
+                    let o = (i0 + i) * n + j0;
+                    for (c, d) in crow.iter_mut().zip(dst.get(o..o + nc)?) {
+                        *c = d.get();
+                    }
+                }
+            }
+            for p0 in (0..k).step_by(KC) {
+                let kc = (k - p0).min(KC);
+                pack_a(a, ta, m, k, i0, mc, p0, kc, &mut ap)?;
+                pack_b(b, tb, n, k, j0, nc, p0, kc, &mut bp)?;
+                for (ip, apan) in ap.chunks_exact(kc * MR).take(mc.div_ceil(MR)).enumerate() {
+                    let crows = c.get_mut(ip * MR * NC..)?;
+                    for (jp, bpan) in bp.chunks_exact(kc * NR).take(nc.div_ceil(NR)).enumerate() {
+                        kernel(apan, bpan, crows.get_mut(jp * NR..)?);
+                    }
+                }
+            }
+            for (i, crow) in c.chunks_exact(NC).take(mc).enumerate() {
+                let o = (i0 + i) * n + j0;
+                for (d, c) in dst.get_mut(o..o + nc)?.iter_mut().zip(crow) {
+                    *d = O::put(*c);
+                }
+            }
+        }
+    }
+    Some(())
+}

@@ -1,0 +1,248 @@
+//! 2-D tile operations over a row-major `rows × cols` tile: reductions,
+//! broadcasts, transpose. Source and destination are disjoint (verifier
+//! rule); anything else makes the handler do nothing.
+//!
+//! Reductions accumulate in the compute type (`f32` for every float dtype,
+//! wrapping `i32` for integers, rounded/wrapped once at the end):
+//! - `axis = cols` (each row → one value): [`LANES`] independent
+//!   accumulators per row (half as many for rows shorter than
+//!   `4·LANES`), so float sums vectorise (the summation order is
+//!   therefore not sequential);
+//! - `axis = rows` (each column → one value): column blocks of [`COLS_BLOCK`]
+//!   accumulators on the stack, four rows folded per pass.
+//!
+//! Empty folds give the identity: 0 for sums, −inf / `MIN` for max, +inf /
+//! `MAX` for min. Float max/min propagate NaN.
+
+use super::ub::{range_of, Elem, Pod, Split};
+use super::UbArgs;
+
+/// Independent accumulators per row for `axis = cols`.
+pub(crate) const LANES: usize = 16;
+/// Columns accumulated at a time for `axis = rows`.
+pub(crate) const COLS_BLOCK: usize = 128;
+
+/// A reduction: an associative fold with an identity.
+pub(crate) trait RedOp<C> {
+    /// Identity element.
+    fn id() -> C;
+    /// One fold step.
+    fn f(acc: C, x: C) -> C;
+}
+
+macro_rules! redop {
+    ($(#[$m:meta])* $name:ident { $($c:ty => ($id:expr, |$a:ident, $x:ident| $e:expr);)* }) => {
+        $(#[$m])*
+        pub(crate) struct $name;
+        $(
+            impl RedOp<$c> for $name {
+                #[inline(always)]
+                fn id() -> $c {
+                    $id
+                }
+                #[inline(always)]
+                fn f($a: $c, $x: $c) -> $c {
+                    $e
+                }
+            }
+        )*
+    };
+}
+
+redop!(
+    /// Sum (integers wrap).
+    Sum {
+        f32 => (-0.0, |a, x| a + x);
+        i32 => (0, |a, x| a.wrapping_add(x));
+    }
+);
+redop!(
+    /// Maximum (NaN-propagating for floats).
+    Max {
+        f32 => (f32::NEG_INFINITY, |a, x| if x > a || x != x { x } else { a });
+        i32 => (i32::MIN, |a, x| a.max(x));
+    }
+);
+redop!(
+    /// Minimum (NaN-propagating for floats).
+    Min {
+        f32 => (f32::INFINITY, |a, x| if x < a || x != x { x } else { a });
+        i32 => (i32::MAX, |a, x| a.min(x));
+    }
+);
+
+/// The disjoint source and destination of a 2-D op as typed slices.
+#[inline(always)]
+fn operands<'u, S: Pod, D: Pod>(
+    ub: &'u mut [u8],
+    a: &UbArgs,
+    src_elems: usize,
+    dst_elems: usize,
+) -> Option<(&'u [S], &'u mut [D])> {
+    let sp = Split::new(ub, range_of::<D>(a.dst, dst_elems)?)?;
+    let src = sp.disjoint::<S>(range_of::<S>(a.a, src_elems)?)?;
+    let dst = super::ub::view_mut::<D>(sp.dst)?;
+    Some((src, dst))
+}
+
+/// Folds one row with `L` independent accumulators.
+///
+/// The shape matters for LLVM: a main part split off with `split_at`, a
+/// zipped accumulator loop, and a sequential fold of the accumulators at
+/// the end vectorise to full-width registers (a pairwise tree at the end
+/// made the SLP vectoriser fall back to 2-lane vectors).
+#[inline(always)]
+fn fold_row<T: Elem, O: RedOp<T::C>, const L: usize>(row: &[T]) -> T::C {
+    let (main, tail) = row.split_at(row.len() / L * L);
+    let mut acc = [O::id(); L];
+    for c in main.chunks_exact(L) {
+        for (a, x) in acc.iter_mut().zip(c) {
+            *a = O::f(*a, x.get());
+        }
+    }
+    let mut t = O::id();
+    for x in tail {
+        t = O::f(t, x.get());
+    }
+    O::f(acc.iter().fold(O::id(), |s, a| O::f(s, *a)), t)
+}
+
+/// Handler of a reduction along `axis = cols` (`rows × cols → rows × 1`).
+pub(crate) fn reduce_cols<T: Elem, O: RedOp<T::C>>(ub: &mut [u8], a: &UbArgs) {
+    let (rows, cols) = (a.n as usize, a.cols as usize);
+    let Some(elems) = rows.checked_mul(cols) else { return };
+    let Some((src, dst)) = operands::<T, T>(ub, a, elems, rows) else {
+        return;
+    };
+    if cols == 0 {
+        dst.fill(T::put(O::id()));
+        return;
+    }
+    // Short rows: fewer accumulators, so the final fold costs less.
+    if cols >= 4 * LANES {
+        for (d, row) in dst.iter_mut().zip(src.chunks_exact(cols)) {
+            *d = T::put(fold_row::<T, O, LANES>(row));
+        }
+    } else {
+        for (d, row) in dst.iter_mut().zip(src.chunks_exact(cols)) {
+            *d = T::put(fold_row::<T, O, { LANES / 2 }>(row));
+        }
+    }
+}
+
+/// Handler of a reduction along `axis = rows` (`rows × cols → 1 × cols`).
+pub(crate) fn reduce_rows<T: Elem, O: RedOp<T::C>>(ub: &mut [u8], a: &UbArgs) {
+    let (rows, cols) = (a.n as usize, a.cols as usize);
+    let Some(elems) = rows.checked_mul(cols) else { return };
+    let Some((src, dst)) = operands::<T, T>(ub, a, elems, cols) else {
+        return;
+    };
+    if cols == 0 {
+        return;
+    }
+    let mut acc = [O::id(); COLS_BLOCK];
+    for (bi, dchunk) in dst.chunks_mut(COLS_BLOCK).enumerate() {
+        let j0 = bi * COLS_BLOCK;
+        let w = dchunk.len().min(COLS_BLOCK);
+        let acc = &mut acc[..w];
+        acc.fill(O::id());
+        let mut quads = src.chunks_exact(4 * cols);
+        for q in &mut quads {
+            let (Some(r0), Some(r1), Some(r2), Some(r3)) = (
+                q.get(j0..j0 + w),
+                q.get(cols + j0..cols + j0 + w),
+                q.get(2 * cols + j0..2 * cols + j0 + w),
+                q.get(3 * cols + j0..3 * cols + j0 + w),
+            ) else {
+                return;
+            };
+            for ((((a, x0), x1), x2), x3) in acc.iter_mut().zip(r0).zip(r1).zip(r2).zip(r3) {
+                let s01 = O::f(x0.get(), x1.get());
+                let s23 = O::f(x2.get(), x3.get());
+                *a = O::f(*a, O::f(s01, s23));
+            }
+        }
+        for row in quads.remainder().chunks_exact(cols) {
+            let Some(r) = row.get(j0..j0 + w) else { return };
+            for (a, x) in acc.iter_mut().zip(r) {
+                *a = O::f(*a, x.get());
+            }
+        }
+        for (d, a) in dchunk.iter_mut().zip(acc.iter()) {
+            *d = T::put(*a);
+        }
+    }
+}
+
+/// Handler of `brcrow`: the `1 × cols` source repeated for `rows` rows.
+pub(crate) fn broadcast_row<U: Pod>(ub: &mut [u8], a: &UbArgs) {
+    let (rows, cols) = (a.n as usize, a.cols as usize);
+    let Some(elems) = rows.checked_mul(cols) else { return };
+    let Some((src, dst)) = operands::<U, U>(ub, a, cols, elems) else {
+        return;
+    };
+    if cols == 0 {
+        return;
+    }
+    for row in dst.chunks_exact_mut(cols) {
+        row.copy_from_slice(src);
+    }
+}
+
+/// Handler of `brccol`: each element of the `rows × 1` source repeated
+/// across its row of `cols`.
+pub(crate) fn broadcast_col<U: Pod>(ub: &mut [u8], a: &UbArgs) {
+    let (rows, cols) = (a.n as usize, a.cols as usize);
+    let Some(elems) = rows.checked_mul(cols) else { return };
+    let Some((src, dst)) = operands::<U, U>(ub, a, rows, elems) else {
+        return;
+    };
+    if cols == 0 {
+        return;
+    }
+    for (row, v) in dst.chunks_exact_mut(cols).zip(src) {
+        row.fill(*v);
+    }
+}
+
+/// Side of the square blocks `transpose` moves through registers.
+const TB: usize = 8;
+
+/// Handler of `transpose`: `dst` (`cols × rows`) = `srcᵀ` (`rows × cols`),
+/// in 8×8 blocks (two bounds checks per 8 elements; edge blocks element by
+/// element).
+pub(crate) fn transpose<U: Pod>(ub: &mut [u8], a: &UbArgs) {
+    let (rows, cols) = (a.n as usize, a.cols as usize);
+    let Some(elems) = rows.checked_mul(cols) else { return };
+    let Some((src, dst)) = operands::<U, U>(ub, a, elems, elems) else {
+        return;
+    };
+    let (rf, cf) = (rows - rows % TB, cols - cols % TB);
+    for i0 in (0..rf).step_by(TB) {
+        for j0 in (0..cf).step_by(TB) {
+            let mut t = [[U::default(); TB]; TB];
+            for (ii, trow) in t.iter_mut().enumerate() {
+                let o = (i0 + ii) * cols + j0;
+                let Some(s) = src.get(o..o + TB) else { return };
+                trow.copy_from_slice(s);
+            }
+            for jj in 0..TB {
+                let o = (j0 + jj) * rows + i0;
+                let Some(d) = dst.get_mut(o..o + TB) else { return };
+                for (d, trow) in d.iter_mut().zip(t.iter()) {
+                    *d = trow[jj];
+                }
+            }
+        }
+    }
+    // Right edge (columns cf..cols of every row) and bottom edge (rows
+    // rf..rows of the first cf columns).
+    for i in 0..rows {
+        let js = if i < rf { cf } else { 0 };
+        for j in js..cols {
+            if let (Some(v), Some(d)) = (src.get(i * cols + j), dst.get_mut(j * rows + i)) {
+                *d = *v;
+            }
+        }
+    }
+}
