@@ -131,3 +131,22 @@ fn leaks(key: &OsStr) -> Option<String> {
     let prefix = PREFIXES.iter().find(|p| key.starts_with(*p))?;
     Some(format!("{prefix}*"))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::leaks;
+
+    #[test]
+    fn rustup_and_cargo_run_variables_are_cleared() {
+        let shown = |k: &str| leaks(k.as_ref());
+        assert_eq!(shown("CARGO").as_deref(), Some("CARGO"));
+        assert_eq!(shown("CARGO_PKG_NAME").as_deref(), Some("CARGO_PKG_*"));
+        assert_eq!(
+            shown("RUSTUP_TOOLCHAIN").as_deref(),
+            Some("RUSTUP_TOOLCHAIN*")
+        );
+        assert_eq!(shown("RUSTFLAGS").as_deref(), Some("RUSTFLAGS"));
+        assert_eq!(shown("CARGO_HOME"), None);
+        assert_eq!(shown("PATH"), None);
+    }
+}

@@ -39,7 +39,7 @@ const PACKAGES: &[(&str, &[&str])] = &[
 ];
 
 fn setup(ctx: &Ctx) -> Result {
-    let missing = missing();
+    let missing = missing(PACKAGES);
     if missing.is_empty() {
         eprintln!("all {} packages present", PACKAGES.len());
         return Ok(());
@@ -64,13 +64,15 @@ fn setup(ctx: &Ctx) -> Result {
     } else {
         ("sudo", &["env", "DEBIAN_FRONTEND=noninteractive"][..])
     };
-    cmd!(ctx.sh, "{prog} {env...} apt-get update -q").run()?;
+    // Wait for another apt/dpkg run (e.g. unattended upgrades) instead of failing.
+    let wait = ["-o", "DPkg::Lock::Timeout=600"];
+    cmd!(ctx.sh, "{prog} {env...} apt-get {wait...} update -q").run()?;
     cmd!(
         ctx.sh,
-        "{prog} {env...} apt-get install -y -q --no-install-recommends {missing...}"
+        "{prog} {env...} apt-get {wait...} install -y -q --no-install-recommends {missing...}"
     )
     .run()?;
-    let still = self::missing();
+    let still = self::missing(PACKAGES);
     if !still.is_empty() {
         return Err(format!("still missing after apt-get install: {}", still.join(" ")).into());
     }
@@ -78,8 +80,8 @@ fn setup(ctx: &Ctx) -> Result {
 }
 
 /// Packages with at least one of their files absent.
-fn missing() -> Vec<&'static str> {
-    PACKAGES
+fn missing(packages: &[(&'static str, &[&str])]) -> Vec<&'static str> {
+    packages
         .iter()
         .filter(|(_, files)| !files.iter().all(|f| Path::new(f).exists()))
         .map(|(pkg, _)| *pkg)
@@ -89,4 +91,14 @@ fn missing() -> Vec<&'static str> {
 fn on_path(prog: &str) -> bool {
     std::env::var_os("PATH")
         .is_some_and(|path| std::env::split_paths(&path).any(|dir| dir.join(prog).is_file()))
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn missing_lists_packages_with_an_absent_file() {
+        let table: &[(&str, &[&str])] =
+            &[("present", &["/"]), ("half", &["/", "/nonexistent/dvm-ci"])];
+        assert_eq!(super::missing(table), ["half"]);
+    }
 }

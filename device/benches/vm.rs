@@ -17,7 +17,8 @@
 //! drift hit both, and each ratio is reported as the ratio of minimum times
 //! and as the median of per-pair ratios. After the summary, divan runs the
 //! micro-benchmarks (dispatch cost per tile, predecode, small loads) unless
-//! `DVM_BENCH_SUMMARY_ONLY` is set. Set `DVM_BENCH_QUICK=1` for a fast run
+//! `DVM_BENCH_SUMMARY_ONLY` is set; `DVM_BENCH_ONLY=overhead|handlers|dram`
+//! runs one group of the summary. Set `DVM_BENCH_QUICK=1` for a fast run
 //! with smaller DRAM buffers, `DVM_BENCH_DRAM_TILE=<f32 elements>` to
 //! change the DRAM kernels' tile size.
 
@@ -39,9 +40,18 @@ fn main() {
     let quick = std::env::var_os("DVM_BENCH_QUICK").is_some();
     let mut rows: Vec<Row> = Vec::new();
     warm_up();
-    overhead(&mut rows, quick);
-    handlers(&mut rows, quick);
-    dram(&mut rows, quick);
+    // `DVM_BENCH_ONLY=overhead|handlers|dram` runs one group.
+    let only = std::env::var("DVM_BENCH_ONLY").unwrap_or_default();
+    let run = |g: &str| only.is_empty() || only == g;
+    if run("overhead") {
+        overhead(&mut rows, quick);
+    }
+    if run("handlers") {
+        handlers(&mut rows, quick);
+    }
+    if run("dram") {
+        dram(&mut rows, quick);
+    }
     print_summary(&rows);
     if std::env::var_os("DVM_BENCH_SUMMARY_ONLY").is_none() {
         divan::main();
@@ -71,6 +81,8 @@ struct Row {
 enum Kind {
     /// `vm / base` time, at most `target`.
     TimeAtMost(f64),
+    /// `vm / base` time, for information.
+    TimeInfo,
     /// `base / vm` (throughput), at least `target` — or informational.
     ThroughputAtLeast(Option<f64>),
     /// Bandwidth relative to memcpy; `bytes_vm` and `bytes_base` per sample.
@@ -154,6 +166,7 @@ fn print_summary(rows: &[Row]) {
                     if x <= t { "yes" } else { "NO" },
                 )
             }
+            Kind::TimeInfo => (vm / base, r.median_ratio, "info".to_string(), "-"),
             Kind::ThroughputAtLeast(t) => {
                 let x = base / vm;
                 let med = 1.0 / r.median_ratio;
@@ -372,7 +385,9 @@ fn overhead(rows: &mut Vec<Row>, quick: bool) {
     let mut c = vec![0f32; len];
     let mut c2 = vec![0f32; len];
     let mut ub = ub_box::<UB>();
-    let samples = if quick { 9 } else { 31 };
+    let samples = if quick { 9 } else { 61 };
+    // Both write the same output buffer; the loop's result is kept for the
+    // check after the run.
     let mut st = (&mut c, &mut c2, &mut ub.0[..]);
     let (vm, base, med) = paired(
         samples,
@@ -389,12 +404,12 @@ fn overhead(rows: &mut Vec<Row>, quick: bool) {
             .unwrap();
             black_box(run_block(&prog, &launch, 0, 1, ub, &NoBarrier).unwrap());
         },
-        |(_, c2, ub)| {
+        |(c, _, ub)| {
             let (ua, ub_, uc) = ub_f32(ub, N);
-            plain_add_tiles(&a, &b, c2, ua, ub_, uc);
+            plain_add_tiles(&a, &b, c, ua, ub_, uc);
         },
     );
-    assert_eq!(c, c2, "VM and loop agree");
+    check_same(&a, &b, &mut c2, N, &mut ub.0, || c.clone());
     rows.push(Row {
         group: "overhead",
         name: format!("add, {tiles} tiles x 64Ki f32 (L3)"),
@@ -404,6 +419,73 @@ fn overhead(rows: &mut Vec<Row>, quick: bool) {
         kind: Kind::TimeAtMost(1.03),
         note: "run_block (incl. bind) vs plain copy/add/copy loop".into(),
     });
+
+    // The executor's fixed cost per tile, measured where it dominates: the
+    // same kernel over 4096 tiles of 16 elements. Scaled to the 64 Ki
+    // tiles above it bounds the overhead without their noise.
+    let (sn, stiles) = (16usize, 4096usize);
+    let bytes = add_module(sn as u32, stiles as u32);
+    let m = Module::parse(&bytes).unwrap();
+    let vk = verify_kernel(&m, 0, &limits(UB)).unwrap();
+    let Ok(sprog) = Program::<256, 16>::new(&vk) else {
+        return;
+    };
+    let (sa, sb) = (data(sn * stiles, 3), data(sn * stiles, 4));
+    let mut sc = vec![0f32; sn * stiles];
+    let mut sc2 = vec![0f32; sn * stiles];
+    // Both write the same output buffer; the loop's result is kept for the
+    // check after the run.
+    let mut st = (&mut sc, &mut sc2, &mut ub.0[..]);
+    let (svm, sbase, smed) = paired(
+        samples,
+        &mut st,
+        |(c, _, ub)| {
+            let launch = Launch::new(
+                &vk,
+                [
+                    GmBuf::from_slice(sa.as_bytes()),
+                    GmBuf::from_slice(sb.as_bytes()),
+                    GmBuf::from_mut_slice(c.as_mut_bytes()),
+                ],
+            )
+            .unwrap();
+            black_box(run_block(&sprog, &launch, 0, 1, ub, &NoBarrier).unwrap());
+        },
+        |(c, _, ub)| {
+            let (ua, ub_, uc) = ub_f32(ub, sn);
+            plain_add_tiles(&sa, &sb, c, ua, ub_, uc);
+        },
+    );
+    check_same(&sa, &sb, &mut sc2, sn, &mut ub.0, || sc.clone());
+    let per_tile = (svm.as_secs_f64() - sbase.as_secs_f64()).max(0.0) / stiles as f64;
+    let big_tile = base.as_secs_f64() / tiles as f64;
+    rows.push(Row {
+        group: "overhead",
+        name: format!("add, {stiles} tiles x 16 f32 (dispatch)"),
+        vm: svm,
+        base: sbase,
+        median_ratio: smed,
+        kind: Kind::TimeInfo,
+        note: format!(
+            "info: {:.0} ns/tile fixed cost -> {:.4}x bound at 64Ki tiles",
+            per_tile * 1e9,
+            1.0 + per_tile / big_tile
+        ),
+    });
+}
+
+/// Checks that the VM's last output (`vm_out`) equals the plain loop's.
+fn check_same(
+    a: &[f32],
+    b: &[f32],
+    out: &mut [f32],
+    n: usize,
+    ub: &mut [u8],
+    vm_out: impl FnOnce() -> Vec<f32>,
+) {
+    let (ua, ub_, uc) = ub_f32(ub, n);
+    plain_add_tiles(a, b, out, ua, ub_, uc);
+    assert_eq!(vm_out(), out, "VM and loop agree");
 }
 
 /// The plain loop: per tile, copy a and b into the scratch, add, copy out.

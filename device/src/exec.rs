@@ -348,15 +348,15 @@ fn run_tiles<const N: usize, const B: usize>(
             match v {
                 VInstr::Ub(op) => op.run(ub),
                 VInstr::Load { pattern, pad } => {
-                    let buf =
-                        bufs.get(pattern.buf as usize)
-                            .ok_or(fault(i, t, GmFault::Operand))?;
+                    let buf = bufs
+                        .get(pattern.buf as usize)
+                        .ok_or_else(|| fault(i, t, GmFault::Operand))?;
                     load_tile(pattern, *pad, c, buf, ub).map_err(|e| fault(i, t, e))?;
                 }
                 VInstr::Store { pattern, stream } => {
-                    let buf =
-                        bufs.get(pattern.buf as usize)
-                            .ok_or(fault(i, t, GmFault::Operand))?;
+                    let buf = bufs
+                        .get(pattern.buf as usize)
+                        .ok_or_else(|| fault(i, t, GmFault::Operand))?;
                     if *stream {
                         let mut pf = Prefetch::NONE;
                         if info.prefetch_at == Some(i as u32) && t + 1 < end {
@@ -376,9 +376,9 @@ fn run_tiles<const N: usize, const B: usize>(
                     }
                 }
                 VInstr::StoreAdd(pattern) => {
-                    let buf =
-                        bufs.get(pattern.buf as usize)
-                            .ok_or(fault(i, t, GmFault::Operand))?;
+                    let buf = bufs
+                        .get(pattern.buf as usize)
+                        .ok_or_else(|| fault(i, t, GmFault::Operand))?;
                     store_add_tile(pattern, c, buf, ub).map_err(|e| fault(i, t, e))?;
                 }
                 VInstr::Barrier => {}

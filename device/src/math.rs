@@ -19,6 +19,10 @@
 //! exponent/sign with many mantissas, including every rounding tie, for
 //! `f32 → f16`).
 
+// The coefficients are the f32 values of fitted constants, written with
+// the digits the fits printed; the extra digits round away identically.
+#![allow(clippy::excessive_precision)]
+
 // ---- selects and bit helpers --------------------------------------------
 
 #[inline(always)]
@@ -85,7 +89,7 @@ fn exp_parts(x: f32, lo: f32) -> (f32, i32) {
     const C1: f32 = 0.693_359_4; // 355/512, exact
     const C2: f32 = -2.121_944_4e-4;
     const MAGIC: f32 = 12_582_912.0; // 1.5·2^23: adding it rounds to an integer
-    // NaN-preserving clamps (a NaN compares false and stays).
+                                     // NaN-preserving clamps (a NaN compares false and stays).
     let x = sel(x > 89.0, 89.0, x);
     let x = sel(x < lo, lo, x);
     let t = x * LOG2E + MAGIC;
@@ -168,7 +172,7 @@ pub fn log(x: f32) -> f32 {
     // Special cases: x == inf → inf, x == 0 → −inf, x < 0 or NaN → NaN.
     let r = sel(x == f32::INFINITY, x, r);
     let r = sel(x == 0.0, f32::NEG_INFINITY, r);
-    sel(x < 0.0 || x != x, f32::NAN, r)
+    sel(x < 0.0 || x.is_nan(), f32::NAN, r)
 }
 
 // ---- activation functions ------------------------------------------------------
@@ -241,7 +245,7 @@ pub fn silu(x: f32) -> f32 {
 pub fn gelu_tanh(x: f32) -> f32 {
     const K0: f32 = 1.595_769_1; // 2·√(2/π)
     const K1: f32 = 0.071_354_816; // 2·√(2/π)·0.044715
-    // For x < −12 the result is −0 in f32; clamping avoids −inf·0 = NaN.
+                                   // For x < −12 the result is −0 in f32; clamping avoids −inf·0 = NaN.
     let x = sel(x < -12.0, -12.0, x);
     mul_sigmoid(x, x * (K0 + K1 * (x * x)))
 }
@@ -350,7 +354,12 @@ fn sqrt4(v: [f32; 4]) -> [f32; 4] {
         // SAFETY: SSE is part of the x86_64 baseline, so `_mm_sqrt_ps` is
         // available; `[f32; 4]` and `__m128` are both 16 bytes of plain
         // data, every bit pattern valid for either.
-        unsafe { core::mem::transmute::<__m128, [f32; 4]>(_mm_sqrt_ps(core::mem::transmute::<[f32; 4], __m128>(v))) }
+        unsafe {
+            core::mem::transmute::<__m128, [f32; 4]>(_mm_sqrt_ps(core::mem::transmute::<
+                [f32; 4],
+                __m128,
+            >(v)))
+        }
     }
     #[cfg(all(target_arch = "aarch64", target_feature = "neon"))]
     {
@@ -365,7 +374,10 @@ fn sqrt4(v: [f32; 4]) -> [f32; 4] {
             >(v)))
         }
     }
-    #[cfg(not(any(target_arch = "x86_64", all(target_arch = "aarch64", target_feature = "neon"))))]
+    #[cfg(not(any(
+        target_arch = "x86_64",
+        all(target_arch = "aarch64", target_feature = "neon")
+    )))]
     {
         v.map(sqrt)
     }
@@ -379,7 +391,7 @@ pub fn sqrt_slice_with(out: &mut [f32], src: &[f32], f: impl Fn(f32) -> f32) {
     let mut o = out.chunks_exact_mut(4);
     let mut s = src.chunks_exact(4);
     for (o, s) in (&mut o).zip(&mut s) {
-        if let Ok(v) = <[f32; 4]>::try_from(&*s) {
+        if let Ok(v) = <[f32; 4]>::try_from(s) {
             let r = sqrt4(v);
             for (o, r) in o.iter_mut().zip(r) {
                 *o = f(r);
@@ -560,12 +572,16 @@ pub fn pow(x: f32, y: f32) -> f32 {
     let w = self_f64(w > 100.0, 100.0, w);
     let w = self_f64(w < -120.0, -120.0, w);
     let mag = exp_f64(w) as f32;
-    let mag = sel(x != x || y != y || w != w, f32::NAN, mag);
+    let mag = sel(x.is_nan() || y.is_nan() || w.is_nan(), f32::NAN, mag);
     // Sign: negative x (sign bit, so −0 and −inf too) with odd-integer y.
     let neg = x.to_bits() >> 31 != 0 && is_odd;
     let r = sel(neg, -mag, mag);
     // Negative finite base with a finite non-integer exponent.
-    let r = sel(x < 0.0 && ax != f32::INFINITY && !is_int && ay != f32::INFINITY, f32::NAN, r);
+    let r = sel(
+        x < 0.0 && ax != f32::INFINITY && !is_int && ay != f32::INFINITY,
+        f32::NAN,
+        r,
+    );
     // pow(−1, ±inf) = 1 (the generic path gives inf·0 = NaN).
     let r = sel(ax == 1.0 && ay == f32::INFINITY, 1.0, r);
     sel(y == 0.0 || x == 1.0, 1.0, r)
@@ -583,7 +599,14 @@ pub fn f16_to_f32(h: u16) -> f32 {
     let normal = f32::from_bits(em + ((127 - 15) << 23));
     // Subnormal or zero: treat the bits as 2^-14·(1 + m) and subtract 2^-14.
     let sub = f32::from_bits(em + (113 << 23)) - MAGIC;
-    let special = f32::from_bits(em | 0x7f80_0000 | if em & 0x007f_ffff != 0 { 0x0040_0000 } else { 0 });
+    let special = f32::from_bits(
+        em | 0x7f80_0000
+            | if em & 0x007f_ffff != 0 {
+                0x0040_0000
+            } else {
+                0
+            },
+    );
     let mag = sel(exp == 0, sub, sel(exp == 0x7c00 << 13, special, normal));
     f32::from_bits(mag.to_bits() | ((h & 0x8000) << 16))
 }
@@ -606,7 +629,13 @@ pub fn f32_to_f16(x: f32) -> u16 {
     let denorm_magic = f32::from_bits(((127 - 15) + (23 - 10) + 1) << 23);
     let sub = (f32::from_bits(a) + denorm_magic).to_bits() - denorm_magic.to_bits();
     let nan = 0x7e00 | ((a >> 13) & 0x3ff);
-    let r = if a >= (127 + 16) << 23 { 0x7c00 } else if a < 113 << 23 { sub } else { normal };
+    let r = if a >= (127 + 16) << 23 {
+        0x7c00
+    } else if a < 113 << 23 {
+        sub
+    } else {
+        normal
+    };
     let r = if a > 0x7f80_0000 { nan } else { r };
     (r | sign) as u16
 }
@@ -615,7 +644,11 @@ pub fn f32_to_f16(x: f32) -> u16 {
 #[inline(always)]
 pub fn bf16_to_f32(h: u16) -> f32 {
     let b = (h as u32) << 16;
-    f32::from_bits(if b & 0x7fff_ffff > 0x7f80_0000 { b | 0x0040_0000 } else { b })
+    f32::from_bits(if b & 0x7fff_ffff > 0x7f80_0000 {
+        b | 0x0040_0000
+    } else {
+        b
+    })
 }
 
 /// `f32` → `bf16` bits, round to nearest even; NaN → quiet NaN with the top
@@ -625,7 +658,11 @@ pub fn f32_to_bf16(x: f32) -> u16 {
     let b = x.to_bits();
     let rounded = (b.wrapping_add(0x7fff + ((b >> 16) & 1))) >> 16;
     let nan = (b >> 16) | 0x0040;
-    (if b & 0x7fff_ffff > 0x7f80_0000 { nan } else { rounded }) as u16
+    (if b & 0x7fff_ffff > 0x7f80_0000 {
+        nan
+    } else {
+        rounded
+    }) as u16
 }
 
 /// `i32` → `bf16` bits, correctly rounded (nearest even). Not on a hot path:

@@ -286,7 +286,7 @@ fn mutate(bytes: &mut Vec<u8>, seed: u64, count: u32) {
         // Most mutations target the code section, where they reach the
         // verifier and the executor; the rest hit anywhere.
         let (lo, len) = match code {
-            Some((s, l)) if r % 4 != 0 && s + l <= bytes.len() && l > 0 => (s, l),
+            Some((s, l)) if r & 3 != 0 && s + l <= bytes.len() && l > 0 => (s, l),
             _ => (0, bytes.len()),
         };
         let pos = lo + (rng.next() as usize) % len;
@@ -309,7 +309,7 @@ fn mutate(bytes: &mut Vec<u8>, seed: u64, count: u32) {
                 }
             }
             _ => {
-                if rng.next() % 4 == 0 {
+                if rng.next() & 3 == 0 {
                     bytes.truncate(pos);
                 }
             }

@@ -719,3 +719,62 @@ fn block_ranges_are_balanced_and_cover_the_grid() {
         }
     }
 }
+
+#[test]
+fn streaming_stores_for_large_outputs() {
+    use dvm_device::VInstr;
+    // 1-D: 4 Mi + 1001 f32 (over 16 MiB) in tiles of 6000 elements, stored
+    // 3 elements into the output so that runs start misaligned.
+    let n = (4u32 << 20) + 1001;
+    let tile = 6000u32;
+    let src = GmBox::new(DType::F32, 0, 1, tile)
+        .cols_tail(0, n)
+        .step([tile as u64, 0, 0]);
+    let dst = GmBox { buf: 1, ..src }.base(3);
+    let bytes = build(vec![K::vector(
+        4 * tile.next_multiple_of(16),
+        &[(DType::F32, R), (DType::F32, W)],
+        [n.div_ceil(tile), 1, 1],
+        vec![src.load(), dst.store()],
+    )]);
+    let prog = program(&bytes, 0);
+    assert!(
+        matches!(prog.body(0)[1], VInstr::Store { stream: true, .. }),
+        "a 16 MiB output streams"
+    );
+    assert_eq!(prog.body_info(0).unwrap().prefetch_at, Some(1));
+    let a: Vec<f32> = (0..n).map(|i| i as f32).collect();
+    let mut reference = vec![Buf::from_f32(&a), Buf::zeroed(4 * (n as usize + 3))];
+    run_seq(&bytes, 0, &mut reference, 1).unwrap();
+    let out = reference[1].f32s();
+    assert_eq!(&out[..3], &[0.0; 3]);
+    assert!(out[3..] == a[..], "1-D streamed copy");
+    for dim in [3u32, 7] {
+        let mut b = vec![Buf::from_f32(&a), Buf::zeroed(4 * (n as usize + 3))];
+        run_threads(&bytes, 0, &mut b, dim).unwrap();
+        assert!(b[1] == reference[1], "threads, {dim} blocks");
+    }
+
+    // 2-D: 2049 × 2050 f32 through 8 × 1500 tiles (rows of 6000 bytes
+    // stream, the UB pitch is wider than a row), tails on both axes.
+    let (rows, cols) = (2049u32, 2050u32);
+    let (tr, tc, pitch) = (8u32, 1500u32, 1504u32);
+    let g = [rows.div_ceil(tr), cols.div_ceil(tc), 1];
+    let src = GmBox::new(DType::F32, 0, tr, tc)
+        .pitch(pitch)
+        .rows_tail(0, rows)
+        .cols_tail(1, cols)
+        .step([(tr * cols) as u64, tc as u64, 0])
+        .strides(cols as u64, 1);
+    let dst = GmBox { buf: 1, ..src };
+    let bytes = build(vec![K::vector(
+        4 * tr * pitch,
+        &[(DType::F32, R), (DType::F32, W)],
+        g,
+        vec![src.load(), dst.store()],
+    )]);
+    let a: Vec<f32> = (0..rows * cols).map(|i| (i % 1_000_003) as f32).collect();
+    let mut bufs = vec![Buf::from_f32(&a), Buf::zeroed(a.len() * 4)];
+    run_threads(&bytes, 0, &mut bufs, 2).unwrap();
+    assert!(bufs[1].f32s() == a, "2-D streamed copy");
+}

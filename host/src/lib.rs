@@ -1,12 +1,27 @@
-//! dvm host SDK (filled in by the host SDK issue).
+//! The dvm host SDK: symbolic shapes, graphs, the runtime operator compiler,
+//! the CPU device runtime and the `dvm` CLI's building blocks.
+//!
+//! # Crate map
+//! - [`sym`]: symbolic dimensions (canonical forms, ranges, unification).
+//! - [`graph`]: the graph IR, builder API, shape propagation, JSON format,
+//!   composite decomposition.
+//! - [`tensor`], [`npy`]: host tensors and `.npy` files.
+//! - [`reference`]: the f64 reference evaluator (the oracle in tests).
+//! - [`lower`]: a graph at concrete shapes → buffers, views and kernel groups.
+//! - [`compile`]: the runtime operator compiler (group → bytecode).
+//! - [`kernel`]: group → verified, predecoded kernel.
+//! - [`runtime`]: CPU worker pool, kernel cache, sessions.
+//! - [`models`]: model graphs (the demo's encoder block).
+//! - [`demo`]: `dvm demo`.
+
 pub mod compile;
-
-pub mod sym;
-pub mod runtime;
-
+pub mod demo;
 pub mod graph;
+pub mod kernel;
+pub mod lower;
+pub mod models;
 pub mod npy;
 pub mod reference;
+pub mod runtime;
+pub mod sym;
 pub mod tensor;
-pub mod demo;
-pub mod kernel;

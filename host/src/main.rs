@@ -58,8 +58,14 @@ fn read(path: &Path) -> Result<Vec<u8>, Failure> {
 /// Writes `bytes` to `path` atomically: a temporary file in the same
 /// directory, renamed into place, so a failure leaves nothing behind.
 fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), Failure> {
-    let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let dir = path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
     let tmp = dir.join(format!(".{name}.tmp-{}", std::process::id()));
     let fail = |e: std::io::Error| Failure(format!("cannot write {}: {e}", path.display()), 1);
     std::fs::write(&tmp, bytes).map_err(|e| {
@@ -84,9 +90,8 @@ fn run(cli: Cli) -> Result<(), Failure> {
             } else {
                 lens
             };
-            let cores = cores.unwrap_or_else(|| {
-                std::thread::available_parallelism().map_or(1, |n| n.get())
-            });
+            let cores = cores
+                .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
             let pool = CpuPool::new(cores);
             println!(
                 "dvm demo: per-shape kernels for a transformer layer's operators, hidden {}, {} core(s)",
@@ -111,7 +116,11 @@ fn run(cli: Cli) -> Result<(), Failure> {
             let m = parse(&module, &bytes)?;
             verify_module(&m, &DeviceLimits::DEFAULT)
                 .map_err(|e| Failure(format!("{}: {e}", module.display()), 2))?;
-            println!("{}: {} kernel(s) verified", module.display(), m.kernel_count());
+            println!(
+                "{}: {} kernel(s) verified",
+                module.display(),
+                m.kernel_count()
+            );
             Ok(())
         }
         Command::Asm { input, output } => {

@@ -203,12 +203,42 @@ pub fn from_bytes(bytes: &[u8], path: &Path, expected: Option<DType>) -> Result<
     let io = |e: std::io::Error| not_npy(e.to_string());
     let mut out: Vec<u8> = Vec::with_capacity(data.len());
     match dtype {
-        DType::F32 => out.extend(file.into_vec::<f32>().map_err(io)?.iter().flat_map(|v| v.to_le_bytes())),
-        DType::F16 => out.extend(file.into_vec::<f16>().map_err(io)?.iter().flat_map(|v| v.to_le_bytes())),
-        DType::BF16 => out.extend(file.into_vec::<u16>().map_err(io)?.iter().flat_map(|v| v.to_le_bytes())),
-        DType::I32 => out.extend(file.into_vec::<i32>().map_err(io)?.iter().flat_map(|v| v.to_le_bytes())),
-        DType::I8 => out.extend(file.into_vec::<i8>().map_err(io)?.iter().map(|v| v.to_le_bytes()[0])),
-        DType::Bool => out.extend(file.into_vec::<bool>().map_err(io)?.iter().map(|&v| u8::from(v))),
+        DType::F32 => out.extend(
+            file.into_vec::<f32>()
+                .map_err(io)?
+                .iter()
+                .flat_map(|v| v.to_le_bytes()),
+        ),
+        DType::F16 => out.extend(
+            file.into_vec::<f16>()
+                .map_err(io)?
+                .iter()
+                .flat_map(|v| v.to_le_bytes()),
+        ),
+        DType::BF16 => out.extend(
+            file.into_vec::<u16>()
+                .map_err(io)?
+                .iter()
+                .flat_map(|v| v.to_le_bytes()),
+        ),
+        DType::I32 => out.extend(
+            file.into_vec::<i32>()
+                .map_err(io)?
+                .iter()
+                .flat_map(|v| v.to_le_bytes()),
+        ),
+        DType::I8 => out.extend(
+            file.into_vec::<i8>()
+                .map_err(io)?
+                .iter()
+                .map(|v| v.to_le_bytes()[0]),
+        ),
+        DType::Bool => out.extend(
+            file.into_vec::<bool>()
+                .map_err(io)?
+                .iter()
+                .map(|&v| u8::from(v)),
+        ),
     }
     if order == Order::Fortran && shape.len() > 1 {
         out = fortran_to_c(&out, &shape, dtype.size() as usize);
@@ -250,7 +280,10 @@ fn precheck(bytes: &[u8]) -> Result<(usize, Vec<u64>), String> {
         return Err("missing the \\x93NUMPY magic".into());
     }
     let (len, start) = match bytes[6] {
-        1 => (usize::from(u16::from_le_bytes([bytes[8], bytes[9]])), 10usize),
+        1 => (
+            usize::from(u16::from_le_bytes([bytes[8], bytes[9]])),
+            10usize,
+        ),
         2 | 3 if bytes.len() >= 12 => (
             u32::from_le_bytes([bytes[8], bytes[9], bytes[10], bytes[11]]) as usize,
             12,
@@ -272,7 +305,10 @@ fn precheck(bytes: &[u8]) -> Result<(usize, Vec<u64>), String> {
         if p.is_empty() {
             continue;
         }
-        shape.push(p.parse::<u64>().map_err(|_| format!("bad dimension `{p}` in 'shape'"))?);
+        shape.push(
+            p.parse::<u64>()
+                .map_err(|_| format!("bad dimension `{p}` in 'shape'"))?,
+        );
     }
     shape
         .iter()
@@ -325,7 +361,10 @@ static TEMP_COUNTER: AtomicU64 = AtomicU64::new(0);
 
 /// A temporary path next to `path` (same directory, so renaming is atomic).
 fn temp_path(path: &Path) -> PathBuf {
-    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
     let k = TEMP_COUNTER.fetch_add(1, Ordering::Relaxed);
     path.with_file_name(format!(".{name}.{}.{k}.tmp", std::process::id()))
 }
@@ -333,7 +372,10 @@ fn temp_path(path: &Path) -> PathBuf {
 fn write_temp(path: &Path, bytes: &[u8]) -> Result<PathBuf, NpyError> {
     let tmp = temp_path(path);
     let result = (|| {
-        let mut f = std::fs::OpenOptions::new().write(true).create_new(true).open(&tmp)?;
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&tmp)?;
         f.write_all(bytes)?;
         f.sync_all()
     })();
@@ -412,7 +454,10 @@ mod tests {
         write(&p, t).unwrap();
         let back = read_as(&p, t.dtype()).unwrap();
         // Only the file itself is left.
-        let names: Vec<_> = std::fs::read_dir(&d).unwrap().map(|e| e.unwrap().file_name()).collect();
+        let names: Vec<_> = std::fs::read_dir(&d)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
         assert_eq!(names, vec![std::ffi::OsString::from("t.npy")]);
         std::fs::remove_dir_all(&d).unwrap();
         back
@@ -459,11 +504,17 @@ mod tests {
         let bytes = to_bytes(&t, Path::new("a.npy")).unwrap();
         let e = from_bytes(&bytes, Path::new("in/a.npy"), Some(DType::F32)).unwrap_err();
         let msg = e.to_string();
-        assert!(msg.contains("in/a.npy") && msg.contains("expected dtype f32") && msg.contains("<i4"), "{msg}");
+        assert!(
+            msg.contains("in/a.npy") && msg.contains("expected dtype f32") && msg.contains("<i4"),
+            "{msg}"
+        );
     }
 
     fn header(descr: &str, shape: &str, fortran: bool) -> Vec<u8> {
-        let mut text = format!("{{'descr': '{descr}', 'fortran_order': {}, 'shape': {shape}, }}", if fortran { "True" } else { "False" });
+        let mut text = format!(
+            "{{'descr': '{descr}', 'fortran_order': {}, 'shape': {shape}, }}",
+            if fortran { "True" } else { "False" }
+        );
         while (10 + text.len() + 1) % 16 != 0 {
             text.push(' ');
         }
@@ -527,7 +578,17 @@ mod tests {
         }
         // Truncated data is a length error.
         let e = from_bytes(&header("<f4", "(3,)", false), p, None).unwrap_err();
-        assert!(matches!(e, NpyError::DataLength { expected: 12, found: 0, .. }), "{e}");
+        assert!(
+            matches!(
+                e,
+                NpyError::DataLength {
+                    expected: 12,
+                    found: 0,
+                    ..
+                }
+            ),
+            "{e}"
+        );
         // Random prefixes of a valid file.
         let good = to_bytes(&Tensor::from_f32(&[3], &[1.0, 2.0, 3.0]).unwrap(), p).unwrap();
         for n in 0..good.len() {

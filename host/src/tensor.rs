@@ -106,6 +106,17 @@ fn byte_len(dtype: DType, shape: &[u64]) -> Result<(usize, usize), TensorError> 
     Ok((n, bytes))
 }
 
+/// An empty buffer with room for `bytes`, or [`TensorError::TooLarge`] if the
+/// allocation fails (instead of aborting the process).
+fn alloc(shape: &[u64], bytes: usize) -> Result<Vec<u8>, TensorError> {
+    let mut v = Vec::new();
+    v.try_reserve_exact(bytes)
+        .map_err(|_| TensorError::TooLarge {
+            shape: shape.to_vec(),
+        })?;
+    Ok(v)
+}
+
 impl Tensor {
     /// A tensor from its little-endian element bytes.
     ///
@@ -140,13 +151,16 @@ impl Tensor {
     ///
     /// # Errors
     ///
-    /// [`TensorError::TooLarge`] if the shape's byte size overflows.
+    /// [`TensorError::TooLarge`] if the shape's byte size overflows or cannot
+    /// be allocated.
     pub fn zeros(dtype: DType, shape: &[u64]) -> Result<Tensor, TensorError> {
         let (_, bytes) = byte_len(dtype, shape)?;
+        let mut data = alloc(shape, bytes)?;
+        data.resize(bytes, 0);
         Ok(Tensor {
             dtype,
             shape: shape.to_vec(),
-            data: vec![0; bytes],
+            data,
         })
     }
 
@@ -248,12 +262,13 @@ impl Tensor {
     ///
     /// # Errors
     ///
-    /// [`TensorError::TooLarge`] if the shape's byte size overflows.
+    /// [`TensorError::TooLarge`] if the shape's byte size overflows or cannot
+    /// be allocated.
     pub fn full(dtype: DType, shape: &[u64], value: f64) -> Result<Tensor, TensorError> {
         let (n, bytes) = byte_len(dtype, shape)?;
         let mut one = Vec::new();
         encode(dtype, convert(dtype, value), &mut one);
-        let mut data = Vec::with_capacity(bytes);
+        let mut data = alloc(shape, bytes)?;
         for _ in 0..n {
             data.extend_from_slice(&one);
         }
@@ -580,7 +595,10 @@ mod tests {
         // 1 + 2^-11 is halfway between 1 and 1 + 2^-10: ties to even → 1.
         assert_eq!(round_float(DType::F16, 1.0 + pow2(-11)), 1.0);
         // 1 + 3*2^-11 is halfway between 1+2^-10 and 1+2^-9 → even is 1+2^-9.
-        assert_eq!(round_float(DType::F16, 1.0 + 3.0 * pow2(-11)), 1.0 + pow2(-9));
+        assert_eq!(
+            round_float(DType::F16, 1.0 + 3.0 * pow2(-11)),
+            1.0 + pow2(-9)
+        );
         // Just above halfway (by 2^-40, below f32 precision) rounds up.
         assert_eq!(
             round_float(DType::F16, 1.0 + pow2(-11) + pow2(-40)),
@@ -605,8 +623,14 @@ mod tests {
     #[test]
     fn bf16_rounding() {
         assert_eq!(round_float(DType::BF16, 1.0 + pow2(-8)), 1.0);
-        assert_eq!(round_float(DType::BF16, 1.0 + 3.0 * pow2(-8)), 1.0 + pow2(-6));
-        assert_eq!(round_float(DType::BF16, 1.0 + pow2(-8) + pow2(-30)), 1.0 + pow2(-7));
+        assert_eq!(
+            round_float(DType::BF16, 1.0 + 3.0 * pow2(-8)),
+            1.0 + pow2(-6)
+        );
+        assert_eq!(
+            round_float(DType::BF16, 1.0 + pow2(-8) + pow2(-30)),
+            1.0 + pow2(-7)
+        );
         assert_eq!(round_float(DType::BF16, 3.4e38), f64::INFINITY);
         assert_eq!(bf16_bits(1.0), 0x3f80);
         let t = Tensor::from_f64(DType::BF16, &[1], &[-2.0]).unwrap();
@@ -616,7 +640,10 @@ mod tests {
     #[test]
     fn wrap_and_compare() {
         assert_eq!(wrap_int(DType::I8, 200), -56.0);
-        assert_eq!(wrap_int(DType::I32, i64::from(i32::MAX) + 1), f64::from(i32::MIN));
+        assert_eq!(
+            wrap_int(DType::I32, i64::from(i32::MAX) + 1),
+            f64::from(i32::MIN)
+        );
         let a = Tensor::from_f32(&[3], &[1.0, f32::NAN, 3.0]).unwrap();
         let b = Tensor::from_f32(&[3], &[1.5, f32::NAN, 3.0]).unwrap();
         assert_eq!(a.max_abs_diff(&b).unwrap(), 0.5);

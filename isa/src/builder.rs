@@ -10,8 +10,8 @@ use crate::dtype::DType;
 use crate::instr::Instr;
 use crate::meta::{KernelMeta, Label, ModuleMeta, ParamMeta};
 use crate::module::{
-    features, instr_features, BodyEntry, Header, KernelEntry, KernelKind, ParamAccess, ParamEntry, SectionEntry,
-    SectionKind, HEADER_SIZE, MAGIC, VERSION_MAJOR, VERSION_MINOR,
+    features, instr_features, BodyEntry, Header, KernelEntry, KernelKind, ParamAccess, ParamEntry,
+    SectionEntry, SectionKind, HEADER_SIZE, MAGIC, VERSION_MAJOR, VERSION_MINOR,
 };
 use crate::word::WaitMask;
 

@@ -41,9 +41,11 @@ pub mod word;
 pub use access::{AccessKind, GmAccess, GmKind, GmPattern, UbAccess};
 pub use dtype::{DType, DTypeSet};
 pub use error::{DecodeError, OperandError, ParseError};
-pub use module::{KernelKind, KernelRef, Module, Param, ParamAccess};
-pub use verify::{verify_kernel, verify_module, DeviceLimits, LaunchError, Rule, VerifiedKernel, VerifyError};
 pub use instr::{Instr, Opcode};
+pub use module::{KernelKind, KernelRef, Module, Param, ParamAccess};
 pub use operand::{Axis, GridDim, MmFlags, Operand, PadMode, Scalar};
 pub use table::layout_words;
+pub use verify::{
+    verify_kernel, verify_module, DeviceLimits, LaunchError, Rule, VerifiedKernel, VerifyError,
+};
 pub use word::{Head, Packer, Pipe, Unpacker, WaitMask, MAX_INSTR_WORDS};

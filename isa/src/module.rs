@@ -196,7 +196,10 @@ impl KernelKind {
 
     /// True for the kinds that carry exactly one body.
     pub const fn single_body(self) -> bool {
-        matches!(self, KernelKind::Vector | KernelKind::Cube | KernelKind::Mix)
+        matches!(
+            self,
+            KernelKind::Vector | KernelKind::Cube | KernelKind::Mix
+        )
     }
 }
 
@@ -287,9 +290,13 @@ impl ParamAccess {
     }
     /// Parses a name produced by [`ParamAccess::name`].
     pub fn from_name(s: &str) -> Option<ParamAccess> {
-        [ParamAccess::Read, ParamAccess::Write, ParamAccess::ReadWrite]
-            .into_iter()
-            .find(|a| a.name() == s)
+        [
+            ParamAccess::Read,
+            ParamAccess::Write,
+            ParamAccess::ReadWrite,
+        ]
+        .into_iter()
+        .find(|a| a.name() == s)
     }
 }
 
@@ -367,7 +374,8 @@ impl<'a> KernelRef<'a> {
     pub fn body_code(&self, b: usize) -> Option<&'a [U64]> {
         let body = self.bodies.get(b)?;
         let start = body.code_start.get() as usize;
-        self.code.get(start..start.checked_add(body.code_len.get() as usize)?)
+        self.code
+            .get(start..start.checked_add(body.code_len.get() as usize)?)
     }
 }
 
@@ -389,12 +397,11 @@ impl<'a> Module<'a> {
     /// # Errors
     /// A [`ParseError`] naming the first rule broken.
     pub fn parse(bytes: &'a [u8]) -> Result<Module<'a>, ParseError> {
-        let (header, rest) =
-            Header::ref_from_prefix(bytes).map_err(|_| ParseError::Truncated {
-                what: "header",
-                need: HEADER_SIZE as u64,
-                have: bytes.len() as u64,
-            })?;
+        let (header, rest) = Header::ref_from_prefix(bytes).map_err(|_| ParseError::Truncated {
+            what: "header",
+            need: HEADER_SIZE as u64,
+            have: bytes.len() as u64,
+        })?;
         if header.magic != MAGIC {
             return Err(ParseError::BadMagic(header.magic));
         }
@@ -413,12 +420,13 @@ impl<'a> Module<'a> {
             return Err(ParseError::UnknownFeatures(unknown));
         }
         let count = header.section_count.get() as usize;
-        let (sections, _) = <[SectionEntry]>::ref_from_prefix_with_elems(rest, count)
-            .map_err(|_| ParseError::Truncated {
-                what: "section table",
-                need: (HEADER_SIZE as u64)
-                    .saturating_add((count as u64).saturating_mul(24)),
-                have: bytes.len() as u64,
+        let (sections, _) =
+            <[SectionEntry]>::ref_from_prefix_with_elems(rest, count).map_err(|_| {
+                ParseError::Truncated {
+                    what: "section table",
+                    need: (HEADER_SIZE as u64).saturating_add((count as u64).saturating_mul(24)),
+                    have: bytes.len() as u64,
+                }
             })?;
 
         let mut found: [Option<&'a [u8]>; 5] = [None; 5];

@@ -247,7 +247,11 @@ pub enum Axis {
 impl Operand for Axis {
     const BITS: u32 = 8;
     fn sample(bits: u64) -> Self {
-        if bits & 1 == 0 { Axis::Rows } else { Axis::Cols }
+        if bits & 1 == 0 {
+            Axis::Rows
+        } else {
+            Axis::Cols
+        }
     }
     fn pack(&self, p: &mut Packer) {
         p.put_u8(*self as u8);
@@ -290,7 +294,11 @@ pub enum PadMode {
 impl Operand for PadMode {
     const BITS: u32 = 8;
     fn sample(bits: u64) -> Self {
-        if bits & 1 == 0 { PadMode::Keep } else { PadMode::Fill }
+        if bits & 1 == 0 {
+            PadMode::Keep
+        } else {
+            PadMode::Fill
+        }
     }
     fn pack(&self, p: &mut Packer) {
         p.put_u8(*self as u8);

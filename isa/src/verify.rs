@@ -428,7 +428,9 @@ pub fn verify_kernel<'m>(
         return Err(err(
             0,
             0,
-            Rule::Kind("vector, cube and mix kernels have one body; parallel and sequence at least one"),
+            Rule::Kind(
+                "vector, cube and mix kernels have one body; parallel and sequence at least one",
+            ),
         ));
     }
     if nbodies > 1 && module.features() & features::MULTI_BODY == 0 {
@@ -442,7 +444,10 @@ pub fn verify_kernel<'m>(
     for b in 0..nbodies {
         let grid = kernel.bodies[b].grid();
         grid.iter()
-            .try_fold(1u32, |acc, g| if *g == 0 { None } else { acc.checked_mul(*g) })
+            .try_fold(
+                1u32,
+                |acc, g| if *g == 0 { None } else { acc.checked_mul(*g) },
+            )
             .ok_or(err(b, 0, Rule::BadGrid(grid)))?;
         let code = kernel.body_code(b).unwrap_or(&[]);
         let mut at = 0usize;
@@ -630,10 +635,9 @@ fn check_gm(
 ) -> Result<(), Rule> {
     let p = &gm.pattern;
     let count = kernel.param_count() as u32;
-    let param = kernel.param(p.buf as usize).ok_or(Rule::NoSuchParam {
-        buf: p.buf,
-        count,
-    })?;
+    let param = kernel
+        .param(p.buf as usize)
+        .ok_or(Rule::NoSuchParam { buf: p.buf, count })?;
     if param.dtype != p.dtype {
         return Err(Rule::ParamDType {
             buf: p.buf,
@@ -687,14 +691,20 @@ pub fn furthest_element(p: &GmPattern, grid: [u32; 3]) -> Result<u64, Rule> {
         return Err(Rule::BadPattern("pitch is smaller than cols"));
     }
     if p.row_dim != GridDim::None && p.row_dim == p.col_dim {
-        return Err(Rule::BadPattern("rows and cols are driven by the same grid dimension"));
+        return Err(Rule::BadPattern(
+            "rows and cols are driven by the same grid dimension",
+        ));
     }
     let mut total: u64 = p.base;
     let add = |a: u64, b: u64| a.checked_add(b).ok_or(Rule::GmOverflow);
     let mul = |a: u64, b: u64| a.checked_mul(b).ok_or(Rule::GmOverflow);
     // Contribution of one side (rows or cols): the furthest
     // `step[d]·c + (extent(c) − 1)·stride` over the coordinates of its grid dim.
-    let side = |dim: GridDim, full: u32, tot: u32, stride: u64| -> Result<(Option<usize>, u64), Rule> {
+    let side = |dim: GridDim,
+                full: u32,
+                tot: u32,
+                stride: u64|
+     -> Result<(Option<usize>, u64), Rule> {
         match dim.index() {
             None => Ok((None, mul((full - 1) as u64, stride)?)),
             Some(d) => {

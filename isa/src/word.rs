@@ -75,9 +75,15 @@ impl Pipe {
 
     /// Parses a name produced by [`Pipe::name`].
     pub fn from_name(s: &str) -> Option<Pipe> {
-        [Pipe::Load, Pipe::Vector, Pipe::Cube, Pipe::Store, Pipe::Control]
-            .into_iter()
-            .find(|p| p.name() == s)
+        [
+            Pipe::Load,
+            Pipe::Vector,
+            Pipe::Cube,
+            Pipe::Store,
+            Pipe::Control,
+        ]
+        .into_iter()
+        .find(|p| p.name() == s)
     }
 }
 
@@ -283,7 +289,11 @@ impl<'a> Unpacker<'a> {
                 .get(gap_word)
                 .ok_or(DecodeError::OperandsTruncated)?
                 .get();
-            let mask = if hi == 64 { !0u64 << lo } else { ((1u64 << hi) - 1) & (!0u64 << lo) };
+            let mask = if hi == 64 {
+                !0u64 << lo
+            } else {
+                ((1u64 << hi) - 1) & (!0u64 << lo)
+            };
             if w & mask != 0 {
                 return Err(DecodeError::ReservedBits);
             }

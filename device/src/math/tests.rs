@@ -74,14 +74,23 @@ fn abs_err(got: f32, want: f64) -> f64 {
         return if got.is_nan() { 0.0 } else { f64::INFINITY };
     }
     if want.is_infinite() {
-        return if got as f64 == want { 0.0 } else { f64::INFINITY };
+        return if got as f64 == want {
+            0.0
+        } else {
+            f64::INFINITY
+        };
     }
     (got as f64 - want).abs()
 }
 
 /// Max ulp error of `f` against `r` over the sweep, restricted to inputs
 /// where `keep(x)` holds; prints the worst case.
-fn max_ulp(name: &str, f: impl Fn(f32) -> f32, r: impl Fn(f64) -> f64, keep: impl Fn(f32) -> bool) -> f64 {
+fn max_ulp(
+    name: &str,
+    f: impl Fn(f32) -> f32,
+    r: impl Fn(f64) -> f64,
+    keep: impl Fn(f32) -> bool,
+) -> f64 {
     let mut worst = (0.0f64, 0.0f32);
     for x in sweep().filter(|x| keep(*x)) {
         let e = ulp_err(f(x), r(x as f64));
@@ -89,13 +98,23 @@ fn max_ulp(name: &str, f: impl Fn(f32) -> f32, r: impl Fn(f64) -> f64, keep: imp
             worst = (e, x);
         }
     }
-    println!("{name}: max {:.3} ulp at x = {:e} ({:#010x})", worst.0, worst.1, worst.1.to_bits());
+    println!(
+        "{name}: max {:.3} ulp at x = {:e} ({:#010x})",
+        worst.0,
+        worst.1,
+        worst.1.to_bits()
+    );
     worst.0
 }
 
 /// Max ulp error where the reference is a normal number (or 0/inf/NaN) and
 /// `keep(x)`, and max absolute error where it is subnormal.
-fn split_err(name: &str, f: impl Fn(f32) -> f32, r: impl Fn(f64) -> f64, keep: impl Fn(f32) -> bool) -> (f64, f64) {
+fn split_err(
+    name: &str,
+    f: impl Fn(f32) -> f32,
+    r: impl Fn(f64) -> f64,
+    keep: impl Fn(f32) -> bool,
+) -> (f64, f64) {
     let (mut wu, mut wa) = ((0.0f64, 0.0f32), (0.0f64, 0.0f32));
     for x in sweep().filter(|x| keep(*x)) {
         let (got, want) = (f(x), r(x as f64));
@@ -111,7 +130,10 @@ fn split_err(name: &str, f: impl Fn(f32) -> f32, r: impl Fn(f64) -> f64, keep: i
             }
         }
     }
-    println!("{name}: max {:.3} ulp at x = {:e}; subnormal results: max abs {:e} at x = {:e}", wu.0, wu.1, wa.0, wa.1);
+    println!(
+        "{name}: max {:.3} ulp at x = {:e}; subnormal results: max abs {:e} at x = {:e}",
+        wu.0, wu.1, wa.0, wa.1
+    );
     (wu.0, wa.0)
 }
 
@@ -218,7 +240,13 @@ fn sigmoid_bound() {
 
 #[test]
 fn silu_bound() {
-    let r = |x: f64| if x == f64::NEG_INFINITY { -0.0 } else { x * sigmoid64(x) };
+    let r = |x: f64| {
+        if x == f64::NEG_INFINITY {
+            -0.0
+        } else {
+            x * sigmoid64(x)
+        }
+    };
     let (u, a) = split_err("silu", silu, r, any);
     assert!(u <= 4.0 && a <= 2f64.powi(-148), "{u} {a:e}");
     check_specials(
@@ -251,7 +279,10 @@ fn gelu_tanh_bound() {
         let xd = x as f64;
         let v = (1.5957691216057308 * xd * (1.0 + 0.044715 * xd * xd)).abs();
         if want != 0.0 && want.abs() < f32::MIN_POSITIVE as f64 {
-            assert!(abs_err(gelu_tanh(x), want) <= 2f64.powi(-142), "gelu_tanh({x:e})");
+            assert!(
+                abs_err(gelu_tanh(x), want) <= 2f64.powi(-142),
+                "gelu_tanh({x:e})"
+            );
         } else {
             let e = ulp_err(gelu_tanh(x), want) - 3.0 * if v.is_finite() { v } else { 0.0 };
             if e > worst {
@@ -336,7 +367,12 @@ fn sqrt_rsqrt_recip() {
     assert!(m <= 0.5, "{m}");
     check_specials(
         rsqrt,
-        &[(0.0, f32::INFINITY), (-0.0, f32::NEG_INFINITY), (f32::INFINITY, 0.0), (-1.0, f32::NAN)],
+        &[
+            (0.0, f32::INFINITY),
+            (-0.0, f32::NEG_INFINITY),
+            (f32::INFINITY, 0.0),
+            (-1.0, f32::NAN),
+        ],
     );
     // The SIMD slice path agrees with the scalar one bit for bit.
     let xs: std::vec::Vec<f32> = sweep().step_by(97).collect();
@@ -359,9 +395,26 @@ fn same(a: f32, b: f64) -> bool {
 
 #[test]
 fn rounding_exact() {
-    for x in sweep().chain([0.5, 1.5, 2.5, -0.5, -1.5, -2.5, 0.49999997, -0.49999997, 8388607.5, -8388607.5, 8388608.0, 4194303.5]) {
+    for x in sweep().chain([
+        0.5,
+        1.5,
+        2.5,
+        -0.5,
+        -1.5,
+        -2.5,
+        0.49999997,
+        -0.49999997,
+        8388607.5,
+        -8388607.5,
+        8388608.0,
+        4194303.5,
+    ]) {
         let d = x as f64;
-        assert!(same(round(x), d.round_ties_even()), "round({x:e}) = {:e}", round(x));
+        assert!(
+            same(round(x), d.round_ties_even()),
+            "round({x:e}) = {:e}",
+            round(x)
+        );
         assert!(same(floor(x), d.floor()), "floor({x:e}) = {:e}", floor(x));
         assert!(same(ceil(x), d.ceil()), "ceil({x:e}) = {:e}", ceil(x));
         assert_eq!(is_finite(x), x.is_finite());
@@ -379,7 +432,9 @@ fn pow_bound() {
         s
     };
     let specials: std::vec::Vec<f32> = specials()
-        .chain([2.0, -2.0, 3.0, -3.0, 0.25, 1e-3, 1e10, -1e10, 16777216.0, 16777217.0, 2.5, -2.5, 1e-45])
+        .chain([
+            2.0, -2.0, 3.0, -3.0, 0.25, 1e-3, 1e10, -1e10, 16777216.0, 16777217.0, 2.5, -2.5, 1e-45,
+        ])
         .collect();
     let mut cases: std::vec::Vec<(f32, f32)> = std::vec::Vec::new();
     for &x in &specials {
@@ -416,10 +471,16 @@ fn pow_bound() {
             worst = (e, x, y);
         }
         if want.is_nan() || want == 0.0 || want.is_infinite() {
-            assert!(same(got, want), "pow({x:e}, {y:e}) = {got:e}, want {want:e}");
+            assert!(
+                same(got, want),
+                "pow({x:e}, {y:e}) = {got:e}, want {want:e}"
+            );
         }
     }
-    println!("pow: max {:.3} ulp at ({:e}, {:e})", worst.0, worst.1, worst.2);
+    println!(
+        "pow: max {:.3} ulp at ({:e}, {:e})",
+        worst.0, worst.1, worst.2
+    );
     assert!(worst.0 <= 1.0, "{worst:?}");
     // The documented special cases.
     let n = f32::NAN;
@@ -456,7 +517,10 @@ fn pow_bound() {
         (-2.0, -201.0, -0.0),
     ] {
         let got = pow(x, y);
-        assert!(got.to_bits() == want.to_bits() || (got.is_nan() && want.is_nan()), "pow({x:e}, {y:e}) = {got:e}, want {want:e}");
+        assert!(
+            got.to_bits() == want.to_bits() || (got.is_nan() && want.is_nan()),
+            "pow({x:e}, {y:e}) = {got:e}, want {want:e}"
+        );
     }
 }
 
@@ -467,9 +531,15 @@ fn f16_exhaustive() {
         let got = f16_to_f32(h);
         assert_eq!(got.to_bits(), want.to_bits(), "f16 {h:#06x}");
         let back = f32_to_f16(got);
-        assert_eq!(back, half::f16::from_f32(got).to_bits(), "f16 {h:#06x} round trip");
+        assert_eq!(
+            back,
+            half::f16::from_f32(got).to_bits(),
+            "f16 {h:#06x} round trip"
+        );
     }
-    let lows = [0u32, 1, 0x7ff, 0x800, 0x801, 0xfff, 0x1000, 0x1001, 0x17ff, 0x1800, 0x1fff, 0x0555, 0x1aaa];
+    let lows = [
+        0u32, 1, 0x7ff, 0x800, 0x801, 0xfff, 0x1000, 0x1001, 0x17ff, 0x1800, 0x1fff, 0x0555, 0x1aaa,
+    ];
     for hi in 0..(1u32 << 19) {
         for &lo in &lows {
             let x = f32::from_bits((hi << 13) | lo);
@@ -481,13 +551,23 @@ fn f16_exhaustive() {
 
 #[test]
 fn bf16_conversions() {
-    let lows = [0u32, 1, 0x3fff, 0x7fff, 0x8000, 0x8001, 0xbfff, 0xffff, 0x5555];
+    let lows = [
+        0u32, 1, 0x3fff, 0x7fff, 0x8000, 0x8001, 0xbfff, 0xffff, 0x5555,
+    ];
     for hi in 0..=0xffffu32 {
         let h = hi as u16;
-        assert_eq!(bf16_to_f32(h).to_bits(), half::bf16::from_bits(h).to_f32().to_bits());
+        assert_eq!(
+            bf16_to_f32(h).to_bits(),
+            half::bf16::from_bits(h).to_f32().to_bits()
+        );
         for &lo in &lows {
             let x = f32::from_bits((hi << 16) | lo);
-            assert_eq!(f32_to_bf16(x), half::bf16::from_f32(x).to_bits(), "f32 {:#010x}", x.to_bits());
+            assert_eq!(
+                f32_to_bf16(x),
+                half::bf16::from_f32(x).to_bits(),
+                "f32 {:#010x}",
+                x.to_bits()
+            );
         }
     }
     // i32 → bf16: exact integer rounding to 8 significant bits, ties to even.
@@ -501,20 +581,39 @@ fn bf16_conversions() {
             let q = m >> sh;
             let rem = m & ((1 << sh) - 1);
             let half = 1 << (sh - 1);
-            let q = if rem > half || (rem == half && q & 1 == 1) { q + 1 } else { q };
+            let q = if rem > half || (rem == half && q & 1 == 1) {
+                q + 1
+            } else {
+                q
+            };
             q << sh
         };
         let v = if x < 0 { -(r as f64) } else { r as f64 };
         half::bf16::from_f32(v as f32).to_bits()
     };
     let mut s = 0x9e37_79b9_7f4a_7c15u64;
-    let mut xs = std::vec![0, 1, -1, 255, 256, 257, 383, 384, 385, i32::MAX, i32::MIN, 16_842_753, 16_908_289, -16_908_289];
+    let mut xs = std::vec![
+        0,
+        1,
+        -1,
+        255,
+        256,
+        257,
+        383,
+        384,
+        385,
+        i32::MAX,
+        i32::MIN,
+        16_842_753,
+        16_908_289,
+        -16_908_289
+    ];
     for _ in 0..2_000_000 {
         s ^= s << 13;
         s ^= s >> 7;
         s ^= s << 17;
         let sh = (s >> 59) as u32;
-        xs.push(((s as i32) >> sh) as i32);
+        xs.push((s as i32) >> sh);
     }
     for x in xs {
         assert_eq!(i32_to_bf16(x), reference(x), "i32 {x}");

@@ -46,7 +46,9 @@ pub(crate) fn binary<T: Elem, O: BinOp<T::C>>(ub: &mut [u8], args: &UbArgs) {
     ) else {
         return;
     };
-    let Some(d) = view_mut::<T>(sp.dst) else { return };
+    let Some(d) = view_mut::<T>(sp.dst) else {
+        return;
+    };
     if let Some(dc) = T::direct_mut(d) {
         direct::<T, O>(dc, a, b);
         return;
@@ -160,7 +162,7 @@ binop!(
     /// `max(a, b)`; for floats a NaN operand gives NaN (like
     /// `torch.maximum`), and `max(±0, ∓0)` is the second operand.
     Max {
-        f32 => |a, b| if a > b || a != a { a } else { b };
+        f32 => |a, b| if a > b || a.is_nan() { a } else { b };
         i32 => |a, b| a.max(b);
     }
 );
@@ -168,7 +170,7 @@ binop!(
     /// `min(a, b)`; for floats a NaN operand gives NaN, and `min(±0, ∓0)`
     /// is the second operand.
     Min {
-        f32 => |a, b| if a < b || a != a { a } else { b };
+        f32 => |a, b| if a < b || a.is_nan() { a } else { b };
         i32 => |a, b| a.min(b);
     }
 );

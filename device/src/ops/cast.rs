@@ -146,7 +146,9 @@ pub(crate) fn copy<const S: usize>(ub: &mut [u8], a: &UbArgs) {
 /// `imm != 0`).
 pub(crate) fn fill<T: Elem>(ub: &mut [u8], a: &UbArgs) {
     let v = T::put(T::imm(a.imm));
-    let Some(r) = range_of::<T>(a.dst, a.n as usize) else { return };
+    let Some(r) = range_of::<T>(a.dst, a.n as usize) else {
+        return;
+    };
     if let Some(d) = ub.get_mut(r).and_then(view_mut::<T>) {
         d.fill(v);
     }
@@ -179,7 +181,9 @@ where
     T::C: Step,
 {
     let start = T::imm(a.imm);
-    let Some(r) = range_of::<T>(a.dst, a.n as usize) else { return };
+    let Some(r) = range_of::<T>(a.dst, a.n as usize) else {
+        return;
+    };
     if let Some(d) = ub.get_mut(r).and_then(view_mut::<T>) {
         for (i, d) in d.iter_mut().enumerate() {
             *d = T::put(start.step(i));

@@ -59,7 +59,9 @@ cmpop!(
 
 /// Handler of `a op b` with a bool result.
 pub(crate) fn compare<T: Elem, O: CmpOp<T::C>>(ub: &mut [u8], a: &UbArgs) {
-    ew2::<T, T, Bool>(ub, a.dst, a.a, a.b, a.n, |x, y| Bool(O::f(x.get(), y.get()) as u8));
+    ew2::<T, T, Bool>(ub, a.dst, a.a, a.b, a.n, |x, y| {
+        Bool(O::f(x.get(), y.get()) as u8)
+    });
 }
 
 /// Handler of `a op imm` with a bool result.
@@ -72,10 +74,24 @@ pub(crate) fn compare_s<T: Elem, O: CmpOp<T::C>>(ub: &mut [u8], a: &UbArgs) {
 /// (`u8`/`u16`/`u32`, by dtype size). Operands: `a` = cond, `b` = a,
 /// `c` = b.
 pub(crate) fn select<U: Pod>(ub: &mut [u8], a: &UbArgs) {
-    ew3::<Bool, U, U, U>(ub, a.dst, a.a, a.b, a.c, a.n, |c, x, y| if c.0 != 0 { x } else { y });
+    ew3::<Bool, U, U, U>(
+        ub,
+        a.dst,
+        a.a,
+        a.b,
+        a.c,
+        a.n,
+        |c, x, y| if c.0 != 0 { x } else { y },
+    );
 }
 
 /// Handler of `isfinite` over a float dtype.
 pub(crate) fn isfinite<T: Elem<C = f32>>(ub: &mut [u8], a: &UbArgs) {
-    ew1::<T, Bool>(ub, a.dst, a.a, a.n, |x| Bool(math::is_finite(x.get()) as u8));
+    ew1::<T, Bool>(
+        ub,
+        a.dst,
+        a.a,
+        a.n,
+        |x| Bool(math::is_finite(x.get()) as u8),
+    );
 }

@@ -12,7 +12,13 @@ use super::ub::{range_of, view, view_mut, Pod, Split, TSrc, CHUNK};
 /// The `len` source elements at `off`: the source slice itself, or (when
 /// it aliases the destination) a copy in `buf`.
 #[inline(always)]
-fn fetch<'o, A: Pod>(src: TSrc<'o, A>, dst: &[u8], off: usize, len: usize, buf: &'o mut [A; CHUNK]) -> Option<&'o [A]> {
+fn fetch<'o, A: Pod>(
+    src: TSrc<'o, A>,
+    dst: &[u8],
+    off: usize,
+    len: usize,
+    buf: &'o mut [A; CHUNK],
+) -> Option<&'o [A]> {
     match src {
         TSrc::Slice(s) => s.get(off..off + len),
         TSrc::Alias => {
@@ -53,8 +59,12 @@ pub(crate) fn ew1<A: Pod, D: Pod>(ub: &mut [u8], dst: u32, a: u32, n: u32, f: im
     let mut off = 0;
     while off < n {
         let len = (n - off).min(CHUNK);
-        let Some(xa) = fetch(sa, sp.dst, off, len, &mut ba) else { return };
-        let Some(d) = out::<D>(sp.dst, off, len) else { return };
+        let Some(xa) = fetch(sa, sp.dst, off, len, &mut ba) else {
+            return;
+        };
+        let Some(d) = out::<D>(sp.dst, off, len) else {
+            return;
+        };
         for (d, a) in d.iter_mut().zip(xa) {
             *d = f(*a);
         }
@@ -64,9 +74,20 @@ pub(crate) fn ew1<A: Pod, D: Pod>(ub: &mut [u8], dst: u32, a: u32, n: u32, f: im
 
 /// `dst[i] = f(a[i], b[i])` over `n` elements.
 #[inline(always)]
-pub(crate) fn ew2<A: Pod, B: Pod, D: Pod>(ub: &mut [u8], dst: u32, a: u32, b: u32, n: u32, f: impl Fn(A, B) -> D) {
+pub(crate) fn ew2<A: Pod, B: Pod, D: Pod>(
+    ub: &mut [u8],
+    dst: u32,
+    a: u32,
+    b: u32,
+    n: u32,
+    f: impl Fn(A, B) -> D,
+) {
     let n = n as usize;
-    let (Some(rd), Some(ra), Some(rb)) = (range_of::<D>(dst, n), range_of::<A>(a, n), range_of::<B>(b, n)) else {
+    let (Some(rd), Some(ra), Some(rb)) = (
+        range_of::<D>(dst, n),
+        range_of::<A>(a, n),
+        range_of::<B>(b, n),
+    ) else {
         return;
     };
     let Some(sp) = Split::new(ub, rd) else { return };
@@ -95,7 +116,9 @@ pub(crate) fn ew2<A: Pod, B: Pod, D: Pod>(ub: &mut [u8], dst: u32, a: u32, b: u3
         ) else {
             return;
         };
-        let Some(d) = out::<D>(sp.dst, off, len) else { return };
+        let Some(d) = out::<D>(sp.dst, off, len) else {
+            return;
+        };
         for ((d, a), b) in d.iter_mut().zip(xa).zip(xb) {
             *d = f(*a, *b);
         }
@@ -153,7 +176,9 @@ pub(crate) fn ew3<A: Pod, B: Pod, C: Pod, D: Pod>(
         ) else {
             return;
         };
-        let Some(d) = out::<D>(sp.dst, off, len) else { return };
+        let Some(d) = out::<D>(sp.dst, off, len) else {
+            return;
+        };
         for (((d, a), b), c) in d.iter_mut().zip(xa).zip(xb).zip(xc) {
             *d = f(*a, *b, *c);
         }

@@ -127,48 +127,67 @@ impl MmOut<i32> for i32 {
     }
 }
 
+/// `N` values of one depth step (or one accumulator row), 16-byte aligned
+/// so that strict-alignment targets (`aarch64-unknown-none`) load and store
+/// them as whole vector registers.
+#[derive(Clone, Copy)]
+#[repr(C, align(16))]
+struct G<A, const N: usize>([A; N]);
+
+/// Accumulator groups per row of the output block.
+const CG: usize = NC / NR;
+
 /// The `MR × NR` micro-kernel: `k` innermost over packed panels (`ap`:
 /// `kc` groups of `MR`, `bp`: `kc` groups of `NR`), accumulators in
-/// registers, added into `c` (rows `NC` apart) at the end.
+/// registers, added into the block accumulators `c` (row `i` of the tile
+/// is `c[i·CG]`) at the end.
 #[inline(always)]
-fn kernel<A: Acc>(ap: &[A], bp: &[A], c: &mut [A]) {
+fn kernel<A: Acc>(ap: &[G<A, MR>], bp: &[G<A, NR>], c: &mut [G<A, NR>]) {
     let mut acc = [[A::default(); NR]; MR];
-    for (a, b) in ap.chunks_exact(MR).zip(bp.chunks_exact(NR)) {
-        let (Ok(a), Ok(b)) = (<&[A; MR]>::try_from(a), <&[A; NR]>::try_from(b)) else {
-            return;
-        };
+    for (a, b) in ap.iter().zip(bp) {
+        // Whole-group copies keep the 16-byte alignment of the loads.
+        let (a, b) = (*a, *b);
         for i in 0..MR {
             for j in 0..NR {
-                acc[i][j] = A::madd(acc[i][j], a[i], b[j]);
+                acc[i][j] = A::madd(acc[i][j], a.0[i], b.0[j]);
             }
         }
     }
-    for (crow, arow) in c.chunks_mut(NC).zip(acc.iter()) {
-        for (c, a) in crow.iter_mut().zip(arow.iter()) {
+    for (crow, arow) in c.iter_mut().step_by(CG).zip(acc.iter()) {
+        for (c, a) in crow.0.iter_mut().zip(arow.iter()) {
             *c = A::add(*c, *a);
         }
     }
 }
 
 /// Packs rows `i0..i0+mc` × depth `p0..p0+kc` of `a` into `MR`-row panels
-/// (`kc` groups of `MR` per panel, zero-padded rows).
+/// (`kc` groups per panel, zero-padded rows).
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
-fn pack_a<I: MmIn>(a: &[I], trans: bool, m: usize, k: usize, i0: usize, mc: usize, p0: usize, kc: usize, ap: &mut [I::A]) -> Option<()> {
+fn pack_a<I: MmIn>(
+    a: &[I],
+    trans: bool,
+    m: usize,
+    k: usize,
+    i0: usize,
+    mc: usize,
+    p0: usize,
+    kc: usize,
+    ap: &mut [G<I::A, MR>],
+) -> Option<()> {
     let panels = mc.div_ceil(MR);
-    let ap = ap.get_mut(..panels * kc * MR)?;
-    if mc % MR != 0 {
-        ap.fill(I::A::default());
+    let ap = ap.get_mut(..panels * kc)?;
+    if !mc.is_multiple_of(MR) {
+        ap.fill(G([I::A::default(); MR]));
     }
-    for (ip, panel) in ap.chunks_exact_mut(kc * MR).enumerate() {
+    for (ip, panel) in ap.chunks_exact_mut(kc).enumerate() {
         let r0 = i0 + ip * MR;
         let rows = (mc - ip * MR).min(MR);
         if trans {
             // a is k×m: the MR values of one depth are contiguous.
-            for (p, g) in panel.chunks_exact_mut(MR).enumerate() {
+            for (p, g) in panel.iter_mut().enumerate() {
                 let o = (p0 + p) * m + r0;
-                let s = a.get(o..o + rows)?;
-                for (g, x) in g.iter_mut().zip(s) {
+                for (g, x) in g.0.iter_mut().zip(a.get(o..o + rows)?) {
                     *g = x.load();
                 }
             }
@@ -176,9 +195,8 @@ fn pack_a<I: MmIn>(a: &[I], trans: bool, m: usize, k: usize, i0: usize, mc: usiz
             // a is m×k: each row's kc values are contiguous.
             for ii in 0..rows {
                 let o = (r0 + ii) * k + p0;
-                let s = a.get(o..o + kc)?;
-                for (g, x) in panel.chunks_exact_mut(MR).zip(s) {
-                    if let Some(g) = g.get_mut(ii) {
+                for (g, x) in panel.iter_mut().zip(a.get(o..o + kc)?) {
+                    if let Some(g) = g.0.get_mut(ii) {
                         *g = x.load();
                     }
                 }
@@ -189,35 +207,43 @@ fn pack_a<I: MmIn>(a: &[I], trans: bool, m: usize, k: usize, i0: usize, mc: usiz
 }
 
 /// Packs depth `p0..p0+kc` × columns `j0..j0+nc` of `b` into `NR`-column
-/// panels (`kc` groups of `NR` per panel, zero-padded columns).
+/// panels (`kc` groups per panel, zero-padded columns).
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
-fn pack_b<I: MmIn>(b: &[I], trans: bool, n: usize, k: usize, j0: usize, nc: usize, p0: usize, kc: usize, bp: &mut [I::A]) -> Option<()> {
+fn pack_b<I: MmIn>(
+    b: &[I],
+    trans: bool,
+    n: usize,
+    k: usize,
+    j0: usize,
+    nc: usize,
+    p0: usize,
+    kc: usize,
+    bp: &mut [G<I::A, NR>],
+) -> Option<()> {
     let panels = nc.div_ceil(NR);
-    let bp = bp.get_mut(..panels * kc * NR)?;
-    if nc % NR != 0 {
-        bp.fill(I::A::default());
+    let bp = bp.get_mut(..panels * kc)?;
+    if !nc.is_multiple_of(NR) {
+        bp.fill(G([I::A::default(); NR]));
     }
-    for (jp, panel) in bp.chunks_exact_mut(kc * NR).enumerate() {
+    for (jp, panel) in bp.chunks_exact_mut(kc).enumerate() {
         let c0 = j0 + jp * NR;
         let cols = (nc - jp * NR).min(NR);
         if trans {
             // b is n×k: each column's kc values are contiguous.
             for jj in 0..cols {
                 let o = (c0 + jj) * k + p0;
-                let s = b.get(o..o + kc)?;
-                for (g, x) in panel.chunks_exact_mut(NR).zip(s) {
-                    if let Some(g) = g.get_mut(jj) {
+                for (g, x) in panel.iter_mut().zip(b.get(o..o + kc)?) {
+                    if let Some(g) = g.0.get_mut(jj) {
                         *g = x.load();
                     }
                 }
             }
         } else {
             // b is k×n: the NR values of one depth are contiguous.
-            for (p, g) in panel.chunks_exact_mut(NR).enumerate() {
+            for (p, g) in panel.iter_mut().enumerate() {
                 let o = (p0 + p) * n + c0;
-                let s = b.get(o..o + cols)?;
-                for (g, x) in g.iter_mut().zip(s) {
+                for (g, x) in g.0.iter_mut().zip(b.get(o..o + cols)?) {
                     *g = x.load();
                 }
             }
@@ -242,20 +268,23 @@ fn run<I: MmIn, O: MmOut<I::A>>(ub: &mut [u8], args: &UbArgs) -> Option<()> {
     let (ta, tb) = (args.flags & TRANS_A != 0, args.flags & TRANS_B != 0);
     let accumulate = args.flags & ACCUMULATE != 0;
 
-    let mut ap = [I::A::default(); MC * KC];
-    let mut bp = [I::A::default(); KC * NC];
-    let mut c = [I::A::default(); MC * NC];
+    let zero = I::A::default();
+    let mut ap = [G([zero; MR]); MC / MR * KC];
+    let mut bp = [G([zero; NR]); NC / NR * KC];
+    let mut c = [G([zero; NR]); MC * CG];
     for j0 in (0..n).step_by(NC) {
         let nc = (n - j0).min(NC);
         for i0 in (0..m).step_by(MC) {
             let mc = (m - i0).min(MC);
             // Block accumulators: the old dst or zero.
-            c.fill(I::A::default());
+            c.fill(G([zero; NR]));
             if accumulate {
-                for (i, crow) in c.chunks_exact_mut(NC).take(mc).enumerate() {
+                for (i, crow) in c.chunks_exact_mut(CG).take(mc).enumerate() {
                     let o = (i0 + i) * n + j0;
-                    for (c, d) in crow.iter_mut().zip(dst.get(o..o + nc)?) {
-                        *c = d.get();
+                    for (j, d) in dst.get(o..o + nc)?.iter().enumerate() {
+                        if let Some(g) = crow.get_mut(j / NR) {
+                            g.0[j % NR] = d.get();
+                        }
                     }
                 }
             }
@@ -263,17 +292,18 @@ fn run<I: MmIn, O: MmOut<I::A>>(ub: &mut [u8], args: &UbArgs) -> Option<()> {
                 let kc = (k - p0).min(KC);
                 pack_a(a, ta, m, k, i0, mc, p0, kc, &mut ap)?;
                 pack_b(b, tb, n, k, j0, nc, p0, kc, &mut bp)?;
-                for (ip, apan) in ap.chunks_exact(kc * MR).take(mc.div_ceil(MR)).enumerate() {
-                    let crows = c.get_mut(ip * MR * NC..)?;
-                    for (jp, bpan) in bp.chunks_exact(kc * NR).take(nc.div_ceil(NR)).enumerate() {
-                        kernel(apan, bpan, crows.get_mut(jp * NR..)?);
+                for (ip, apan) in ap.chunks_exact(kc).take(mc.div_ceil(MR)).enumerate() {
+                    for (jp, bpan) in bp.chunks_exact(kc).take(nc.div_ceil(NR)).enumerate() {
+                        kernel(apan, bpan, c.get_mut(ip * MR * CG + jp..)?);
                     }
                 }
             }
-            for (i, crow) in c.chunks_exact(NC).take(mc).enumerate() {
+            for (i, crow) in c.chunks_exact(CG).take(mc).enumerate() {
                 let o = (i0 + i) * n + j0;
-                for (d, c) in dst.get_mut(o..o + nc)?.iter_mut().zip(crow) {
-                    *d = O::put(*c);
+                for (j, d) in dst.get_mut(o..o + nc)?.iter_mut().enumerate() {
+                    if let Some(g) = crow.get(j / NR) {
+                        *d = O::put(g.0[j % NR]);
+                    }
                 }
             }
         }

@@ -17,7 +17,16 @@
 //! - `max`/`min` (and their reductions) propagate NaN.
 //! - `relu`: NaN stays NaN, −0 becomes +0.
 //! - Bool inputs: any nonzero byte is true; bool outputs are 0 or 1.
-//! - `cast` rules: see [`cast`]'s module doc (in the source).
+//! - `cast`: one rounding everywhere. Float → float widens exactly or
+//!   rounds to nearest even; float → int truncates toward zero and
+//!   saturates, NaN → 0; int → float rounds to nearest even (`i32 → bf16`
+//!   directly, not through `f32`); `i32 → i8` wraps (low byte); anything →
+//!   bool is `x != 0` (NaN is true); bool → numeric is 0 or 1.
+//! - `fill` converts its immediate like `cast` from `f32` (float dtypes) or
+//!   `i32` (others); `iota` computes `start + i` in `f32` / wrapping `i32`.
+//! - Reductions of an empty axis give the fold identity (floats: 0, −inf,
+//!   +inf; integers: the `i32` identity 0 / `i32::MIN` / `i32::MAX`, wrapped
+//!   for `i8`).
 //!
 //! # Aliasing
 //! The verifier guarantees operand ranges of element-wise instructions are
@@ -47,8 +56,8 @@ use self::matmul::matmul;
 use self::tile2d::{broadcast_col, broadcast_row, reduce_cols, reduce_rows, transpose, Sum};
 use self::ub::{Bf16, Bool, F16};
 use self::unary::{
-    scalar, unary, Abs, Ceil, Erf, Exp, Floor, GeluErf, GeluTanh, Log, Neg, Not, Recip, Relu, Round, Rsqrt, Sigmoid,
-    Silu, Sqrt, Tanh,
+    scalar, unary, Abs, Ceil, Erf, Exp, Floor, GeluErf, GeluTanh, Log, Neg, Not, Recip, Relu,
+    Round, Rsqrt, Sigmoid, Silu, Sqrt, Tanh,
 };
 
 /// Operands of a UB-only instruction, in byte offsets and element counts.
@@ -93,7 +102,9 @@ pub struct UbOp {
 
 impl core::fmt::Debug for UbOp {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        f.debug_struct("UbOp").field("args", &self.args).finish_non_exhaustive()
+        f.debug_struct("UbOp")
+            .field("args", &self.args)
+            .finish_non_exhaustive()
     }
 }
 
@@ -229,7 +240,9 @@ fn matmul_handler(dt: DType, out: DType) -> Option<Handler> {
 }
 
 fn mm_bits(f: MmFlags) -> u32 {
-    f.trans_a as u32 * matmul::TRANS_A | f.trans_b as u32 * matmul::TRANS_B | f.accumulate as u32 * matmul::ACCUMULATE
+    (f.trans_a as u32 * matmul::TRANS_A)
+        | (f.trans_b as u32 * matmul::TRANS_B)
+        | (f.accumulate as u32 * matmul::ACCUMULATE)
 }
 
 /// Resolves a UB-only instruction (vector or cube pipe) to its handler;
@@ -237,10 +250,33 @@ fn mm_bits(f: MmFlags) -> u32 {
 /// opcode does not allow (the verifier rejects those).
 pub fn resolve(instr: &Instr) -> Option<UbOp> {
     use Instr as I;
-    let un = |dst, src, n| UbArgs { dst, a: src, n, ..UbArgs::default() };
-    let bin = |dst, a, b, n| UbArgs { dst, a, b, n, ..UbArgs::default() };
-    let sc = |dst, a, n, imm: dvm_isa::Scalar| UbArgs { dst, a, n, imm: imm.0, ..UbArgs::default() };
-    let tile = |dst, src, rows, cols| UbArgs { dst, a: src, n: rows, cols, ..UbArgs::default() };
+    let un = |dst, src, n| UbArgs {
+        dst,
+        a: src,
+        n,
+        ..UbArgs::default()
+    };
+    let bin = |dst, a, b, n| UbArgs {
+        dst,
+        a,
+        b,
+        n,
+        ..UbArgs::default()
+    };
+    let sc = |dst, a, n, imm: dvm_isa::Scalar| UbArgs {
+        dst,
+        a,
+        n,
+        imm: imm.0,
+        ..UbArgs::default()
+    };
+    let tile = |dst, src, rows, cols| UbArgs {
+        dst,
+        a: src,
+        n: rows,
+        cols,
+        ..UbArgs::default()
+    };
     let (handler, args): (Handler, UbArgs) = match *instr {
         // ---- unary
         I::Abs { dt, dst, src, n } => (num_h!(dt, unary::<_, Abs>), un(dst, src, n)),
@@ -302,12 +338,32 @@ pub fn resolve(instr: &Instr) -> Option<UbOp> {
         I::LeS { dt, dst, a, n, imm } => (num_h!(dt, compare_s::<_, Le>), sc(dst, a, n, imm)),
         I::GtS { dt, dst, a, n, imm } => (num_h!(dt, compare_s::<_, Gt>), sc(dst, a, n, imm)),
         I::GeS { dt, dst, a, n, imm } => (num_h!(dt, compare_s::<_, Ge>), sc(dst, a, n, imm)),
-        I::Select { dt, dst, cond, a, b, n } => (
+        I::Select {
+            dt,
+            dst,
+            cond,
+            a,
+            b,
+            n,
+        } => (
             raw_h!(dt, select),
-            UbArgs { dst, a: cond, b: a, c: b, n, ..UbArgs::default() },
+            UbArgs {
+                dst,
+                a: cond,
+                b: a,
+                c: b,
+                n,
+                ..UbArgs::default()
+            },
         ),
         // ---- data movement
-        I::Cast { dt, to, dst, src, n } => (cast_handler(dt, to), un(dst, src, n)),
+        I::Cast {
+            dt,
+            to,
+            dst,
+            src,
+            n,
+        } => (cast_handler(dt, to), un(dst, src, n)),
         I::Copy { dt, dst, src, n } => (
             match dt.size() {
                 1 => copy::<1> as Handler,
@@ -316,31 +372,118 @@ pub fn resolve(instr: &Instr) -> Option<UbOp> {
             },
             un(dst, src, n),
         ),
-        I::Fill { dt, dst, n, imm } => (any_h!(dt, fill::<_>), UbArgs { dst, n, imm: imm.0, ..UbArgs::default() }),
-        I::Iota { dt, dst, n, start } => (num_h!(dt, iota::<_>), UbArgs { dst, n, imm: start.0, ..UbArgs::default() }),
+        I::Fill { dt, dst, n, imm } => (
+            any_h!(dt, fill::<_>),
+            UbArgs {
+                dst,
+                n,
+                imm: imm.0,
+                ..UbArgs::default()
+            },
+        ),
+        I::Iota { dt, dst, n, start } => (
+            num_h!(dt, iota::<_>),
+            UbArgs {
+                dst,
+                n,
+                imm: start.0,
+                ..UbArgs::default()
+            },
+        ),
         // ---- 2-D
-        I::ReduceSum { dt, axis, dst, src, rows, cols } => (
+        I::ReduceSum {
+            dt,
+            axis,
+            dst,
+            src,
+            rows,
+            cols,
+        } => (
             reduce_h!(dt, axis, Sum),
-            UbArgs { flags: axis as u32, ..tile(dst, src, rows, cols) },
+            UbArgs {
+                flags: axis as u32,
+                ..tile(dst, src, rows, cols)
+            },
         ),
-        I::ReduceMax { dt, axis, dst, src, rows, cols } => (
+        I::ReduceMax {
+            dt,
+            axis,
+            dst,
+            src,
+            rows,
+            cols,
+        } => (
             reduce_h!(dt, axis, tile2d::Max),
-            UbArgs { flags: axis as u32, ..tile(dst, src, rows, cols) },
+            UbArgs {
+                flags: axis as u32,
+                ..tile(dst, src, rows, cols)
+            },
         ),
-        I::ReduceMin { dt, axis, dst, src, rows, cols } => (
+        I::ReduceMin {
+            dt,
+            axis,
+            dst,
+            src,
+            rows,
+            cols,
+        } => (
             reduce_h!(dt, axis, tile2d::Min),
-            UbArgs { flags: axis as u32, ..tile(dst, src, rows, cols) },
+            UbArgs {
+                flags: axis as u32,
+                ..tile(dst, src, rows, cols)
+            },
         ),
-        I::BroadcastRow { dt, dst, src, rows, cols } => (raw_h!(dt, broadcast_row), tile(dst, src, rows, cols)),
-        I::BroadcastCol { dt, dst, src, rows, cols } => (raw_h!(dt, broadcast_col), tile(dst, src, rows, cols)),
-        I::Transpose { dt, dst, src, rows, cols } => (raw_h!(dt, transpose), tile(dst, src, rows, cols)),
+        I::BroadcastRow {
+            dt,
+            dst,
+            src,
+            rows,
+            cols,
+        } => (raw_h!(dt, broadcast_row), tile(dst, src, rows, cols)),
+        I::BroadcastCol {
+            dt,
+            dst,
+            src,
+            rows,
+            cols,
+        } => (raw_h!(dt, broadcast_col), tile(dst, src, rows, cols)),
+        I::Transpose {
+            dt,
+            dst,
+            src,
+            rows,
+            cols,
+        } => (raw_h!(dt, transpose), tile(dst, src, rows, cols)),
         // ---- cube
-        I::Matmul { dt, out, flags, dst, a, b, m, n, k } => (
+        I::Matmul {
+            dt,
+            out,
+            flags,
+            dst,
+            a,
+            b,
+            m,
+            n,
+            k,
+        } => (
             matmul_handler(dt, out)?,
-            UbArgs { dst, a, b, n: m, cols: n, k, flags: mm_bits(flags), ..UbArgs::default() },
+            UbArgs {
+                dst,
+                a,
+                b,
+                n: m,
+                cols: n,
+                k,
+                flags: mm_bits(flags),
+                ..UbArgs::default()
+            },
         ),
         // ---- GM and control: not UB-only
-        I::Load { .. } | I::Store { .. } | I::StoreAdd { .. } | I::Barrier { .. } | I::End { .. } => return None,
+        I::Load { .. }
+        | I::Store { .. }
+        | I::StoreAdd { .. }
+        | I::Barrier { .. }
+        | I::End { .. } => return None,
     };
     Some(UbOp { handler, args })
 }

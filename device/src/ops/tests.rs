@@ -39,7 +39,14 @@ const SIZES: [u32; 6] = [1, 3, 17, 64, 1000, 4099];
 /// A 64-byte aligned UB of `bytes` bytes.
 struct Ub(Vec<Align64>);
 
-#[derive(Clone, Copy, zerocopy::FromBytes, zerocopy::IntoBytes, zerocopy::Immutable, zerocopy::KnownLayout)]
+#[derive(
+    Clone,
+    Copy,
+    zerocopy::FromBytes,
+    zerocopy::IntoBytes,
+    zerocopy::Immutable,
+    zerocopy::KnownLayout,
+)]
 #[repr(C, align(64))]
 struct Align64([u8; 64]);
 
@@ -104,7 +111,11 @@ fn ulp(dt: DType, w: f64) -> f64 {
         DType::BF16 => (7, -126),
         _ => return 0.0,
     };
-    let e = if w == 0.0 { emin } else { (w.abs().log2().floor() as i32).max(emin) };
+    let e = if w == 0.0 {
+        emin
+    } else {
+        (w.abs().log2().floor() as i32).max(emin)
+    };
     2f64.powi(e - mant)
 }
 
@@ -130,7 +141,8 @@ fn check(dt: DType, got: f64, got_raw: u32, want: Want) -> bool {
             let w = round_to(dt, v);
             if w.is_infinite() || got.is_infinite() {
                 // Allow an approximation to land just past the largest finite value.
-                return got == w || (ulps > 0.0 && (got - v).abs() <= ulps * ulp(DType::F32, v) + ulp(dt, v));
+                return got == w
+                    || (ulps > 0.0 && (got - v).abs() <= ulps * ulp(DType::F32, v) + ulp(dt, v));
             }
             if got.is_nan() {
                 return false;
@@ -163,18 +175,39 @@ fn value(rng: &mut Rng, dt: DType, op: Opcode) -> f64 {
         let s: &[f64] = match op {
             Opcode::Matmul => &[0.0, -0.0, 1.0, -1.0, 0.5],
             Opcode::ReduceSum => &[0.0, -0.0, f64::INFINITY, f64::NAN, 1.0, -2.5],
-            _ => &[0.0, -0.0, f64::INFINITY, f64::NEG_INFINITY, f64::NAN, 1.0, -1.0, 0.5, -2.5, 1e-30, 3e38],
+            _ => &[
+                0.0,
+                -0.0,
+                f64::INFINITY,
+                f64::NEG_INFINITY,
+                f64::NAN,
+                1.0,
+                -1.0,
+                0.5,
+                -2.5,
+                1e-30,
+                3e38,
+            ],
         };
         return s[rng.below(s.len() as u64) as usize];
     }
     use Opcode::*;
     let r = match op {
         Exp => 90.0,
-        Log | Sqrt | Rsqrt => return rng.range(0.0, 1.0).powi(3) * 1e4 * if rng.below(10) == 0 { -1.0 } else { 1.0 },
+        Log | Sqrt | Rsqrt => {
+            return rng.range(0.0, 1.0).powi(3) * 1e4 * if rng.below(10) == 0 { -1.0 } else { 1.0 }
+        }
         Tanh | Sigmoid | Silu | GeluErf | Erf => 12.0,
         GeluTanh => 3.0,
         Pow | PowS => 4.0,
-        Floor | Ceil | Round => return (rng.range(-50.0, 50.0) * 2.0).round() / 4.0 + if rng.below(2) == 0 { 0.0 } else { rng.range(-1.0, 1.0) },
+        Floor | Ceil | Round => {
+            return (rng.range(-50.0, 50.0) * 2.0).round() / 4.0
+                + if rng.below(2) == 0 {
+                    0.0
+                } else {
+                    rng.range(-1.0, 1.0)
+                }
+        }
         Matmul => 2.0,
         _ => 100.0,
     };
@@ -243,14 +276,34 @@ fn ref_unary_f(op: Opcode, x: f64) -> (f64, f64, f64) {
         Recip => (1.0 / x, 0.0, 0.0),
         Tanh => (x.tanh(), 2.0, 0.0),
         Sigmoid => (sig(x), 4.0, 3e-45),
-        Silu => (if x == f64::NEG_INFINITY { -0.0 } else { x * sig(x) }, 4.0, 1e-43),
+        Silu => (
+            if x == f64::NEG_INFINITY {
+                -0.0
+            } else {
+                x * sig(x)
+            },
+            4.0,
+            1e-43,
+        ),
         GeluTanh => {
             let v = 2.0 * (2.0 / std::f64::consts::PI).sqrt() * (x + 0.044715 * x * x * x);
-            let r = if x == f64::NEG_INFINITY { -0.0 } else { x * sig(v) };
-            (r, 4.0 + 3.0 * if v.is_finite() { v.abs() } else { 0.0 }, 1e-43)
+            let r = if x == f64::NEG_INFINITY {
+                -0.0
+            } else {
+                x * sig(v)
+            };
+            (
+                r,
+                4.0 + 3.0 * if v.is_finite() { v.abs() } else { 0.0 },
+                1e-43,
+            )
         }
         GeluErf => (
-            if x == f64::NEG_INFINITY { -0.0 } else { 0.5 * x * libm::erfc(-x / std::f64::consts::SQRT_2) },
+            if x == f64::NEG_INFINITY {
+                -0.0
+            } else {
+                0.5 * x * libm::erfc(-x / std::f64::consts::SQRT_2)
+            },
             4.0,
             1.5e-7 * x.abs().max(1.0),
         ),
@@ -324,7 +377,11 @@ fn i32_to_bf16_ref(x: i32) -> f64 {
     } else {
         let sh = k - 8;
         let (q, rem, half) = (m >> sh, m & ((1 << sh) - 1), 1u64 << (sh - 1));
-        (if rem > half || (rem == half && q & 1 == 1) { q + 1 } else { q }) << sh
+        (if rem > half || (rem == half && q & 1 == 1) {
+            q + 1
+        } else {
+            q
+        }) << sh
     };
     if x < 0 {
         -(r as f64)
@@ -359,7 +416,11 @@ fn ref_cast(from: DType, to: DType, v: f64) -> Want {
         DType::Bool => (v != 0.0) as u8 as f64,
     };
     if out.is_nan() {
-        Want::F { v: f64::NAN, ulps: 0.0, abs: 0.0 }
+        Want::F {
+            v: f64::NAN,
+            ulps: 0.0,
+            abs: 0.0,
+        }
     } else {
         Want::Val(out)
     }
@@ -395,7 +456,12 @@ fn reference(instr: &Instr, ub: &[u8]) -> Out {
             })
             .collect()
     };
-    let binary = |dt: DType, op: Opcode, a: &dyn Fn(usize) -> f64, b: &dyn Fn(usize) -> f64, n: u32| -> Vec<Want> {
+    let binary = |dt: DType,
+                  op: Opcode,
+                  a: &dyn Fn(usize) -> f64,
+                  b: &dyn Fn(usize) -> f64,
+                  n: u32|
+     -> Vec<Want> {
         (0..n as usize)
             .map(|i| {
                 let (x, y) = (a(i), b(i));
@@ -430,11 +496,17 @@ fn reference(instr: &Instr, ub: &[u8]) -> Out {
         | I::Ceil { dt, dst, src, n }
         | I::Round { dt, dst, src, n }
         | I::Erf { dt, dst, src, n }
-        | I::Not { dt, dst, src, n } => Out { dt, off: dst, want: unary_f(dt, op, src, n) },
+        | I::Not { dt, dst, src, n } => Out {
+            dt,
+            off: dst,
+            want: unary_f(dt, op, src, n),
+        },
         I::IsFinite { dt, dst, src, n } => Out {
             dt: DType::Bool,
             off: dst,
-            want: (0..n as usize).map(|i| Want::Val(dec(dt, ub, src, i).is_finite() as u8 as f64)).collect(),
+            want: (0..n as usize)
+                .map(|i| Want::Val(dec(dt, ub, src, i).is_finite() as u8 as f64))
+                .collect(),
         },
         I::Add { dt, dst, a, b, n }
         | I::Sub { dt, dst, a, b, n }
@@ -444,9 +516,11 @@ fn reference(instr: &Instr, ub: &[u8]) -> Out {
         | I::Min { dt, dst, a, b, n }
         | I::Pow { dt, dst, a, b, n }
         | I::And { dt, dst, a, b, n }
-        | I::Or { dt, dst, a, b, n } => {
-            Out { dt, off: dst, want: binary(dt, op, &|i| dec(dt, ub, a, i), &|i| dec(dt, ub, b, i), n) }
-        }
+        | I::Or { dt, dst, a, b, n } => Out {
+            dt,
+            off: dst,
+            want: binary(dt, op, &|i| dec(dt, ub, a, i), &|i| dec(dt, ub, b, i), n),
+        },
         I::AddS { dt, dst, a, n, imm }
         | I::SubS { dt, dst, a, n, imm }
         | I::RSubS { dt, dst, a, n, imm }
@@ -456,8 +530,16 @@ fn reference(instr: &Instr, ub: &[u8]) -> Out {
         | I::MaxS { dt, dst, a, n, imm }
         | I::MinS { dt, dst, a, n, imm }
         | I::PowS { dt, dst, a, n, imm } => {
-            let s = if dt.is_float() { imm.as_f32() as f64 } else { imm.as_i32() as f64 };
-            Out { dt, off: dst, want: binary(dt, op, &|i| dec(dt, ub, a, i), &|_| s, n) }
+            let s = if dt.is_float() {
+                imm.as_f32() as f64
+            } else {
+                imm.as_i32() as f64
+            };
+            Out {
+                dt,
+                off: dst,
+                want: binary(dt, op, &|i| dec(dt, ub, a, i), &|_| s, n),
+            }
         }
         I::Eq { dt, dst, a, b, n }
         | I::Ne { dt, dst, a, b, n }
@@ -477,30 +559,79 @@ fn reference(instr: &Instr, ub: &[u8]) -> Out {
         | I::LeS { dt, dst, a, n, imm }
         | I::GtS { dt, dst, a, n, imm }
         | I::GeS { dt, dst, a, n, imm } => {
-            let s = if dt.is_float() { imm.as_f32() as f64 } else { imm.as_i32() as f64 };
+            let s = if dt.is_float() {
+                imm.as_f32() as f64
+            } else {
+                imm.as_i32() as f64
+            };
             Out {
                 dt: DType::Bool,
                 off: dst,
-                want: (0..n as usize).map(|i| Want::Val(ref_cmp(op, dec(dt, ub, a, i), s) as u8 as f64)).collect(),
+                want: (0..n as usize)
+                    .map(|i| Want::Val(ref_cmp(op, dec(dt, ub, a, i), s) as u8 as f64))
+                    .collect(),
             }
         }
-        I::Select { dt, dst, cond, a, b, n } => Out {
+        I::Select {
+            dt,
+            dst,
+            cond,
+            a,
+            b,
+            n,
+        } => Out {
             dt,
             off: dst,
             want: (0..n as usize)
-                .map(|i| Want::Bits(if ub[cond as usize + i] != 0 { raw(dt, ub, a, i) } else { raw(dt, ub, b, i) }))
+                .map(|i| {
+                    Want::Bits(if ub[cond as usize + i] != 0 {
+                        raw(dt, ub, a, i)
+                    } else {
+                        raw(dt, ub, b, i)
+                    })
+                })
                 .collect(),
         },
-        I::Cast { dt, to, dst, src, n } => Out {
+        I::Cast {
+            dt,
+            to,
+            dst,
+            src,
+            n,
+        } => Out {
             dt: to,
             off: dst,
-            want: (0..n as usize).map(|i| ref_cast(dt, to, dec(dt, ub, src, i))).collect(),
+            want: (0..n as usize)
+                .map(|i| ref_cast(dt, to, dec(dt, ub, src, i)))
+                .collect(),
         },
-        I::Copy { dt, dst, src, n } => Out { dt, off: dst, want: (0..n as usize).map(|i| Want::Bits(raw(dt, ub, src, i))).collect() },
+        I::Copy { dt, dst, src, n } => Out {
+            dt,
+            off: dst,
+            want: (0..n as usize)
+                .map(|i| Want::Bits(raw(dt, ub, src, i)))
+                .collect(),
+        },
         I::Fill { dt, dst, n, imm } => {
-            let v = if dt.is_float() { round_to(dt, imm.as_f32() as f64) } else { round_to(dt, imm.as_i32() as f64) };
-            let w = if v.is_nan() { Want::F { v, ulps: 0.0, abs: 0.0 } } else { Want::Val(v) };
-            Out { dt, off: dst, want: vec![w; n as usize] }
+            let v = if dt.is_float() {
+                round_to(dt, imm.as_f32() as f64)
+            } else {
+                round_to(dt, imm.as_i32() as f64)
+            };
+            let w = if v.is_nan() {
+                Want::F {
+                    v,
+                    ulps: 0.0,
+                    abs: 0.0,
+                }
+            } else {
+                Want::Val(v)
+            };
+            Out {
+                dt,
+                off: dst,
+                want: vec![w; n as usize],
+            }
         }
         I::Iota { dt, dst, n, start } => Out {
             dt,
@@ -510,7 +641,11 @@ fn reference(instr: &Instr, ub: &[u8]) -> Out {
                     if dt.is_float() {
                         let v = (start.as_f32() + i as f32) as f64;
                         if v.is_nan() {
-                            Want::F { v, ulps: 0.0, abs: 0.0 }
+                            Want::F {
+                                v,
+                                ulps: 0.0,
+                                abs: 0.0,
+                            }
                         } else {
                             Want::Val(round_to(dt, v))
                         }
@@ -520,9 +655,30 @@ fn reference(instr: &Instr, ub: &[u8]) -> Out {
                 })
                 .collect(),
         },
-        I::ReduceSum { dt, axis, dst, src, rows, cols }
-        | I::ReduceMax { dt, axis, dst, src, rows, cols }
-        | I::ReduceMin { dt, axis, dst, src, rows, cols } => {
+        I::ReduceSum {
+            dt,
+            axis,
+            dst,
+            src,
+            rows,
+            cols,
+        }
+        | I::ReduceMax {
+            dt,
+            axis,
+            dst,
+            src,
+            rows,
+            cols,
+        }
+        | I::ReduceMin {
+            dt,
+            axis,
+            dst,
+            src,
+            rows,
+            cols,
+        } => {
             let (outer, inner) = match axis {
                 Axis::Rows => (cols, rows),
                 Axis::Cols => (rows, cols),
@@ -538,37 +694,95 @@ fn reference(instr: &Instr, ub: &[u8]) -> Out {
                         Opcode::ReduceSum if dt.is_float() => {
                             let s: f64 = xs.iter().sum();
                             let mag: f64 = xs.iter().map(|x| x.abs()).sum();
-                            let v = if xs.iter().any(|x| x.is_nan()) || (mag.is_infinite() && s.is_nan()) { f64::NAN } else { s };
-                            Want::F { v, ulps: 0.0, abs: mag * inner as f64 * 2f64.powi(-24) }
+                            let v = if xs.iter().any(|x| x.is_nan())
+                                || (mag.is_infinite() && s.is_nan())
+                            {
+                                f64::NAN
+                            } else {
+                                s
+                            };
+                            Want::F {
+                                v,
+                                ulps: 0.0,
+                                abs: mag * inner as f64 * 2f64.powi(-24),
+                            }
                         }
-                        Opcode::ReduceSum => Want::Val(wrap(dt, xs.iter().map(|x| *x as i64).sum())),
+                        Opcode::ReduceSum => {
+                            Want::Val(wrap(dt, xs.iter().map(|x| *x as i64).sum()))
+                        }
                         Opcode::ReduceMax => {
                             let v = xs.iter().fold(f64::NEG_INFINITY, |a, x| fmax(a, *x));
                             // Empty integer folds store the i32 identity, wrapped.
-                            let v = if !dt.is_float() && inner == 0 { wrap(dt, i32::MIN as i64) } else { v };
-                            if v.is_nan() { Want::F { v, ulps: 0.0, abs: 0.0 } } else { Want::Val(v) }
+                            let v = if !dt.is_float() && inner == 0 {
+                                wrap(dt, i32::MIN as i64)
+                            } else {
+                                v
+                            };
+                            if v.is_nan() {
+                                Want::F {
+                                    v,
+                                    ulps: 0.0,
+                                    abs: 0.0,
+                                }
+                            } else {
+                                Want::Val(v)
+                            }
                         }
                         _ => {
                             let v = xs.iter().fold(f64::INFINITY, |a, x| fmin(a, *x));
-                            let v = if !dt.is_float() && inner == 0 { wrap(dt, i32::MAX as i64) } else { v };
-                            if v.is_nan() { Want::F { v, ulps: 0.0, abs: 0.0 } } else { Want::Val(v) }
+                            let v = if !dt.is_float() && inner == 0 {
+                                wrap(dt, i32::MAX as i64)
+                            } else {
+                                v
+                            };
+                            if v.is_nan() {
+                                Want::F {
+                                    v,
+                                    ulps: 0.0,
+                                    abs: 0.0,
+                                }
+                            } else {
+                                Want::Val(v)
+                            }
                         }
                     }
                 })
                 .collect();
             Out { dt, off: dst, want }
         }
-        I::BroadcastRow { dt, dst, src, rows, cols } => Out {
+        I::BroadcastRow {
+            dt,
+            dst,
+            src,
+            rows,
+            cols,
+        } => Out {
             dt,
             off: dst,
-            want: (0..rows * cols).map(|e| Want::Bits(raw(dt, ub, src, (e % cols) as usize))).collect(),
+            want: (0..rows * cols)
+                .map(|e| Want::Bits(raw(dt, ub, src, (e % cols) as usize)))
+                .collect(),
         },
-        I::BroadcastCol { dt, dst, src, rows, cols } => Out {
+        I::BroadcastCol {
+            dt,
+            dst,
+            src,
+            rows,
+            cols,
+        } => Out {
             dt,
             off: dst,
-            want: (0..rows * cols).map(|e| Want::Bits(raw(dt, ub, src, (e / cols) as usize))).collect(),
+            want: (0..rows * cols)
+                .map(|e| Want::Bits(raw(dt, ub, src, (e / cols) as usize)))
+                .collect(),
         },
-        I::Transpose { dt, dst, src, rows, cols } => Out {
+        I::Transpose {
+            dt,
+            dst,
+            src,
+            rows,
+            cols,
+        } => Out {
             dt,
             off: dst,
             // dst[j][i] = src[i][j]; dst is cols × rows.
@@ -579,26 +793,65 @@ fn reference(instr: &Instr, ub: &[u8]) -> Out {
                 })
                 .collect(),
         },
-        I::Matmul { dt, out, flags, dst, a, b, m, n, k } => {
-            let av = |i: u32, p: u32| dec(dt, ub, a, if flags.trans_a { p * m + i } else { i * k + p } as usize);
-            let bv = |p: u32, j: u32| dec(dt, ub, b, if flags.trans_b { j * k + p } else { p * n + j } as usize);
+        I::Matmul {
+            dt,
+            out,
+            flags,
+            dst,
+            a,
+            b,
+            m,
+            n,
+            k,
+        } => {
+            let av = |i: u32, p: u32| {
+                dec(
+                    dt,
+                    ub,
+                    a,
+                    if flags.trans_a { p * m + i } else { i * k + p } as usize,
+                )
+            };
+            let bv = |p: u32, j: u32| {
+                dec(
+                    dt,
+                    ub,
+                    b,
+                    if flags.trans_b { j * k + p } else { p * n + j } as usize,
+                )
+            };
             let want = (0..m * n)
                 .map(|e| {
                     let (i, j) = (e / n, e % n);
-                    let old = if flags.accumulate { dec(out, ub, dst, e as usize) } else { 0.0 };
+                    let old = if flags.accumulate {
+                        dec(out, ub, dst, e as usize)
+                    } else {
+                        0.0
+                    };
                     if dt == DType::I8 {
                         let s: i64 = (0..k).map(|p| av(i, p) as i64 * bv(p, j) as i64).sum();
                         Want::Val(wrap(DType::I32, s + old as i64))
                     } else {
                         let s: f64 = (0..k).map(|p| av(i, p) * bv(p, j)).sum::<f64>() + old;
-                        let mag: f64 = (0..k).map(|p| (av(i, p) * bv(p, j)).abs()).sum::<f64>() + old.abs();
-                        Want::F { v: s, ulps: 0.0, abs: mag * (k + 2) as f64 * 2f64.powi(-24) }
+                        let mag: f64 =
+                            (0..k).map(|p| (av(i, p) * bv(p, j)).abs()).sum::<f64>() + old.abs();
+                        Want::F {
+                            v: s,
+                            ulps: 0.0,
+                            abs: mag * (k + 2) as f64 * 2f64.powi(-24),
+                        }
                     }
                 })
                 .collect();
-            Out { dt: out, off: dst, want }
+            Out {
+                dt: out,
+                off: dst,
+                want,
+            }
         }
-        I::Load { .. } | I::Store { .. } | I::StoreAdd { .. } | I::Barrier {} | I::End {} => unreachable!(),
+        I::Load { .. } | I::Store { .. } | I::StoreAdd { .. } | I::Barrier {} | I::End {} => {
+            unreachable!()
+        }
     }
 }
 
@@ -612,7 +865,10 @@ fn run_check(instr: &Instr, ub: &mut Ub, what: &str) {
     let after = ub.bytes();
     let size = out.dt.size() as usize;
     let (lo, hi) = (out.off as usize, out.off as usize + out.want.len() * size);
-    assert!(after[..lo] == before[..lo] && after[hi..] == before[hi..], "{what}: wrote outside dst");
+    assert!(
+        after[..lo] == before[..lo] && after[hi..] == before[hi..],
+        "{what}: wrote outside dst"
+    );
     let mut bad = 0;
     for (i, w) in out.want.iter().enumerate() {
         let got = dec(out.dt, after, out.off, i);
@@ -624,7 +880,11 @@ fn run_check(instr: &Instr, ub: &mut Ub, what: &str) {
             bad += 1;
         }
     }
-    assert!(bad == 0, "{what}: {bad} of {} elements wrong", out.want.len());
+    assert!(
+        bad == 0,
+        "{what}: {bad} of {} elements wrong",
+        out.want.len()
+    );
 }
 
 // ---- element-wise opcodes -------------------------------------------------------------
@@ -666,10 +926,68 @@ fn with_dtype(instr: Instr, dt: DType, to: DType) -> Instr {
         };
     }
     set!(
-        Abs, Neg, Exp, Log, Sqrt, Rsqrt, Recip, Tanh, Sigmoid, Relu, GeluTanh, GeluErf, Silu, Floor, Ceil, Round, Erf,
-        Not, IsFinite, Add, Sub, Mul, Div, Max, Min, Pow, And, Or, AddS, SubS, RSubS, MulS, DivS, RDivS, MaxS, MinS,
-        PowS, Eq, Ne, Lt, Le, Gt, Ge, EqS, NeS, LtS, LeS, GtS, GeS, Select, Copy, Fill, Iota, ReduceSum, ReduceMax,
-        ReduceMin, BroadcastRow, BroadcastCol, Transpose, Load, Store, StoreAdd
+        Abs,
+        Neg,
+        Exp,
+        Log,
+        Sqrt,
+        Rsqrt,
+        Recip,
+        Tanh,
+        Sigmoid,
+        Relu,
+        GeluTanh,
+        GeluErf,
+        Silu,
+        Floor,
+        Ceil,
+        Round,
+        Erf,
+        Not,
+        IsFinite,
+        Add,
+        Sub,
+        Mul,
+        Div,
+        Max,
+        Min,
+        Pow,
+        And,
+        Or,
+        AddS,
+        SubS,
+        RSubS,
+        MulS,
+        DivS,
+        RDivS,
+        MaxS,
+        MinS,
+        PowS,
+        Eq,
+        Ne,
+        Lt,
+        Le,
+        Gt,
+        Ge,
+        EqS,
+        NeS,
+        LtS,
+        LeS,
+        GtS,
+        GeS,
+        Select,
+        Copy,
+        Fill,
+        Iota,
+        ReduceSum,
+        ReduceMax,
+        ReduceMin,
+        BroadcastRow,
+        BroadcastCol,
+        Transpose,
+        Load,
+        Store,
+        StoreAdd
     );
     i
 }
@@ -688,14 +1006,20 @@ fn ew_instr(op: Opcode, dt: DType, n: u32, slots: [u32; 4], imm: Scalar) -> Inst
     let [d, a, b, c] = slots.map(|s| s * r);
     let mut rng = Rng(3);
     let mut next = || rng.next();
-    let i = match with_dtype(Instr::sample(op, &mut next), dt, dt) {
-        I::Select { dt, .. } => I::Select { dt, dst: d, cond: a, a: b, b: c, n },
+    match with_dtype(Instr::sample(op, &mut next), dt, dt) {
+        I::Select { dt, .. } => I::Select {
+            dt,
+            dst: d,
+            cond: a,
+            a: b,
+            b: c,
+            n,
+        },
         mut x => {
             set_fields(&mut x, d, a, b, n, imm);
             x
         }
-    };
-    i
+    }
 }
 
 /// Sets the common element-wise fields of `i`.
@@ -722,7 +1046,10 @@ fn set_fields(i: &mut Instr, d: u32, a_: u32, b_: u32, n_: u32, imm_: Scalar) {
         I::Iota { dst, n, start, .. } => { *dst = d; *n = n_; *start = imm_; }
         _ => unreachable!(),
     } } }
-    un!(Abs, Neg, Exp, Log, Sqrt, Rsqrt, Recip, Tanh, Sigmoid, Relu, GeluTanh, GeluErf, Silu, Floor, Ceil, Round, Erf, Not, IsFinite);
+    un!(
+        Abs, Neg, Exp, Log, Sqrt, Rsqrt, Recip, Tanh, Sigmoid, Relu, GeluTanh, GeluErf, Silu,
+        Floor, Ceil, Round, Erf, Not, IsFinite
+    );
 }
 
 /// A random immediate for `op` on `dt`.
@@ -750,8 +1077,9 @@ fn ew_slots(op: Opcode, dt: DType) -> Option<[DType; 4]> {
     use Opcode::*;
     let b = DType::Bool;
     Some(match op {
-        Abs | Neg | Exp | Log | Sqrt | Rsqrt | Recip | Tanh | Sigmoid | Relu | GeluTanh | GeluErf | Silu | Floor
-        | Ceil | Round | Erf | Not | AddS | SubS | RSubS | MulS | DivS | RDivS | MaxS | MinS | PowS | Copy => [dt, dt, dt, dt],
+        Abs | Neg | Exp | Log | Sqrt | Rsqrt | Recip | Tanh | Sigmoid | Relu | GeluTanh
+        | GeluErf | Silu | Floor | Ceil | Round | Erf | Not | AddS | SubS | RSubS | MulS | DivS
+        | RDivS | MaxS | MinS | PowS | Copy => [dt, dt, dt, dt],
         IsFinite | EqS | NeS | LtS | LeS | GtS | GeS => [b, dt, dt, dt],
         Add | Sub | Mul | Div | Max | Min | Pow | And | Or => [dt, dt, dt, dt],
         Eq | Ne | Lt | Le | Gt | Ge => [b, dt, dt, dt],
@@ -771,7 +1099,15 @@ fn patterns(op: Opcode, ty: [DType; 4]) -> Vec<[u32; 4]> {
         o if ew_slots(o, DType::F32).is_some() && o.fields().contains(&"b") => 2,
         _ => 1,
     };
-    let cand: &[[u32; 4]] = &[[0, 0, 2, 3], [0, 1, 0, 3], [0, 1, 1, 3], [0, 0, 0, 3], [0, 1, 2, 0], [0, 0, 0, 0], [0, 1, 1, 1]];
+    let cand: &[[u32; 4]] = &[
+        [0, 0, 2, 3],
+        [0, 1, 0, 3],
+        [0, 1, 1, 3],
+        [0, 0, 0, 3],
+        [0, 1, 2, 0],
+        [0, 0, 0, 0],
+        [0, 1, 1, 1],
+    ];
     for p in cand {
         // Slots beyond the op's inputs must keep their own region.
         if (1..4).any(|s| s > ins && p[s] != s as u32) {
@@ -790,7 +1126,9 @@ fn patterns(op: Opcode, ty: [DType; 4]) -> Vec<[u32; 4]> {
 fn elementwise_all_dtypes_sizes_and_aliasing() {
     let mut rng = Rng(0x5eed_1234_abcd_ef01);
     for &op in Opcode::ALL {
-        let Some(_) = ew_slots(op, DType::F32) else { continue };
+        let Some(_) = ew_slots(op, DType::F32) else {
+            continue;
+        };
         if op == Opcode::Cast {
             continue;
         }
@@ -813,7 +1151,11 @@ fn elementwise_all_dtypes_sizes_and_aliasing() {
                             fill(&mut rng, ub.bytes(), ty[s], r * region(n), n as usize, op);
                         }
                     }
-                    run_check(&instr, &mut ub, &format!("{} {dt} n={n} slots={p:?}", op.mnemonic()));
+                    run_check(
+                        &instr,
+                        &mut ub,
+                        &format!("{} {dt} n={n} slots={p:?}", op.mnemonic()),
+                    );
                 }
             }
         }
@@ -831,7 +1173,13 @@ fn cast_all_pairs_sizes_and_aliasing() {
                     slots.push([0, 0, 2, 3]);
                 }
                 for p in slots {
-                    let instr = Instr::Cast { dt: from, to, dst: p[0] * region(n), src: p[1] * region(n), n };
+                    let instr = Instr::Cast {
+                        dt: from,
+                        to,
+                        dst: p[0] * region(n),
+                        src: p[1] * region(n),
+                        n,
+                    };
                     let mut ub = Ub::new(region(n) as usize * 2);
                     for b in ub.bytes().iter_mut() {
                         *b = rng.next() as u8;
@@ -844,7 +1192,11 @@ fn cast_all_pairs_sizes_and_aliasing() {
                         };
                         enc(from, ub.bytes(), p[1] * region(n), i, v);
                     }
-                    run_check(&instr, &mut ub, &format!("cast {from}->{to} n={n} slots={p:?}"));
+                    run_check(
+                        &instr,
+                        &mut ub,
+                        &format!("cast {from}->{to} n={n} slots={p:?}"),
+                    );
                 }
             }
         }
@@ -853,7 +1205,17 @@ fn cast_all_pairs_sizes_and_aliasing() {
 
 // ---- 2-D and cube ----------------------------------------------------------------------
 
-const SHAPES: [(u32, u32); 9] = [(1, 1), (1, 17), (17, 1), (3, 5), (7, 33), (16, 16), (33, 130), (5, 300), (130, 9)];
+const SHAPES: [(u32, u32); 9] = [
+    (1, 1),
+    (1, 17),
+    (17, 1),
+    (3, 5),
+    (7, 33),
+    (16, 16),
+    (33, 130),
+    (5, 300),
+    (130, 9),
+];
 
 #[test]
 fn reductions() {
@@ -865,13 +1227,38 @@ fn reductions() {
                     let src = region(rows.max(1) * cols.max(1)) * 2;
                     let (dst, srco) = (0, src / 2);
                     let instr = match op {
-                        Opcode::ReduceSum => Instr::ReduceSum { dt, axis, dst, src: srco, rows, cols },
-                        Opcode::ReduceMax => Instr::ReduceMax { dt, axis, dst, src: srco, rows, cols },
-                        _ => Instr::ReduceMin { dt, axis, dst, src: srco, rows, cols },
+                        Opcode::ReduceSum => Instr::ReduceSum {
+                            dt,
+                            axis,
+                            dst,
+                            src: srco,
+                            rows,
+                            cols,
+                        },
+                        Opcode::ReduceMax => Instr::ReduceMax {
+                            dt,
+                            axis,
+                            dst,
+                            src: srco,
+                            rows,
+                            cols,
+                        },
+                        _ => Instr::ReduceMin {
+                            dt,
+                            axis,
+                            dst,
+                            src: srco,
+                            rows,
+                            cols,
+                        },
                     };
                     let mut ub = Ub::new(src as usize);
                     fill(&mut rng, ub.bytes(), dt, srco, (rows * cols) as usize, op);
-                    run_check(&instr, &mut ub, &format!("{} {dt} {axis:?} {rows}x{cols}", op.mnemonic()));
+                    run_check(
+                        &instr,
+                        &mut ub,
+                        &format!("{} {dt} {axis:?} {rows}x{cols}", op.mnemonic()),
+                    );
                 }
             }
         }
@@ -882,20 +1269,49 @@ fn reductions() {
 fn broadcast_and_transpose() {
     let mut rng = Rng(0xb4c);
     for dt in DType::ALL {
-        for (rows, cols) in SHAPES.into_iter().chain([(0, 3), (3, 0), (64, 64), (9, 8), (8, 9)]) {
+        for (rows, cols) in SHAPES
+            .into_iter()
+            .chain([(0, 3), (3, 0), (64, 64), (9, 8), (8, 9)])
+        {
             let big = region(rows * cols).max(64);
-            for op in [Opcode::BroadcastRow, Opcode::BroadcastCol, Opcode::Transpose] {
+            for op in [
+                Opcode::BroadcastRow,
+                Opcode::BroadcastCol,
+                Opcode::Transpose,
+            ] {
                 let (dst, src) = (0, big);
                 let instr = match op {
-                    Opcode::BroadcastRow => Instr::BroadcastRow { dt, dst, src, rows, cols },
-                    Opcode::BroadcastCol => Instr::BroadcastCol { dt, dst, src, rows, cols },
-                    _ => Instr::Transpose { dt, dst, src, rows, cols },
+                    Opcode::BroadcastRow => Instr::BroadcastRow {
+                        dt,
+                        dst,
+                        src,
+                        rows,
+                        cols,
+                    },
+                    Opcode::BroadcastCol => Instr::BroadcastCol {
+                        dt,
+                        dst,
+                        src,
+                        rows,
+                        cols,
+                    },
+                    _ => Instr::Transpose {
+                        dt,
+                        dst,
+                        src,
+                        rows,
+                        cols,
+                    },
                 };
                 let mut ub = Ub::new(big as usize * 2);
                 for b in ub.bytes().iter_mut() {
                     *b = rng.next() as u8;
                 }
-                run_check(&instr, &mut ub, &format!("{} {dt} {rows}x{cols}", op.mnemonic()));
+                run_check(
+                    &instr,
+                    &mut ub,
+                    &format!("{} {dt} {rows}x{cols}", op.mnemonic()),
+                );
             }
         }
     }
@@ -916,20 +1332,67 @@ fn matmul_all_pairs_flags_and_edges() {
         (DType::BF16, DType::BF16),
         (DType::I8, DType::I32),
     ];
-    let dims = [(1, 1, 1), (3, 5, 7), (4, 8, 64), (33, 31, 65), (37, 70, 130), (2, 9, 0), (64, 40, 3)];
+    let dims = [
+        (1, 1, 1),
+        (3, 5, 7),
+        (4, 8, 64),
+        (33, 31, 65),
+        (37, 70, 130),
+        (2, 9, 0),
+        (64, 40, 3),
+    ];
     for (dt, out) in pairs {
         for &(m, n, k) in &dims {
             for fl in 0..8u64 {
-                let flags = MmFlags { trans_a: fl & 1 != 0, trans_b: fl & 2 != 0, accumulate: fl & 4 != 0 };
+                let flags = MmFlags {
+                    trans_a: fl & 1 != 0,
+                    trans_b: fl & 2 != 0,
+                    accumulate: fl & 4 != 0,
+                };
                 let r = |e: u32| (e.max(1) * 4).next_multiple_of(64);
                 let (dst, a, b) = (0, r(m * n), r(m * n) + r(m * k));
                 let total = b + r(k * n);
-                let instr = Instr::Matmul { dt, out, flags, dst, a, b, m, n, k };
+                let instr = Instr::Matmul {
+                    dt,
+                    out,
+                    flags,
+                    dst,
+                    a,
+                    b,
+                    m,
+                    n,
+                    k,
+                };
                 let mut ub = Ub::new(total as usize);
-                fill(&mut rng, ub.bytes(), out, dst, (m * n) as usize, Opcode::Matmul);
-                fill(&mut rng, ub.bytes(), dt, a, (m * k) as usize, Opcode::Matmul);
-                fill(&mut rng, ub.bytes(), dt, b, (k * n) as usize, Opcode::Matmul);
-                run_check(&instr, &mut ub, &format!("matmul {dt}->{out} {m}x{n}x{k} {flags:?}"));
+                fill(
+                    &mut rng,
+                    ub.bytes(),
+                    out,
+                    dst,
+                    (m * n) as usize,
+                    Opcode::Matmul,
+                );
+                fill(
+                    &mut rng,
+                    ub.bytes(),
+                    dt,
+                    a,
+                    (m * k) as usize,
+                    Opcode::Matmul,
+                );
+                fill(
+                    &mut rng,
+                    ub.bytes(),
+                    dt,
+                    b,
+                    (k * n) as usize,
+                    Opcode::Matmul,
+                );
+                run_check(
+                    &instr,
+                    &mut ub,
+                    &format!("matmul {dt}->{out} {m}x{n}x{k} {flags:?}"),
+                );
             }
         }
     }
@@ -955,14 +1418,22 @@ fn resolve_covers_every_vector_and_cube_opcode() {
                 dts.push(d);
             });
             if let Instr::Matmul { dt, out, .. } = instr {
-                ok &= if dt == DType::I8 { out == DType::I32 } else { out.is_float() };
+                ok &= if dt == DType::I8 {
+                    out == DType::I32
+                } else {
+                    out.is_float()
+                };
             }
             if !combos.contains(&dts) {
                 combos.push(dts.clone());
             }
             let r = resolve(&instr);
             if !ub_only {
-                assert!(r.is_none(), "{}: GM/control opcodes are not UB-only", op.mnemonic());
+                assert!(
+                    r.is_none(),
+                    "{}: GM/control opcodes are not UB-only",
+                    op.mnemonic()
+                );
                 continue;
             }
             assert_eq!(r.is_some(), ok, "{} {dts:?}", op.mnemonic());
@@ -977,7 +1448,12 @@ fn resolve_covers_every_vector_and_cube_opcode() {
                 Opcode::Cast => 36,
                 _ => allowed(op).len(),
             };
-            assert_eq!(seen.len(), expect, "{}: combinations {seen:?}", op.mnemonic());
+            assert_eq!(
+                seen.len(),
+                expect,
+                "{}: combinations {seen:?}",
+                op.mnemonic()
+            );
         }
     }
 }
@@ -1009,18 +1485,56 @@ fn shrink(i: &mut Instr, rng: &mut Rng) {
     let mut small = |x: &mut u32, lim: u64| *x = rng.below(lim) as u32;
     use Instr as I;
     match i {
-        I::ReduceSum { dst, src, rows, cols, .. }
-        | I::ReduceMax { dst, src, rows, cols, .. }
-        | I::ReduceMin { dst, src, rows, cols, .. }
-        | I::BroadcastRow { dst, src, rows, cols, .. }
-        | I::BroadcastCol { dst, src, rows, cols, .. }
-        | I::Transpose { dst, src, rows, cols, .. } => {
+        I::ReduceSum {
+            dst,
+            src,
+            rows,
+            cols,
+            ..
+        }
+        | I::ReduceMax {
+            dst,
+            src,
+            rows,
+            cols,
+            ..
+        }
+        | I::ReduceMin {
+            dst,
+            src,
+            rows,
+            cols,
+            ..
+        }
+        | I::BroadcastRow {
+            dst,
+            src,
+            rows,
+            cols,
+            ..
+        }
+        | I::BroadcastCol {
+            dst,
+            src,
+            rows,
+            cols,
+            ..
+        }
+        | I::Transpose {
+            dst,
+            src,
+            rows,
+            cols,
+            ..
+        } => {
             small(dst, 1100);
             small(src, 1100);
             small(rows, 40);
             small(cols, 40);
         }
-        I::Matmul { dst, a, b, m, n, k, .. } => {
+        I::Matmul {
+            dst, a, b, m, n, k, ..
+        } => {
             small(dst, 1100);
             small(a, 1100);
             small(b, 1100);
@@ -1028,7 +1542,9 @@ fn shrink(i: &mut Instr, rng: &mut Rng) {
             small(n, 20);
             small(k, 20);
         }
-        I::Select { dst, cond, a, b, n, .. } => {
+        I::Select {
+            dst, cond, a, b, n, ..
+        } => {
             small(dst, 1100);
             small(cond, 1100);
             small(a, 1100);

@@ -59,14 +59,14 @@ redop!(
 redop!(
     /// Maximum (NaN-propagating for floats).
     Max {
-        f32 => (f32::NEG_INFINITY, |a, x| if x > a || x != x { x } else { a });
+        f32 => (f32::NEG_INFINITY, |a, x| if x > a || x.is_nan() { x } else { a });
         i32 => (i32::MIN, |a, x| a.max(x));
     }
 );
 redop!(
     /// Minimum (NaN-propagating for floats).
     Min {
-        f32 => (f32::INFINITY, |a, x| if x < a || x != x { x } else { a });
+        f32 => (f32::INFINITY, |a, x| if x < a || x.is_nan() { x } else { a });
         i32 => (i32::MAX, |a, x| a.min(x));
     }
 );
@@ -110,7 +110,9 @@ fn fold_row<T: Elem, O: RedOp<T::C>, const L: usize>(row: &[T]) -> T::C {
 /// Handler of a reduction along `axis = cols` (`rows × cols → rows × 1`).
 pub(crate) fn reduce_cols<T: Elem, O: RedOp<T::C>>(ub: &mut [u8], a: &UbArgs) {
     let (rows, cols) = (a.n as usize, a.cols as usize);
-    let Some(elems) = rows.checked_mul(cols) else { return };
+    let Some(elems) = rows.checked_mul(cols) else {
+        return;
+    };
     let Some((src, dst)) = operands::<T, T>(ub, a, elems, rows) else {
         return;
     };
@@ -133,7 +135,9 @@ pub(crate) fn reduce_cols<T: Elem, O: RedOp<T::C>>(ub: &mut [u8], a: &UbArgs) {
 /// Handler of a reduction along `axis = rows` (`rows × cols → 1 × cols`).
 pub(crate) fn reduce_rows<T: Elem, O: RedOp<T::C>>(ub: &mut [u8], a: &UbArgs) {
     let (rows, cols) = (a.n as usize, a.cols as usize);
-    let Some(elems) = rows.checked_mul(cols) else { return };
+    let Some(elems) = rows.checked_mul(cols) else {
+        return;
+    };
     let Some((src, dst)) = operands::<T, T>(ub, a, elems, cols) else {
         return;
     };
@@ -177,7 +181,9 @@ pub(crate) fn reduce_rows<T: Elem, O: RedOp<T::C>>(ub: &mut [u8], a: &UbArgs) {
 /// Handler of `brcrow`: the `1 × cols` source repeated for `rows` rows.
 pub(crate) fn broadcast_row<U: Pod>(ub: &mut [u8], a: &UbArgs) {
     let (rows, cols) = (a.n as usize, a.cols as usize);
-    let Some(elems) = rows.checked_mul(cols) else { return };
+    let Some(elems) = rows.checked_mul(cols) else {
+        return;
+    };
     let Some((src, dst)) = operands::<U, U>(ub, a, cols, elems) else {
         return;
     };
@@ -193,7 +199,9 @@ pub(crate) fn broadcast_row<U: Pod>(ub: &mut [u8], a: &UbArgs) {
 /// across its row of `cols`.
 pub(crate) fn broadcast_col<U: Pod>(ub: &mut [u8], a: &UbArgs) {
     let (rows, cols) = (a.n as usize, a.cols as usize);
-    let Some(elems) = rows.checked_mul(cols) else { return };
+    let Some(elems) = rows.checked_mul(cols) else {
+        return;
+    };
     let Some((src, dst)) = operands::<U, U>(ub, a, rows, elems) else {
         return;
     };
@@ -213,7 +221,9 @@ const TB: usize = 8;
 /// element).
 pub(crate) fn transpose<U: Pod>(ub: &mut [u8], a: &UbArgs) {
     let (rows, cols) = (a.n as usize, a.cols as usize);
-    let Some(elems) = rows.checked_mul(cols) else { return };
+    let Some(elems) = rows.checked_mul(cols) else {
+        return;
+    };
     let Some((src, dst)) = operands::<U, U>(ub, a, elems, elems) else {
         return;
     };
@@ -228,7 +238,9 @@ pub(crate) fn transpose<U: Pod>(ub: &mut [u8], a: &UbArgs) {
             }
             for jj in 0..TB {
                 let o = (j0 + jj) * rows + i0;
-                let Some(d) = dst.get_mut(o..o + TB) else { return };
+                let Some(d) = dst.get_mut(o..o + TB) else {
+                    return;
+                };
                 for (d, trow) in d.iter_mut().zip(t.iter()) {
                     *d = trow[jj];
                 }

@@ -21,21 +21,30 @@ use crate::math;
 pub(crate) const CHUNK: usize = 256;
 
 /// Plain data that UB bytes can be viewed as.
-pub(crate) trait Pod: Copy + Default + FromBytes + IntoBytes + Immutable + KnownLayout + 'static {}
+pub(crate) trait Pod:
+    Copy + Default + FromBytes + IntoBytes + Immutable + KnownLayout + 'static
+{
+}
 impl<T: Copy + Default + FromBytes + IntoBytes + Immutable + KnownLayout + 'static> Pod for T {}
 
 /// An IEEE binary16 element (raw bits).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
 #[repr(transparent)]
 pub(crate) struct F16(pub u16);
 
 /// A bfloat16 element (raw bits).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
 #[repr(transparent)]
 pub(crate) struct Bf16(pub u16);
 
 /// A bool element: one byte, nonzero reads as true, written as 0 or 1.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
 #[repr(transparent)]
 pub(crate) struct Bool(pub u8);
 
@@ -246,7 +255,9 @@ impl<'a> Split<'a> {
         } else if r.end <= self.start {
             self.pre.get(r).map(Src::Bytes)
         } else if r.start >= self.end {
-            self.post.get(r.start - self.end..r.end - self.end).map(Src::Bytes)
+            self.post
+                .get(r.start - self.end..r.end - self.end)
+                .map(Src::Bytes)
         } else {
             None
         }

@@ -46,7 +46,9 @@ pub(crate) fn map1<T: Elem, K: Kern<T::C>>(ub: &mut [u8], dst: u32, src: u32, n:
     let Some(src) = sp.src(rs).and_then(|s| s.typed::<T>()) else {
         return;
     };
-    let Some(d) = view_mut::<T>(sp.dst) else { return };
+    let Some(d) = view_mut::<T>(sp.dst) else {
+        return;
+    };
     match src {
         TSrc::Alias => {
             if let Some(dc) = T::direct_mut(d) {

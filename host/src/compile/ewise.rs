@@ -80,10 +80,20 @@ pub fn compile(group: &Group, name: &str, target: &Target) -> Result<Compiled, C
 
     let mut params = Vec::with_capacity(group.inputs.len() + group.outputs.len());
     for (i, v) in group.inputs.iter().enumerate() {
-        params.push(param(format!("in{i}"), v.dtype, ParamAccess::Read, &v.shape));
+        params.push(param(
+            format!("in{i}"),
+            v.dtype,
+            ParamAccess::Read,
+            &v.shape,
+        ));
     }
     for (i, (_, v)) in group.outputs.iter().enumerate() {
-        params.push(param(format!("out{i}"), v.dtype, ParamAccess::Write, &v.shape));
+        params.push(param(
+            format!("out{i}"),
+            v.dtype,
+            ParamAccess::Write,
+            &v.shape,
+        ));
     }
     if params.len() > 255 {
         return Err(CompileError::TooLarge("parameter count".into()));
@@ -95,7 +105,9 @@ pub fn compile(group: &Group, name: &str, target: &Target) -> Result<Compiled, C
     let mut ub_bytes = 0;
     for b in 0..nbodies {
         let mut code = CodeWriter::new();
-        emit_body(group, &t, &classes, fold, b, target, &mut ub, &mut code, None)?;
+        emit_body(
+            group, &t, &classes, fold, b, target, &mut ub, &mut code, None,
+        )?;
         ub_bytes = ub_bytes.max(ub.high_water());
         bodies.push(BodyDef { grid, code });
     }
@@ -105,7 +117,11 @@ pub fn compile(group: &Group, name: &str, target: &Target) -> Result<Compiled, C
         KernelKind::Vector
     };
     let tiles = nbodies * t.tiles_per_body();
-    let bytes_moved = group.inputs.iter().map(|v| v.numel() * v.dtype.size() as u64).sum::<u64>()
+    let bytes_moved = group
+        .inputs
+        .iter()
+        .map(|v| v.numel() * v.dtype.size() as u64)
+        .sum::<u64>()
         + group
             .outputs
             .iter()
@@ -161,11 +177,10 @@ pub(super) fn classify(group: &Group) -> Result<Vec<Class>, CompileError> {
                 }
                 class = Class::Reduced;
             }
-            Node::Matmul => {
-                if !matches!(group.kind, GroupKind::Matmul { .. }) {
-                    return Err(malformed("matmul node outside a matmul group"));
-                }
+            Node::Matmul if !matches!(group.kind, GroupKind::Matmul { .. }) => {
+                return Err(malformed("matmul node outside a matmul group"));
             }
+            Node::Matmul => {}
             _ if n_ops > 0 && !any_full => class = Class::Reduced,
             _ => {}
         }
@@ -202,7 +217,9 @@ pub(super) fn peak_buffers(group: &Group, classes: &[Class]) -> (u64, u64) {
     for (i, (node, _)) in group.nodes.iter().enumerate() {
         // Operands broadcast from reduced to full need a temporary.
         let temps = if classes[i] == Class::Full {
-            node.operands().filter(|&o| classes[o] == Class::Reduced).count() as u64
+            node.operands()
+                .filter(|&o| classes[o] == Class::Reduced)
+                .count() as u64
         } else {
             0
         };
@@ -232,7 +249,10 @@ pub(super) fn peak_buffers(group: &Group, classes: &[Class]) -> (u64, u64) {
 }
 
 fn node_is_read(group: &Group, i: usize) -> bool {
-    group.nodes.iter().any(|(n, _)| n.operands().any(|o| o == i))
+    group
+        .nodes
+        .iter()
+        .any(|(n, _)| n.operands().any(|o| o == i))
 }
 
 fn choose_tile(
@@ -283,7 +303,10 @@ fn choose_tile(
     };
     if tr == 0 || !fits(tr) {
         let what = match fold {
-            Some(_) => format!("a reduction over {} elements", if fold == Some(Axis::Cols) { ec } else { er }),
+            Some(_) => format!(
+                "a reduction over {} elements",
+                if fold == Some(Axis::Cols) { ec } else { er }
+            ),
             None => "one tile row".to_string(),
         };
         return Err(CompileError::DoesNotFit(what, target.ub_bytes));
@@ -336,7 +359,11 @@ pub(super) fn emit_body(
         _ => BoxShape::RowVec,
     };
     let bytes = |c: Class| -> u32 {
-        let e = if c == Class::Full { full_elems } else { red_elems };
+        let e = if c == Class::Full {
+            full_elems
+        } else {
+            red_elems
+        };
         (e * es) as u32
     };
     let limit = target.ub_bytes;
@@ -351,28 +378,29 @@ pub(super) fn emit_body(
         let n = match class {
             Class::Full => full_elems,
             Class::Reduced => red_elems,
-        } as u64;
+        };
         // Operands, broadcast to full where a full result meets reduced ones.
         let mut temps: Vec<u32> = Vec::new();
-        let mut opnd = |o: usize, code: &mut CodeWriter, ub: &mut UbAlloc| -> Result<u32, CompileError> {
-            if class == Class::Full && classes[o] == Class::Reduced {
-                let tmp = ub.alloc(bytes(Class::Full), limit).ok_or_else(oom)?;
-                let odt = group.nodes[o].1;
-                let op = if fold == Some(Axis::Cols) {
-                    Opcode::BroadcastCol
+        let mut opnd =
+            |o: usize, code: &mut CodeWriter, ub: &mut UbAlloc| -> Result<u32, CompileError> {
+                if class == Class::Full && classes[o] == Class::Reduced {
+                    let tmp = ub.alloc(bytes(Class::Full), limit).ok_or_else(oom)?;
+                    let odt = group.nodes[o].1;
+                    let op = if fold == Some(Axis::Cols) {
+                        Opcode::BroadcastCol
+                    } else {
+                        Opcode::BroadcastRow
+                    };
+                    code.push(
+                        &instr(op, &[odt as u64, tmp as u64, addr[o] as u64, t.tr, t.tc])?,
+                        w,
+                    );
+                    temps.push(tmp);
+                    Ok(tmp)
                 } else {
-                    Opcode::BroadcastRow
-                };
-                code.push(
-                    &instr(op, &[odt as u64, tmp as u64, addr[o] as u64, t.tr, t.tc])?,
-                    w,
-                );
-                temps.push(tmp);
-                Ok(tmp)
-            } else {
-                Ok(addr[o])
-            }
-        };
+                    Ok(addr[o])
+                }
+            };
         // In place when an operand of the same class and element size dies here.
         let reuse = |o: usize, ops: &[u32]| -> Option<u32> {
             let same = classes[o] == class && group.nodes[o].1.size() == dt.size();
@@ -383,7 +411,14 @@ pub(super) fn emit_body(
             Node::Input(k) => {
                 result = ub.alloc(bytes(class), limit).ok_or_else(oom)?;
                 code.push(
-                    &t.load(k, k as u8, group.inputs[k].dtype, result, body, BoxShape::Full)?,
+                    &t.load(
+                        k,
+                        k as u8,
+                        group.inputs[k].dtype,
+                        result,
+                        body,
+                        BoxShape::Full,
+                    )?,
                     w,
                 );
             }
@@ -404,7 +439,10 @@ pub(super) fn emit_body(
                 };
                 let xdt = group.nodes[x].1;
                 code.push(
-                    &instr(Opcode::Cast, &[xdt as u64, dt as u64, result as u64, xa as u64, n])?,
+                    &instr(
+                        Opcode::Cast,
+                        &[xdt as u64, dt as u64, result as u64, xa as u64, n],
+                    )?,
                     w,
                 );
             }
@@ -416,7 +454,10 @@ pub(super) fn emit_body(
                 };
                 let xdt = group.nodes[x].1;
                 let imm = scalar(xdt, v).0 as u64;
-                code.push(&instr(op, &[xdt as u64, result as u64, xa as u64, n, imm])?, w);
+                code.push(
+                    &instr(op, &[xdt as u64, result as u64, xa as u64, n, imm])?,
+                    w,
+                );
             }
             Node::Binary(op, a, b) => {
                 let aa = opnd(a, code, ub)?;
@@ -452,7 +493,10 @@ pub(super) fn emit_body(
             Node::Fill(v) => {
                 result = ub.alloc(bytes(class), limit).ok_or_else(oom)?;
                 code.push(
-                    &instr(Opcode::Fill, &[dt as u64, result as u64, n, scalar(dt, v).0 as u64])?,
+                    &instr(
+                        Opcode::Fill,
+                        &[dt as u64, result as u64, n, scalar(dt, v).0 as u64],
+                    )?,
                     w,
                 );
             }
@@ -464,7 +508,14 @@ pub(super) fn emit_body(
                 code.push(
                     &instr(
                         op,
-                        &[xdt as u64, axis as u64, result as u64, xa as u64, t.tr, t.tc],
+                        &[
+                            xdt as u64,
+                            axis as u64,
+                            result as u64,
+                            xa as u64,
+                            t.tr,
+                            t.tc,
+                        ],
                     )?,
                     w,
                 );

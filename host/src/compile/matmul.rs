@@ -56,20 +56,28 @@ pub fn compile(group: &Group, name: &str, target: &Target) -> Result<Compiled, C
     offsets.extend([a.offset, b.offset]);
     for v in &group.inputs[2..] {
         if v.shape != space {
-            return Err(CompileError::Malformed("epilogue input not over the output space".into()));
+            return Err(CompileError::Malformed(
+                "epilogue input not over the output space".into(),
+            ));
         }
         strides.push(v.strides.clone());
         offsets.push(v.offset);
     }
     for (_, v) in &group.outputs {
         if v.shape != space {
-            return Err(CompileError::Malformed("output not over the output space".into()));
+            return Err(CompileError::Malformed(
+                "output not over the output space".into(),
+            ));
         }
         strides.push(v.strides.clone());
         offsets.push(v.offset);
     }
     // Coalesce the batch dimensions only: m and n stay the box.
-    let (mut dims, mut cstr, _) = coalesce_keep(&space[..nb], &strides.iter().map(|s| s[..nb].to_vec()).collect::<Vec<_>>(), None);
+    let (mut dims, mut cstr, _) = coalesce_keep(
+        &space[..nb],
+        &strides.iter().map(|s| s[..nb].to_vec()).collect::<Vec<_>>(),
+        None,
+    );
     if nb == 0 || (dims == [1] && space[..nb].iter().product::<u64>() == 1) {
         dims.clear();
         cstr.iter_mut().for_each(Vec::clear);
@@ -110,7 +118,10 @@ pub fn compile(group: &Group, name: &str, target: &Target) -> Result<Compiled, C
         } else if tn > 16 {
             tn /= 2;
         } else {
-            return Err(CompileError::DoesNotFit("a matmul tile".into(), target.ub_bytes));
+            return Err(CompileError::DoesNotFit(
+                "a matmul tile".into(),
+                target.ub_bytes,
+            ));
         }
     }
     // Enough tiles for the cores.
@@ -129,10 +140,20 @@ pub fn compile(group: &Group, name: &str, target: &Target) -> Result<Compiled, C
 
     let mut params = Vec::new();
     for (i, v) in group.inputs.iter().enumerate() {
-        params.push(param(format!("in{i}"), v.dtype, ParamAccess::Read, &v.shape));
+        params.push(param(
+            format!("in{i}"),
+            v.dtype,
+            ParamAccess::Read,
+            &v.shape,
+        ));
     }
     for (i, (_, v)) in group.outputs.iter().enumerate() {
-        params.push(param(format!("out{i}"), v.dtype, ParamAccess::Write, &v.shape));
+        params.push(param(
+            format!("out{i}"),
+            v.dtype,
+            ParamAccess::Write,
+            &v.shape,
+        ));
     }
     let grid = t.grid3()?;
     let nbodies = t.bodies();
@@ -140,53 +161,71 @@ pub fn compile(group: &Group, name: &str, target: &Target) -> Result<Compiled, C
     let mut alloc = UbAlloc::default();
     let mut ub_bytes = 0;
     let limit = target.ub_bytes;
-    let emit_mm = |code: &mut CodeWriter, ubx: &mut UbAlloc, body: u64| -> Result<u32, CompileError> {
-        let oom = || CompileError::DoesNotFit("a matmul tile".into(), limit);
-        let c = ubx.alloc((tm * tn * acc.size() as u64) as u32, limit).ok_or_else(oom)?;
-        let abuf = ubx.alloc((tm * tk * es_in) as u32, limit).ok_or_else(oom)?;
-        let bbuf = ubx.alloc((tk * tn * es_in) as u32, limit).ok_or_else(oom)?;
-        let pa = t.pattern(0, body, BoxShape::Full)?;
-        let pb = t.pattern(1, body, BoxShape::Full)?;
-        let mut k0 = 0;
-        while k0 < k {
-            let kc = tk.min(k - k0);
-            let la = a_box(&pa, trans_a, tm, kc, ka, k0)?;
-            let lb = b_box(&pb, trans_b, tn, kc, kb, k0)?;
-            code.push(&load_from(&la, 0, in_dt, abuf)?, WaitMask::NONE);
-            code.push(&load_from(&lb, 1, in_dt, bbuf)?, WaitMask::NONE);
-            let flags = MmFlags {
-                trans_a,
-                trans_b,
-                accumulate: k0 > 0,
-            };
-            code.push(
-                &Instr::Matmul {
-                    dt: in_dt,
-                    out: acc,
-                    flags,
-                    dst: c,
-                    a: abuf,
-                    b: bbuf,
-                    m: tm as u32,
-                    n: tn as u32,
-                    k: kc as u32,
-                },
-                WaitMask::NONE.with(Pipe::Load),
-            );
-            k0 += kc;
-        }
-        ubx.free(abuf);
-        ubx.free(bbuf);
-        Ok(c)
-    };
+    let emit_mm =
+        |code: &mut CodeWriter, ubx: &mut UbAlloc, body: u64| -> Result<u32, CompileError> {
+            let oom = || CompileError::DoesNotFit("a matmul tile".into(), limit);
+            let c = ubx
+                .alloc((tm * tn * acc.size() as u64) as u32, limit)
+                .ok_or_else(oom)?;
+            let abuf = ubx.alloc((tm * tk * es_in) as u32, limit).ok_or_else(oom)?;
+            let bbuf = ubx.alloc((tk * tn * es_in) as u32, limit).ok_or_else(oom)?;
+            let pa = t.pattern(0, body, BoxShape::Full)?;
+            let pb = t.pattern(1, body, BoxShape::Full)?;
+            let mut k0 = 0;
+            while k0 < k {
+                let kc = tk.min(k - k0);
+                let la = a_box(&pa, trans_a, tm, kc, ka, k0)?;
+                let lb = b_box(&pb, trans_b, tn, kc, kb, k0)?;
+                code.push(&load_from(&la, 0, in_dt, abuf)?, WaitMask::NONE);
+                code.push(&load_from(&lb, 1, in_dt, bbuf)?, WaitMask::NONE);
+                let flags = MmFlags {
+                    trans_a,
+                    trans_b,
+                    accumulate: k0 > 0,
+                };
+                code.push(
+                    &Instr::Matmul {
+                        dt: in_dt,
+                        out: acc,
+                        flags,
+                        dst: c,
+                        a: abuf,
+                        b: bbuf,
+                        m: tm as u32,
+                        n: tn as u32,
+                        k: kc as u32,
+                    },
+                    WaitMask::NONE.with(Pipe::Load),
+                );
+                k0 += kc;
+            }
+            ubx.free(abuf);
+            ubx.free(bbuf);
+            Ok(c)
+        };
     for body in 0..nbodies {
         let mut code = CodeWriter::new();
-        emit_body(group, &t, &classes, None, body, target, &mut alloc, &mut code, Some(&emit_mm))?;
+        emit_body(
+            group,
+            &t,
+            &classes,
+            None,
+            body,
+            target,
+            &mut alloc,
+            &mut code,
+            Some(&emit_mm),
+        )?;
         ub_bytes = ub_bytes.max(alloc.high_water());
         bodies.push(BodyDef { grid, code });
     }
     let vector = bodies.iter().any(|b| {
-        let words: Vec<_> = b.code.words().iter().map(|w| zerocopy::little_endian::U64::new(*w)).collect();
+        let words: Vec<_> = b
+            .code
+            .words()
+            .iter()
+            .map(|w| zerocopy::little_endian::U64::new(*w))
+            .collect();
         let mut at = 0;
         let mut v = false;
         while let Ok((h, i)) = Instr::decode(&words[at.min(words.len())..]) {
@@ -207,8 +246,15 @@ pub fn compile(group: &Group, name: &str, target: &Target) -> Result<Compiled, C
     // A is read once per column tile, B once per row tile.
     let bytes_moved = io(a.dtype, a.numel()) * n.div_ceil(tn)
         + io(b.dtype, b.numel()) * m.div_ceil(tm)
-        + group.inputs[2..].iter().map(|v| io(v.dtype, v.numel())).sum::<u64>()
-        + group.outputs.iter().map(|(_, v)| io(v.dtype, v.numel())).sum::<u64>();
+        + group.inputs[2..]
+            .iter()
+            .map(|v| io(v.dtype, v.numel()))
+            .sum::<u64>()
+        + group
+            .outputs
+            .iter()
+            .map(|(_, v)| io(v.dtype, v.numel()))
+            .sum::<u64>();
     Ok(Compiled {
         kernel: KernelDef {
             name: name.to_string(),
@@ -225,8 +271,18 @@ pub fn compile(group: &Group, name: &str, target: &Target) -> Result<Compiled, C
 
 /// The A box for contraction chunk `k0..k0+kc`: `tm × kc` (or `kc × tm`
 /// when A is stored transposed and loaded with contiguous rows).
-fn a_box(p: &PatternFields, trans: bool, tm: u64, kc: u64, ka: u64, k0: u64) -> Result<PatternFields, CompileError> {
-    let base = p.base.checked_add(k0.checked_mul(ka).ok_or_else(big)?).ok_or_else(big)?;
+fn a_box(
+    p: &PatternFields,
+    trans: bool,
+    tm: u64,
+    kc: u64,
+    ka: u64,
+    k0: u64,
+) -> Result<PatternFields, CompileError> {
+    let base = p
+        .base
+        .checked_add(k0.checked_mul(ka).ok_or_else(big)?)
+        .ok_or_else(big)?;
     Ok(if trans {
         PatternFields {
             pitch: tm,
@@ -260,8 +316,18 @@ fn a_box(p: &PatternFields, trans: bool, tm: u64, kc: u64, ka: u64, k0: u64) -> 
 
 /// The B box for contraction chunk `k0..k0+kc`: `kc × tn` (or `tn × kc`
 /// when B is stored transposed).
-fn b_box(p: &PatternFields, trans: bool, tn: u64, kc: u64, kb: u64, k0: u64) -> Result<PatternFields, CompileError> {
-    let base = p.base.checked_add(k0.checked_mul(kb).ok_or_else(big)?).ok_or_else(big)?;
+fn b_box(
+    p: &PatternFields,
+    trans: bool,
+    tn: u64,
+    kc: u64,
+    kb: u64,
+    k0: u64,
+) -> Result<PatternFields, CompileError> {
+    let base = p
+        .base
+        .checked_add(k0.checked_mul(kb).ok_or_else(big)?)
+        .ok_or_else(big)?;
     Ok(if trans {
         PatternFields {
             pitch: kc,

@@ -158,8 +158,16 @@ impl Tiled {
             pitch: cols,
             rows,
             cols,
-            row_total: if row_dim == GridDim::None { rows } else { self.er() },
-            col_total: if col_dim == GridDim::None { cols } else { self.ec() },
+            row_total: if row_dim == GridDim::None {
+                rows
+            } else {
+                self.er()
+            },
+            col_total: if col_dim == GridDim::None {
+                cols
+            } else {
+                self.ec()
+            },
             row_dim,
             col_dim,
             base,
@@ -268,7 +276,12 @@ pub struct PatternFields {
 ///
 /// # Errors
 /// [`CompileError::TooLarge`] when an extent exceeds the encoding.
-pub fn load_from(p: &PatternFields, param: u8, dtype: DType, ub: u32) -> Result<Instr, CompileError> {
+pub fn load_from(
+    p: &PatternFields,
+    param: u8,
+    dtype: DType,
+    ub: u32,
+) -> Result<Instr, CompileError> {
     Ok(Instr::Load {
         dt: dtype,
         pad: PadMode::Fill,
@@ -308,7 +321,10 @@ pub fn coalesce_keep(
     keep: Option<usize>,
 ) -> (Vec<u64>, Vec<Vec<u64>>, Option<usize>) {
     let mut dims: Vec<u64> = Vec::with_capacity(shape.len());
-    let mut out: Vec<Vec<u64>> = strides.iter().map(|_| Vec::with_capacity(shape.len())).collect();
+    let mut out: Vec<Vec<u64>> = strides
+        .iter()
+        .map(|_| Vec::with_capacity(shape.len()))
+        .collect();
     let mut kept = None;
     let mut barrier = false;
     for (d, &ext) in shape.iter().enumerate() {

@@ -84,7 +84,15 @@ fn broadcast_add_with_tails() {
         let a = data((rows * cols) as usize, 1);
         let b = data(cols as usize, 2);
         for blocks in [1, 3] {
-            let out = run(&group, &[a.clone(), b.clone()], blocks, &Target { cores: 2, ..Target::default() });
+            let out = run(
+                &group,
+                &[a.clone(), b.clone()],
+                blocks,
+                &Target {
+                    cores: 2,
+                    ..Target::default()
+                },
+            );
             for (i, v) in out[0].iter().enumerate() {
                 assert_eq!(*v, a[i] + b[i % cols as usize], "{rows}x{cols} at {i}");
             }
@@ -100,11 +108,14 @@ fn transposed_input_is_a_strided_load() {
     let group = Group {
         kind: GroupKind::Elementwise { shape: vec![r, c] },
         inputs: vec![xt],
-        nodes: vec![(Node::Input(0), DType::F32), (Node::Unary(Opcode::Neg, 0), DType::F32)],
+        nodes: vec![
+            (Node::Input(0), DType::F32),
+            (Node::Unary(Opcode::Neg, 0), DType::F32),
+        ],
         outputs: vec![(1, out)],
     };
     let x = data((r * c) as usize, 3);
-    let y = run(&group, &[x.clone()], 2, &Target::default());
+    let y = run(&group, std::slice::from_ref(&x), 2, &Target::default());
     for i in 0..r as usize {
         for j in 0..c as usize {
             assert_eq!(y[0][i * c as usize + j], -x[j * r as usize + i]);
@@ -149,7 +160,15 @@ fn softmax_along_last_and_middle_axes() {
         let group = softmax_group(&shape, axis);
         let n: u64 = shape.iter().product();
         let x = data(n as usize, 4);
-        let y = run(&group, &[x.clone()], 2, &Target { cores: 2, ..Target::default() });
+        let y = run(
+            &group,
+            std::slice::from_ref(&x),
+            2,
+            &Target {
+                cores: 2,
+                ..Target::default()
+            },
+        );
         // Reference.
         let outer: u64 = shape[..axis].iter().product();
         let len = shape[axis];
@@ -162,7 +181,10 @@ fn softmax_along_last_and_middle_axes() {
                 for a in 0..len {
                     let want = (x[idx(a)] as f64 - m).exp() / s;
                     let got = y[0][idx(a)] as f64;
-                    assert!((want - got).abs() < 1e-6, "{shape:?} axis {axis}: {got} vs {want}");
+                    assert!(
+                        (want - got).abs() < 1e-6,
+                        "{shape:?} axis {axis}: {got} vs {want}"
+                    );
                 }
             }
         }
@@ -188,9 +210,12 @@ fn row_sum_stores_reduced_output() {
         outputs: vec![(1, out)],
     };
     let xs = data((r * c) as usize, 5);
-    let y = run(&group, &[xs.clone()], 3, &Target::default());
+    let y = run(&group, std::slice::from_ref(&xs), 3, &Target::default());
     for i in 0..r as usize {
-        let want: f64 = xs[i * c as usize..(i + 1) * c as usize].iter().map(|v| *v as f64).sum();
+        let want: f64 = xs[i * c as usize..(i + 1) * c as usize]
+            .iter()
+            .map(|v| *v as f64)
+            .sum();
         assert!((y[0][i] as f64 - want).abs() < 1e-4);
     }
 }
@@ -204,8 +229,16 @@ fn matmul_with_bias_relu_and_transposes() {
         (5, 300, 513, false, true),
         (130, 7, 40, true, false),
     ] {
-        let a = if ta { f32v(&[k, m]).permute(&[1, 0]) } else { f32v(&[m, k]) };
-        let b = if tb { f32v(&[n, k]).permute(&[1, 0]) } else { f32v(&[k, n]) };
+        let a = if ta {
+            f32v(&[k, m]).permute(&[1, 0])
+        } else {
+            f32v(&[m, k])
+        };
+        let b = if tb {
+            f32v(&[n, k]).permute(&[1, 0])
+        } else {
+            f32v(&[k, n])
+        };
         let bias = f32v(&[n]).broadcast_to(&[m, n]).unwrap();
         let group = Group {
             kind: GroupKind::Matmul {
@@ -227,18 +260,37 @@ fn matmul_with_bias_relu_and_transposes() {
         let av = data((m * k) as usize, 6);
         let bv = data((k * n) as usize, 7);
         let cv = data(n as usize, 8);
-        let y = run(&group, &[av.clone(), bv.clone(), cv.clone()], 2, &Target { cores: 2, ..Target::default() });
+        let y = run(
+            &group,
+            &[av.clone(), bv.clone(), cv.clone()],
+            2,
+            &Target {
+                cores: 2,
+                ..Target::default()
+            },
+        );
         for i in 0..m as usize {
             for j in 0..n as usize {
                 let mut s = cv[j] as f64;
                 for p in 0..k as usize {
-                    let x = if ta { av[p * m as usize + i] } else { av[i * k as usize + p] };
-                    let w = if tb { bv[j * k as usize + p] } else { bv[p * n as usize + j] };
+                    let x = if ta {
+                        av[p * m as usize + i]
+                    } else {
+                        av[i * k as usize + p]
+                    };
+                    let w = if tb {
+                        bv[j * k as usize + p]
+                    } else {
+                        bv[p * n as usize + j]
+                    };
                     s += x as f64 * w as f64;
                 }
                 let want = s.max(0.0);
                 let got = y[0][i * n as usize + j] as f64;
-                assert!((want - got).abs() < 1e-4 * (1.0 + want.abs()), "{m}x{n}x{k} ta={ta} tb={tb} [{i},{j}]: {got} vs {want}");
+                assert!(
+                    (want - got).abs() < 1e-4 * (1.0 + want.abs()),
+                    "{m}x{n}x{k} ta={ta} tb={tb} [{i},{j}]: {got} vs {want}"
+                );
             }
         }
     }
@@ -268,7 +320,10 @@ fn batched_matmul_broadcasts_batch() {
         for i in 0..m as usize {
             for j in 0..n as usize {
                 let s: f64 = (0..k as usize)
-                    .map(|p| av[q * (m * k) as usize + i * k as usize + p] as f64 * bv[p * n as usize + j] as f64)
+                    .map(|p| {
+                        av[q * (m * k) as usize + i * k as usize + p] as f64
+                            * bv[p * n as usize + j] as f64
+                    })
                     .sum();
                 let got = y[0][q * (m * n) as usize + i * n as usize + j] as f64;
                 assert!((s - got).abs() < 1e-4);
@@ -284,7 +339,9 @@ fn six_dim_broadcast_uses_several_bodies() {
     // Broadcast along alternating axes so nothing coalesces.
     let b = f32v(&[2, 1, 2, 1, 2, 1]).broadcast_to(&shape).unwrap();
     let group = Group {
-        kind: GroupKind::Elementwise { shape: shape.to_vec() },
+        kind: GroupKind::Elementwise {
+            shape: shape.to_vec(),
+        },
         inputs: vec![a.clone(), b],
         nodes: vec![
             (Node::Input(0), DType::F32),

@@ -55,7 +55,11 @@ impl Graph {
     /// divisor; [`GraphError::UnknownSymbol`] for an explicit binding of a
     /// symbol the graph does not have; [`GraphError::Unbound`] for a symbol
     /// nothing determines.
-    pub fn bind(&self, inputs: &[(&str, &[u64])], explicit: &Bindings) -> Result<Bindings, GraphError> {
+    pub fn bind(
+        &self,
+        inputs: &[(&str, &[u64])],
+        explicit: &Bindings,
+    ) -> Result<Bindings, GraphError> {
         let scope = self.scope();
         let mut b = Bindings::new();
         let mut origin: HashMap<Symbol, String> = HashMap::new();
@@ -81,9 +85,7 @@ impl Graph {
 
         let mut given: HashMap<&str, &[u64]> = HashMap::new();
         for &(name, shape) in inputs {
-            let is_input = self
-                .find(name)
-                .is_some_and(|id| self[id].op == Op::Input);
+            let is_input = self.find(name).is_some_and(|id| self[id].op == Op::Input);
             if !is_input {
                 return Err(GraphError::ExtraInput {
                     input: name.to_owned(),
@@ -115,16 +117,19 @@ impl Graph {
             shapes.push((id, shape));
         }
 
-        let dim_error = |id: NodeId, shape: &[u64], axis: usize, dim: &Dim, detail: String| GraphError::InputDim {
-            input: self[id].name.clone(),
-            shape: shape.to_vec(),
-            axis,
-            dim: dim.clone(),
-            got: shape[axis],
-            detail,
+        let dim_error = |id: NodeId, shape: &[u64], axis: usize, dim: &Dim, detail: String| {
+            GraphError::InputDim {
+                input: self[id].name.clone(),
+                shape: shape.to_vec(),
+                axis,
+                dim: dim.clone(),
+                got: shape[axis],
+                detail,
+            }
         };
         let as_i64 = |id: NodeId, shape: &[u64], axis: usize, dim: &Dim| {
-            i64::try_from(shape[axis]).map_err(|_| dim_error(id, shape, axis, dim, " (too large)".to_owned()))
+            i64::try_from(shape[axis])
+                .map_err(|_| dim_error(id, shape, axis, dim, " (too large)".to_owned()))
         };
 
         // Pass 1: plain symbols and constants.
@@ -177,7 +182,11 @@ impl Graph {
                         continue;
                     }
                     let value = as_i64(id, shape, axis, &dim)?;
-                    let unbound: Vec<Symbol> = dim.symbols().into_iter().filter(|s| b.get(*s).is_none()).collect();
+                    let unbound: Vec<Symbol> = dim
+                        .symbols()
+                        .into_iter()
+                        .filter(|s| b.get(*s).is_none())
+                        .collect();
                     match unbound.as_slice() {
                         [] => {
                             let v = dim.eval(&b).map_err(|source| GraphError::Binding {
@@ -253,7 +262,11 @@ impl Graph {
     ///
     /// [`GraphError::InputDType`] naming the input, and the errors of
     /// [`Graph::bind`].
-    pub fn bind_tensors(&self, inputs: &[(&str, &Tensor)], explicit: &Bindings) -> Result<Bindings, GraphError> {
+    pub fn bind_tensors(
+        &self,
+        inputs: &[(&str, &Tensor)],
+        explicit: &Bindings,
+    ) -> Result<Bindings, GraphError> {
         let shapes: Vec<(&str, &[u64])> = inputs.iter().map(|(n, t)| (*n, t.shape())).collect();
         let b = self.bind(&shapes, explicit)?;
         for &(name, t) in inputs {

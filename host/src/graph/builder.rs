@@ -74,8 +74,19 @@ impl Graph {
     ///
     /// [`GraphError::Invalid`] if the number of values is neither 1 nor the
     /// shape's element count.
-    pub fn constant(&mut self, dtype: DType, shape: &[Dim], values: &[f64]) -> Result<NodeId, GraphError> {
-        self.add_node(None, Op::Constant(values.to_vec()), &[], Some(dtype), Some(shape))
+    pub fn constant(
+        &mut self,
+        dtype: DType,
+        shape: &[Dim],
+        values: &[f64],
+    ) -> Result<NodeId, GraphError> {
+        self.add_node(
+            None,
+            Op::Constant(values.to_vec()),
+            &[],
+            Some(dtype),
+            Some(shape),
+        )
     }
 
     /// A tensor of `shape` filled with `value`.
@@ -268,7 +279,12 @@ impl Graph {
         Ok(self.check(x)?.shape.len())
     }
 
-    fn norm_axes(&self, op: &'static str, axes: &[i64], rank: usize) -> Result<Vec<usize>, GraphError> {
+    fn norm_axes(
+        &self,
+        op: &'static str,
+        axes: &[i64],
+        rank: usize,
+    ) -> Result<Vec<usize>, GraphError> {
         let name = self.next_name(op);
         let cx = Ctx { node: &name, op };
         axes.iter().map(|&a| norm_axis(&cx, a, rank)).collect()
@@ -281,7 +297,13 @@ impl Graph {
     ///
     /// [`GraphError::Invalid`] for no axes, an out-of-range or repeated axis;
     /// [`GraphError::DType`] (sum/max/min need a numeric dtype, mean a float).
-    pub fn reduce(&mut self, x: NodeId, op: ReduceOp, axes: &[i64], keepdims: bool) -> Result<NodeId, GraphError> {
+    pub fn reduce(
+        &mut self,
+        x: NodeId,
+        op: ReduceOp,
+        axes: &[i64],
+        keepdims: bool,
+    ) -> Result<NodeId, GraphError> {
         let probe = Op::Reduce {
             op,
             axes: Vec::new(),
@@ -314,7 +336,12 @@ impl Graph {
     /// # Errors
     ///
     /// As [`Graph::reduce`].
-    pub fn reduce_max(&mut self, x: NodeId, axes: &[i64], keepdims: bool) -> Result<NodeId, GraphError> {
+    pub fn reduce_max(
+        &mut self,
+        x: NodeId,
+        axes: &[i64],
+        keepdims: bool,
+    ) -> Result<NodeId, GraphError> {
         self.reduce(x, ReduceOp::Max, axes, keepdims)
     }
 
@@ -323,7 +350,12 @@ impl Graph {
     /// # Errors
     ///
     /// As [`Graph::reduce`].
-    pub fn reduce_min(&mut self, x: NodeId, axes: &[i64], keepdims: bool) -> Result<NodeId, GraphError> {
+    pub fn reduce_min(
+        &mut self,
+        x: NodeId,
+        axes: &[i64],
+        keepdims: bool,
+    ) -> Result<NodeId, GraphError> {
         self.reduce(x, ReduceOp::Min, axes, keepdims)
     }
 
@@ -356,7 +388,13 @@ impl Graph {
     /// [`GraphError::ShapeMismatch`] for weights of the wrong shape,
     /// [`GraphError::DType`] / [`GraphError::DTypeMismatch`],
     /// [`GraphError::Invalid`] for a scalar `x` or a bad `eps`.
-    pub fn layer_norm(&mut self, x: NodeId, gamma: NodeId, beta: NodeId, eps: f64) -> Result<NodeId, GraphError> {
+    pub fn layer_norm(
+        &mut self,
+        x: NodeId,
+        gamma: NodeId,
+        beta: NodeId,
+        eps: f64,
+    ) -> Result<NodeId, GraphError> {
         self.add_node(None, Op::LayerNorm { eps }, &[x, gamma, beta], None, None)
     }
 
@@ -379,7 +417,13 @@ impl Graph {
     /// [`GraphError::ShapeMismatch`] if the contraction dims are not provably
     /// equal, [`GraphError::Broadcast`] for the batch axes,
     /// [`GraphError::Invalid`] for rank < 2, [`GraphError::DType`].
-    pub fn matmul(&mut self, a: NodeId, b: NodeId, trans_a: bool, trans_b: bool) -> Result<NodeId, GraphError> {
+    pub fn matmul(
+        &mut self,
+        a: NodeId,
+        b: NodeId,
+        trans_a: bool,
+        trans_b: bool,
+    ) -> Result<NodeId, GraphError> {
         self.add_node(None, Op::MatMul { trans_a, trans_b }, &[a, b], None, None)
     }
 
@@ -409,7 +453,11 @@ impl Graph {
     /// # Errors
     ///
     /// [`GraphError::Invalid`] for a bad or repeated axis or a step < 1.
-    pub fn slice(&mut self, x: NodeId, ranges: &[(i64, i64, i64, i64)]) -> Result<NodeId, GraphError> {
+    pub fn slice(
+        &mut self,
+        x: NodeId,
+        ranges: &[(i64, i64, i64, i64)],
+    ) -> Result<NodeId, GraphError> {
         let axes: Vec<i64> = ranges.iter().map(|r| r.0).collect();
         let axes = self.norm_axes("slice", &axes, self.rank(x)?)?;
         let ranges = ranges

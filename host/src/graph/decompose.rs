@@ -20,9 +20,20 @@ use super::{Graph, Node, NodeId, Op, ReduceOp};
 use crate::sym::Dim;
 
 /// A copy of `graph` in which every composite ([`Op::is_composite`]) is
-/// replaced by primitives (see the [module docs](self)); node names, inputs,
-/// outputs and the symbol scope carry over. A graph without composites is
-/// returned as an equal copy.
+/// replaced by primitives; node names, inputs, outputs and the symbol scope
+/// carry over. A graph without composites is returned as an equal copy.
+///
+/// | composite | primitives (PyTorch's formulation) |
+/// |---|---|
+/// | `mean(x, axes)` | `sum(x, axes) / n` with `n` the product of the reduced extents (`divs` by a constant, or [`Op::ScalarDim`] when symbolic) |
+/// | `softmax(x, a)` | `m = max(x, a)`, `e = exp(x − m)`, `e / sum(e, a)` |
+/// | `log_softmax(x, a)` | `m = max(x, a)`, `d = x − m`, `d − log(sum(exp(d), a))` |
+/// | `layer_norm(x, g, b, ε)` | `μ = mean(x)`, `d = x − μ`, `v = mean(d·d)` (biased), `d · rsqrt(v + ε) · g + b` |
+/// | `rms_norm(x, g, ε)` | `x · rsqrt(mean(x·x) + ε) · g` |
+///
+/// Reductions inside composites keep their axes so that the following
+/// element-wise ops broadcast; intermediate nodes are named after the
+/// composite (`y.max`, `y.exp`, …) and the last one keeps its name.
 ///
 /// # Errors
 ///
@@ -83,7 +94,13 @@ impl Rewriter<'_> {
         self.g.add_node(Some(&name), op, operands, None, None)
     }
 
-    fn reduce(&mut self, suffix: &str, op: ReduceOp, x: NodeId, axes: &[usize]) -> Result<NodeId, GraphError> {
+    fn reduce(
+        &mut self,
+        suffix: &str,
+        op: ReduceOp,
+        x: NodeId,
+        axes: &[usize],
+    ) -> Result<NodeId, GraphError> {
         let op = Op::Reduce {
             op,
             axes: axes.to_vec(),

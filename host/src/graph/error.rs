@@ -60,8 +60,8 @@ pub enum GraphError {
     /// Two operands do not broadcast (NumPy rules, see
     /// [`Graph`](super::Graph)'s policy).
     #[error(
-        "node `{node}` ({op}): cannot broadcast {} with {} at output axis {axis}: {source}{hint}",
-        shape_of(.lhs), shape_of(.rhs)
+        "node `{node}` ({op}): cannot broadcast {} with {} at output axis {axis}: {source}{}",
+        shape_of(.lhs), shape_of(.rhs), broadcast_hint(.source)
     )]
     Broadcast {
         /// Node name.
@@ -75,14 +75,12 @@ pub enum GraphError {
         /// Output axis (counted after right-aligning the shapes).
         axis: usize,
         /// The dimensions that could not be unified.
-        source: UnifyError,
-        /// Advice, or empty.
-        hint: &'static str,
+        source: Box<UnifyError>,
     },
     /// Two shapes disagree in a dimension that must be equal.
     #[error(
-        "node `{node}` ({op}): shapes {} and {} disagree: {what} `{lhs_dim}` vs `{rhs_dim}` are not provably equal",
-        shape_of(.lhs), shape_of(.rhs)
+        "node `{node}` ({op}): shapes {} and {} disagree: {what} `{}` vs `{}` are not provably equal",
+        shape_of(.lhs), shape_of(.rhs), .dims.0, .dims.1
     )]
     ShapeMismatch {
         /// Node name.
@@ -95,10 +93,8 @@ pub enum GraphError {
         rhs: Vec<Dim>,
         /// Which dimension (e.g. "contraction dims").
         what: String,
-        /// The dimension of the first shape.
-        lhs_dim: Dim,
-        /// The dimension of the second shape.
-        rhs_dim: Dim,
+        /// The dimension of the first shape and that of the second.
+        dims: Box<(Dim, Dim)>,
     },
     /// An operand's dtype is not allowed by the op.
     #[error("node `{node}` ({op}): {operand} has dtype {dtype}, but {op} accepts only {allowed}")]
@@ -301,7 +297,7 @@ pub enum GraphError {
     /// A graph text document is malformed.
     #[error("graph json: {at}{}: {msg}", field_suffix(.field.as_deref()))]
     Json {
-        /// Where: `line 3 column 7`, `node \`h\``, `input \`x\``, `symbol \`S\``, ….
+        /// Where: ``line 3 column 7``, ``node `h` ``, ``input `x` ``, ``symbol `S` ``, ….
         at: String,
         /// The field at fault, if any.
         field: Option<String>,
@@ -322,6 +318,14 @@ pub enum GraphError {
     /// A tensor failed to construct.
     #[error(transparent)]
     Tensor(#[from] TensorError),
+}
+
+fn broadcast_hint(e: &UnifyError) -> &'static str {
+    if matches!(e, UnifyError::BroadcastUndecided { .. }) {
+        " (if they are equal, declare it with Graph::declare_equal or a symbol range that excludes 1)"
+    } else {
+        ""
+    }
 }
 
 fn field_suffix(field: Option<&str>) -> String {

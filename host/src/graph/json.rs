@@ -13,8 +13,8 @@
 //! }
 //! ```
 //!
-//! Every error names where it happened (`node \`h\``, `input \`x\``,
-//! `symbol \`S\``, `outputs[1]`, or a line and column for malformed JSON)
+//! Every error names where it happened (``node `h` ``, ``input `x` ``,
+//! ``symbol `S` ``, `outputs[1]`, or a line and column for malformed JSON)
 //! and the field at fault.
 
 use std::collections::BTreeMap;
@@ -69,7 +69,11 @@ impl Obj {
     fn new(v: Value, at: String) -> Result<Obj, GraphError> {
         match v {
             Value::Object(map) => Ok(Obj { map, at }),
-            other => Err(err(&at, None, format!("expected an object, got {}", kind(&other)))),
+            other => Err(err(
+                &at,
+                None,
+                format!("expected an object, got {}", kind(&other)),
+            )),
         }
     }
 
@@ -141,7 +145,11 @@ fn parse_float(at: &str, field: &str, v: &Value) -> Result<f64, GraphError> {
                 format!("expected a number, \"nan\", \"inf\" or \"-inf\", got \"{s}\""),
             )),
         },
-        other => Err(err(at, Some(field), format!("expected a number, got {}", kind(other)))),
+        other => Err(err(
+            at,
+            Some(field),
+            format!("expected a number, got {}", kind(other)),
+        )),
     }
 }
 
@@ -172,21 +180,32 @@ impl Graph {
                 .as_i64()
                 .map(Dim::val)
                 .ok_or_else(|| err(at, Some(field), format!("dimension {n} is not an integer"))),
-            Value::String(s) => Dim::parse(s, &mut self.scope)
-                .map_err(|e| err(at, Some(field), e.to_string())),
+            Value::String(s) => {
+                Dim::parse(s, &mut self.scope).map_err(|e| err(at, Some(field), e.to_string()))
+            }
             other => Err(err(
                 at,
                 Some(field),
-                format!("a dimension is an integer or an expression string, got {}", kind(other)),
+                format!(
+                    "a dimension is an integer or an expression string, got {}",
+                    kind(other)
+                ),
             )),
         }
     }
 
     fn parse_shape(&mut self, at: &str, field: &str, v: Value) -> Result<Vec<Dim>, GraphError> {
         let Value::Array(items) = v else {
-            return Err(err(at, Some(field), format!("expected an array of dimensions, got {}", kind(&v))));
+            return Err(err(
+                at,
+                Some(field),
+                format!("expected an array of dimensions, got {}", kind(&v)),
+            ));
         };
-        items.iter().map(|d| self.parse_dim_value(at, field, d)).collect()
+        items
+            .iter()
+            .map(|d| self.parse_dim_value(at, field, d))
+            .collect()
     }
 
     /// Reads a graph from its JSON text (format in `docs/graph-format.md`).
@@ -204,13 +223,21 @@ impl Graph {
         let value: Value = serde_json::from_str(text).map_err(|e| {
             let at = format!("line {} column {}", e.line(), e.column());
             let msg = e.to_string();
-            let msg = msg.rsplit_once(" at line ").map_or(msg.as_str(), |(m, _)| m).to_owned();
+            let msg = msg
+                .rsplit_once(" at line ")
+                .map_or(msg.as_str(), |(m, _)| m)
+                .to_owned();
             err(&at, None, msg)
         })?;
         if !value.is_object() {
-            return Err(err("document", None, format!("expected an object, got {}", kind(&value))));
+            return Err(err(
+                "document",
+                None,
+                format!("expected an object, got {}", kind(&value)),
+            ));
         }
-        let doc: Doc = serde_json::from_value(value).map_err(|e| err("document", None, e.to_string()))?;
+        let doc: Doc =
+            serde_json::from_value(value).map_err(|e| err("document", None, e.to_string()))?;
         let mut g = Graph::new();
 
         // Symbols: those solved by an equality are added last, so that the
@@ -233,7 +260,9 @@ impl Graph {
             let max: i64 = obj.opt("max")?.unwrap_or(DEFAULT_RANGE.1);
             let multiple_of: i64 = obj.opt("multiple_of")?.unwrap_or(1);
             obj.finish(&["min", "max", "multiple_of"])?;
-            let sym = g.symbol(name, min, max).map_err(|e| err(&at, None, e.to_string()))?;
+            let sym = g
+                .symbol(name, min, max)
+                .map_err(|e| err(&at, None, e.to_string()))?;
             if multiple_of != 1 {
                 g.declare_multiple_of(sym, multiple_of)
                     .map_err(|e| err(&at, Some("multiple_of"), e.to_string()))?;
@@ -242,7 +271,8 @@ impl Graph {
         for (at, a, b) in &eqs {
             let a = g.parse_dim_value(at, "equal", a)?;
             let b = g.parse_dim_value(at, "equal", b)?;
-            g.declare_equal(&a, &b).map_err(|e| err(at, None, e.to_string()))?;
+            g.declare_equal(&a, &b)
+                .map_err(|e| err(at, None, e.to_string()))?;
         }
 
         for (i, v) in doc.inputs.into_iter().enumerate() {
@@ -255,7 +285,9 @@ impl Graph {
             let name: String = obj.req("name")?;
             let dtype: String = obj.req("dtype")?;
             let dtype = parse_dtype(&at, "dtype", &dtype)?;
-            let shape = obj.raw("shape").ok_or_else(|| err(&at, Some("shape"), "missing required field"))?;
+            let shape = obj
+                .raw("shape")
+                .ok_or_else(|| err(&at, Some("shape"), "missing required field"))?;
             let shape = g.parse_shape(&at, "shape", shape)?;
             obj.finish(&["name", "dtype", "shape"])?;
             g.input(&name, dtype, &shape)?;
@@ -302,7 +334,12 @@ impl Graph {
         Graph::from_json(&text, base)
     }
 
-    fn parse_node(&mut self, index: usize, v: Value, base_dir: &Path) -> Result<NodeId, GraphError> {
+    fn parse_node(
+        &mut self,
+        index: usize,
+        v: Value,
+        base_dir: &Path,
+    ) -> Result<NodeId, GraphError> {
         let at0 = format!("nodes[{index}]");
         let mut obj = Obj::new(v, at0)?;
         let name: String = obj.req("name")?;
@@ -337,15 +374,32 @@ impl Graph {
                 allowed.extend(["dtype", "shape", "values", "file"]);
                 let dt: Option<String> = obj.opt("dtype")?;
                 let dt = dt.map(|d| parse_dtype(&at, "dtype", &d)).transpose()?;
-                let declared = obj.raw("shape").map(|s| self.parse_shape(&at, "shape", s)).transpose()?;
+                let declared = obj
+                    .raw("shape")
+                    .map(|s| self.parse_shape(&at, "shape", s))
+                    .transpose()?;
                 let values = obj.raw("values");
                 let file: Option<String> = obj.opt("file")?;
                 let (dt, s, vals) = match (values, file) {
-                    (Some(_), Some(_)) => return Err(err(&at, Some("file"), "give either `values` or `file`, not both")),
-                    (None, None) => return Err(err(&at, Some("values"), "a constant needs `values` or `file`")),
+                    (Some(_), Some(_)) => {
+                        return Err(err(
+                            &at,
+                            Some("file"),
+                            "give either `values` or `file`, not both",
+                        ))
+                    }
+                    (None, None) => {
+                        return Err(err(
+                            &at,
+                            Some("values"),
+                            "a constant needs `values` or `file`",
+                        ))
+                    }
                     (Some(v), None) => {
-                        let dt = dt.ok_or_else(|| err(&at, Some("dtype"), "missing required field"))?;
-                        let s = declared.ok_or_else(|| err(&at, Some("shape"), "missing required field"))?;
+                        let dt =
+                            dt.ok_or_else(|| err(&at, Some("dtype"), "missing required field"))?;
+                        let s = declared
+                            .ok_or_else(|| err(&at, Some("shape"), "missing required field"))?;
                         let vals = match v {
                             Value::Array(items) => items
                                 .iter()
@@ -400,16 +454,33 @@ impl Graph {
                 };
                 let axes: Vec<i64> = obj.req("axes")?;
                 let keepdims: bool = obj.opt("keepdims")?.unwrap_or(false);
-                let probe = Op::Reduce { op: rop, axes: vec![], keepdims };
-                let cx = Ctx { node: &name, op: probe.name() };
-                let axes = axes.iter().map(|&a| norm_axis(&cx, a, rank(self, 0))).collect::<Result<_, _>>()?;
-                Op::Reduce { op: rop, axes, keepdims }
+                let probe = Op::Reduce {
+                    op: rop,
+                    axes: vec![],
+                    keepdims,
+                };
+                let cx = Ctx {
+                    node: &name,
+                    op: probe.name(),
+                };
+                let axes = axes
+                    .iter()
+                    .map(|&a| norm_axis(&cx, a, rank(self, 0)))
+                    .collect::<Result<_, _>>()?;
+                Op::Reduce {
+                    op: rop,
+                    axes,
+                    keepdims,
+                }
             }
             "softmax" | "log_softmax" => {
                 allowed.push("axis");
                 let axis: i64 = obj.opt("axis")?.unwrap_or(-1);
                 let is_log = op_name == "log_softmax";
-                let cx = Ctx { node: &name, op: if is_log { "log_softmax" } else { "softmax" } };
+                let cx = Ctx {
+                    node: &name,
+                    op: if is_log { "log_softmax" } else { "softmax" },
+                };
                 let axis = norm_axis(&cx, axis, rank(self, 0))?;
                 if is_log {
                     Op::LogSoftmax { axis }
@@ -419,11 +490,15 @@ impl Graph {
             }
             "layer_norm" => {
                 allowed.push("eps");
-                Op::LayerNorm { eps: obj.opt("eps")?.unwrap_or(LAYER_NORM_EPS) }
+                Op::LayerNorm {
+                    eps: obj.opt("eps")?.unwrap_or(LAYER_NORM_EPS),
+                }
             }
             "rms_norm" => {
                 allowed.push("eps");
-                Op::RmsNorm { eps: obj.opt("eps")?.unwrap_or(RMS_NORM_EPS) }
+                Op::RmsNorm {
+                    eps: obj.opt("eps")?.unwrap_or(RMS_NORM_EPS),
+                }
             }
             "matmul" => {
                 allowed.extend(["trans_a", "trans_b"]);
@@ -434,7 +509,9 @@ impl Graph {
             }
             "reshape" | "expand" => {
                 allowed.push("shape");
-                let s = obj.raw("shape").ok_or_else(|| err(&at, Some("shape"), "missing required field"))?;
+                let s = obj
+                    .raw("shape")
+                    .ok_or_else(|| err(&at, Some("shape"), "missing required field"))?;
                 shape = Some(self.parse_shape(&at, "shape", s)?);
                 if op_name == "reshape" {
                     Op::Reshape
@@ -445,14 +522,23 @@ impl Graph {
             "transpose" => {
                 allowed.push("perm");
                 let perm: Vec<i64> = obj.req("perm")?;
-                let cx = Ctx { node: &name, op: "transpose" };
-                let perm = perm.iter().map(|&a| norm_axis(&cx, a, rank(self, 0))).collect::<Result<_, _>>()?;
+                let cx = Ctx {
+                    node: &name,
+                    op: "transpose",
+                };
+                let perm = perm
+                    .iter()
+                    .map(|&a| norm_axis(&cx, a, rank(self, 0)))
+                    .collect::<Result<_, _>>()?;
                 Op::Transpose { perm }
             }
             "slice" => {
                 allowed.push("ranges");
                 let items: Vec<Value> = obj.req("ranges")?;
-                let cx = Ctx { node: &name, op: "slice" };
+                let cx = Ctx {
+                    node: &name,
+                    op: "slice",
+                };
                 let mut ranges = Vec::with_capacity(items.len());
                 for (k, item) in items.into_iter().enumerate() {
                     let mut r = Obj::new(item, format!("{at} ranges[{k}]"))?;
@@ -468,21 +554,35 @@ impl Graph {
             "concat" => {
                 allowed.push("axis");
                 let axis: i64 = obj.req("axis")?;
-                let cx = Ctx { node: &name, op: "concat" };
-                Op::Concat { axis: norm_axis(&cx, axis, rank(self, 0))? }
+                let cx = Ctx {
+                    node: &name,
+                    op: "concat",
+                };
+                Op::Concat {
+                    axis: norm_axis(&cx, axis, rank(self, 0))?,
+                }
             }
             "squeeze" | "unsqueeze" => {
                 allowed.push("axes");
                 let axes: Vec<i64> = obj.opt("axes")?.unwrap_or_default();
                 let is_un = op_name == "unsqueeze";
-                let cx = Ctx { node: &name, op: if is_un { "unsqueeze" } else { "squeeze" } };
+                let cx = Ctx {
+                    node: &name,
+                    op: if is_un { "unsqueeze" } else { "squeeze" },
+                };
                 let r = rank(self, 0);
                 if is_un {
                     let out_rank = r + axes.len();
-                    let axes = axes.iter().map(|&a| norm_axis(&cx, a, out_rank)).collect::<Result<_, _>>()?;
+                    let axes = axes
+                        .iter()
+                        .map(|&a| norm_axis(&cx, a, out_rank))
+                        .collect::<Result<_, _>>()?;
                     Op::Unsqueeze { axes }
                 } else if axes.is_empty() {
-                    let s = operands.first().map(|&id| self[id].shape.clone()).unwrap_or_default();
+                    let s = operands
+                        .first()
+                        .map(|&id| self[id].shape.clone())
+                        .unwrap_or_default();
                     let axes = s
                         .iter()
                         .enumerate()
@@ -491,32 +591,45 @@ impl Graph {
                         .collect();
                     Op::Squeeze { axes }
                 } else {
-                    let axes = axes.iter().map(|&a| norm_axis(&cx, a, r)).collect::<Result<_, _>>()?;
+                    let axes = axes
+                        .iter()
+                        .map(|&a| norm_axis(&cx, a, r))
+                        .collect::<Result<_, _>>()?;
                     Op::Squeeze { axes }
                 }
             }
-            other => match Opcode::from_mnemonic(other).and_then(|c| opcode_kind(c).map(|k| (c, k))) {
-                Some((c, OpcodeKind::Unary)) => Op::Unary(c),
-                Some((c, OpcodeKind::Binary)) => Op::Binary(c),
-                Some((c, OpcodeKind::Scalar)) => {
-                    allowed.extend(["scalar", "scalar_dim"]);
-                    match (obj.raw("scalar"), obj.raw("scalar_dim")) {
-                        (Some(v), None) => Op::Scalar(c, parse_float(&at, "scalar", &v)?),
-                        (None, Some(d)) => Op::ScalarDim(c, self.parse_dim_value(&at, "scalar_dim", &d)?),
-                        (Some(_), Some(_)) => {
-                            return Err(err(&at, Some("scalar_dim"), "give either `scalar` or `scalar_dim`, not both"))
+            other => {
+                match Opcode::from_mnemonic(other).and_then(|c| opcode_kind(c).map(|k| (c, k))) {
+                    Some((c, OpcodeKind::Unary)) => Op::Unary(c),
+                    Some((c, OpcodeKind::Binary)) => Op::Binary(c),
+                    Some((c, OpcodeKind::Scalar)) => {
+                        allowed.extend(["scalar", "scalar_dim"]);
+                        match (obj.raw("scalar"), obj.raw("scalar_dim")) {
+                            (Some(v), None) => Op::Scalar(c, parse_float(&at, "scalar", &v)?),
+                            (None, Some(d)) => {
+                                Op::ScalarDim(c, self.parse_dim_value(&at, "scalar_dim", &d)?)
+                            }
+                            (Some(_), Some(_)) => {
+                                return Err(err(
+                                    &at,
+                                    Some("scalar_dim"),
+                                    "give either `scalar` or `scalar_dim`, not both",
+                                ))
+                            }
+                            (None, None) => {
+                                return Err(err(&at, Some("scalar"), "missing required field"))
+                            }
                         }
-                        (None, None) => return Err(err(&at, Some("scalar"), "missing required field")),
+                    }
+                    None => {
+                        return Err(err(
+                            &at,
+                            Some("op"),
+                            format!("unknown op `{other}` (see docs/graph-format.md for the list)"),
+                        ))
                     }
                 }
-                None => {
-                    return Err(err(
-                        &at,
-                        Some("op"),
-                        format!("unknown op `{other}` (see docs/graph-format.md for the list)"),
-                    ))
-                }
-            },
+            }
         };
         obj.finish(&allowed)?;
         self.add_node(Some(&name), op, &operands, dtype, shape.as_deref())
@@ -551,7 +664,9 @@ impl Graph {
         let mut nodes = Vec::new();
         for n in self.nodes() {
             if n.op == Op::Input {
-                inputs.push(json!({"name": n.name, "dtype": n.dtype.name(), "shape": shape(&n.shape)}));
+                inputs.push(
+                    json!({"name": n.name, "dtype": n.dtype.name(), "shape": shape(&n.shape)}),
+                );
                 continue;
             }
             let mut o = Map::new();

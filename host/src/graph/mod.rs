@@ -249,12 +249,10 @@ impl Graph {
     /// [`GraphError::Symbol`] if they can never be equal or the equality
     /// cannot be recorded.
     pub fn declare_equal(&mut self, a: &Dim, b: &Dim) -> Result<(), GraphError> {
-        self.scope
-            .unify(a, b)
-            .map_err(|source| GraphError::Symbol {
-                context: format!("declaring `{a}` == `{b}`"),
-                source: source.into(),
-            })
+        self.scope.unify(a, b).map_err(|source| GraphError::Symbol {
+            context: format!("declaring `{a}` == `{b}`"),
+            source: source.into(),
+        })
     }
 
     /// Parses a dimension expression (`"S"`, `"2*S+1"`, `"768"`), adding new

@@ -5,7 +5,7 @@ use dvm_isa::{DType, DTypeSet, Opcode};
 use super::error::GraphError;
 use super::op::{is_comparison, opcode_dtypes, opcode_kind, OpcodeKind};
 use super::{check_name, Graph, Node, NodeId, Op, ReduceOp};
-use crate::sym::{Dim, SymbolScope, UnifyError};
+use crate::sym::{Dim, SymbolScope};
 use crate::tensor::{convert, numel};
 
 /// Operand facts needed by inference.
@@ -56,8 +56,7 @@ impl Ctx<'_> {
             lhs: lhs.to_vec(),
             rhs: rhs.to_vec(),
             what: what.to_owned(),
-            lhs_dim: ld.clone(),
-            rhs_dim: rd.clone(),
+            dims: Box::new((ld.clone(), rd.clone())),
         }
     }
 }
@@ -405,9 +404,7 @@ pub(crate) fn infer(
             }
             for &p in &perm {
                 if p >= r || std::mem::replace(&mut seen[p], true) {
-                    return Err(cx.invalid(format!(
-                        "{perm:?} is not a permutation of 0..{r}"
-                    )));
+                    return Err(cx.invalid(format!("{perm:?} is not a permutation of 0..{r}")));
                 }
             }
             let s = perm.iter().map(|&p| a.shape[p].clone()).collect();
@@ -520,7 +517,11 @@ pub(crate) fn infer(
 
 /// A declared shape (inputs, constants), canonicalised; rejects dimensions
 /// that are provably negative.
-fn declared_shape(scope: &SymbolScope, cx: &Ctx<'_>, shape: &[Dim]) -> Result<Vec<Dim>, GraphError> {
+fn declared_shape(
+    scope: &SymbolScope,
+    cx: &Ctx<'_>,
+    shape: &[Dim],
+) -> Result<Vec<Dim>, GraphError> {
     shape
         .iter()
         .enumerate()
@@ -602,21 +603,13 @@ pub(crate) fn broadcast(
             scope
                 .broadcast(da, db)
                 .map(|d| scope.canonical(&d))
-                .map_err(|source| {
-                    let hint = if matches!(source, UnifyError::BroadcastUndecided { .. }) {
-                        " (if they are equal, declare it with Graph::declare_equal or a symbol range that excludes 1)"
-                    } else {
-                        ""
-                    };
-                    GraphError::Broadcast {
-                        node: cx.node.to_owned(),
-                        op: cx.op,
-                        lhs: a.to_vec(),
-                        rhs: b.to_vec(),
-                        axis: i,
-                        source,
-                        hint,
-                    }
+                .map_err(|source| GraphError::Broadcast {
+                    node: cx.node.to_owned(),
+                    op: cx.op,
+                    lhs: a.to_vec(),
+                    rhs: b.to_vec(),
+                    axis: i,
+                    source: Box::new(source),
                 })
         })
         .collect()

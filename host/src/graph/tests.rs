@@ -71,7 +71,9 @@ fn builder_propagates_shapes() {
     for (i, n) in g.nodes().iter().enumerate() {
         assert!(n.operands.iter().all(|o| o.0 < i));
     }
-    assert!(g.to_string().contains("matmul_2: f32[S, 3072] = matmul(%0 x, %1 w)"));
+    assert!(g
+        .to_string()
+        .contains("matmul_2: f32[S, 3072] = matmul(%0 x, %1 w)"));
     let _ = s;
 }
 
@@ -80,8 +82,12 @@ fn matmul_batches_broadcast_and_transposes() {
     let mut g = Graph::new();
     let b = g.symbol("B", 1, 64).unwrap();
     let s = g.symbol("S", 1, 4096).unwrap();
-    let q = g.input("q", DType::F16, &[b.into(), d(12), s.into(), d(64)]).unwrap();
-    let k = g.input("k", DType::F16, &[b.into(), d(12), s.into(), d(64)]).unwrap();
+    let q = g
+        .input("q", DType::F16, &[b.into(), d(12), s.into(), d(64)])
+        .unwrap();
+    let k = g
+        .input("k", DType::F16, &[b.into(), d(12), s.into(), d(64)])
+        .unwrap();
     let att = g.matmul(q, k, false, true).unwrap();
     assert_eq!(shape(&g, att), "[B, 12, S, S]");
     let w = g.input("w", DType::F16, &[d(64), d(32)]).unwrap();
@@ -138,7 +144,10 @@ fn broadcast_policy() {
     let p = g.input("p", DType::F32, &[d(3)]).unwrap();
     let q = g.input("q", DType::F32, &[d(4)]).unwrap();
     let e = msg(g.sub(p, q));
-    assert!(e.contains("cannot broadcast [3] with [4] at output axis 0"), "{e}");
+    assert!(
+        e.contains("cannot broadcast [3] with [4] at output axis 0"),
+        "{e}"
+    );
     assert!(e.contains("(sub)"), "{e}");
     // A symbol whose range excludes 1 and the constant: a mismatch too.
     let u = g.symbol("U", 2, 10).unwrap();
@@ -154,7 +163,10 @@ fn dtype_rules_follow_the_isa() {
     let f = g.input("f", DType::F32, &[d(4)]).unwrap();
     let bo = g.input("bo", DType::Bool, &[d(4)]).unwrap();
     let e = msg(g.exp(i));
-    assert!(e.contains("(exp)") && e.contains("`i`") && e.contains("i32"), "{e}");
+    assert!(
+        e.contains("(exp)") && e.contains("`i`") && e.contains("i32"),
+        "{e}"
+    );
     assert!(e.contains("f32|f16|bf16"), "{e}");
     g.abs(i).unwrap();
     g.relu(i).unwrap();
@@ -189,13 +201,19 @@ fn shape_errors_name_op_shapes_and_dims() {
     let (mut g, s, x) = sx();
     let w = g.input("w", DType::F32, &[d(512), d(64)]).unwrap();
     let e = msg(g.matmul(x, w, false, false));
-    assert!(e.contains("(matmul)") && e.contains("[S, 768]") && e.contains("[512, 64]"), "{e}");
+    assert!(
+        e.contains("(matmul)") && e.contains("[S, 768]") && e.contains("[512, 64]"),
+        "{e}"
+    );
     assert!(e.contains("contraction dims `768` vs `512`"), "{e}");
     let v = g.input("v", DType::F32, &[d(768)]).unwrap();
     assert!(msg(g.matmul(x, v, false, false)).contains("rank >= 2"));
 
     let e = msg(g.reshape(x, &[d(768), d(2)]));
-    assert!(e.contains("(reshape)") && e.contains("element counts") && e.contains("768*S"), "{e}");
+    assert!(
+        e.contains("(reshape)") && e.contains("element counts") && e.contains("768*S"),
+        "{e}"
+    );
     let r = g.reshape(x, &[d(-1)]).unwrap();
     assert_eq!(shape(&g, r), "[768*S]");
     let r = g.reshape(x, &[s.into(), d(12), d(-1)]).unwrap();
@@ -209,7 +227,10 @@ fn shape_errors_name_op_shapes_and_dims() {
     let c = g.concat(&[x, y], 1).unwrap();
     assert_eq!(shape(&g, c), "[S, 1280]");
     let e = msg(g.concat(&[x, y], 0));
-    assert!(e.contains("(concat)") && e.contains("axis 1") && e.contains("`768` vs `512`"), "{e}");
+    assert!(
+        e.contains("(concat)") && e.contains("axis 1") && e.contains("`768` vs `512`"),
+        "{e}"
+    );
     assert!(msg(g.concat(&[], 0)).contains("at least 1"));
 
     let e = msg(g.expand(x, &[s.into(), d(3)]));
@@ -221,7 +242,10 @@ fn shape_errors_name_op_shapes_and_dims() {
 
     let gamma = g.input("gamma", DType::F32, &[d(512)]).unwrap();
     let e = msg(g.layer_norm(x, gamma, gamma, 1e-5));
-    assert!(e.contains("(layer_norm)") && e.contains("weight `gamma`") && e.contains("`768` vs `512`"), "{e}");
+    assert!(
+        e.contains("(layer_norm)") && e.contains("weight `gamma`") && e.contains("`768` vs `512`"),
+        "{e}"
+    );
     assert!(msg(g.rms_norm(x, gamma, f64::NAN)).contains("eps"));
 
     let e = msg(g.sum(x, &[2], false));
@@ -243,10 +267,22 @@ fn shape_errors_name_op_shapes_and_dims() {
     assert!(e.contains("negative"), "{e}");
 
     // Foreign ids and names.
-    assert!(matches!(g.exp(NodeId(999)), Err(GraphError::UnknownNode { id: 999, .. })));
-    assert!(matches!(g.input("x", DType::F32, &[]), Err(GraphError::DuplicateName { .. })));
-    assert!(matches!(g.input("a/b", DType::F32, &[]), Err(GraphError::InvalidName { .. })));
-    assert!(matches!(g.input("..", DType::F32, &[]), Err(GraphError::InvalidName { .. })));
+    assert!(matches!(
+        g.exp(NodeId(999)),
+        Err(GraphError::UnknownNode { id: 999, .. })
+    ));
+    assert!(matches!(
+        g.input("x", DType::F32, &[]),
+        Err(GraphError::DuplicateName { .. })
+    ));
+    assert!(matches!(
+        g.input("a/b", DType::F32, &[]),
+        Err(GraphError::InvalidName { .. })
+    ));
+    assert!(matches!(
+        g.input("..", DType::F32, &[]),
+        Err(GraphError::InvalidName { .. })
+    ));
     assert!(g.output("../etc", x).is_err());
     g.output("o", x).unwrap();
     assert!(g.output("o", x).is_err());
@@ -261,8 +297,12 @@ fn slices_are_symbolic() {
     let mut g = Graph::new();
     let s = g.symbol("S", 1, 100).unwrap();
     let t = g.symbol("T", 8, 100).unwrap();
-    let x = g.input("x", DType::F32, &[s.into(), t.into(), d(10)]).unwrap();
-    let a = g.slice(x, &[(0, 0, 4, 1), (1, 0, 4, 1), (2, -3, i64::MAX, 1)]).unwrap();
+    let x = g
+        .input("x", DType::F32, &[s.into(), t.into(), d(10)])
+        .unwrap();
+    let a = g
+        .slice(x, &[(0, 0, 4, 1), (1, 0, 4, 1), (2, -3, i64::MAX, 1)])
+        .unwrap();
     assert_eq!(shape(&g, a), "[min(S,4), 4, 3]");
     let b = g.slice(x, &[(-1, 1, 10, 2)]).unwrap();
     assert_eq!(shape(&g, b), "[S, T, 5]");
@@ -276,7 +316,13 @@ fn slices_are_symbolic() {
     // Python semantics on concrete extents.
     let mut h = Graph::new();
     let y = h.input("y", DType::F32, &[d(10)]).unwrap();
-    for (start, end, step, len) in [(-3, -1, 1, 2), (8, 3, 1, 0), (0, 10, 3, 4), (-20, 5, 1, 5), (12, 20, 1, 0)] {
+    for (start, end, step, len) in [
+        (-3, -1, 1, 2),
+        (8, 3, 1, 0),
+        (0, 10, 3, 4),
+        (-20, 5, 1, 5),
+        (12, 20, 1, 0),
+    ] {
         let z = h.slice(y, &[(0, start, end, step)]).unwrap();
         assert_eq!(shape(&h, z), format!("[{len}]"), "{start}:{end}:{step}");
     }
@@ -290,8 +336,12 @@ fn bind_deduces_and_checks() {
     let s = g.symbol("S", 1, 512).unwrap();
     let b = g.symbol("B", 1, 64).unwrap();
     g.declare_multiple_of(b, 2).unwrap();
-    let x = g.input("x", DType::F32, &[b.into(), s.into(), d(8)]).unwrap();
-    let m = g.input("m", DType::F32, &[b.into(), d(1), s.into()]).unwrap();
+    let x = g
+        .input("x", DType::F32, &[b.into(), s.into(), d(8)])
+        .unwrap();
+    let m = g
+        .input("m", DType::F32, &[b.into(), d(1), s.into()])
+        .unwrap();
     let e2 = Dim::from(s) * 2;
     let p = g.input("p", DType::I32, &[e2]).unwrap();
     let y = g.add(x, x).unwrap();
@@ -299,7 +349,10 @@ fn bind_deduces_and_checks() {
     let _ = (m, p);
 
     let ok = g
-        .bind(&[("x", &[4, 10, 8]), ("m", &[4, 1, 10]), ("p", &[20])], &Bindings::new())
+        .bind(
+            &[("x", &[4, 10, 8]), ("m", &[4, 1, 10]), ("p", &[20])],
+            &Bindings::new(),
+        )
         .unwrap();
     assert_eq!(ok.get(s), Some(10));
     assert_eq!(ok.get(b), Some(4));
@@ -307,30 +360,71 @@ fn bind_deduces_and_checks() {
     assert_eq!(shapes[y.0], vec![4, 10, 8]);
 
     // Range: names the symbol, the value and the range.
-    let e = msg(g.bind(&[("x", &[4, 600, 8]), ("m", &[4, 1, 600]), ("p", &[1200])], &Bindings::new()));
-    assert!(e.contains("input `x`") && e.contains("`S`") && e.contains("600") && e.contains("1..=512"), "{e}");
+    let e = msg(g.bind(
+        &[("x", &[4, 600, 8]), ("m", &[4, 1, 600]), ("p", &[1200])],
+        &Bindings::new(),
+    ));
+    assert!(
+        e.contains("input `x`") && e.contains("`S`") && e.contains("600") && e.contains("1..=512"),
+        "{e}"
+    );
     // Divisibility.
-    let e = msg(g.bind(&[("x", &[3, 10, 8]), ("m", &[3, 1, 10]), ("p", &[20])], &Bindings::new()));
+    let e = msg(g.bind(
+        &[("x", &[3, 10, 8]), ("m", &[3, 1, 10]), ("p", &[20])],
+        &Bindings::new(),
+    ));
     assert!(e.contains("`B`") && e.contains("multiple of 2"), "{e}");
     // Constant dims.
-    let e = msg(g.bind(&[("x", &[4, 10, 9]), ("m", &[4, 1, 10]), ("p", &[20])], &Bindings::new()));
-    assert!(e.contains("input `x`") && e.contains("axis 2 is 9") && e.contains("`8`"), "{e}");
+    let e = msg(g.bind(
+        &[("x", &[4, 10, 9]), ("m", &[4, 1, 10]), ("p", &[20])],
+        &Bindings::new(),
+    ));
+    assert!(
+        e.contains("input `x`") && e.contains("axis 2 is 9") && e.contains("`8`"),
+        "{e}"
+    );
     // Conflicting symbol values name both inputs.
-    let e = msg(g.bind(&[("x", &[4, 10, 8]), ("m", &[4, 1, 11]), ("p", &[20])], &Bindings::new()));
-    assert!(e.contains("input `m`") && e.contains("`S` = 10 from input `x` axis 1"), "{e}");
+    let e = msg(g.bind(
+        &[("x", &[4, 10, 8]), ("m", &[4, 1, 11]), ("p", &[20])],
+        &Bindings::new(),
+    ));
+    assert!(
+        e.contains("input `m`") && e.contains("`S` = 10 from input `x` axis 1"),
+        "{e}"
+    );
     // Expressions are checked.
-    let e = msg(g.bind(&[("x", &[4, 10, 8]), ("m", &[4, 1, 10]), ("p", &[21])], &Bindings::new()));
-    assert!(e.contains("input `p`") && e.contains("`2*S` = 20 with S = 10"), "{e}");
+    let e = msg(g.bind(
+        &[("x", &[4, 10, 8]), ("m", &[4, 1, 10]), ("p", &[21])],
+        &Bindings::new(),
+    ));
+    assert!(
+        e.contains("input `p`") && e.contains("`2*S` = 20 with S = 10"),
+        "{e}"
+    );
     // Missing, extra, duplicate, rank.
     let e = msg(g.bind(&[("x", &[4, 10, 8]), ("m", &[4, 1, 10])], &Bindings::new()));
     assert!(e.contains("input `p` is missing"), "{e}");
-    let e = msg(g.bind(&[("x", &[4, 10, 8]), ("m", &[4, 1, 10]), ("p", &[20]), ("q", &[1])], &Bindings::new()));
-    assert!(e.contains("`q` is not an input") && e.contains("`x`, `m`, `p`"), "{e}");
+    let e = msg(g.bind(
+        &[
+            ("x", &[4, 10, 8]),
+            ("m", &[4, 1, 10]),
+            ("p", &[20]),
+            ("q", &[1]),
+        ],
+        &Bindings::new(),
+    ));
+    assert!(
+        e.contains("`q` is not an input") && e.contains("`x`, `m`, `p`"),
+        "{e}"
+    );
     let e = msg(g.bind(&[("y", &[1])], &Bindings::new()));
     assert!(e.contains("`y` is not an input"), "{e}");
     let e = msg(g.bind(&[("x", &[4, 10, 8]), ("x", &[4, 10, 8])], &Bindings::new()));
     assert!(e.contains("given twice"), "{e}");
-    let e = msg(g.bind(&[("x", &[4, 10]), ("m", &[4, 1, 10]), ("p", &[20])], &Bindings::new()));
+    let e = msg(g.bind(
+        &[("x", &[4, 10]), ("m", &[4, 1, 10]), ("p", &[20])],
+        &Bindings::new(),
+    ));
     assert!(e.contains("input `x`") && e.contains("rank 2 vs 3"), "{e}");
     // Explicit bindings: checked against ranges and the inputs.
     let e = msg(g.bind(
@@ -339,11 +433,17 @@ fn bind_deduces_and_checks() {
     ));
     assert!(e.contains("`S` = 12 from an explicit binding"), "{e}");
     let e = msg(g.bind(&[], &Bindings::new().with(s, 1000)));
-    assert!(e.contains("explicit binding `S` = 1000") && e.contains("1..=512"), "{e}");
+    assert!(
+        e.contains("explicit binding `S` = 1000") && e.contains("1..=512"),
+        "{e}"
+    );
     let mut other = crate::sym::SymbolScope::new();
     let zz = other.symbol("ZZ_not_here").unwrap();
     let e = msg(g.bind(&[], &Bindings::new().with(zz, 1)));
-    assert!(e.contains("`ZZ_not_here` is not a symbol of this graph"), "{e}");
+    assert!(
+        e.contains("`ZZ_not_here` is not a symbol of this graph"),
+        "{e}"
+    );
 }
 
 #[test]
@@ -356,7 +456,10 @@ fn bind_solves_expressions_and_reports_unbound() {
     g.output("c", c).unwrap();
     let _ = x;
     let e = msg(g.bind(&[("x", &[9])], &Bindings::new()));
-    assert!(e.contains("symbol `T`") && e.contains("bind it explicitly"), "{e}");
+    assert!(
+        e.contains("symbol `T`") && e.contains("bind it explicitly"),
+        "{e}"
+    );
     let b = g.bind(&[("x", &[9])], &Bindings::new().with(t, 3)).unwrap();
     assert_eq!(b.get(s), Some(4));
     assert_eq!(g.concrete_shapes(&b).unwrap()[c.0], vec![3]);
@@ -364,7 +467,10 @@ fn bind_solves_expressions_and_reports_unbound() {
     assert!(e.contains("input `x`") && e.contains("`2*S+1`"), "{e}");
     // Out of range after solving.
     let e = msg(g.bind(&[("x", &[2001])], &Bindings::new().with(t, 3)));
-    assert!(e.contains("`S`") && e.contains("1000") && e.contains("1..=512"), "{e}");
+    assert!(
+        e.contains("`S`") && e.contains("1000") && e.contains("1..=512"),
+        "{e}"
+    );
 }
 
 #[test]
@@ -372,7 +478,10 @@ fn bind_tensors_checks_dtypes() {
     let (g, _, _) = sx();
     let t = crate::tensor::Tensor::from_i32(&[2, 768], &[0; 1536]).unwrap();
     let e = msg(g.bind_tensors(&[("x", &t)], &Bindings::new()));
-    assert!(e.contains("input `x` has dtype i32, but the graph declares f32"), "{e}");
+    assert!(
+        e.contains("input `x` has dtype i32, but the graph declares f32"),
+        "{e}"
+    );
 }
 
 #[test]
@@ -387,7 +496,10 @@ fn concrete_shapes_report_negative_extents() {
     let _ = y;
     let b = Bindings::new().with(s, 2);
     let e = msg(g.concrete_shapes(&b));
-    assert!(e.contains("node `y`") && e.contains("negative extent -1") && e.contains("S = 2"), "{e}");
+    assert!(
+        e.contains("node `y`") && e.contains("negative extent -1") && e.contains("S = 2"),
+        "{e}"
+    );
     let e = msg(g.concrete_shapes(&Bindings::new()));
     assert!(e.contains("symbol `S`"), "{e}");
 }
@@ -455,9 +567,17 @@ fn rich_graph() -> Graph {
     let b = g.symbol("B", 2, 64).unwrap();
     g.declare_multiple_of(b, 2).unwrap();
     g.declare_equal(&t.into(), &s.into()).unwrap();
-    let x = g.input("x", DType::F32, &[b.into(), s.into(), d(64)]).unwrap();
+    let x = g
+        .input("x", DType::F32, &[b.into(), s.into(), d(64)])
+        .unwrap();
     let y = g.input("y", DType::F16, &[t.into(), d(64)]).unwrap();
-    let w = g.constant(DType::F32, &[d(2), d(2)], &[1.0, f64::NAN, f64::INFINITY, -0.5]).unwrap();
+    let w = g
+        .constant(
+            DType::F32,
+            &[d(2), d(2)],
+            &[1.0, f64::NAN, f64::INFINITY, -0.5],
+        )
+        .unwrap();
     let f = g.full(DType::F32, &[s.into(), d(64)], 0.1).unwrap();
     let yc = g.cast(y, DType::F32).unwrap();
     let a = g.add(x, yc).unwrap();
@@ -494,9 +614,12 @@ fn rich_graph() -> Graph {
 /// operands, inputs, outputs and symbol facts.
 fn assert_same_graph(a: &Graph, b: &Graph) {
     assert_eq!(a.nodes().len(), b.nodes().len());
-    let names = |g: &Graph, ids: &[NodeId]| ids.iter().map(|&i| g[i].name.clone()).collect::<Vec<_>>();
+    let names =
+        |g: &Graph, ids: &[NodeId]| ids.iter().map(|&i| g[i].name.clone()).collect::<Vec<_>>();
     for x in a.nodes() {
-        let y = &b[b.find(&x.name).unwrap_or_else(|| panic!("no node {}", x.name))];
+        let y = &b[b
+            .find(&x.name)
+            .unwrap_or_else(|| panic!("no node {}", x.name))];
         assert_eq!(x.dtype, y.dtype, "{}", x.name);
         assert_eq!(x.shape, y.shape, "{}", x.name);
         assert_eq!(names(a, &x.operands), names(b, &y.operands), "{}", x.name);
@@ -511,7 +634,12 @@ fn assert_same_graph(a: &Graph, b: &Graph) {
         }
     }
     assert_eq!(names(a, a.inputs()), names(b, b.inputs()));
-    let outs = |g: &Graph| g.outputs().iter().map(|(n, i)| (n.clone(), g[*i].name.clone())).collect::<Vec<_>>();
+    let outs = |g: &Graph| {
+        g.outputs()
+            .iter()
+            .map(|(n, i)| (n.clone(), g[*i].name.clone()))
+            .collect::<Vec<_>>()
+    };
     assert_eq!(outs(a), outs(b));
     let syms = |g: &Graph| {
         g.scope()
@@ -524,7 +652,12 @@ fn assert_same_graph(a: &Graph, b: &Graph) {
     sa.sort();
     sb.sort();
     assert_eq!(sa, sb);
-    let eqs = |g: &Graph| g.scope().equalities().map(|(s, d)| (s, d.clone())).collect::<Vec<_>>();
+    let eqs = |g: &Graph| {
+        g.scope()
+            .equalities()
+            .map(|(s, d)| (s, d.clone()))
+            .collect::<Vec<_>>()
+    };
     assert_eq!(eqs(a), eqs(b));
 }
 
@@ -564,11 +697,16 @@ fn json_example_document() {
     assert_eq!(g.shape_string(g.find("r").unwrap()), "[S, 1]");
     assert_eq!(g.shape_string(g.find("s").unwrap()), "[S, 3]");
     assert_eq!(g.outputs()[1].0, "total");
-    assert_eq!(g[g.find("b").unwrap()].op, Op::Constant(vec![0.5, f64::NEG_INFINITY]));
+    assert_eq!(
+        g[g.find("b").unwrap()].op,
+        Op::Constant(vec![0.5, f64::NEG_INFINITY])
+    );
 }
 
 fn json_err(text: &str) -> String {
-    Graph::from_json(text, Path::new(".")).unwrap_err().to_string()
+    Graph::from_json(text, Path::new("."))
+        .unwrap_err()
+        .to_string()
 }
 
 #[test]
@@ -578,39 +716,81 @@ fn json_errors_name_node_and_field() {
     let node = |n: &str| json_err(&format!("{pre}{n}{post}"));
 
     let e = node(r#"{"name": "h", "op": "matmull", "inputs": ["x", "x"]}"#);
-    assert!(e.contains("node `h`") && e.contains("field `op`") && e.contains("unknown op `matmull`"), "{e}");
+    assert!(
+        e.contains("node `h`") && e.contains("field `op`") && e.contains("unknown op `matmull`"),
+        "{e}"
+    );
     let e = node(r#"{"name": "h", "op": "matmul", "inputs": ["x", "x"], "trans_c": true}"#);
-    assert!(e.contains("node `h`") && e.contains("field `trans_c`") && e.contains("unknown attribute"), "{e}");
+    assert!(
+        e.contains("node `h`") && e.contains("field `trans_c`") && e.contains("unknown attribute"),
+        "{e}"
+    );
     assert!(e.contains("trans_b"), "{e}");
     let e = node(r#"{"name": "h", "op": "add", "inputs": ["x", "nope"]}"#);
-    assert!(e.contains("node `h`") && e.contains("field `inputs`") && e.contains("`nope`"), "{e}");
+    assert!(
+        e.contains("node `h`") && e.contains("field `inputs`") && e.contains("`nope`"),
+        "{e}"
+    );
     let e = node(r#"{"name": "h", "op": "cast", "inputs": ["x"], "dtype": "f64"}"#);
-    assert!(e.contains("node `h`") && e.contains("field `dtype`") && e.contains("unknown dtype `f64`"), "{e}");
+    assert!(
+        e.contains("node `h`") && e.contains("field `dtype`") && e.contains("unknown dtype `f64`"),
+        "{e}"
+    );
     let e = node(r#"{"name": "h", "op": "reshape", "inputs": ["x"], "shape": ["S +", 4]}"#);
-    assert!(e.contains("node `h`") && e.contains("field `shape`") && e.contains("cannot parse dimension"), "{e}");
+    assert!(
+        e.contains("node `h`")
+            && e.contains("field `shape`")
+            && e.contains("cannot parse dimension"),
+        "{e}"
+    );
     let e = node(r#"{"name": "h", "op": "matmul", "inputs": ["x", "x"], "trans_a": "yes"}"#);
-    assert!(e.contains("node `h`") && e.contains("field `trans_a`") && e.contains("boolean"), "{e}");
+    assert!(
+        e.contains("node `h`") && e.contains("field `trans_a`") && e.contains("boolean"),
+        "{e}"
+    );
     let e = node(r#"{"name": "h", "op": "reduce_sum", "inputs": ["x"]}"#);
-    assert!(e.contains("node `h`") && e.contains("field `axes`") && e.contains("missing"), "{e}");
+    assert!(
+        e.contains("node `h`") && e.contains("field `axes`") && e.contains("missing"),
+        "{e}"
+    );
     let e = node(r#"{"op": "exp", "inputs": ["x"]}"#);
     assert!(e.contains("nodes[0]") && e.contains("field `name`"), "{e}");
     let e = node(r#"{"name": "h", "op": "adds", "inputs": ["x"]}"#);
     assert!(e.contains("field `scalar`"), "{e}");
     let e = node(r#"{"name": "h", "op": "adds", "inputs": ["x"], "scalar": "lots"}"#);
-    assert!(e.contains("field `scalar`") && e.contains("\"lots\""), "{e}");
+    assert!(
+        e.contains("field `scalar`") && e.contains("\"lots\""),
+        "{e}"
+    );
     let e = node(r#"{"name": "h", "op": "input"}"#);
     assert!(e.contains("top-level `inputs`"), "{e}");
-    let e = node(r#"{"name": "h", "op": "exp", "inputs": ["x"]}, {"name": "h", "op": "exp", "inputs": ["x"]}"#);
+    let e = node(
+        r#"{"name": "h", "op": "exp", "inputs": ["x"]}, {"name": "h", "op": "exp", "inputs": ["x"]}"#,
+    );
     assert!(e.contains("`h` is used twice"), "{e}");
     // Shape errors from the builder name the JSON node.
     let e = node(r#"{"name": "bad", "op": "matmul", "inputs": ["x", "x"]}"#);
-    assert!(e.contains("node `bad` (matmul)") && e.contains("[S, 4]"), "{e}");
+    assert!(
+        e.contains("node `bad` (matmul)") && e.contains("[S, 4]"),
+        "{e}"
+    );
     let e = node(r#"{"name": "bad", "op": "softmax", "inputs": ["x"], "axis": 3}"#);
-    assert!(e.contains("node `bad` (softmax)") && e.contains("axis 3"), "{e}");
+    assert!(
+        e.contains("node `bad` (softmax)") && e.contains("axis 3"),
+        "{e}"
+    );
     let e = node(r#"{"name": "c", "op": "constant", "dtype": "f32", "shape": [2]}"#);
-    assert!(e.contains("node `c`") && e.contains("`values` or `file`"), "{e}");
-    let e = node(r#"{"name": "c", "op": "constant", "dtype": "f32", "shape": [2], "file": "nope.npy"}"#);
-    assert!(e.contains("node `c`") && e.contains("field `file`") && e.contains("nope.npy"), "{e}");
+    assert!(
+        e.contains("node `c`") && e.contains("`values` or `file`"),
+        "{e}"
+    );
+    let e = node(
+        r#"{"name": "c", "op": "constant", "dtype": "f32", "shape": [2], "file": "nope.npy"}"#,
+    );
+    assert!(
+        e.contains("node `c`") && e.contains("field `file`") && e.contains("nope.npy"),
+        "{e}"
+    );
 
     // Document-level errors.
     let e = json_err(r#"{"inputs": [}"#);
@@ -618,13 +798,26 @@ fn json_errors_name_node_and_field() {
     let e = json_err(r#"{"inputs": [], "extra": 1}"#);
     assert!(e.contains("unknown field `extra`"), "{e}");
     let e = json_err(r#"{"inputs": [{"name": "x", "dtype": "f32"}]}"#);
-    assert!(e.contains("input `x`") && e.contains("field `shape`"), "{e}");
+    assert!(
+        e.contains("input `x`") && e.contains("field `shape`"),
+        "{e}"
+    );
     let e = json_err(r#"{"inputs": [{"name": "x", "dtype": "int", "shape": []}]}"#);
-    assert!(e.contains("input `x`") && e.contains("field `dtype`"), "{e}");
+    assert!(
+        e.contains("input `x`") && e.contains("field `dtype`"),
+        "{e}"
+    );
     let e = json_err(r#"{"inputs": [{"name": "x", "dtype": "f32", "shape": [1.5]}]}"#);
-    assert!(e.contains("input `x`") && e.contains("not an integer"), "{e}");
-    let e = json_err(r#"{"inputs": [{"name": "x", "dtype": "f32", "shape": [], "layout": "nchw"}]}"#);
-    assert!(e.contains("input `x`") && e.contains("field `layout`"), "{e}");
+    assert!(
+        e.contains("input `x`") && e.contains("not an integer"),
+        "{e}"
+    );
+    let e =
+        json_err(r#"{"inputs": [{"name": "x", "dtype": "f32", "shape": [], "layout": "nchw"}]}"#);
+    assert!(
+        e.contains("input `x`") && e.contains("field `layout`"),
+        "{e}"
+    );
     let e = json_err(r#"{"symbols": {"S": {"min": 5, "max": 2}}}"#);
     assert!(e.contains("symbol `S`"), "{e}");
     let e = json_err(r#"{"symbols": {"S": {"lo": 5}}}"#);
@@ -636,7 +829,10 @@ fn json_errors_name_node_and_field() {
     let e = json_err(r#"{"equal": [["S"]]}"#);
     assert!(e.contains("equal[0]"), "{e}");
     let e = json_err(r#"{"equal": [[3, 4]]}"#);
-    assert!(e.contains("equal[0]") && e.contains("never be equal"), "{e}");
+    assert!(
+        e.contains("equal[0]") && e.contains("never be equal"),
+        "{e}"
+    );
     let e = json_err("[]");
     assert!(e.contains("graph json"), "{e}");
 }
@@ -659,11 +855,16 @@ fn json_constant_from_npy_file() {
     // A declared dtype or shape must agree with the file.
     let bad = text.replace(r#""file": "w.npy""#, r#""file": "w.npy", "dtype": "i32""#);
     let e = Graph::from_json(&bad, &dir).unwrap_err().to_string();
-    assert!(e.contains("node `w`") && e.contains("w.npy") && e.contains("expected dtype i32"), "{e}");
+    assert!(
+        e.contains("node `w`") && e.contains("w.npy") && e.contains("expected dtype i32"),
+        "{e}"
+    );
     let bad = text.replace(r#""file": "w.npy""#, r#""file": "w.npy", "shape": [4]"#);
     let e = Graph::from_json(&bad, &dir).unwrap_err().to_string();
     assert!(e.contains("node `w`") && e.contains("field `shape`"), "{e}");
-    let e = Graph::from_json_file(&dir.join("missing.json")).unwrap_err().to_string();
+    let e = Graph::from_json_file(&dir.join("missing.json"))
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("missing.json"), "{e}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
@@ -672,8 +873,24 @@ fn json_constant_from_npy_file() {
 fn sym_errors_pass_through() {
     let mut g = Graph::new();
     let e = g.symbol("1abc", 1, 2).unwrap_err();
-    assert!(matches!(e, GraphError::Symbol { source: SymError::InvalidName { .. }, .. }));
+    assert!(matches!(
+        e,
+        GraphError::Symbol {
+            source: SymError::InvalidName { .. },
+            ..
+        }
+    ));
     assert!(g.symbol("S", 5, 1).is_err());
     assert!(g.parse_dim("S +").is_err());
     assert_eq!(g.parse_dim("2*S").unwrap().to_string(), "2*S");
+}
+
+#[test]
+fn errors_are_small() {
+    // Results of builder calls carry GraphError: keep it cheap to move.
+    assert!(
+        std::mem::size_of::<GraphError>() <= 128,
+        "{}",
+        std::mem::size_of::<GraphError>()
+    );
 }

@@ -17,6 +17,9 @@
 //! * Scalar immediates are what the instruction would carry: rounded to
 //!   `f32` for float tensors, truncated and saturated to `i32` for integer
 //!   tensors.
+//! * Composites run as their decomposition, so every intermediate (the max,
+//!   the exponentials, the sum, …) is rounded to the node's dtype like any
+//!   other op: f16 softmax is computed in f16 steps, not internally in f32.
 //! * Reductions and matmul **accumulate in `f64`** (integers in `i64`) and
 //!   round once to the result dtype. An `i8` matmul gives `i32`.
 //! * `max`/`min` (element-wise and reductions) propagate NaN, as PyTorch does.
@@ -24,8 +27,9 @@
 //! * `cast`: float → int truncates toward zero and saturates, NaN → 0; int →
 //!   int wraps; anything → bool is `x != 0`; bool → number is 0 or 1.
 //! * Transcendentals use the `f64` functions of `std` (`erf` from `libm`):
-//!   `sigmoid(x) = 1 / (1 + e^-x)`, `gelu_tanh(x) = x/2 · (1 + tanh(√(2/π)(x
-//!   + 0.044715x³)))`, `gelu_erf(x) = x/2 · (1 + erf(x/√2))`,
+//!   `sigmoid(x) = 1 / (1 + e^-x)`,
+//!   `gelu_tanh(x) = x/2 · (1 + tanh(√(2/π)(x + 0.044715x³)))`,
+//!   `gelu_erf(x) = x/2 · (1 + erf(x/√2))`,
 //!   `silu(x) = x · sigmoid(x)`, `rsqrt(x) = 1/√x`, `round` is ties-to-even.
 
 use std::thread;
@@ -46,7 +50,11 @@ use crate::tensor::{convert, numel, round_float, wrap_int, Tensor};
 /// rank/dtype/shape, range violations), [`GraphError::Eval`] naming a node
 /// that cannot be evaluated (e.g. a `max` over zero elements, or a tensor too
 /// large for memory).
-pub fn run(graph: &Graph, inputs: &[(&str, &Tensor)], explicit: &Bindings) -> Result<Vec<(String, Tensor)>, GraphError> {
+pub fn run(
+    graph: &Graph,
+    inputs: &[(&str, &Tensor)],
+    explicit: &Bindings,
+) -> Result<Vec<(String, Tensor)>, GraphError> {
     let bindings = graph.bind_tensors(inputs, explicit)?;
     let g = decompose(graph)?;
     let mut values = eval(&g, &bindings, inputs, false)?;
@@ -71,7 +79,11 @@ pub fn run(graph: &Graph, inputs: &[(&str, &Tensor)], explicit: &Bindings) -> Re
 /// [`GraphError::Eval`] for a composite node or a node that cannot be
 /// evaluated; [`GraphError::MissingInput`] / [`GraphError::InputDim`] if an
 /// input tensor is absent or disagrees with the bound shape.
-pub fn evaluate_nodes(graph: &Graph, bindings: &Bindings, inputs: &[(&str, &Tensor)]) -> Result<Vec<Tensor>, GraphError> {
+pub fn evaluate_nodes(
+    graph: &Graph,
+    bindings: &Bindings,
+    inputs: &[(&str, &Tensor)],
+) -> Result<Vec<Tensor>, GraphError> {
     let values = eval(graph, bindings, inputs, true)?;
     values
         .into_iter()
@@ -118,6 +130,16 @@ fn eval(
     inputs: &[(&str, &Tensor)],
     keep_all: bool,
 ) -> Result<Vec<Option<Value>>, GraphError> {
+    // Bindings may come from the caller: check them against the facts, and
+    // fill in what the recorded equalities determine.
+    let mut completed = bindings.clone();
+    g.scope()
+        .complete_bindings(&mut completed)
+        .map_err(|source| GraphError::Binding {
+            context: "evaluating with the given bindings".to_owned(),
+            source,
+        })?;
+    let bindings = &completed;
     let shapes = g.concrete_shapes(bindings)?;
     let n = g.nodes().len();
     // Free each value after its last use (unless kept).
@@ -154,13 +176,23 @@ fn eval(
             .collect::<Result<_, _>>()
             .map_err(|_| eval_error(node, "shape too large"))?;
         let count = numel(&shapes[i]).ok_or_else(|| eval_error(node, "shape too large"))?;
-        if count.checked_mul(8).is_none_or(|b| b > isize::MAX as usize) {
-            return Err(eval_error(node, "too many elements"));
+        // Refuse what cannot be allocated instead of aborting.
+        let mut probe: Vec<f64> = Vec::new();
+        if probe.try_reserve_exact(count).is_err() {
+            return Err(eval_error(
+                node,
+                format!("cannot allocate {count} elements"),
+            ));
         }
+        drop(probe);
         let args: Vec<&Value> = node
             .operands
             .iter()
-            .map(|o| values[o.0].as_ref().ok_or_else(|| internal(node, "operand value was freed")))
+            .map(|o| {
+                values[o.0]
+                    .as_ref()
+                    .ok_or_else(|| internal(node, "operand value was freed"))
+            })
             .collect::<Result<_, _>>()?;
         let arg_dtypes: Vec<DType> = node.operands.iter().map(|o| g[*o].dtype).collect();
         let data = eval_node(g, node, &args, &arg_dtypes, &shape, bindings, inputs)?;
@@ -188,14 +220,16 @@ fn strides(shape: &[usize]) -> Vec<usize> {
     s
 }
 
-/// Strides that read `src` (right-aligned, extent-1 axes repeated) over `out`.
-fn broadcast_strides(src: &[usize], out: &[usize]) -> Vec<usize> {
+/// Strides that read `src` (right-aligned, extent-1 axes repeated) over
+/// `out`; `None` unless `src` broadcasts to `out`.
+fn broadcast_strides(src: &[usize], out: &[usize]) -> Option<Vec<usize>> {
     let st = strides(src);
-    let off = out.len() - src.len();
+    let off = out.len().checked_sub(src.len())?;
     (0..out.len())
         .map(|i| match i.checked_sub(off) {
-            Some(j) if src[j] != 1 => st[j],
-            _ => 0,
+            Some(j) if src[j] == out[i] && src[j] != 1 => Some(st[j]),
+            Some(j) if src[j] != 1 => None,
+            _ => Some(0),
         })
         .collect()
 }
@@ -234,16 +268,32 @@ fn offsets(shape: &[usize], strides: &[usize], base: usize) -> Vec<usize> {
     }
 }
 
-fn gather(src: &[f64], shape: &[usize], strides: &[usize], base: usize) -> Vec<f64> {
-    offsets(shape, strides, base).into_iter().map(|o| src[o]).collect()
+/// The elements of `src` at the offsets of `shape`/`strides`/`base`; `None`
+/// if any offset would fall outside `src` (checked up front).
+fn gather(src: &[f64], shape: &[usize], strides: &[usize], base: usize) -> Option<Vec<f64>> {
+    if shape.contains(&0) {
+        return Some(Vec::new());
+    }
+    let last = shape.iter().zip(strides).try_fold(base, |acc, (&d, &s)| {
+        acc.checked_add((d - 1).checked_mul(s)?)
+    })?;
+    if last >= src.len() {
+        return None;
+    }
+    Some(
+        offsets(shape, strides, base)
+            .into_iter()
+            .map(|o| src[o])
+            .collect(),
+    )
 }
 
-/// `v` broadcast to `out`.
-fn broadcast(v: &Value, out: &[usize]) -> Vec<f64> {
+/// `v` broadcast to `out`; `None` if it does not broadcast.
+fn broadcast(v: &Value, out: &[usize]) -> Option<Vec<f64>> {
     if v.shape == out {
-        return v.data.clone();
+        return Some(v.data.clone());
     }
-    gather(&v.data, out, &broadcast_strides(&v.shape, out), 0)
+    gather(&v.data, out, &broadcast_strides(&v.shape, out)?, 0)
 }
 
 fn is_int(d: DType) -> bool {
@@ -365,9 +415,7 @@ fn unary_value(code: Opcode, dt: DType, x: f64) -> Option<f64> {
         Tanh => x.tanh(),
         Sigmoid => sigmoid(x),
         Relu => {
-            if x.is_nan() {
-                x
-            } else if x > 0.0 {
+            if x > 0.0 || x.is_nan() {
                 x
             } else {
                 0.0
@@ -401,6 +449,8 @@ fn eval_node(
 ) -> Result<Vec<f64>, GraphError> {
     let out = node.dtype;
     let bad_op = || internal(node, "opcode does not fit the op");
+    let bad_shape = || internal(node, "operand shapes do not fit the result shape");
+    let bcast = |v: &Value| broadcast(v, shape).ok_or_else(bad_shape);
     match &node.op {
         Op::Input => {
             let Some((_, t)) = inputs.iter().find(|(n, _)| *n == node.name) else {
@@ -414,7 +464,8 @@ fn eval_node(
                         .join(", "),
                 });
             };
-            let same = t.shape().len() == shape.len() && t.shape().iter().zip(shape).all(|(&a, &b)| a == b as u64);
+            let same = t.shape().len() == shape.len()
+                && t.shape().iter().zip(shape).all(|(&a, &b)| a == b as u64);
             if !same || t.dtype() != out {
                 return Err(eval_error(
                     node,
@@ -447,8 +498,8 @@ fn eval_node(
         }
         Op::Binary(code) => {
             let dt = arg_dtypes[0];
-            let a = broadcast(args[0], shape);
-            let b = broadcast(args[1], shape);
+            let a = bcast(args[0])?;
+            let b = bcast(args[1])?;
             a.iter()
                 .zip(&b)
                 .map(|(&x, &y)| binary_value(*code, dt, out, x, y).ok_or_else(bad_op))
@@ -456,13 +507,15 @@ fn eval_node(
         }
         Op::Scalar(code, v) => scalar(node, *code, arg_dtypes[0], args[0], *v),
         Op::ScalarDim(code, d) => {
-            let v = d.eval(bindings).map_err(|e| eval_error(node, e.to_string()))?;
+            let v = d
+                .eval(bindings)
+                .map_err(|e| eval_error(node, e.to_string()))?;
             scalar(node, *code, arg_dtypes[0], args[0], v as f64)
         }
         Op::Where => {
-            let c = broadcast(args[0], shape);
-            let a = broadcast(args[1], shape);
-            let b = broadcast(args[2], shape);
+            let c = bcast(args[0])?;
+            let a = bcast(args[1])?;
+            let b = bcast(args[2])?;
             Ok(c.iter()
                 .zip(a.iter().zip(&b))
                 .map(|(&c, (&a, &b))| if c != 0.0 { a } else { b })
@@ -483,12 +536,14 @@ fn eval_node(
                 .collect())
         }
         Op::Reduce { op, axes, .. } => reduce(node, *op, axes, args[0], out),
-        Op::MatMul { trans_a, trans_b } => Ok(matmul(args[0], args[1], *trans_a, *trans_b, shape, out)),
+        Op::MatMul { trans_a, trans_b } => {
+            matmul(args[0], args[1], *trans_a, *trans_b, shape, out).ok_or_else(bad_shape)
+        }
         Op::Reshape | Op::Squeeze { .. } | Op::Unsqueeze { .. } => Ok(args[0].data.clone()),
         Op::Transpose { perm } => {
             let st = strides(&args[0].shape);
             let pst: Vec<usize> = perm.iter().map(|&p| st[p]).collect();
-            Ok(gather(&args[0].data, shape, &pst, 0))
+            gather(&args[0].data, shape, &pst, 0).ok_or_else(bad_shape)
         }
         Op::Slice { ranges } => {
             let src = args[0];
@@ -496,20 +551,34 @@ fn eval_node(
             let mut base = 0usize;
             for &(axis, start, _, step) in ranges {
                 let n = src.shape[axis] as i64;
-                let lo = if start >= 0 { start.min(n) } else { (n + start).max(0) };
+                let lo = if start >= 0 {
+                    start.min(n)
+                } else {
+                    (n + start).max(0)
+                };
                 // Empty slices may start at `n`; nothing is read then.
                 base += lo as usize * st[axis];
-                st[axis] *= step as usize;
+                st[axis] = st[axis].saturating_mul(usize::try_from(step).unwrap_or(usize::MAX));
             }
             if shape.iter().product::<usize>() == 0 {
                 return Ok(Vec::new());
             }
-            Ok(gather(&src.data, shape, &st, base))
+            gather(&src.data, shape, &st, base).ok_or_else(bad_shape)
         }
         Op::Concat { axis } => {
             let outer: usize = shape[..*axis].iter().product();
             let mut data = Vec::with_capacity(shape.iter().product());
-            let chunks: Vec<usize> = args.iter().map(|a| a.shape[*axis..].iter().product()).collect();
+            let chunks: Vec<usize> = args
+                .iter()
+                .map(|a| a.shape[*axis..].iter().product())
+                .collect();
+            if args
+                .iter()
+                .zip(&chunks)
+                .any(|(a, &c)| a.data.len() != outer * c)
+            {
+                return Err(bad_shape());
+            }
             for o in 0..outer {
                 for (a, &c) in args.iter().zip(&chunks) {
                     data.extend_from_slice(&a.data[o * c..(o + 1) * c]);
@@ -517,11 +586,13 @@ fn eval_node(
             }
             Ok(data)
         }
-        Op::Expand => Ok(broadcast(args[0], shape)),
-        Op::Softmax { .. } | Op::LogSoftmax { .. } | Op::LayerNorm { .. } | Op::RmsNorm { .. } => Err(eval_error(
-            node,
-            "composite op: decompose the graph first (reference::run does)",
-        )),
+        Op::Expand => bcast(args[0]),
+        Op::Softmax { .. } | Op::LogSoftmax { .. } | Op::LayerNorm { .. } | Op::RmsNorm { .. } => {
+            Err(eval_error(
+                node,
+                "composite op: decompose the graph first (reference::run does)",
+            ))
+        }
     }
 }
 
@@ -529,11 +600,20 @@ fn scalar(node: &Node, code: Opcode, dt: DType, x: &Value, v: f64) -> Result<Vec
     let imm = immediate(dt, v);
     x.data
         .iter()
-        .map(|&a| binary_value(code, dt, node.dtype, a, imm).ok_or_else(|| internal(node, "opcode does not fit the op")))
+        .map(|&a| {
+            binary_value(code, dt, node.dtype, a, imm)
+                .ok_or_else(|| internal(node, "opcode does not fit the op"))
+        })
         .collect()
 }
 
-fn reduce(node: &Node, op: ReduceOp, axes: &[usize], x: &Value, out: DType) -> Result<Vec<f64>, GraphError> {
+fn reduce(
+    node: &Node,
+    op: ReduceOp,
+    axes: &[usize],
+    x: &Value,
+    out: DType,
+) -> Result<Vec<f64>, GraphError> {
     // Output positions in input axis order, reduced axes with stride 0.
     let kept: Vec<usize> = (0..x.shape.len())
         .map(|i| if axes.contains(&i) { 1 } else { x.shape[i] })
@@ -583,30 +663,51 @@ fn reduce(node: &Node, op: ReduceOp, axes: &[usize], x: &Value, out: DType) -> R
 }
 
 /// Batched matmul with f64 accumulation, rounded once to `out`.
-fn matmul(a: &Value, b: &Value, ta: bool, tb: bool, shape: &[usize], out: DType) -> Vec<f64> {
+/// `None` if the shapes do not fit together.
+fn matmul(
+    a: &Value,
+    b: &Value,
+    ta: bool,
+    tb: bool,
+    shape: &[usize],
+    out: DType,
+) -> Option<Vec<f64>> {
     let (ra, rb, ro) = (a.shape.len(), b.shape.len(), shape.len());
+    if ra < 2 || rb < 2 || ro < 2 {
+        return None;
+    }
     let (ar, ac) = (a.shape[ra - 2], a.shape[ra - 1]);
     let (br, bc) = (b.shape[rb - 2], b.shape[rb - 1]);
     let (m, k) = if ta { (ac, ar) } else { (ar, ac) };
-    let n = if tb { br } else { bc };
+    let (kb, n) = if tb { (bc, br) } else { (br, bc) };
+    if k != kb || shape[ro - 2..] != [m, n] {
+        return None;
+    }
     let batch = &shape[..ro - 2];
     // Batch offsets of each operand (broadcast batch axes have stride 0).
     let batch_offsets = |v: &Value, r: usize| {
         let mat = v.shape[r - 2] * v.shape[r - 1];
-        let bs: Vec<usize> = broadcast_strides(&v.shape[..r - 2], batch).into_iter().map(|s| s * mat).collect();
-        offsets(batch, &bs, 0)
+        let bs: Vec<usize> = broadcast_strides(&v.shape[..r - 2], batch)?
+            .into_iter()
+            .map(|s| s * mat)
+            .collect();
+        Some(offsets(batch, &bs, 0))
     };
-    let (aoff, boff) = (batch_offsets(a, ra), batch_offsets(b, rb));
+    let (aoff, boff) = (batch_offsets(a, ra)?, batch_offsets(b, rb)?);
     let mut result = Vec::with_capacity(shape.iter().product());
     for (&ao, &bo) in aoff.iter().zip(&boff) {
         // Pack A as m×k and B as k×n, row-major.
         let am: Vec<f64> = if ta {
-            (0..m * k).map(|i| a.data[ao + (i % k) * ac + i / k]).collect()
+            (0..m * k)
+                .map(|i| a.data[ao + (i % k) * ac + i / k])
+                .collect()
         } else {
             a.data[ao..ao + m * k].to_vec()
         };
         let bm: Vec<f64> = if tb {
-            (0..k * n).map(|i| b.data[bo + (i % n) * bc + i / n]).collect()
+            (0..k * n)
+                .map(|i| b.data[bo + (i % n) * bc + i / n])
+                .collect()
         } else {
             b.data[bo..bo + k * n].to_vec()
         };
@@ -624,7 +725,9 @@ fn matmul(a: &Value, b: &Value, ta: bool, tb: bool, shape: &[usize], out: DType)
             }
         };
         let work = m.saturating_mul(n).saturating_mul(k);
-        let threads = thread::available_parallelism().map_or(1, |t| t.get()).min(16);
+        let threads = thread::available_parallelism()
+            .map_or(1, |t| t.get())
+            .min(16);
         if work < (1 << 20) || threads < 2 || m < 2 || n == 0 {
             rows(&mut c, 0);
         } else {
@@ -644,7 +747,7 @@ fn matmul(a: &Value, b: &Value, ta: bool, tb: bool, shape: &[usize], out: DType)
             }
         }));
     }
-    result
+    Some(result)
 }
 
 #[cfg(test)]

@@ -154,7 +154,14 @@ impl CpuPool {
         let block_dim = (self.cores() as u64).min(tiles.max(1)) as u32;
         let mut ub = self.ub.lock().unwrap_or_else(|p| p.into_inner());
         if block_dim == 1 {
-            return run_one(program, bufs, 0, 1, ub.as_mut_slice(), &dvm_device::exec::NoBarrier);
+            return run_one(
+                program,
+                bufs,
+                0,
+                1,
+                ub.as_mut_slice(),
+                &dvm_device::exec::NoBarrier,
+            );
         }
         let barrier = SpinBarrier::new(block_dim);
         let helpers = block_dim as usize - 1;
@@ -186,7 +193,13 @@ impl CpuPool {
         }
         *self.shared.job.lock().unwrap_or_else(|p| p.into_inner()) = None;
         let mut stats = mine?;
-        if let Some(e) = self.shared.error.lock().unwrap_or_else(|p| p.into_inner()).take() {
+        if let Some(e) = self
+            .shared
+            .error
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
+        {
             return Err(e);
         }
         stats.tiles += self.shared.stats_tiles.load(Ordering::Relaxed);
@@ -272,7 +285,14 @@ fn worker(shared: Arc<Shared>, idx: u32) {
                 &*(job.barrier as *const SpinBarrier),
             )
         };
-        match run_one(program, bufs, idx, job.block_dim, ub.as_mut_slice(), barrier) {
+        match run_one(
+            program,
+            bufs,
+            idx,
+            job.block_dim,
+            ub.as_mut_slice(),
+            barrier,
+        ) {
             Ok(s) => {
                 shared.stats_tiles.fetch_add(s.tiles, Ordering::Relaxed);
                 shared.stats_instrs.fetch_add(s.instrs, Ordering::Relaxed);

@@ -1,0 +1,93 @@
+//! Model graphs built with the builder API (the demo's encoder block, and
+//! test workloads).
+
+use dvm_isa::{DType, Opcode};
+
+use crate::graph::{Graph, GraphError};
+use crate::sym::Dim;
+
+/// Sizes of a transformer encoder block.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EncoderConfig {
+    /// Model width.
+    pub hidden: u64,
+    /// Attention heads (`hidden` must be a multiple).
+    pub heads: u64,
+    /// MLP width.
+    pub ffn: u64,
+    /// Largest sequence length the symbol `S` may take.
+    pub max_len: i64,
+}
+
+impl Default for EncoderConfig {
+    fn default() -> Self {
+        EncoderConfig {
+            hidden: 256,
+            heads: 4,
+            ffn: 1024,
+            max_len: 8192,
+        }
+    }
+}
+
+/// A post-norm transformer encoder block over `x: [S, hidden]` with a
+/// symbolic sequence length `S`:
+/// `h = LN(x + Attn(x))`, `y = LN(h + W2·gelu(W1·h + b1) + b2)`, with
+/// multi-head attention `softmax(q·kᵀ/√d)·v`. Weights are graph inputs
+/// (`wq`, `wk`, `wv`, `wo`, `w1`, `b1`, `w2`, `b2`, `g1`, `be1`, `g2`, `be2`).
+///
+/// # Errors
+/// [`GraphError`] only if the configuration is inconsistent (e.g. `hidden`
+/// not a multiple of `heads`).
+pub fn encoder_block(cfg: &EncoderConfig) -> Result<Graph, GraphError> {
+    let mut g = Graph::new();
+    let s = g.symbol("S", 1, cfg.max_len)?;
+    let (h, nh, f) = (cfg.hidden as i64, cfg.heads as i64, cfg.ffn as i64);
+    let d = h / nh.max(1);
+    let sd = Dim::from(s);
+    let c = |v: i64| Dim::from(v);
+    let f32 = DType::F32;
+    let x = g.input("x", f32, &[sd.clone(), c(h)])?;
+    let wq = g.input("wq", f32, &[c(h), c(h)])?;
+    let wk = g.input("wk", f32, &[c(h), c(h)])?;
+    let wv = g.input("wv", f32, &[c(h), c(h)])?;
+    let wo = g.input("wo", f32, &[c(h), c(h)])?;
+    let w1 = g.input("w1", f32, &[c(h), c(f)])?;
+    let b1 = g.input("b1", f32, &[c(f)])?;
+    let w2 = g.input("w2", f32, &[c(f), c(h)])?;
+    let b2 = g.input("b2", f32, &[c(h)])?;
+    let g1 = g.input("g1", f32, &[c(h)])?;
+    let be1 = g.input("be1", f32, &[c(h)])?;
+    let g2 = g.input("g2", f32, &[c(h)])?;
+    let be2 = g.input("be2", f32, &[c(h)])?;
+
+    // Attention: [S, h] → [heads, S, d].
+    let heads = |g: &mut Graph, t| -> Result<_, GraphError> {
+        let r = g.reshape(t, &[sd.clone(), c(nh), c(d)])?;
+        g.transpose(r, &[1, 0, 2])
+    };
+    let q = g.matmul(x, wq, false, false)?;
+    let k = g.matmul(x, wk, false, false)?;
+    let v = g.matmul(x, wv, false, false)?;
+    let (q, k, v) = (heads(&mut g, q)?, heads(&mut g, k)?, heads(&mut g, v)?);
+    let scores = g.matmul(q, k, false, true)?;
+    let scaled = g.scalar(Opcode::MulS, scores, 1.0 / (d as f64).sqrt())?;
+    let p = g.softmax(scaled, -1)?;
+    let ctx = g.matmul(p, v, false, false)?;
+    let ctx = g.transpose(ctx, &[1, 0, 2])?;
+    let ctx = g.reshape(ctx, &[sd.clone(), c(h)])?;
+    let attn = g.matmul(ctx, wo, false, false)?;
+    let r1 = g.binary(Opcode::Add, x, attn)?;
+    let h1 = g.layer_norm(r1, g1, be1, 1e-5)?;
+
+    // MLP.
+    let m1 = g.matmul(h1, w1, false, false)?;
+    let m1 = g.binary(Opcode::Add, m1, b1)?;
+    let a1 = g.unary(Opcode::GeluTanh, m1)?;
+    let m2 = g.matmul(a1, w2, false, false)?;
+    let m2 = g.binary(Opcode::Add, m2, b2)?;
+    let r2 = g.binary(Opcode::Add, h1, m2)?;
+    let y = g.layer_norm(r2, g2, be2, 1e-5)?;
+    g.output("y", y)?;
+    Ok(g)
+}

@@ -1,0 +1,157 @@
+//! The kernel cache: compiled kernels keyed by group structure, concrete
+//! shapes, dtypes and target; bounded, least-recently-used eviction.
+
+use std::collections::HashMap;
+use std::hash::{Hash, Hasher};
+use std::sync::{Arc, Mutex};
+
+use crate::compile::{Group, GroupKind, Node, Target};
+use crate::kernel::{build, BuildError, ReadyKernel};
+
+/// Hashes a group's structure, shapes, strides, dtypes and constants.
+fn fingerprint(group: &Group, target: &Target) -> u64 {
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    target.hash(&mut h);
+    match &group.kind {
+        GroupKind::Elementwise { shape } => (0u8, shape).hash(&mut h),
+        GroupKind::Reduce { shape, axis } => (1u8, shape, axis).hash(&mut h),
+        GroupKind::Matmul {
+            batch,
+            m,
+            n,
+            k,
+            acc,
+        } => (2u8, batch, m, n, k, acc).hash(&mut h),
+    }
+    group.inputs.hash(&mut h);
+    for (node, dt) in &group.nodes {
+        dt.hash(&mut h);
+        match node {
+            Node::Input(i) => (0u8, i).hash(&mut h),
+            Node::Unary(c, x) => (1u8, c, x).hash(&mut h),
+            Node::Binary(c, a, b) => (2u8, c, a, b).hash(&mut h),
+            Node::Scalar(c, x, v) => (3u8, c, x, v.to_bits()).hash(&mut h),
+            Node::Select(c, a, b) => (4u8, c, a, b).hash(&mut h),
+            Node::Cast(x) => (5u8, x).hash(&mut h),
+            Node::Fill(v) => (6u8, v.to_bits()).hash(&mut h),
+            Node::Reduce(c, x) => (7u8, c, x).hash(&mut h),
+            Node::Matmul => 8u8.hash(&mut h),
+        }
+    }
+    group.outputs.hash(&mut h);
+    h.finish()
+}
+
+struct Entry {
+    group: Group,
+    kernel: Arc<ReadyKernel>,
+    last_use: u64,
+}
+
+#[derive(Default)]
+struct Inner {
+    map: HashMap<u64, Vec<Entry>>,
+    len: usize,
+    clock: u64,
+    hits: u64,
+    misses: u64,
+}
+
+/// A bounded cache of ready kernels, shared between threads.
+pub struct KernelCache {
+    inner: Mutex<Inner>,
+    capacity: usize,
+}
+
+/// Cache counters.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CacheStats {
+    /// Lookups that found a kernel.
+    pub hits: u64,
+    /// Lookups that compiled one.
+    pub misses: u64,
+    /// Kernels held.
+    pub len: usize,
+}
+
+impl KernelCache {
+    /// A cache holding at most `capacity` kernels (at least one).
+    pub fn new(capacity: usize) -> KernelCache {
+        KernelCache {
+            inner: Mutex::new(Inner::default()),
+            capacity: capacity.max(1),
+        }
+    }
+
+    /// The kernel for `group` on `target`, compiled on a miss. A failed
+    /// compilation is returned and nothing is cached.
+    ///
+    /// # Errors
+    /// [`BuildError`] from the compiler.
+    pub fn get_or_build(
+        &self,
+        group: &Group,
+        name: &str,
+        target: &Target,
+    ) -> Result<Arc<ReadyKernel>, BuildError> {
+        let key = fingerprint(group, target);
+        {
+            let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+            inner.clock += 1;
+            let now = inner.clock;
+            let found = inner.map.get_mut(&key).and_then(|bucket| {
+                bucket.iter_mut().find(|e| e.group == *group).map(|e| {
+                    e.last_use = now;
+                    Arc::clone(&e.kernel)
+                })
+            });
+            if let Some(k) = found {
+                inner.hits += 1;
+                return Ok(k);
+            }
+            inner.misses += 1;
+        }
+        // Compile outside the lock so other threads keep running.
+        let kernel = build(group, name, target)?;
+        let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        if inner.len >= self.capacity {
+            evict_oldest(&mut inner);
+        }
+        inner.clock += 1;
+        let now = inner.clock;
+        inner.map.entry(key).or_default().push(Entry {
+            group: group.clone(),
+            kernel: Arc::clone(&kernel),
+            last_use: now,
+        });
+        inner.len += 1;
+        Ok(kernel)
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> CacheStats {
+        let inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        CacheStats {
+            hits: inner.hits,
+            misses: inner.misses,
+            len: inner.len,
+        }
+    }
+}
+
+fn evict_oldest(inner: &mut Inner) {
+    let oldest = inner
+        .map
+        .iter()
+        .flat_map(|(k, b)| b.iter().enumerate().map(move |(i, e)| (e.last_use, *k, i)))
+        .min();
+    if let Some((_, key, i)) = oldest {
+        if let Some(bucket) = inner.map.get_mut(&key) {
+            bucket.swap_remove(i);
+            if bucket.is_empty() {
+                inner.map.remove(&key);
+            }
+            inner.len -= 1;
+        }
+    }
+}
