@@ -1,10 +1,13 @@
 //! `dvm demo`: the runtime operator compiler on a sweep of sequence lengths.
 //!
-//! For each length S and each operator of a transformer layer at hidden size
-//! 768 (bias add, softmax, layernorm, matmul + bias + GELU), the demo
-//! compiles a kernel for exactly that shape (timing the cache miss: compile,
-//! encode, verify, predecode), runs it on the CPU device, and checks it
-//! against an f64 reference.
+//! Part 1 builds a transformer encoder block with a symbolic sequence length
+//! S, and for each S lowers it, compiles every kernel for exactly that shape
+//! (the cache miss), runs it on the CPU device (cache hits) and compares the
+//! result with the f64 reference device.
+//!
+//! Part 2 times single operators of a layer at hidden size 768 (bias add,
+//! softmax, layernorm, matmul + bias + GELU): compile (encode, verify,
+//! predecode) per shape and run, each checked against an f64 reference.
 
 use std::fmt::Write as _;
 use std::time::Instant;
@@ -13,7 +16,139 @@ use dvm_isa::{DType, Opcode};
 
 use crate::compile::{Group, GroupKind, Node, Target, View};
 use crate::kernel::build;
+use crate::models::{encoder_block, EncoderConfig};
+use crate::reference;
 use crate::runtime::pool::{CpuPool, RawBuf};
+use crate::runtime::{Prepared, Runtime};
+use crate::sym::Bindings;
+use crate::tensor::Tensor;
+
+/// One row of the encoder sweep.
+#[derive(Clone, Debug)]
+pub struct EncoderRow {
+    /// Sequence length.
+    pub len: u64,
+    /// Kernels launched per call.
+    pub kernels: usize,
+    /// Lowering + compiling every kernel of the call (all cache misses), µs.
+    pub compile_us: f64,
+    /// Mean compile time per kernel, µs.
+    pub per_kernel_us: f64,
+    /// Best time of a whole call with every kernel cached, ms.
+    pub run_ms: f64,
+    /// Max |cpu − reference| over the output.
+    pub max_err: f64,
+}
+
+/// Tolerance of the encoder sweep (outputs are layer-normalised, O(1)).
+pub const ENCODER_TOL: f64 = 1e-3;
+
+/// The encoder block's inputs at length `s`, weights scaled to keep
+/// activations O(1).
+///
+/// # Errors
+/// Only if a tensor cannot be built (sizes beyond memory), as text.
+pub fn encoder_inputs(cfg: &EncoderConfig, s: u64) -> Result<Vec<(&'static str, Tensor)>, String> {
+    let (h, f) = (cfg.hidden, cfg.ffn);
+    let t = |shape: &[u64], seed: u32, k: f32| {
+        let n: u64 = shape.iter().product();
+        let v: Vec<f32> = data(n as usize, seed).iter().map(|x| x * k).collect();
+        Tensor::from_f32(shape, &v).map_err(|e| e.to_string())
+    };
+    let w = 1.0 / (h as f32).sqrt();
+    let w2 = 1.0 / (f as f32).sqrt();
+    Ok(vec![
+        ("x", t(&[s, h], 1, 1.0)?),
+        ("wq", t(&[h, h], 2, w)?),
+        ("wk", t(&[h, h], 3, w)?),
+        ("wv", t(&[h, h], 4, w)?),
+        ("wo", t(&[h, h], 5, w)?),
+        ("w1", t(&[h, f], 6, w)?),
+        ("b1", t(&[f], 7, 0.1)?),
+        ("w2", t(&[f, h], 8, w2)?),
+        ("b2", t(&[h], 9, 0.1)?),
+        ("g1", t(&[h], 10, 1.0)?),
+        ("be1", t(&[h], 11, 0.1)?),
+        ("g2", t(&[h], 12, 1.0)?),
+        ("be2", t(&[h], 13, 0.1)?),
+    ])
+}
+
+/// Runs the encoder block for every length in `lens` on `rt`.
+///
+/// # Errors
+/// The first failure, as text.
+pub fn run_encoder(
+    cfg: &EncoderConfig,
+    lens: &[u64],
+    rt: &Runtime,
+) -> Result<Vec<EncoderRow>, String> {
+    let graph = encoder_block(cfg).map_err(|e| e.to_string())?;
+    let prepared = Prepared::new(&graph).map_err(|e| e.to_string())?;
+    let mut rows = Vec::new();
+    for &s in lens {
+        let inputs = encoder_inputs(cfg, s)?;
+        let named: Vec<(&str, &Tensor)> = inputs.iter().map(|(n, t)| (*n, t)).collect();
+        let bindings = prepared
+            .graph()
+            .bind_tensors(&named, &Bindings::new())
+            .map_err(|e| e.to_string())?;
+        let t0 = Instant::now();
+        let (plan, _) = rt.plan(&prepared, &bindings).map_err(|e| e.to_string())?;
+        let compile_us = t0.elapsed().as_secs_f64() * 1e6;
+        let mut best = f64::MAX;
+        let mut out = Vec::new();
+        for _ in 0..3 {
+            let t = Instant::now();
+            out = rt
+                .run(&prepared, &named, &Bindings::new())
+                .map_err(|e| e.to_string())?;
+            best = best.min(t.elapsed().as_secs_f64() * 1e3);
+        }
+        let want = reference::run(&graph, &named, &Bindings::new()).map_err(|e| e.to_string())?;
+        let mut max_err = 0f64;
+        for ((_, w), (_, g)) in want.iter().zip(&out) {
+            max_err = max_err.max(w.max_abs_diff(g).map_err(|e| e.to_string())?);
+        }
+        rows.push(EncoderRow {
+            len: s,
+            kernels: plan.steps.len(),
+            compile_us,
+            per_kernel_us: compile_us / plan.steps.len().max(1) as f64,
+            run_ms: best,
+            max_err,
+        });
+    }
+    Ok(rows)
+}
+
+/// Formats the encoder table.
+pub fn encoder_table(rows: &[EncoderRow]) -> String {
+    let mut t = String::new();
+    let _ = writeln!(
+        t,
+        "{:>6} {:>8} {:>13} {:>14} {:>10} {:>10}  ok",
+        "len", "kernels", "compile µs", "µs/kernel", "run ms", "max err"
+    );
+    for r in rows {
+        let _ = writeln!(
+            t,
+            "{:>6} {:>8} {:>13.1} {:>14.1} {:>10.3} {:>10.2e}  {}",
+            r.len,
+            r.kernels,
+            r.compile_us,
+            r.per_kernel_us,
+            r.run_ms,
+            r.max_err,
+            if r.max_err <= ENCODER_TOL {
+                "yes"
+            } else {
+                "NO"
+            }
+        );
+    }
+    t
+}
 
 /// Hidden size of the demo's layer.
 pub const HIDDEN: u64 = 768;

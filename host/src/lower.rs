@@ -108,7 +108,8 @@ pub fn lower(graph: &Graph, bindings: &Bindings) -> Result<Plan, LowerError> {
         let dt = node.dtype;
         let value = match &node.op {
             Op::Input => {
-                let i = input_index(id).ok_or_else(|| unsupported("input not in the input list"))?;
+                let i =
+                    input_index(id).ok_or_else(|| unsupported("input not in the input list"))?;
                 new_buf(&mut plan, BufKind::Input(i), dt, shape)
             }
             Op::Constant(vals) => {
@@ -119,24 +120,59 @@ pub fn lower(graph: &Graph, bindings: &Bindings) -> Result<Plan, LowerError> {
             }
             Op::Unary(code) => {
                 let x = arg(0)?.clone();
-                ewise(&mut plan, &node.name, shape, dt, &[x], GNode::Unary(*code, 0))?
+                ewise(
+                    &mut plan,
+                    &node.name,
+                    shape,
+                    dt,
+                    &[x],
+                    GNode::Unary(*code, 0),
+                )?
             }
             Op::Binary(code) => {
                 let (a, b) = (arg(0)?.clone(), arg(1)?.clone());
-                ewise(&mut plan, &node.name, shape, dt, &[a, b], GNode::Binary(*code, 0, 1))?
+                ewise(
+                    &mut plan,
+                    &node.name,
+                    shape,
+                    dt,
+                    &[a, b],
+                    GNode::Binary(*code, 0, 1),
+                )?
             }
             Op::Scalar(code, v) => {
                 let x = arg(0)?.clone();
-                ewise(&mut plan, &node.name, shape, dt, &[x], GNode::Scalar(*code, 0, *v))?
+                ewise(
+                    &mut plan,
+                    &node.name,
+                    shape,
+                    dt,
+                    &[x],
+                    GNode::Scalar(*code, 0, *v),
+                )?
             }
             Op::ScalarDim(code, d) => {
                 let v = d.eval(bindings).map_err(|e| unsupported(&e.to_string()))? as f64;
                 let x = arg(0)?.clone();
-                ewise(&mut plan, &node.name, shape, dt, &[x], GNode::Scalar(*code, 0, v))?
+                ewise(
+                    &mut plan,
+                    &node.name,
+                    shape,
+                    dt,
+                    &[x],
+                    GNode::Scalar(*code, 0, v),
+                )?
             }
             Op::Where => {
                 let (c, a, b) = (arg(0)?.clone(), arg(1)?.clone(), arg(2)?.clone());
-                ewise(&mut plan, &node.name, shape, dt, &[c, a, b], GNode::Select(0, 1, 2))?
+                ewise(
+                    &mut plan,
+                    &node.name,
+                    shape,
+                    dt,
+                    &[c, a, b],
+                    GNode::Select(0, 1, 2),
+                )?
             }
             Op::Cast => {
                 let x = arg(0)?.clone();
@@ -164,7 +200,10 @@ pub fn lower(graph: &Graph, bindings: &Bindings) -> Result<Plan, LowerError> {
                             axis,
                         },
                         inputs: vec![v.view.clone()],
-                        nodes: vec![(GNode::Input(0), v.view.dtype), (GNode::Reduce(code, 0), dt)],
+                        nodes: vec![
+                            (GNode::Input(0), v.view.dtype),
+                            (GNode::Reduce(code, 0), dt),
+                        ],
                         outputs: vec![(1, out.clone())],
                     };
                     plan.steps.push(Step {
@@ -186,7 +225,11 @@ pub fn lower(graph: &Graph, bindings: &Bindings) -> Result<Plan, LowerError> {
             }
             Op::Reshape => {
                 let x = arg(0)?.clone();
-                let x = if is_dense(&x.view) { x } else { copy(&mut plan, &node.name, &x)? };
+                let x = if is_dense(&x.view) {
+                    x
+                } else {
+                    copy(&mut plan, &node.name, &x)?
+                };
                 Value {
                     buf: x.buf,
                     view: dense(dt, shape, x.view.offset),
@@ -203,8 +246,16 @@ pub fn lower(graph: &Graph, bindings: &Bindings) -> Result<Plan, LowerError> {
                 let x = arg(0)?;
                 let mut view = x.view.clone();
                 for &(axis, start, _end, step) in ranges {
-                    let n = *view.shape.get(axis).ok_or_else(|| unsupported("slice axis"))? as i64;
-                    let lo = if start >= 0 { start.min(n) } else { (n + start).max(0) };
+                    let n = *view
+                        .shape
+                        .get(axis)
+                        .ok_or_else(|| unsupported("slice axis"))?
+                        as i64;
+                    let lo = if start >= 0 {
+                        start.min(n)
+                    } else {
+                        (n + start).max(0)
+                    };
                     view.offset += lo as u64 * view.strides[axis];
                     view.strides[axis] *= step as u64;
                     view.shape[axis] = shape[axis];
@@ -224,7 +275,12 @@ pub fn lower(graph: &Graph, bindings: &Bindings) -> Result<Plan, LowerError> {
                 // Dropping or inserting extent-1 axes: keep the strides of
                 // the other axes in order.
                 let mut strides = Vec::with_capacity(shape.len());
-                let mut src = x.view.shape.iter().zip(&x.view.strides).filter(|(e, _)| **e != 1);
+                let mut src = x
+                    .view
+                    .shape
+                    .iter()
+                    .zip(&x.view.strides)
+                    .filter(|(e, _)| **e != 1);
                 for &e in shape {
                     if e == 1 {
                         strides.push(0);
@@ -267,7 +323,10 @@ pub fn lower(graph: &Graph, bindings: &Bindings) -> Result<Plan, LowerError> {
                 }
                 out
             }
-            Op::Softmax { .. } | Op::LogSoftmax { .. } | Op::LayerNorm { .. } | Op::RmsNorm { .. } => {
+            Op::Softmax { .. }
+            | Op::LogSoftmax { .. }
+            | Op::LayerNorm { .. }
+            | Op::RmsNorm { .. } => {
                 return Err(unsupported("composites must be decomposed before lowering"))
             }
         };
@@ -276,20 +335,22 @@ pub fn lower(graph: &Graph, bindings: &Bindings) -> Result<Plan, LowerError> {
     // Outputs: dense buffers of their own.
     let mut used: Vec<BufId> = Vec::new();
     for (name, id) in graph.outputs() {
-        let v = values
-            .get(id.0)
-            .and_then(|v| v.clone())
-            .ok_or_else(|| LowerError::Unsupported {
-                node: name.clone(),
-                what: "output of an unknown node".into(),
-            })?;
+        let v =
+            values
+                .get(id.0)
+                .and_then(|v| v.clone())
+                .ok_or_else(|| LowerError::Unsupported {
+                    node: name.clone(),
+                    what: "output of an unknown node".into(),
+                })?;
         let own = is_dense(&v.view)
             && v.view.offset == 0
             && matches!(plan.buffers[v.buf].kind, BufKind::Temp)
             && !used.contains(&v.buf);
         let v = if own { v } else { copy(&mut plan, name, &v)? };
         used.push(v.buf);
-        plan.outputs.push((name.clone(), v.buf, v.view.dtype, v.view.shape.clone()));
+        plan.outputs
+            .push((name.clone(), v.buf, v.view.dtype, v.view.shape.clone()));
     }
     Ok(plan)
 }
@@ -352,10 +413,13 @@ fn ewise(
     let mut inputs = Vec::with_capacity(args.len());
     let mut nodes = Vec::with_capacity(args.len() + 1);
     for (k, a) in args.iter().enumerate() {
-        let v = a.view.broadcast_to(shape).ok_or_else(|| LowerError::Unsupported {
-            node: name.to_string(),
-            what: "operand does not broadcast to the result".into(),
-        })?;
+        let v = a
+            .view
+            .broadcast_to(shape)
+            .ok_or_else(|| LowerError::Unsupported {
+                node: name.to_string(),
+                what: "operand does not broadcast to the result".into(),
+            })?;
         nodes.push((GNode::Input(k), v.dtype));
         inputs.push(v);
     }
@@ -428,8 +492,16 @@ fn matmul(
         }
         v.permute(&perm)
     };
-    let mut av = if trans_a { swap(&a.view) } else { a.view.clone() };
-    let mut bv = if trans_b { swap(&b.view) } else { b.view.clone() };
+    let mut av = if trans_a {
+        swap(&a.view)
+    } else {
+        a.view.clone()
+    };
+    let mut bv = if trans_b {
+        swap(&b.view)
+    } else {
+        b.view.clone()
+    };
     // NumPy: a vector operand is a 1×k row (a) or k×1 column (b).
     if av.shape.len() == 1 {
         av = View {

@@ -3,9 +3,14 @@
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
-use dvm_host::demo;
-use dvm_host::runtime::pool::CpuPool;
+use clap::{Parser, Subcommand, ValueEnum};
+use dvm_host::graph::Graph;
+use dvm_host::models::EncoderConfig;
+use dvm_host::runtime::{Prepared, Runtime};
+use dvm_host::sym::Bindings;
+use dvm_host::tensor::Tensor;
+use dvm_host::{demo, npy, reference};
+use dvm_isa::builder::ModuleBuilder;
 use dvm_isa::{verify_module, DeviceLimits, Module};
 
 /// dvm: a bytecode virtual machine for dynamic-shape tensor programs.
@@ -16,17 +21,60 @@ struct Cli {
     command: Command,
 }
 
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum Device {
+    /// The CPU device: worker threads running the VM.
+    Cpu,
+    /// The f64 reference evaluator.
+    Reference,
+}
+
 #[derive(Subcommand)]
 enum Command {
     /// Compile and run a transformer layer's operators for a sweep of
     /// sequence lengths on the CPU device, checked against an f64 reference.
     Demo {
-        /// Sequence lengths (default: 17 64 128 384 1000 2048 4096).
+        /// Sequence lengths of the encoder sweep (default: 1,17,64,128,257,512).
         #[arg(long, value_delimiter = ',')]
         lens: Vec<u64>,
+        /// Sequence lengths of the single-operator table (default:
+        /// 17,64,128,384,1000,2048,4096).
+        #[arg(long, value_delimiter = ',')]
+        op_lens: Vec<u64>,
         /// Worker cores (default: all).
         #[arg(long)]
         cores: Option<usize>,
+    },
+    /// Run a graph on input `.npy` files; write each output as `DIR/NAME.npy`.
+    Run {
+        /// Graph file (JSON, see docs/graph-format.md).
+        graph: PathBuf,
+        /// An input: `NAME=FILE.npy` (repeat for each input).
+        #[arg(long = "input", value_name = "NAME=FILE")]
+        inputs: Vec<String>,
+        /// A symbol value: `S=128` (repeat; usually deduced from the inputs).
+        #[arg(long = "bind", value_name = "SYM=VALUE")]
+        binds: Vec<String>,
+        /// Device to run on.
+        #[arg(long, value_enum, default_value_t = Device::Cpu)]
+        device: Device,
+        /// Directory for the outputs (created if missing).
+        #[arg(long)]
+        output_dir: PathBuf,
+        /// Worker cores for the cpu device (default: all).
+        #[arg(long)]
+        cores: Option<usize>,
+    },
+    /// Compile a graph at the given bindings into a module of its kernels.
+    Compile {
+        /// Graph file (JSON).
+        graph: PathBuf,
+        /// A symbol value: `S=128` (every symbol must be bound).
+        #[arg(long = "bind", value_name = "SYM=VALUE")]
+        binds: Vec<String>,
+        /// Output module (`.dvmb`).
+        #[arg(short, long)]
+        output: PathBuf,
     },
     /// Print a module as text assembly.
     Disasm {
@@ -82,27 +130,176 @@ fn parse<'a>(path: &Path, bytes: &'a [u8]) -> Result<Module<'a>, Failure> {
     Module::parse(bytes).map_err(|e| Failure(format!("{}: {e}", path.display()), 2))
 }
 
+fn all_cores() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+fn load_graph(path: &Path) -> Result<Graph, Failure> {
+    Graph::from_json_file(path).map_err(|e| Failure(e.to_string(), 2))
+}
+
+/// Parses `SYM=VALUE` bindings, checking each against the graph's scope.
+fn parse_binds(g: &Graph, binds: &[String]) -> Result<Bindings, Failure> {
+    let mut b = Bindings::new();
+    for spec in binds {
+        let (name, value) = spec
+            .split_once('=')
+            .ok_or_else(|| Failure(format!("--bind `{spec}`: expected SYM=VALUE"), 2))?;
+        let sym = g.scope().lookup(name).ok_or_else(|| {
+            Failure(
+                format!("--bind `{spec}`: the graph has no symbol `{name}`"),
+                2,
+            )
+        })?;
+        let v: i64 = value
+            .parse()
+            .map_err(|_| Failure(format!("--bind `{spec}`: `{value}` is not an integer"), 2))?;
+        g.scope()
+            .bind(&mut b, sym, v)
+            .map_err(|e| Failure(format!("--bind `{spec}`: {e}"), 2))?;
+    }
+    Ok(b)
+}
+
 fn run(cli: Cli) -> Result<(), Failure> {
     match cli.command {
-        Command::Demo { lens, cores } => {
+        Command::Demo {
+            lens,
+            op_lens,
+            cores,
+        } => {
             let lens = if lens.is_empty() {
-                vec![17, 64, 128, 384, 1000, 2048, 4096]
+                vec![1, 17, 64, 128, 257, 512]
             } else {
                 lens
             };
-            let cores = cores
-                .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
-            let pool = CpuPool::new(cores);
+            let op_lens = if op_lens.is_empty() {
+                vec![17, 64, 128, 384, 1000, 2048, 4096]
+            } else {
+                op_lens
+            };
+            let rt = Runtime::new(cores.unwrap_or_else(all_cores), 1024);
+            let cfg = EncoderConfig::default();
             println!(
-                "dvm demo: per-shape kernels for a transformer layer's operators, hidden {}, {} core(s)",
-                demo::HIDDEN,
-                pool.cores()
+                "dvm demo 1/2: transformer encoder block (hidden {}, {} heads, ffn {}), symbolic length S, {} core(s)",
+                cfg.hidden,
+                cfg.heads,
+                cfg.ffn,
+                rt.pool().cores()
             );
-            let rows = demo::run(&lens, &pool).map_err(|e| Failure(e, 1))?;
+            let enc = demo::run_encoder(&cfg, &lens, &rt).map_err(|e| Failure(e, 1))?;
+            print!("{}", demo::encoder_table(&enc));
+            println!(
+                "\ndvm demo 2/2: single operators at hidden {}, one kernel per shape",
+                demo::HIDDEN
+            );
+            let rows = demo::run(&op_lens, rt.pool()).map_err(|e| Failure(e, 1))?;
             print!("{}", demo::table(&rows));
-            if rows.iter().any(|r| r.max_err > r.tol) {
+            if rows.iter().any(|r| r.max_err > r.tol)
+                || enc.iter().any(|r| r.max_err > demo::ENCODER_TOL)
+            {
                 return Err(Failure("some results exceed the tolerance".into(), 1));
             }
+            Ok(())
+        }
+        Command::Run {
+            graph,
+            inputs,
+            binds,
+            device,
+            output_dir,
+            cores,
+        } => {
+            let g = load_graph(&graph)?;
+            let bindings = parse_binds(&g, &binds)?;
+            let mut tensors: Vec<(String, Tensor)> = Vec::new();
+            for spec in &inputs {
+                let (name, file) = spec.split_once('=').ok_or_else(|| {
+                    Failure(format!("--input `{spec}`: expected NAME=FILE.npy"), 2)
+                })?;
+                let id = g
+                    .find(name)
+                    .filter(|id| g.inputs().contains(id))
+                    .ok_or_else(|| {
+                        Failure(
+                            format!("--input `{name}`: the graph has no input of that name"),
+                            2,
+                        )
+                    })?;
+                let dtype = g.nodes()[id.0].dtype;
+                let t = npy::read_as(Path::new(file), dtype)
+                    .map_err(|e| Failure(format!("--input `{name}`: {e}"), 2))?;
+                tensors.push((name.to_string(), t));
+            }
+            let named: Vec<(&str, &Tensor)> =
+                tensors.iter().map(|(n, t)| (n.as_str(), t)).collect();
+            // Input errors (missing, extra, wrong shape, out-of-range
+            // bindings) are user errors caught before anything runs.
+            g.bind_tensors(&named, &bindings)
+                .map_err(|e| Failure(e.to_string(), 2))?;
+            let outputs = match device {
+                Device::Reference => {
+                    reference::run(&g, &named, &bindings).map_err(|e| Failure(e.to_string(), 1))?
+                }
+                Device::Cpu => {
+                    let rt = Runtime::new(cores.unwrap_or_else(all_cores), 256);
+                    let prepared = Prepared::new(&g).map_err(|e| Failure(e.to_string(), 2))?;
+                    rt.run(&prepared, &named, &bindings)
+                        .map_err(|e| Failure(e.to_string(), 1))?
+                }
+            };
+            std::fs::create_dir_all(&output_dir)
+                .map_err(|e| Failure(format!("cannot create {}: {e}", output_dir.display()), 2))?;
+            let paths: Vec<PathBuf> = outputs
+                .iter()
+                .map(|(n, _)| output_dir.join(format!("{n}.npy")))
+                .collect();
+            let files: Vec<(&Path, &Tensor)> = paths
+                .iter()
+                .zip(&outputs)
+                .map(|(p, (_, t))| (p.as_path(), t))
+                .collect();
+            npy::write_all(&files).map_err(|e| Failure(e.to_string(), 1))?;
+            for p in &paths {
+                println!("{}", p.display());
+            }
+            Ok(())
+        }
+        Command::Compile {
+            graph,
+            binds,
+            output,
+        } => {
+            let g = load_graph(&graph)?;
+            let mut complete = parse_binds(&g, &binds)?;
+            g.scope()
+                .complete_bindings(&mut complete)
+                .map_err(|e| Failure(e.to_string(), 2))?;
+            for sym in g.scope().symbols() {
+                if complete.get(sym).is_none() {
+                    return Err(Failure(
+                        format!(
+                            "symbol `{}` is not bound: pass --bind {}=VALUE",
+                            sym.name(),
+                            sym.name()
+                        ),
+                        2,
+                    ));
+                }
+            }
+            let rt = Runtime::new(1, 1024);
+            let prepared = Prepared::new(&g).map_err(|e| Failure(e.to_string(), 2))?;
+            let (plan, kernels) = rt
+                .plan(&prepared, &complete)
+                .map_err(|e| Failure(e.to_string(), 2))?;
+            let mut builder = ModuleBuilder::new();
+            for (step, k) in plan.steps.iter().zip(&kernels) {
+                let mut def = k.info.kernel.clone();
+                def.name.clone_from(&step.name);
+                builder.add_kernel(def);
+            }
+            write_atomic(&output, &builder.finish())?;
+            println!("{}: {} kernel(s)", output.display(), plan.steps.len());
             Ok(())
         }
         Command::Disasm { module } => {

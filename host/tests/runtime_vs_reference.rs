@@ -20,7 +20,9 @@ fn check(g: &Graph, inputs: &[(&str, Tensor)], rtol: f64, atol: f64) {
     let want = reference::run(g, &named, &Bindings::new()).expect("reference runs");
     let rt = Runtime::new(2, 64);
     let prepared = Prepared::new(g).expect("decomposes");
-    let got = rt.run(&prepared, &named, &Bindings::new()).expect("cpu runs");
+    let got = rt
+        .run(&prepared, &named, &Bindings::new())
+        .expect("cpu runs");
     assert_eq!(want.len(), got.len());
     for ((wn, w), (gn, t)) in want.iter().zip(&got) {
         assert_eq!(wn, gn);
@@ -77,7 +79,9 @@ fn encoder_block_matches_reference_across_lengths() {
 fn views_reductions_and_concat() {
     let mut g = Graph::new();
     let s = g.symbol("S", 1, 64).unwrap();
-    let x = g.input("x", DType::F32, &[Dim::from(s), c(6), c(5)]).unwrap();
+    let x = g
+        .input("x", DType::F32, &[Dim::from(s), c(6), c(5)])
+        .unwrap();
     let t = g.transpose(x, &[2, 0, 1]).unwrap(); // [5, S, 6]
     let sl = g.slice(t, &[(2, 1, 6, 2)]).unwrap(); // [5, S, 3]
     let r = g.sum(sl, &[0, 2], false).unwrap(); // [S]
@@ -97,7 +101,9 @@ fn views_reductions_and_concat() {
 fn batched_matmul_with_broadcast_and_transposes() {
     let mut g = Graph::new();
     let b = g.symbol("B", 1, 8).unwrap();
-    let a = g.input("a", DType::F32, &[Dim::from(b), c(3), c(17), c(9)]).unwrap();
+    let a = g
+        .input("a", DType::F32, &[Dim::from(b), c(3), c(17), c(9)])
+        .unwrap();
     let w = g.input("w", DType::F32, &[c(3), c(11), c(9)]).unwrap();
     let y = g.matmul(a, w, false, true).unwrap(); // [B,3,17,11]
     let y2 = g.unary(Opcode::Tanh, y).unwrap();
@@ -105,7 +111,10 @@ fn batched_matmul_with_broadcast_and_transposes() {
     for bv in [1u64, 2] {
         check(
             &g,
-            &[("a", tensor(&[bv, 3, 17, 9], 30)), ("w", tensor(&[3, 11, 9], 31))],
+            &[
+                ("a", tensor(&[bv, 3, 17, 9], 30)),
+                ("w", tensor(&[3, 11, 9], 31)),
+            ],
             1e-5,
             1e-5,
         );
@@ -126,5 +135,10 @@ fn casts_compares_and_where() {
     g.output("back", back).unwrap();
     g.output("lt", lt).unwrap();
     g.output("i", i).unwrap();
-    check(&g, &[("x", tensor(&[10, 7], 40)), ("y", tensor(&[7], 41))], 2e-3, 1e-3);
+    check(
+        &g,
+        &[("x", tensor(&[10, 7], 40)), ("y", tensor(&[7], 41))],
+        2e-3,
+        1e-3,
+    );
 }

@@ -147,9 +147,9 @@ fn kernel<A: Acc>(ap: &[G<A, MR>], bp: &[G<A, NR>], c: &mut [G<A, NR>]) {
     for (a, b) in ap.iter().zip(bp) {
         // Whole-group copies keep the 16-byte alignment of the loads.
         let (a, b) = (*a, *b);
-        for i in 0..MR {
-            for j in 0..NR {
-                acc[i][j] = A::madd(acc[i][j], a.0[i], b.0[j]);
+        for (row, av) in acc.iter_mut().zip(a.0) {
+            for (c, bv) in row.iter_mut().zip(b.0) {
+                *c = A::madd(*c, av, bv);
             }
         }
     }

@@ -82,7 +82,8 @@ impl DevBuf {
     fn bytes(&self) -> &[u8] {
         let n = self.1;
         // SAFETY: u64 storage viewed as bytes; every bit pattern is a valid u8.
-        let all = unsafe { std::slice::from_raw_parts(self.0.as_ptr().cast::<u8>(), self.0.len() * 8) };
+        let all =
+            unsafe { std::slice::from_raw_parts(self.0.as_ptr().cast::<u8>(), self.0.len() * 8) };
         &all[..n]
     }
 }
@@ -106,6 +107,11 @@ impl Runtime {
             cache: KernelCache::new(cache_capacity),
             target,
         }
+    }
+
+    /// The worker pool.
+    pub fn pool(&self) -> &CpuPool {
+        &self.pool
     }
 
     /// The compile target.
@@ -165,7 +171,10 @@ impl Runtime {
         for (buf, info) in bufs.iter_mut().zip(&plan.buffers) {
             match &info.kind {
                 BufKind::Input(i) => {
-                    let name = graph.inputs().get(*i).map(|id| graph.nodes()[id.0].name.as_str());
+                    let name = graph
+                        .inputs()
+                        .get(*i)
+                        .map(|id| graph.nodes()[id.0].name.as_str());
                     let Some((_, t)) = inputs.iter().find(|(n, _)| Some(*n) == name) else {
                         continue;
                     };
@@ -213,10 +222,12 @@ impl Runtime {
                 let bytes = bufs[*b].bytes().to_vec();
                 Tensor::new(*dt, shape.clone(), bytes)
                     .map(|t| (name.clone(), t))
-                    .map_err(|e| RunError::Lower(LowerError::Unsupported {
-                        node: name.clone(),
-                        what: e.to_string(),
-                    }))
+                    .map_err(|e| {
+                        RunError::Lower(LowerError::Unsupported {
+                            node: name.clone(),
+                            what: e.to_string(),
+                        })
+                    })
             })
             .collect()
     }

@@ -1,0 +1,178 @@
+//! The `dvm` command line: happy paths and bad input (exit code 2, a message
+//! naming the culprit, no output left behind).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use dvm_host::demo::data;
+use dvm_host::npy;
+use dvm_host::tensor::Tensor;
+
+fn dvm() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_dvm"))
+}
+
+fn example() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/attention.json")
+}
+
+fn scratch(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("dvm-cli-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn write_inputs(dir: &Path, s: u64) -> Vec<String> {
+    ["q", "k", "v"]
+        .iter()
+        .enumerate()
+        .map(|(i, n)| {
+            let t = Tensor::from_f32(&[s, 64], &data((s * 64) as usize, i as u32 + 1)).unwrap();
+            let p = dir.join(format!("{n}.npy"));
+            npy::write(&p, &t).unwrap();
+            format!("{n}={}", p.display())
+        })
+        .collect()
+}
+
+fn run_graph(dir: &Path, inputs: &[String], device: &str, out: &Path) -> std::process::Output {
+    let mut c = dvm();
+    c.arg("run").arg(example());
+    for i in inputs {
+        c.arg("--input").arg(i);
+    }
+    c.args(["--device", device, "--output-dir"]).arg(out);
+    let _ = dir;
+    c.output().unwrap()
+}
+
+#[test]
+fn run_on_cpu_matches_reference() {
+    let dir = scratch("ok");
+    let inputs = write_inputs(&dir, 37);
+    let cpu = dir.join("cpu");
+    let refd = dir.join("ref");
+    let a = run_graph(&dir, &inputs, "cpu", &cpu);
+    assert!(a.status.success(), "{}", String::from_utf8_lossy(&a.stderr));
+    let b = run_graph(&dir, &inputs, "reference", &refd);
+    assert!(b.status.success(), "{}", String::from_utf8_lossy(&b.stderr));
+    let x = npy::read(&cpu.join("o.npy")).unwrap();
+    let y = npy::read(&refd.join("o.npy")).unwrap();
+    assert_eq!(x.shape(), &[37, 64]);
+    assert!(x.allclose(&y, 1e-5, 1e-5).unwrap());
+}
+
+fn assert_user_error(out: &std::process::Output, needle: &str, out_dir: &Path) {
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(needle),
+        "stderr `{err}` does not name `{needle}`"
+    );
+    assert!(!out_dir.join("o.npy").exists(), "an output was left behind");
+}
+
+#[test]
+fn bad_inputs_are_user_errors() {
+    let dir = scratch("bad");
+    let mut inputs = write_inputs(&dir, 5);
+    let out = dir.join("out");
+    // Missing input.
+    let o = run_graph(&dir, &inputs[..2], "cpu", &out);
+    assert_user_error(&o, "v", &out);
+    // Unknown input name.
+    let mut extra = inputs.clone();
+    extra.push(format!("w={}", dir.join("q.npy").display()));
+    let o = run_graph(&dir, &extra, "cpu", &out);
+    assert_user_error(&o, "w", &out);
+    // Wrong dtype.
+    let t = Tensor::from_i32(&[5, 64], &vec![1; 320]).unwrap();
+    npy::write(&dir.join("vi.npy"), &t).unwrap();
+    inputs[2] = format!("v={}", dir.join("vi.npy").display());
+    let o = run_graph(&dir, &inputs, "cpu", &out);
+    assert_user_error(&o, "v", &out);
+    // Mismatched shapes: k has another length than q.
+    let mut inputs = write_inputs(&dir, 5);
+    let k = Tensor::from_f32(&[6, 64], &data(384, 9)).unwrap();
+    npy::write(&dir.join("k6.npy"), &k).unwrap();
+    inputs[1] = format!("k={}", dir.join("k6.npy").display());
+    let o = run_graph(&dir, &inputs, "cpu", &out);
+    assert_user_error(&o, "k", &out);
+    // Not an npy file.
+    std::fs::write(dir.join("junk.npy"), b"hello").unwrap();
+    inputs[1] = format!("k={}", dir.join("junk.npy").display());
+    let o = run_graph(&dir, &inputs, "cpu", &out);
+    assert_user_error(&o, "junk.npy", &out);
+    // Unreadable graph.
+    let o = dvm()
+        .args(["run", "/nonexistent/g.json", "--output-dir"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert_user_error(&o, "g.json", &out);
+}
+
+#[test]
+fn compile_disasm_verify_and_bad_bindings() {
+    let dir = scratch("compile");
+    let m = dir.join("attn.dvmb");
+    let o = dvm()
+        .arg("compile")
+        .arg(example())
+        .args(["--bind", "S=100", "-o"])
+        .arg(&m)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v = dvm().arg("verify").arg(&m).output().unwrap();
+    assert!(v.status.success());
+    let d = dvm().arg("disasm").arg(&m).output().unwrap();
+    assert!(d.status.success());
+    let text = String::from_utf8_lossy(&d.stdout);
+    assert!(text.contains(".kernel \"scores\""), "{text}");
+    // Reassembling gives the same bytes.
+    std::fs::write(dir.join("attn.s"), text.as_bytes()).unwrap();
+    let back = dir.join("back.dvmb");
+    let a = dvm()
+        .arg("asm")
+        .arg(dir.join("attn.s"))
+        .arg("-o")
+        .arg(&back)
+        .output()
+        .unwrap();
+    assert!(a.status.success(), "{}", String::from_utf8_lossy(&a.stderr));
+    assert_eq!(std::fs::read(&m).unwrap(), std::fs::read(&back).unwrap());
+
+    // Out of range, unknown symbol, unbound symbol: exit 2, no module.
+    let bad = dir.join("bad.dvmb");
+    for args in [&["--bind", "S=5000"][..], &["--bind", "T=3"], &[]] {
+        let o = dvm()
+            .arg("compile")
+            .arg(example())
+            .args(args)
+            .arg("-o")
+            .arg(&bad)
+            .output()
+            .unwrap();
+        assert_eq!(
+            o.status.code(),
+            Some(2),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        assert!(String::from_utf8_lossy(&o.stderr).contains('S') || args.contains(&"T=3"));
+        assert!(!bad.exists());
+    }
+    // A corrupt module is rejected by verify and disasm with exit 2.
+    let mut bytes = std::fs::read(&m).unwrap();
+    bytes.truncate(bytes.len() / 2);
+    std::fs::write(&bad, &bytes).unwrap();
+    let o = dvm().arg("verify").arg(&bad).output().unwrap();
+    assert_eq!(o.status.code(), Some(2));
+}
