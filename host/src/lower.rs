@@ -65,7 +65,7 @@ pub struct Plan {
 pub enum LowerError {
     /// Shapes could not be evaluated.
     #[error(transparent)]
-    Graph(#[from] crate::graph::GraphError),
+    Graph(Box<crate::graph::GraphError>),
     /// The graph still holds an operator lowering does not handle
     /// (composites must be decomposed first).
     #[error("node `{node}`: {what}")]
@@ -75,6 +75,12 @@ pub enum LowerError {
         /// What is wrong.
         what: String,
     },
+}
+
+impl From<crate::graph::GraphError> for LowerError {
+    fn from(e: crate::graph::GraphError) -> LowerError {
+        LowerError::Graph(Box::new(e))
+    }
 }
 
 #[derive(Clone, Debug)]

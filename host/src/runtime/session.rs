@@ -17,17 +17,17 @@ use crate::tensor::Tensor;
 pub enum RunError {
     /// Bad graph or inputs.
     #[error(transparent)]
-    Graph(#[from] GraphError),
+    Graph(Box<GraphError>),
     /// Lowering failed.
     #[error(transparent)]
-    Lower(#[from] LowerError),
+    Lower(Box<LowerError>),
     /// A kernel did not compile.
     #[error("kernel `{step}`: {error}")]
     Build {
         /// Step name.
         step: String,
         /// The failure.
-        error: BuildError,
+        error: Box<BuildError>,
     },
     /// A launch failed.
     #[error("kernel `{step}`: {error}")]
@@ -37,6 +37,18 @@ pub enum RunError {
         /// The failure.
         error: dvm_device::exec::ExecError,
     },
+}
+
+impl From<GraphError> for RunError {
+    fn from(e: GraphError) -> RunError {
+        RunError::Graph(Box::new(e))
+    }
+}
+
+impl From<LowerError> for RunError {
+    fn from(e: LowerError) -> RunError {
+        RunError::Lower(Box::new(e))
+    }
 }
 
 /// A graph prepared for running: composites decomposed once.
@@ -142,7 +154,7 @@ impl Runtime {
                     .get_or_build(&s.group, &s.name, &self.target)
                     .map_err(|error| RunError::Build {
                         step: s.name.clone(),
-                        error,
+                        error: Box::new(error),
                     })
             })
             .collect::<Result<Vec<_>, _>>()?;
@@ -223,7 +235,7 @@ impl Runtime {
                 Tensor::new(*dt, shape.clone(), bytes)
                     .map(|t| (name.clone(), t))
                     .map_err(|e| {
-                        RunError::Lower(LowerError::Unsupported {
+                        RunError::from(LowerError::Unsupported {
                             node: name.clone(),
                             what: e.to_string(),
                         })
