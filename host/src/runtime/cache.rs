@@ -155,3 +155,59 @@ fn evict_oldest(inner: &mut Inner) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use dvm_isa::{DType, Opcode};
+
+    use super::*;
+    use crate::compile::View;
+
+    fn neg(n: u64) -> Group {
+        let v = View::contiguous(DType::F32, &[n]);
+        Group {
+            kind: GroupKind::Elementwise { shape: vec![n] },
+            inputs: vec![v.clone()],
+            nodes: vec![(Node::Input(0), DType::F32), (Node::Unary(Opcode::Neg, 0), DType::F32)],
+            outputs: vec![(1, v)],
+        }
+    }
+
+    #[test]
+    fn hits_misses_and_lru_eviction() {
+        let cache = KernelCache::new(2);
+        let t = Target::default();
+        let a = cache.get_or_build(&neg(10), "a", &t).unwrap();
+        let a2 = cache.get_or_build(&neg(10), "a", &t).unwrap();
+        assert!(Arc::ptr_eq(&a, &a2));
+        cache.get_or_build(&neg(11), "b", &t).unwrap();
+        // Touch 10 so that 11 is the least recently used, then add 12.
+        cache.get_or_build(&neg(10), "a", &t).unwrap();
+        cache.get_or_build(&neg(12), "c", &t).unwrap();
+        let s = cache.stats();
+        assert_eq!((s.hits, s.misses, s.len), (2, 3, 2));
+        let a3 = cache.get_or_build(&neg(10), "a", &t).unwrap();
+        assert!(Arc::ptr_eq(&a, &a3), "the recently used kernel survived");
+        cache.get_or_build(&neg(11), "b", &t).unwrap();
+        assert_eq!(cache.stats().misses, 4, "the least recently used one was evicted");
+    }
+
+    #[test]
+    fn a_failed_compile_is_not_cached() {
+        let cache = KernelCache::new(4);
+        let mut bad = neg(10);
+        bad.nodes[1].0 = Node::Unary(Opcode::Neg, 7);
+        assert!(cache.get_or_build(&bad, "bad", &Target::default()).is_err());
+        assert_eq!(cache.stats().len, 0);
+    }
+
+    #[test]
+    fn different_targets_do_not_share_kernels() {
+        let cache = KernelCache::new(4);
+        let one = Target { cores: 1, ..Target::default() };
+        let two = Target { cores: 2, ..Target::default() };
+        cache.get_or_build(&neg(100_000), "a", &one).unwrap();
+        cache.get_or_build(&neg(100_000), "a", &two).unwrap();
+        assert_eq!(cache.stats().misses, 2);
+    }
+}
