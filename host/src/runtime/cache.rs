@@ -168,7 +168,10 @@ mod tests {
         Group {
             kind: GroupKind::Elementwise { shape: vec![n] },
             inputs: vec![v.clone()],
-            nodes: vec![(Node::Input(0), DType::F32), (Node::Unary(Opcode::Neg, 0), DType::F32)],
+            nodes: vec![
+                (Node::Input(0), DType::F32),
+                (Node::Unary(Opcode::Neg, 0), DType::F32),
+            ],
             outputs: vec![(1, v)],
         }
     }
@@ -189,7 +192,11 @@ mod tests {
         let a3 = cache.get_or_build(&neg(10), "a", &t).unwrap();
         assert!(Arc::ptr_eq(&a, &a3), "the recently used kernel survived");
         cache.get_or_build(&neg(11), "b", &t).unwrap();
-        assert_eq!(cache.stats().misses, 4, "the least recently used one was evicted");
+        assert_eq!(
+            cache.stats().misses,
+            4,
+            "the least recently used one was evicted"
+        );
     }
 
     #[test]
@@ -204,8 +211,14 @@ mod tests {
     #[test]
     fn different_targets_do_not_share_kernels() {
         let cache = KernelCache::new(4);
-        let one = Target { cores: 1, ..Target::default() };
-        let two = Target { cores: 2, ..Target::default() };
+        let one = Target {
+            cores: 1,
+            ..Target::default()
+        };
+        let two = Target {
+            cores: 2,
+            ..Target::default()
+        };
         cache.get_or_build(&neg(100_000), "a", &one).unwrap();
         cache.get_or_build(&neg(100_000), "a", &two).unwrap();
         assert_eq!(cache.stats().misses, 2);
