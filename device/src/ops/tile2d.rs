@@ -18,9 +18,11 @@ use super::ub::{range_of, Elem, Pod, Split};
 use super::UbArgs;
 
 /// Independent accumulators per row for `axis = cols`.
-pub(crate) const LANES: usize = 16;
-/// Columns accumulated at a time for `axis = rows`.
-pub(crate) const COLS_BLOCK: usize = 128;
+pub(crate) const LANES: usize = 32;
+/// Lanes left by the halving steps of the final accumulator fold.
+const TREE_MIN: usize = 4;
+/// Columns accumulated at a time (in registers) for `axis = rows`.
+pub(crate) const COLS_BLOCK: usize = 32;
 
 /// A reduction: an associative fold with an identity.
 pub(crate) trait RedOp<C> {
@@ -85,12 +87,30 @@ fn operands<'u, S: Pod, D: Pod>(
     Some((src, dst))
 }
 
-/// Folds one row with `L` independent accumulators.
+/// Folds `L` accumulators into one: halving steps (`acc[i] ∘= acc[i + h]`
+/// for `h = L/2, L/4, …` down to [`TREE_MIN`] lanes, each step one or two
+/// full-width vector ops), then the remaining lanes in order.
+#[inline(always)]
+fn fold_lanes<C: Copy, O: RedOp<C>, const L: usize>(mut acc: [C; L]) -> C {
+    let mut h = L / 2;
+    while h >= TREE_MIN {
+        let (lo, hi) = acc.split_at_mut(h);
+        for (a, b) in lo.iter_mut().zip(hi.iter()) {
+            *a = O::f(*a, *b);
+        }
+        h /= 2;
+    }
+    let n = (2 * h).clamp(1, L);
+    acc[..n].iter().fold(O::id(), |s, a| O::f(s, *a))
+}
+
+/// Folds one row with `L` independent accumulators (element `i` of the
+/// main part goes to lane `i % L`), then the lanes ([`fold_lanes`]), then
+/// the tail (the last `len % L` elements) in order.
 ///
 /// The shape matters for LLVM: a main part split off with `split_at`, a
-/// zipped accumulator loop, and a sequential fold of the accumulators at
-/// the end vectorise to full-width registers (a pairwise tree at the end
-/// made the SLP vectoriser fall back to 2-lane vectors).
+/// zipped accumulator loop over fixed-size chunks and fixed-size halving
+/// steps vectorise to full-width registers.
 #[inline(always)]
 fn fold_row<T: Elem, O: RedOp<T::C>, const L: usize>(row: &[T]) -> T::C {
     let (main, tail) = row.split_at(row.len() / L * L);
@@ -100,11 +120,11 @@ fn fold_row<T: Elem, O: RedOp<T::C>, const L: usize>(row: &[T]) -> T::C {
             *a = O::f(*a, x.get());
         }
     }
-    let mut t = O::id();
+    let mut s = fold_lanes::<T::C, O, L>(acc);
     for x in tail {
-        t = O::f(t, x.get());
+        s = O::f(s, x.get());
     }
-    O::f(acc.iter().fold(O::id(), |s, a| O::f(s, *a)), t)
+    s
 }
 
 /// Handler of a reduction along `axis = cols` (`rows × cols → rows × 1`).
@@ -125,10 +145,37 @@ pub(crate) fn reduce_cols<T: Elem, O: RedOp<T::C>>(ub: &mut [u8], a: &UbArgs) {
         for (d, row) in dst.iter_mut().zip(src.chunks_exact(cols)) {
             *d = T::put(fold_row::<T, O, LANES>(row));
         }
-    } else {
+    } else if cols >= 2 * LANES {
         for (d, row) in dst.iter_mut().zip(src.chunks_exact(cols)) {
             *d = T::put(fold_row::<T, O, { LANES / 2 }>(row));
         }
+    } else {
+        for (d, row) in dst.iter_mut().zip(src.chunks_exact(cols)) {
+            *d = T::put(fold_row::<T, O, { LANES / 4 }>(row));
+        }
+    }
+}
+
+/// Folds columns `j0..j0 + W` down all rows (top to bottom, in order) with
+/// the accumulators in registers, and stores them to `d`.
+#[inline(always)]
+fn col_block<T: Elem, O: RedOp<T::C>, const W: usize>(
+    src: &[T],
+    cols: usize,
+    j0: usize,
+    d: &mut [T],
+) {
+    let mut acc = [O::id(); W];
+    for row in src.chunks_exact(cols) {
+        let Some(r) = row.get(j0..).and_then(|r| r.first_chunk::<W>()) else {
+            return;
+        };
+        for (a, x) in acc.iter_mut().zip(r) {
+            *a = O::f(*a, x.get());
+        }
+    }
+    for (d, a) in d.iter_mut().zip(acc.iter()) {
+        *d = T::put(*a);
     }
 }
 
@@ -144,37 +191,21 @@ pub(crate) fn reduce_rows<T: Elem, O: RedOp<T::C>>(ub: &mut [u8], a: &UbArgs) {
     if cols == 0 {
         return;
     }
-    let mut acc = [O::id(); COLS_BLOCK];
-    for (bi, dchunk) in dst.chunks_mut(COLS_BLOCK).enumerate() {
-        let j0 = bi * COLS_BLOCK;
-        let w = dchunk.len().min(COLS_BLOCK);
-        let acc = &mut acc[..w];
-        acc.fill(O::id());
-        let mut quads = src.chunks_exact(4 * cols);
-        for q in &mut quads {
-            let (Some(r0), Some(r1), Some(r2), Some(r3)) = (
-                q.get(j0..j0 + w),
-                q.get(cols + j0..cols + j0 + w),
-                q.get(2 * cols + j0..2 * cols + j0 + w),
-                q.get(3 * cols + j0..3 * cols + j0 + w),
-            ) else {
-                return;
-            };
-            for ((((a, x0), x1), x2), x3) in acc.iter_mut().zip(r0).zip(r1).zip(r2).zip(r3) {
-                let s01 = O::f(x0.get(), x1.get());
-                let s23 = O::f(x2.get(), x3.get());
-                *a = O::f(*a, O::f(s01, s23));
-            }
-        }
-        for row in quads.remainder().chunks_exact(cols) {
-            let Some(r) = row.get(j0..j0 + w) else { return };
-            for (a, x) in acc.iter_mut().zip(r) {
-                *a = O::f(*a, x.get());
-            }
-        }
-        for (d, a) in dchunk.iter_mut().zip(acc.iter()) {
-            *d = T::put(*a);
-        }
+    // Every column is folded in row order whatever block it falls in.
+    let mut blocks = dst.chunks_exact_mut(COLS_BLOCK);
+    let mut j0 = 0;
+    for d in &mut blocks {
+        col_block::<T, O, COLS_BLOCK>(src, cols, j0, d);
+        j0 += COLS_BLOCK;
+    }
+    let mut blocks = blocks.into_remainder().chunks_exact_mut(COLS_BLOCK / 4);
+    for d in &mut blocks {
+        col_block::<T, O, { COLS_BLOCK / 4 }>(src, cols, j0, d);
+        j0 += COLS_BLOCK / 4;
+    }
+    for d in blocks.into_remainder().chunks_exact_mut(1) {
+        col_block::<T, O, 1>(src, cols, j0, d);
+        j0 += 1;
     }
 }
 

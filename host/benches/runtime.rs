@@ -1,0 +1,197 @@
+//! Host benchmark: compile time per operator instance (cache miss), cache
+//! hit time, launch overhead, and steady-state run time of add, softmax,
+//! layernorm and matmul at sequence lengths 17…4096 (hidden 768).
+//!
+//! `cargo bench -p dvm-host --bench runtime`. Timings are minimum and median
+//! over repetitions, printed as a table.
+
+use std::time::Instant;
+
+use dvm_host::compile::{Group, GroupKind, Node, Target, View};
+use dvm_host::demo::{data, groups};
+use dvm_host::kernel::build;
+use dvm_host::runtime::pool::{CpuPool, RawBuf};
+use dvm_host::runtime::KernelCache;
+use dvm_isa::{DType, Opcode};
+
+fn stats(mut v: Vec<f64>) -> (f64, f64, f64) {
+    v.sort_by(f64::total_cmp);
+    (v[0], v[v.len() / 2], v[v.len() - 1])
+}
+
+fn main() {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let pool = CpuPool::new(cores);
+    let target = Target {
+        cores: pool.cores() as u32,
+        ..Target::default()
+    };
+    let lens = [17u64, 64, 128, 256, 512, 1024, 2048, 4096];
+
+    // Compile time per op instance: every (op, length) pair, cache miss.
+    println!("compile (group → module → verify → predecode), µs, 20 reps per instance:");
+    println!("{:<18} {:>8} {:>8} {:>8}", "op", "min", "median", "max");
+    let mut all = Vec::new();
+    for op in 0..4 {
+        let mut times = Vec::new();
+        let mut name = "";
+        for &s in &lens {
+            let (n, g) = groups(s).swap_remove(op);
+            name = n;
+            for _ in 0..20 {
+                let t = Instant::now();
+                let k = build(&g, n, &target).expect("builds");
+                times.push(t.elapsed().as_secs_f64() * 1e6);
+                std::hint::black_box(k);
+            }
+        }
+        all.extend(times.iter().copied());
+        let (mn, md, mx) = stats(times);
+        println!("{name:<18} {mn:>8.1} {md:>8.1} {mx:>8.1}");
+    }
+    let (mn, md, mx) = stats(all);
+    println!("{:<18} {mn:>8.1} {md:>8.1} {mx:>8.1}", "all");
+
+    // Cache hit.
+    let cache = KernelCache::new(64);
+    let (_, g) = groups(512).swap_remove(1);
+    cache.get_or_build(&g, "softmax", &target).expect("builds");
+    let reps = 100_000;
+    let t = Instant::now();
+    for _ in 0..reps {
+        std::hint::black_box(cache.get_or_build(&g, "softmax", &target).expect("hit"));
+    }
+    println!(
+        "\ncache hit (softmax at S=512): {:.3} µs",
+        t.elapsed().as_secs_f64() * 1e6 / reps as f64
+    );
+
+    // Launch overhead: a one-tile kernel (8 elements), all cores vs one.
+    let v = View::contiguous(DType::F32, &[8]);
+    let tiny = Group {
+        kind: GroupKind::Elementwise { shape: vec![8] },
+        inputs: vec![v.clone()],
+        nodes: vec![
+            (Node::Input(0), DType::F32),
+            (Node::Unary(Opcode::Neg, 0), DType::F32),
+        ],
+        outputs: vec![(1, v)],
+    };
+    let k = build(&tiny, "tiny", &target).expect("builds");
+    let x = vec![1f32; 8];
+    let mut y = vec![0f32; 8];
+    let bufs = [
+        RawBuf {
+            ptr: x.as_ptr() as *mut u8,
+            len: 32,
+            writable: false,
+        },
+        RawBuf {
+            ptr: y.as_mut_ptr() as *mut u8,
+            len: 32,
+            writable: true,
+        },
+    ];
+    let mut times = Vec::new();
+    for _ in 0..20_000 {
+        let t = Instant::now();
+        // SAFETY: both buffers are live and untouched during the launch.
+        unsafe { pool.launch(&k.program, &bufs) }.expect("runs");
+        times.push(t.elapsed().as_secs_f64() * 1e6);
+    }
+    let (mn, md, _) = stats(times);
+    println!("launch, 1-tile kernel: min {mn:.2} µs, median {md:.2} µs");
+    // A kernel with one tile per core, to include waking the workers.
+    let n = 4096 * pool.cores() as u64 * 4;
+    let v = View::contiguous(DType::F32, &[n]);
+    let wide = Group {
+        kind: GroupKind::Elementwise { shape: vec![n] },
+        inputs: vec![v.clone()],
+        nodes: vec![
+            (Node::Input(0), DType::F32),
+            (Node::Unary(Opcode::Neg, 0), DType::F32),
+        ],
+        outputs: vec![(1, v)],
+    };
+    let k = build(&wide, "wide", &target).expect("builds");
+    let x = vec![1f32; n as usize];
+    let mut y = vec![0f32; n as usize];
+    let bufs = [
+        RawBuf {
+            ptr: x.as_ptr() as *mut u8,
+            len: x.len() * 4,
+            writable: false,
+        },
+        RawBuf {
+            ptr: y.as_mut_ptr() as *mut u8,
+            len: y.len() * 4,
+            writable: true,
+        },
+    ];
+    let mut times = Vec::new();
+    for _ in 0..5_000 {
+        let t = Instant::now();
+        // SAFETY: both buffers are live and untouched during the launch.
+        unsafe { pool.launch(&k.program, &bufs) }.expect("runs");
+        times.push(t.elapsed().as_secs_f64() * 1e6);
+    }
+    let (mn, md, _) = stats(times);
+    println!(
+        "launch, {n}-element neg on {} cores ({} tiles): min {mn:.2} µs, median {md:.2} µs",
+        pool.cores(),
+        k.info.tiles
+    );
+
+    // Steady state.
+    println!("\nsteady-state run, ms (min of 5), hidden 768:");
+    println!(
+        "{:>6} {:>10} {:>10} {:>10} {:>12}",
+        "S", "add", "softmax", "layernorm", "matmul+gelu"
+    );
+    for &s in &lens {
+        let mut row = Vec::new();
+        for (name, g) in groups(s) {
+            let k = build(&g, name, &target).expect("builds");
+            let ins: Vec<Vec<f32>> = g
+                .inputs
+                .iter()
+                .map(|v| {
+                    data(
+                        if v.strides.contains(&0) {
+                            768
+                        } else {
+                            v.numel() as usize
+                        },
+                        1,
+                    )
+                })
+                .collect();
+            let mut out = vec![0f32; (s * 768) as usize];
+            let mut bufs: Vec<RawBuf> = ins
+                .iter()
+                .map(|v| RawBuf {
+                    ptr: v.as_ptr() as *mut u8,
+                    len: v.len() * 4,
+                    writable: false,
+                })
+                .collect();
+            bufs.push(RawBuf {
+                ptr: out.as_mut_ptr() as *mut u8,
+                len: out.len() * 4,
+                writable: true,
+            });
+            let mut best = f64::MAX;
+            for _ in 0..5 {
+                let t = Instant::now();
+                // SAFETY: buffers are live and untouched during the launch.
+                unsafe { pool.launch(&k.program, &bufs) }.expect("runs");
+                best = best.min(t.elapsed().as_secs_f64() * 1e3);
+            }
+            row.push(best);
+        }
+        println!(
+            "{s:>6} {:>10.3} {:>10.3} {:>10.3} {:>12.3}",
+            row[0], row[1], row[2], row[3]
+        );
+    }
+}
