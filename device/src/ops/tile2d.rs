@@ -3,13 +3,18 @@
 //! rule); anything else makes the handler do nothing.
 //!
 //! Reductions accumulate in the compute type (`f32` for every float dtype,
-//! wrapping `i32` for integers, rounded/wrapped once at the end):
+//! wrapping `i32` for integers, rounded/wrapped once at the end), in a
+//! fixed order that depends only on the shape (the same on every run and
+//! target; no FMA):
 //! - `axis = cols` (each row → one value): [`LANES`] independent
-//!   accumulators per row (half as many for rows shorter than
-//!   `4·LANES`), so float sums vectorise (the summation order is
-//!   therefore not sequential);
-//! - `axis = rows` (each column → one value): column blocks of [`COLS_BLOCK`]
-//!   accumulators on the stack, four rows folded per pass.
+//!   accumulators per row (half as many for rows shorter than `4·LANES`, a
+//!   quarter for rows shorter than `2·LANES`), element `i` of the row's
+//!   main part going to lane `i % L`; the lanes are then folded by halving
+//!   steps down to 4 lanes, those 4 in order, then the tail in order — so
+//!   float sums vectorise (the summation order is not sequential);
+//! - `axis = rows` (each column → one value): each column is folded in row
+//!   order, top to bottom (sequential), [`COLS_BLOCK`] columns at a time
+//!   with the accumulators in registers.
 //!
 //! Empty folds give the identity: 0 for sums, −inf / `MIN` for max, +inf /
 //! `MAX` for min. Float max/min propagate NaN.
@@ -90,7 +95,12 @@ fn operands<'u, S: Pod, D: Pod>(
 /// Folds `L` accumulators into one: halving steps (`acc[i] ∘= acc[i + h]`
 /// for `h = L/2, L/4, …` down to [`TREE_MIN`] lanes, each step one or two
 /// full-width vector ops), then the remaining lanes in order.
-#[inline(always)]
+///
+/// Not inlined on purpose: inlined, the SLP vectoriser builds its vectors
+/// from this tree's lane pairs and the accumulator loop of [`fold_row`]
+/// falls apart into scalar and 2-lane code; through memory both halves
+/// vectorise to full width.
+#[inline(never)]
 fn fold_lanes<C: Copy, O: RedOp<C>, const L: usize>(mut acc: [C; L]) -> C {
     let mut h = L / 2;
     while h >= TREE_MIN {

@@ -78,23 +78,7 @@ pub fn compile(group: &Group, name: &str, target: &Target) -> Result<Compiled, C
     choose_tile(&mut t, group, &classes, fold, target)?;
     grid_layout(&mut t);
 
-    let mut params = Vec::with_capacity(group.inputs.len() + group.outputs.len());
-    for (i, v) in group.inputs.iter().enumerate() {
-        params.push(param(
-            format!("in{i}"),
-            v.dtype,
-            ParamAccess::Read,
-            &v.shape,
-        ));
-    }
-    for (i, (_, v)) in group.outputs.iter().enumerate() {
-        params.push(param(
-            format!("out{i}"),
-            v.dtype,
-            ParamAccess::Write,
-            &v.shape,
-        ));
-    }
+    let params = params(group);
     if params.len() > 255 {
         return Err(CompileError::TooLarge("parameter count".into()));
     }
@@ -141,7 +125,23 @@ pub fn compile(group: &Group, name: &str, target: &Target) -> Result<Compiled, C
     })
 }
 
-pub(super) fn param(name: String, dtype: DType, access: ParamAccess, shape: &[u64]) -> ParamDef {
+/// The kernel parameters of a group: its inputs (read), then its outputs
+/// (written), with their shapes as metadata.
+pub(super) fn params(group: &Group) -> Vec<ParamDef> {
+    let inputs = group
+        .inputs
+        .iter()
+        .enumerate()
+        .map(|(i, v)| param(format!("in{i}"), v.dtype, ParamAccess::Read, &v.shape));
+    let outputs = group
+        .outputs
+        .iter()
+        .enumerate()
+        .map(|(i, (_, v))| param(format!("out{i}"), v.dtype, ParamAccess::Write, &v.shape));
+    inputs.chain(outputs).collect()
+}
+
+fn param(name: String, dtype: DType, access: ParamAccess, shape: &[u64]) -> ParamDef {
     ParamDef {
         name,
         dtype,

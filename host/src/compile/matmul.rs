@@ -3,10 +3,10 @@
 //! accumulator tile (the mix kernel).
 
 use dvm_isa::builder::{BodyDef, CodeWriter, KernelDef};
-use dvm_isa::{DType, Instr, KernelKind, MmFlags, ParamAccess, Pipe, WaitMask};
+use dvm_isa::{DType, Instr, KernelKind, MmFlags, Pipe, WaitMask};
 
-use super::ewise::{classify, emit_body, max_elem_size, param, peak_buffers};
-use super::group::{Group, GroupKind};
+use super::ewise::{classify, emit_body, max_elem_size, params, peak_buffers};
+use super::group::{Group, GroupKind, Node};
 use super::space::{coalesce_keep, grid_layout, load_from, BoxShape, PatternFields, Tiled};
 use super::ub_alloc::{UbAlloc, ALIGN};
 use super::{CompileError, Compiled, Target};
@@ -138,22 +138,9 @@ pub fn compile(group: &Group, name: &str, target: &Target) -> Result<Compiled, C
     let (ka, kb) = (a.strides[nb + 1], b.strides[nb]);
     let in_dt = a.dtype;
 
-    let mut params = Vec::new();
-    for (i, v) in group.inputs.iter().enumerate() {
-        params.push(param(
-            format!("in{i}"),
-            v.dtype,
-            ParamAccess::Read,
-            &v.shape,
-        ));
-    }
-    for (i, (_, v)) in group.outputs.iter().enumerate() {
-        params.push(param(
-            format!("out{i}"),
-            v.dtype,
-            ParamAccess::Write,
-            &v.shape,
-        ));
+    let params = params(group);
+    if params.len() > 255 {
+        return Err(CompileError::TooLarge("parameter count".into()));
     }
     let grid = t.grid3()?;
     let nbodies = t.bodies();
@@ -219,21 +206,12 @@ pub fn compile(group: &Group, name: &str, target: &Target) -> Result<Compiled, C
         ub_bytes = ub_bytes.max(alloc.high_water());
         bodies.push(BodyDef { grid, code });
     }
-    let vector = bodies.iter().any(|b| {
-        let words: Vec<_> = b
-            .code
-            .words()
-            .iter()
-            .map(|w| zerocopy::little_endian::U64::new(*w))
-            .collect();
-        let mut at = 0;
-        let mut v = false;
-        while let Ok((h, i)) = Instr::decode(&words[at.min(words.len())..]) {
-            v |= i.opcode().pipe() == Pipe::Vector;
-            at += h.len as usize;
-        }
-        v
-    });
+    // The epilogue runs on the vector pipe: any node but the matmul and the
+    // loads of its operands.
+    let vector = group
+        .nodes
+        .iter()
+        .any(|(n, _)| !matches!(n, Node::Matmul | Node::Input(_)));
     let kind = if nbodies > 1 {
         KernelKind::Parallel
     } else if vector {

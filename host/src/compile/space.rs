@@ -9,7 +9,7 @@
 //! its own base offsets.
 
 use dvm_isa::operand::GridDim;
-use dvm_isa::{DType, Instr, PadMode, Scalar};
+use dvm_isa::{DType, Instr, Opcode, PadMode, Scalar};
 
 use super::view::MAX_DIMS;
 use super::CompileError;
@@ -210,48 +210,27 @@ impl Tiled {
         add: bool,
     ) -> Result<Instr, CompileError> {
         let p = self.pattern(op, body, shape)?;
-        let (pitch, rows, cols) = (u32c(p.pitch)?, u32c(p.rows)?, u32c(p.cols)?);
-        let (row_total, col_total) = (u32c(p.row_total)?, u32c(p.col_total)?);
-        let [step0, step1, step2] = p.step;
-        Ok(if add {
-            Instr::StoreAdd {
-                dt: dtype,
-                buf: param,
-                row_dim: p.row_dim,
-                col_dim: p.col_dim,
-                ub,
-                pitch,
-                rows,
-                cols,
-                row_total,
-                col_total,
-                base: p.base,
-                step0,
-                step1,
-                step2,
-                row_stride: p.row_stride,
-                col_stride: p.col_stride,
-            }
-        } else {
-            Instr::Store {
-                dt: dtype,
-                buf: param,
-                row_dim: p.row_dim,
-                col_dim: p.col_dim,
-                ub,
-                pitch,
-                rows,
-                cols,
-                row_total,
-                col_total,
-                base: p.base,
-                step0,
-                step1,
-                step2,
-                row_stride: p.row_stride,
-                col_stride: p.col_stride,
-            }
-        })
+        let opcode = if add { Opcode::StoreAdd } else { Opcode::Store };
+        let gd = |d: GridDim| d.index().map_or(0xff, |i| i as u64);
+        let raw = [
+            dtype as u64,
+            param as u64,
+            gd(p.row_dim),
+            gd(p.col_dim),
+            ub as u64,
+            u32c(p.pitch)? as u64,
+            u32c(p.rows)? as u64,
+            u32c(p.cols)? as u64,
+            u32c(p.row_total)? as u64,
+            u32c(p.col_total)? as u64,
+            p.base,
+            p.step[0],
+            p.step[1],
+            p.step[2],
+            p.row_stride,
+            p.col_stride,
+        ];
+        super::instr(opcode, &raw)
     }
 }
 
