@@ -78,8 +78,8 @@ fn main() {
         outputs: vec![(1, v)],
     };
     let k = build(&tiny, "tiny", &target).expect("builds");
-    let x = vec![1f32; 8];
-    let mut y = vec![0f32; 8];
+    let x = [1f32; 8];
+    let mut y = [0f32; 8];
     let bufs = [
         RawBuf {
             ptr: x.as_ptr() as *mut u8,

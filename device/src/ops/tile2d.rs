@@ -98,10 +98,11 @@ fn operands<'u, S: Pod, D: Pod>(
 ///
 /// Not inlined on purpose: inlined, the SLP vectoriser builds its vectors
 /// from this tree's lane pairs and the accumulator loop of [`fold_row`]
-/// falls apart into scalar and 2-lane code; through memory both halves
-/// vectorise to full width.
+/// falls apart into scalar and 2-lane code. Taking `&mut` (the halving
+/// steps stored back) matters too: by value or `&`, the steps became
+/// scalar code.
 #[inline(never)]
-fn fold_lanes<C: Copy, O: RedOp<C>, const L: usize>(mut acc: [C; L]) -> C {
+fn fold_lanes<C: Copy, O: RedOp<C>, const L: usize>(acc: &mut [C; L]) -> C {
     let mut h = L / 2;
     while h >= TREE_MIN {
         let (lo, hi) = acc.split_at_mut(h);
@@ -130,7 +131,9 @@ fn fold_row<T: Elem, O: RedOp<T::C>, const L: usize>(row: &[T]) -> T::C {
             *a = O::f(*a, x.get());
         }
     }
-    let mut s = fold_lanes::<T::C, O, L>(acc);
+    // A copy, so that the loop above keeps `acc` in registers.
+    let mut lanes = acc;
+    let mut s = fold_lanes::<T::C, O, L>(&mut lanes);
     for x in tail {
         s = O::f(s, x.get());
     }
