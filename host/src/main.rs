@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand, ValueEnum};
 use dvm_host::graph::Graph;
 use dvm_host::models::EncoderConfig;
-use dvm_host::runtime::{Prepared, Runtime};
+use dvm_host::runtime::{Prepared, QemuDevice, Runtime};
 use dvm_host::sym::Bindings;
 use dvm_host::tensor::Tensor;
 use dvm_host::{demo, npy, reference};
@@ -27,6 +27,8 @@ enum Device {
     Cpu,
     /// The f64 reference evaluator.
     Reference,
+    /// The aarch64 firmware under qemu-system-aarch64 (needs --firmware).
+    Qemu,
 }
 
 #[derive(Subcommand)]
@@ -61,9 +63,14 @@ enum Command {
         /// Directory for the outputs (created if missing).
         #[arg(long)]
         output_dir: PathBuf,
-        /// Worker cores for the cpu device (default: all).
+        /// Worker cores for the cpu device (default: all); for the qemu
+        /// device, the blocks each launch is split into.
         #[arg(long)]
         cores: Option<usize>,
+        /// The firmware ELF for `--device qemu` (`cargo ci firmware` builds
+        /// it as target/aarch64/aarch64-unknown-none/release/dvm-firmware).
+        #[arg(long, env = "DVM_FIRMWARE")]
+        firmware: Option<PathBuf>,
     },
     /// Compile a graph at the given bindings into a module of its kernels.
     Compile {
@@ -209,8 +216,23 @@ fn run(cli: Cli) -> Result<(), Failure> {
             device,
             output_dir,
             cores,
+            firmware,
         } => {
             let g = load_graph(&graph)?;
+            let qemu = match (device, firmware) {
+                (Device::Qemu, Some(fw)) => {
+                    Some(QemuDevice::new(fw).map_err(|e| Failure(e.to_string(), 2))?)
+                }
+                (Device::Qemu, None) => {
+                    return Err(Failure(
+                        "--device qemu needs --firmware FW (or DVM_FIRMWARE): build it with \
+                         `cargo ci firmware`"
+                            .into(),
+                        2,
+                    ))
+                }
+                _ => None,
+            };
             let bindings = parse_binds(&g, &binds)?;
             let mut tensors: Vec<(String, Tensor)> = Vec::new();
             for spec in &inputs {
@@ -245,6 +267,15 @@ fn run(cli: Cli) -> Result<(), Failure> {
                     let rt = Runtime::new(cores.unwrap_or_else(all_cores), 256);
                     let prepared = Prepared::new(&g).map_err(|e| Failure(e.to_string(), 2))?;
                     rt.run(&prepared, &named, &bindings)
+                        .map_err(|e| Failure(e.to_string(), 1))?
+                }
+                Device::Qemu => {
+                    let rt = Runtime::new(cores.unwrap_or_else(all_cores), 256);
+                    let prepared = Prepared::new(&g).map_err(|e| Failure(e.to_string(), 2))?;
+                    let qemu = qemu
+                        .as_ref()
+                        .ok_or_else(|| Failure("no firmware".into(), 2))?;
+                    rt.run_qemu(qemu, &prepared, &named, &bindings)
                         .map_err(|e| Failure(e.to_string(), 1))?
                 }
             };

@@ -13,6 +13,7 @@
 //! - [`access`]: the UB ranges and GM patterns instructions touch.
 //! - [`module`]: the container (header, sections, tables) parsed in place.
 //! - [`verify`]: static and launch checks; the only maker of [`VerifiedKernel`].
+//! - [`job`]: the job a host hands the firmware and the report it gets back.
 //! - `builder`, `meta` (feature `alloc`): writing modules, their metadata.
 //! - `asm` (feature `alloc`): the text assembly format, `assemble` and
 //!   `disassemble`, which round-trip modules byte for byte.
@@ -30,6 +31,7 @@ pub mod builder;
 pub mod dtype;
 pub mod error;
 pub mod instr;
+pub mod job;
 #[cfg(feature = "alloc")]
 pub mod meta;
 pub mod module;

@@ -8,7 +8,7 @@ use super::pool::{CpuPool, RawBuf};
 use crate::compile::Target;
 use crate::graph::{decompose, Graph, GraphError};
 use crate::kernel::{BuildError, ReadyKernel};
-use crate::lower::{lower, BufKind, LowerError, Plan};
+use crate::lower::{lower, Buf, BufKind, LowerError, Plan};
 use crate::sym::Bindings;
 use crate::tensor::Tensor;
 
@@ -29,6 +29,9 @@ pub enum RunError {
         /// The failure.
         error: Box<BuildError>,
     },
+    /// The QEMU device failed.
+    #[error(transparent)]
+    Qemu(Box<super::qemu::QemuError>),
     /// A launch failed.
     #[error("kernel `{step}`: {error}")]
     Launch {
@@ -181,26 +184,10 @@ impl Runtime {
             .map(|b| DevBuf::new(b.bytes as usize))
             .collect();
         for (buf, info) in bufs.iter_mut().zip(&plan.buffers) {
-            match &info.kind {
-                BufKind::Input(i) => {
-                    let name = graph
-                        .inputs()
-                        .get(*i)
-                        .map(|id| graph.nodes()[id.0].name.as_str());
-                    let Some((_, t)) = inputs.iter().find(|(n, _)| Some(*n) == name) else {
-                        continue;
-                    };
-                    let src = t.bytes();
-                    let dst = buf.bytes_mut();
-                    let n = dst.len().min(src.len());
-                    dst[..n].copy_from_slice(&src[..n]);
-                }
-                BufKind::Const(bytes) => {
-                    let dst = buf.bytes_mut();
-                    let n = dst.len().min(bytes.len());
-                    dst[..n].copy_from_slice(&bytes[..n]);
-                }
-                BufKind::Temp => {}
+            if let Some(src) = initial_bytes(graph, info, inputs) {
+                let dst = buf.bytes_mut();
+                let n = dst.len().min(src.len());
+                dst[..n].copy_from_slice(&src[..n]);
             }
         }
         for (step, kernel) in plan.steps.iter().zip(&kernels) {
@@ -242,5 +229,25 @@ impl Runtime {
                     })
             })
             .collect()
+    }
+}
+
+/// The bytes a buffer starts with: its input tensor or constant, if any.
+pub(crate) fn initial_bytes<'a>(
+    graph: &Graph,
+    info: &'a Buf,
+    inputs: &[(&str, &'a Tensor)],
+) -> Option<&'a [u8]> {
+    match &info.kind {
+        BufKind::Input(i) => {
+            let name = graph
+                .inputs()
+                .get(*i)
+                .map(|id| graph.nodes()[id.0].name.as_str());
+            let (_, t) = inputs.iter().find(|(n, _)| Some(*n) == name)?;
+            Some(t.bytes())
+        }
+        BufKind::Const(bytes) => Some(bytes),
+        BufKind::Temp => None,
     }
 }

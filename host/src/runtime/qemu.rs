@@ -1,0 +1,328 @@
+//! The QEMU device: the same kernels, run by the aarch64 firmware under
+//! `qemu-system-aarch64 -M virt`, to prove the device code gives the same
+//! bits on the AI-CPU target as on the host.
+//!
+//! A run packs a [`dvm_isa::job`] (every step's module, every buffer with its
+//! initial bytes, one launch per step), has QEMU's loader device place it
+//! at the firmware's `_dvm_job_base`, boots the firmware, and reads back the
+//! report the firmware writes through semihosting. Slow (a boot per run),
+//! and that is fine: it exists to prove equivalence.
+
+use std::io::Read as _;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use dvm_isa::job::{parse_report, JobBuilder, Report, ReportError, Status};
+use object::{Object as _, ObjectSymbol as _};
+
+use super::session::{initial_bytes, Prepared, RunError, Runtime};
+use crate::sym::Bindings;
+use crate::tensor::Tensor;
+
+/// Where RAM starts on QEMU's `virt` board.
+const VIRT_RAM_BASE: u64 = 0x4000_0000;
+/// The firmware maps RAM up to here (`mmu.rs`): at most 1 GiB of guest RAM.
+const VIRT_RAM_LIMIT: u64 = 0x8000_0000;
+/// The report's file name in QEMU's working directory (the firmware's
+/// `REPORT_FILE`).
+const REPORT_FILE: &str = "dvm-report.bin";
+
+/// Why the QEMU device failed.
+#[derive(Debug, thiserror::Error)]
+pub enum QemuError {
+    /// The firmware ELF is missing or unreadable.
+    #[error("firmware `{path}`: {error} (build it with `cargo ci firmware`)")]
+    Firmware {
+        /// The path given.
+        path: PathBuf,
+        /// What went wrong.
+        error: String,
+    },
+    /// QEMU could not be started.
+    #[error(
+        "cannot start `{program}`: {error} (install qemu-system-arm, or run `cargo ci setup`)"
+    )]
+    Spawn {
+        /// The program.
+        program: String,
+        /// The failure.
+        error: std::io::Error,
+    },
+    /// A temporary file could not be written or read.
+    #[error("QEMU device I/O: {0}")]
+    Io(#[from] std::io::Error),
+    /// The job does not fit the guest's mapped RAM.
+    #[error("job of {0} bytes does not fit the guest RAM the firmware maps")]
+    TooLarge(u64),
+    /// The firmware did not finish in time.
+    #[error("firmware timed out after {0:?} (killed)")]
+    Timeout(Duration),
+    /// The firmware stopped without a report.
+    #[error(
+        "QEMU exited with code {} and the firmware wrote no report (as a firmware \
+         status the code means: {what}); QEMU said: {stderr}",
+        code.map_or_else(|| "none (killed)".to_string(), |c| c.to_string())
+    )]
+    NoReport {
+        /// QEMU's exit code.
+        code: Option<i32>,
+        /// The status that code means, if it is one.
+        what: String,
+        /// QEMU's standard error.
+        stderr: String,
+    },
+    /// The report is malformed.
+    #[error("firmware report: {0}")]
+    Report(#[from] ReportError),
+    /// The firmware reported a failure.
+    #[error("firmware: {status}{}, detail {detail}", launch.map(|l| format!(" in launch {l}")).unwrap_or_default())]
+    Failed {
+        /// What happened.
+        status: Status,
+        /// The launch that failed.
+        launch: Option<u32>,
+        /// Status-specific detail.
+        detail: u64,
+    },
+}
+
+/// The firmware, the QEMU binary and a timeout.
+#[derive(Clone, Debug)]
+pub struct QemuDevice {
+    firmware: PathBuf,
+    job_base: u64,
+    qemu: String,
+    timeout: Duration,
+}
+
+/// A job's outcome with the wall time it took.
+#[derive(Clone, Debug)]
+pub struct QemuRun {
+    /// The firmware's report.
+    pub report: Report,
+    /// Wall time from spawning QEMU to its exit.
+    pub wall: Duration,
+}
+
+impl QemuDevice {
+    /// Reads `firmware`'s `_dvm_job_base` symbol; QEMU is
+    /// `qemu-system-aarch64` from `PATH`, the timeout 120 s.
+    ///
+    /// # Errors
+    /// [`QemuError::Firmware`] when the file is unreadable, not an ELF, or
+    /// lacks the symbol.
+    pub fn new(firmware: impl Into<PathBuf>) -> Result<QemuDevice, QemuError> {
+        let given: PathBuf = firmware.into();
+        // QEMU runs in a temporary directory: make the path absolute.
+        let firmware = std::path::absolute(&given).unwrap_or(given);
+        let bad = |error: String| QemuError::Firmware {
+            path: firmware.clone(),
+            error,
+        };
+        let bytes = std::fs::read(&firmware).map_err(|e| bad(e.to_string()))?;
+        let elf = object::File::parse(&*bytes).map_err(|e| bad(format!("not an ELF: {e}")))?;
+        let job_base = elf
+            .symbols()
+            .find(|s| s.name() == Ok("_dvm_job_base"))
+            .map(|s| s.address())
+            .ok_or_else(|| bad("no `_dvm_job_base` symbol: not a dvm firmware".into()))?;
+        Ok(QemuDevice {
+            firmware,
+            job_base,
+            qemu: "qemu-system-aarch64".into(),
+            timeout: Duration::from_secs(120),
+        })
+    }
+
+    /// Sets the time after which QEMU is killed.
+    pub fn with_timeout(mut self, timeout: Duration) -> QemuDevice {
+        self.timeout = timeout;
+        self
+    }
+
+    /// The firmware path.
+    pub fn firmware(&self) -> &Path {
+        &self.firmware
+    }
+
+    /// Boots the firmware on `job` and returns its report, whatever its
+    /// status.
+    ///
+    /// # Errors
+    /// [`QemuError`] when QEMU cannot run, times out, or the firmware
+    /// stops without a readable report.
+    pub fn run_job(&self, job: &[u8]) -> Result<QemuRun, QemuError> {
+        let end = self.job_base + job.len() as u64;
+        if end > VIRT_RAM_LIMIT {
+            return Err(QemuError::TooLarge(job.len() as u64));
+        }
+        let mib = (end - VIRT_RAM_BASE).div_ceil(1 << 20) + 16;
+        let ram_mib = mib.clamp(128, (VIRT_RAM_LIMIT - VIRT_RAM_BASE) >> 20);
+        let dir = TempDir::new()?;
+        let job_path = dir.0.join("job.bin");
+        std::fs::write(&job_path, job)?;
+        let start = Instant::now();
+        let mut child = Command::new(&self.qemu)
+            .current_dir(&dir.0)
+            .args([
+                "-M",
+                "virt",
+                "-cpu",
+                "cortex-a57",
+                "-smp",
+                "1",
+                "-nographic",
+            ])
+            .args(["-nic", "none", "-monitor", "none", "-serial", "none"])
+            .args(["-semihosting-config", "enable=on,target=native"])
+            .arg("-m")
+            .arg(format!("{ram_mib}M"))
+            .arg("-kernel")
+            .arg(&self.firmware)
+            .arg("-device")
+            .arg(format!(
+                "loader,file={},addr={:#x},force-raw=on",
+                job_path.display(),
+                self.job_base
+            ))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(|error| QemuError::Spawn {
+                program: self.qemu.clone(),
+                error,
+            })?;
+        let status = loop {
+            if let Some(status) = child.try_wait()? {
+                break status;
+            }
+            if start.elapsed() > self.timeout {
+                // Kill failure means it exited meanwhile; wait reaps it.
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(QemuError::Timeout(self.timeout));
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        };
+        let wall = start.elapsed();
+        let mut stderr = String::new();
+        if let Some(mut e) = child.stderr.take() {
+            // Best effort: stderr only decorates the error message.
+            let _ = e.read_to_string(&mut stderr);
+        }
+        let report = match std::fs::read(dir.0.join(REPORT_FILE)) {
+            Ok(bytes) => parse_report(&bytes)?,
+            Err(_) => {
+                let code = status.code();
+                let what = code
+                    .and_then(|c| u32::try_from(c).ok())
+                    .and_then(Status::from_u32)
+                    .map_or_else(|| "not a dvm status".to_string(), |s| s.to_string());
+                return Err(QemuError::NoReport {
+                    code,
+                    what,
+                    stderr: stderr.trim().to_string(),
+                });
+            }
+        };
+        Ok(QemuRun { report, wall })
+    }
+}
+
+/// A private temporary directory, removed on drop.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new() -> std::io::Result<TempDir> {
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos());
+        let path =
+            std::env::temp_dir().join(format!("dvm-qemu-{}-{n}-{nanos}", std::process::id()));
+        std::fs::create_dir(&path)?;
+        Ok(TempDir(path))
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        // Best effort: a leftover temporary directory is harmless.
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+impl Runtime {
+    /// Runs `prepared` as [`Runtime::run`] does, but on the QEMU device:
+    /// the same plan and kernels (from this runtime's cache), each step
+    /// launched with as many blocks as this runtime has cores, so the tiles
+    /// split the same way.
+    ///
+    /// # Errors
+    /// [`RunError`] as for [`Runtime::run`]; [`RunError::Qemu`] for the
+    /// device's own failures.
+    pub fn run_qemu(
+        &self,
+        device: &QemuDevice,
+        prepared: &Prepared,
+        inputs: &[(&str, &Tensor)],
+        explicit: &Bindings,
+    ) -> Result<Vec<(String, Tensor)>, RunError> {
+        let graph = prepared.graph();
+        let bindings = graph.bind_tensors(inputs, explicit)?;
+        let (plan, kernels) = self.plan(prepared, &bindings)?;
+        let mut job = JobBuilder::new();
+        for (b, info) in plan.buffers.iter().enumerate() {
+            let mut init = vec![0u8; info.bytes as usize];
+            if let Some(src) = initial_bytes(graph, info, inputs) {
+                let n = init.len().min(src.len());
+                init[..n].copy_from_slice(&src[..n]);
+            }
+            let output = plan.outputs.iter().any(|(_, o, _, _)| *o == b);
+            job.buffer(init, output);
+        }
+        let blocks = self.pool().cores() as u32;
+        let mut modules = std::collections::HashMap::new();
+        for (step, kernel) in plan.steps.iter().zip(&kernels) {
+            let key = std::sync::Arc::as_ptr(kernel);
+            let m = *modules
+                .entry(key)
+                .or_insert_with(|| job.module(&kernel.module));
+            let args: Vec<u32> = step.args.iter().map(|&a| a as u32).collect();
+            job.launch(m, 0, &args, blocks);
+        }
+        let run = device
+            .run_job(&job.finish())
+            .map_err(|e| RunError::Qemu(Box::new(e)))?;
+        let report = run.report;
+        if report.status != Status::Ok {
+            return Err(RunError::Qemu(Box::new(QemuError::Failed {
+                status: report.status,
+                launch: report.failed_launch,
+                detail: report.detail,
+            })));
+        }
+        plan.outputs
+            .iter()
+            .map(|(name, b, dt, shape)| {
+                let bytes = report
+                    .outputs
+                    .iter()
+                    .find(|(i, _)| *i as usize == *b)
+                    .map(|(_, bytes)| bytes.clone())
+                    .unwrap_or_default();
+                Tensor::new(*dt, shape.clone(), bytes)
+                    .map(|t| (name.clone(), t))
+                    .map_err(|e| {
+                        RunError::Qemu(Box::new(QemuError::Io(std::io::Error::other(format!(
+                            "output `{name}`: {e}"
+                        )))))
+                    })
+            })
+            .collect()
+    }
+}
