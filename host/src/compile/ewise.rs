@@ -281,7 +281,15 @@ fn choose_tile(
     let tc_max = (ub / (nf + nr).max(1) / es).max(1) / 16 * 16;
     let tc = match fold {
         Some(Axis::Cols) => ec,
-        _ => ec.min(tc_max.max(16)),
+        // A fold along the rows keeps all `er` rows of a column strip in UB:
+        // as many columns as fit (multiples of 16 when there is room).
+        Some(Axis::Rows) => {
+            let per_col = (nf * er + nr) * es;
+            let fit = ub / per_col.max(1);
+            let fit = if fit >= 16 { fit / 16 * 16 } else { fit };
+            ec.min(fit.max(1))
+        }
+        None => ec.min(tc_max.max(16)),
     };
     // Rows: as many as fit (all of them when folding the rows).
     let fits = |tr: u64| cost(tr, tc) <= ub;
