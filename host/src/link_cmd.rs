@@ -116,7 +116,12 @@ impl LinkCommand {
     }
 }
 
-fn link(inputs: &[PathBuf], output: &Path, arch: Arch, image: Option<&Path>) -> Result<(), Failure> {
+fn link(
+    inputs: &[PathBuf],
+    output: &Path,
+    arch: Arch,
+    image: Option<&Path>,
+) -> Result<(), Failure> {
     let mut linker = Linker::new();
     for path in inputs {
         let bytes = read(path)?;
@@ -125,7 +130,11 @@ fn link(inputs: &[PathBuf], output: &Path, arch: Arch, image: Option<&Path>) -> 
             .map_err(|e| Failure(e.to_string(), 2))?;
     }
     let linked = linker.finish().map_err(|e| {
-        let code = if matches!(e, LinkError::Internal(_)) { 1 } else { 2 };
+        let code = if matches!(e, LinkError::Internal(_)) {
+            1
+        } else {
+            2
+        };
         Failure(e.to_string(), code)
     })?;
     let elf = dvm_linker::write_object(&linked, arch).map_err(|e| Failure(e.to_string(), 1))?;

@@ -80,7 +80,10 @@ fn link_then_objdump() {
         .arg(&image)
         .output()
         .unwrap());
-    assert!(out.contains("kernels.o") && out.contains("aarch64"), "{out}");
+    assert!(
+        out.contains("kernels.o") && out.contains("aarch64"),
+        "{out}"
+    );
     // The image is a module that verifies, with every kernel once.
     ok(&dvm().arg("verify").arg(&image).output().unwrap());
     let text = ok(&dvm().arg("disasm").arg(&image).output().unwrap());
@@ -88,15 +91,31 @@ fn link_then_objdump() {
     assert_eq!(text.matches(".kernel \"neg\"").count(), 1, "{text}");
     // objdump lists kernels, symbols, kinds, params and sizes.
     let dump = ok(&dvm().arg("objdump").arg(&obj).output().unwrap());
-    assert!(dump.starts_with("aarch64 relocatable, section .dvm.image"), "{dump}");
+    assert!(
+        dump.starts_with("aarch64 relocatable, section .dvm.image"),
+        "{dump}"
+    );
     assert!(dump.contains("symbol dvm_image offset 0x0"), "{dump}");
-    assert!(dump.contains("kernel 0 \"scores\": symbol dvm_kernel_scores offset"), "{dump}");
+    assert!(
+        dump.contains("kernel 0 \"scores\": symbol dvm_kernel_scores offset"),
+        "{dump}"
+    );
     assert!(dump.contains("symbol dvm_kernel_neg"), "{dump}");
-    assert!(dump.contains("kind cube") || dump.contains("kind mix"), "{dump}");
+    assert!(
+        dump.contains("kind cube") || dump.contains("kind mix"),
+        "{dump}"
+    );
     assert!(dump.contains("param 0 \"x\": f32 in dims [1000]"), "{dump}");
     assert!(!dump.contains(".kernel"), "{dump}");
-    let dis = ok(&dvm().args(["objdump", "--disasm"]).arg(&obj).output().unwrap());
-    assert!(dis.contains(".kernel \"neg\"") && dis.contains("neg dt=f32"), "{dis}");
+    let dis = ok(&dvm()
+        .args(["objdump", "--disasm"])
+        .arg(&obj)
+        .output()
+        .unwrap());
+    assert!(
+        dis.contains(".kernel \"neg\"") && dis.contains("neg dt=f32"),
+        "{dis}"
+    );
     // x86_64 objects too.
     let x86 = dir.join("host.o");
     ok(&dvm()
@@ -127,7 +146,10 @@ fn bad_link_input_is_a_user_error() {
             .arg(dir.join("out.dvmb"))
             .output()
             .unwrap();
-        assert!(!out.exists() && !dir.join("out.dvmb").exists(), "output left behind");
+        assert!(
+            !out.exists() && !dir.join("out.dvmb").exists(),
+            "output left behind"
+        );
         o
     };
     // Missing file.
@@ -142,7 +164,12 @@ fn bad_link_input_is_a_user_error() {
     // names and different code.
     user_error(
         &link(&[&a100, &a64]),
-        &["`scores`", "attn100.dvmb", "attn64.dvmb", "defined differently"],
+        &[
+            "`scores`",
+            "attn100.dvmb",
+            "attn64.dvmb",
+            "defined differently",
+        ],
     );
     // Unknown architecture (clap's usage error, also exit code 2).
     let o = dvm()
@@ -162,23 +189,42 @@ fn bad_objdump_input_is_a_user_error() {
     let dir = scratch("objdump");
     let neg = small(&dir, "neg");
     // A module is not an ELF object.
-    user_error(&dvm().arg("objdump").arg(&neg).output().unwrap(), &["neg.dvmb", "not an ELF"]);
+    user_error(
+        &dvm().arg("objdump").arg(&neg).output().unwrap(),
+        &["neg.dvmb", "not an ELF"],
+    );
     // An ELF without dvm sections: the dvm binary itself.
     let exe = env!("CARGO_BIN_EXE_dvm");
-    user_error(&dvm().arg("objdump").arg(exe).output().unwrap(), &[".dvm.image"]);
+    user_error(
+        &dvm().arg("objdump").arg(exe).output().unwrap(),
+        &[".dvm.image"],
+    );
     // Missing file.
     user_error(
-        &dvm().arg("objdump").arg(dir.join("nope.o")).output().unwrap(),
+        &dvm()
+            .arg("objdump")
+            .arg(dir.join("nope.o"))
+            .output()
+            .unwrap(),
         &["nope.o"],
     );
     // A corrupt image inside a good ELF.
     let obj = dir.join("k.o");
-    ok(&dvm().arg("link").arg(&neg).arg("-o").arg(&obj).output().unwrap());
+    ok(&dvm()
+        .arg("link")
+        .arg(&neg)
+        .arg("-o")
+        .arg(&obj)
+        .output()
+        .unwrap());
     let mut bytes = std::fs::read(&obj).unwrap();
     let at = bytes.windows(4).position(|w| w == b"DVMB").unwrap();
     bytes[at + 4] = 9; // version major 9
     std::fs::write(&obj, &bytes).unwrap();
-    user_error(&dvm().arg("objdump").arg(&obj).output().unwrap(), &["k.o", "module"]);
+    user_error(
+        &dvm().arg("objdump").arg(&obj).output().unwrap(),
+        &["k.o", "module"],
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -187,12 +233,22 @@ fn memory_x_writes_both_files_or_nothing() {
     let dir = scratch("memx");
     let out = dir.join("layout");
     ok(&dvm()
-        .args(["memory-x", "--ram-size", "32M", "--stack-size", "0x8000", "-o"])
+        .args([
+            "memory-x",
+            "--ram-size",
+            "32M",
+            "--stack-size",
+            "0x8000",
+            "-o",
+        ])
         .arg(&out)
         .output()
         .unwrap());
     let mem = std::fs::read_to_string(out.join("memory.x")).unwrap();
-    assert!(mem.contains("RAM : ORIGIN = 0x40080000, LENGTH = 0x2000000"), "{mem}");
+    assert!(
+        mem.contains("RAM : ORIGIN = 0x40080000, LENGTH = 0x2000000"),
+        "{mem}"
+    );
     assert!(mem.contains("_dvm_stack_size = 0x8000;"), "{mem}");
     assert!(mem.contains("_dvm_ub_size = 0x30000;"), "{mem}");
     let link = std::fs::read_to_string(out.join("link.x")).unwrap();
@@ -206,7 +262,13 @@ fn memory_x_writes_both_files_or_nothing() {
         (&["--ram-size", "64K"], "ram_size"),
         (&["--ub-size", "lots"], "lots"),
     ] {
-        let o = dvm().arg("memory-x").args(args).arg("-o").arg(&bad).output().unwrap();
+        let o = dvm()
+            .arg("memory-x")
+            .args(args)
+            .arg("-o")
+            .arg(&bad)
+            .output()
+            .unwrap();
         user_error(&o, &[culprit]);
         assert!(!bad.join("memory.x").exists() && !bad.join("link.x").exists());
     }

@@ -66,7 +66,7 @@ impl DeviceDesc {
     /// # Errors
     /// The first [`LayoutError`] found.
     pub fn validate(&self) -> Result<(), LayoutError> {
-        if self.ram_base % 4096 != 0 {
+        if !self.ram_base.is_multiple_of(4096) {
             return Err(LayoutError::RamBaseAlign(self.ram_base));
         }
         if self.ram_base.checked_add(self.ram_size).is_none() {
@@ -75,10 +75,13 @@ impl DeviceDesc {
                 size: self.ram_size,
             });
         }
-        if self.ub_size == 0 || self.ub_size % 64 != 0 || self.ub_size > u64::from(u32::MAX) {
+        if self.ub_size == 0
+            || !self.ub_size.is_multiple_of(64)
+            || self.ub_size > u64::from(u32::MAX)
+        {
             return Err(LayoutError::UbSize(self.ub_size));
         }
-        if self.stack_size % 16 != 0 || self.stack_size < 4096 {
+        if !self.stack_size.is_multiple_of(16) || self.stack_size < 4096 {
             return Err(LayoutError::StackSize(self.stack_size));
         }
         let need = self
