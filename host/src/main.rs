@@ -13,6 +13,8 @@ use dvm_host::{demo, npy, reference};
 use dvm_isa::builder::ModuleBuilder;
 use dvm_isa::{verify_module, DeviceLimits, Module};
 
+mod link_cmd;
+
 /// dvm: a bytecode virtual machine for dynamic-shape tensor programs.
 #[derive(Parser)]
 #[command(name = "dvm", version, about)]
@@ -101,6 +103,8 @@ enum Command {
         #[arg(short, long)]
         output: PathBuf,
     },
+    #[command(flatten)]
+    Link(link_cmd::LinkCommand),
 }
 
 /// A user-facing failure: message and exit code (2: bad input, 1: failure).
@@ -358,6 +362,7 @@ fn run(cli: Cli) -> Result<(), Failure> {
                 .map_err(|e| Failure(format!("{}: {e}", input.display()), 2))?;
             write_atomic(&output, &bytes)
         }
+        Command::Link(cmd) => cmd.run(),
     }
 }
 

@@ -54,6 +54,14 @@ impl CodeWriter {
         self.labels.push((self.words.len() as u32, text.into()));
     }
 
+    /// Attaches a debug label to the instruction at word offset `word`
+    /// (which need not be written yet). Labels keep the order they are
+    /// added in. For copying a body together with its labels, e.g. when the
+    /// linker rebuilds a kernel from a parsed module's code and metadata.
+    pub fn label_at(&mut self, word: u32, text: impl Into<String>) {
+        self.labels.push((word, text.into()));
+    }
+
     /// The words so far.
     pub fn words(&self) -> &[u64] {
         &self.words

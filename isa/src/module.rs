@@ -571,6 +571,25 @@ impl<'a> Module<'a> {
         self.meta
     }
 
+    /// Byte range of section `kind` within [`Module::bytes`].
+    ///
+    /// For tools that point into a module image, e.g. the linker's ELF
+    /// symbols: kernel `i`'s [`KernelEntry`] lies at
+    /// `section_range(SectionKind::Kernels).start + i * size_of::<KernelEntry>()`.
+    pub fn section_range(&self, kind: SectionKind) -> core::ops::Range<usize> {
+        let section: &[u8] = match kind {
+            SectionKind::Kernels => self.kernels.as_bytes(),
+            SectionKind::Bodies => self.bodies.as_bytes(),
+            SectionKind::Params => self.params.as_bytes(),
+            SectionKind::Code => self.code.as_bytes(),
+            SectionKind::Meta => self.meta,
+        };
+        // Every section is a sub-slice of `bytes` (see `parse`), so the
+        // address difference is its offset.
+        let start = (section.as_ptr() as usize).wrapping_sub(self.bytes.as_ptr() as usize);
+        start..start + section.len()
+    }
+
     /// Decodes the metadata section.
     ///
     /// # Errors
