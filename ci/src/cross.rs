@@ -57,7 +57,7 @@ fn unit_aarch64(ctx: &Ctx) -> Result {
 /// `/usr/bin/cargo <args>` with a clean environment: what `cargo run`
 /// and rustup put there for this harness is removed, and Debian's rustc, nightly
 /// features (`RUSTC_BOOTSTRAP`) and a target dir of its own are set on this command only.
-fn debian_cargo<'a>(ctx: &'a Ctx, args: &[&str]) -> Result<Cmd<'a>> {
+pub fn debian_cargo<'a>(ctx: &'a Ctx, args: &[&str]) -> Result<Cmd<'a>> {
     if !Path::new(CARGO).exists() || !Path::new(RUSTC).exists() {
         return Err(format!("{CARGO} or {RUSTC} is missing: run `cargo ci setup`").into());
     }
@@ -85,7 +85,7 @@ fn debian_cargo<'a>(ctx: &'a Ctx, args: &[&str]) -> Result<Cmd<'a>> {
 }
 
 /// `<target dir>/aarch64`, apart from the host build so neither invalidates the other.
-fn target_dir(ctx: &Ctx) -> PathBuf {
+pub fn target_dir(ctx: &Ctx) -> PathBuf {
     let base =
         std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| ctx.root.join("target"), PathBuf::from);
     ctx.root.join(base).join("aarch64")

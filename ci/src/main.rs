@@ -7,6 +7,7 @@
 
 mod cross;
 mod host;
+mod qemu;
 mod setup;
 mod step;
 
@@ -29,15 +30,32 @@ struct Task {
 const TASKS: &[Task] = &[
     Task {
         name: "test",
-        about: "everything CI checks: setup, fmt, clippy, host tests, aarch64 build and unit tests",
+        about: "everything CI checks: setup, fmt, clippy, host tests, aarch64 build, firmware, aarch64 unit tests, QEMU conformance",
         steps: &[
             setup::SETUP,
             host::FMT,
             host::CLIPPY,
             host::TEST,
             cross::AARCH64,
+            qemu::FIRMWARE,
             cross::UNIT_AARCH64,
+            qemu::CONFORMANCE,
         ],
+    },
+    Task {
+        name: "qemu",
+        about: "setup, firmware, aarch64 unit tests under qemu-user, conformance suite on the QEMU device",
+        steps: &[
+            setup::SETUP,
+            qemu::FIRMWARE,
+            cross::UNIT_AARCH64,
+            qemu::CONFORMANCE,
+        ],
+    },
+    Task {
+        name: "firmware",
+        about: "build dvm-firmware for aarch64-unknown-none and print its sizes",
+        steps: &[qemu::FIRMWARE],
     },
     Task {
         name: "setup",

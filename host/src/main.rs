@@ -73,6 +73,10 @@ enum Command {
         /// it as target/aarch64/aarch64-unknown-none/release/dvm-firmware).
         #[arg(long, env = "DVM_FIRMWARE")]
         firmware: Option<PathBuf>,
+        /// For `--device qemu`: save the firmware's defmt log here (decode
+        /// with `defmt-print -e FIRMWARE`).
+        #[arg(long)]
+        firmware_log: Option<PathBuf>,
     },
     /// Compile a graph at the given bindings into a module of its kernels.
     Compile {
@@ -221,11 +225,16 @@ fn run(cli: Cli) -> Result<(), Failure> {
             output_dir,
             cores,
             firmware,
+            firmware_log,
         } => {
             let g = load_graph(&graph)?;
             let qemu = match (device, firmware) {
                 (Device::Qemu, Some(fw)) => {
-                    Some(QemuDevice::new(fw).map_err(|e| Failure(e.to_string(), 2))?)
+                    let dev = QemuDevice::new(fw).map_err(|e| Failure(e.to_string(), 2))?;
+                    Some(match firmware_log {
+                        Some(log) => dev.with_log(log),
+                        None => dev,
+                    })
                 }
                 (Device::Qemu, None) => {
                     return Err(Failure(

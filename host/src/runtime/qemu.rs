@@ -95,6 +95,7 @@ pub struct QemuDevice {
     job_base: u64,
     qemu: String,
     timeout: Duration,
+    log: Option<PathBuf>,
 }
 
 /// A job's outcome with the wall time it took.
@@ -133,12 +134,20 @@ impl QemuDevice {
             job_base,
             qemu: "qemu-system-aarch64".into(),
             timeout: Duration::from_secs(120),
+            log: None,
         })
     }
 
     /// Sets the time after which QEMU is killed.
     pub fn with_timeout(mut self, timeout: Duration) -> QemuDevice {
         self.timeout = timeout;
+        self
+    }
+
+    /// Saves the firmware's log (binary `defmt` frames, QEMU's standard
+    /// output) to `path`; `defmt-print -e FIRMWARE < path` decodes it.
+    pub fn with_log(mut self, path: impl Into<PathBuf>) -> QemuDevice {
+        self.log = Some(path.into());
         self
     }
 
@@ -188,7 +197,10 @@ impl QemuDevice {
                 self.job_base
             ))
             .stdin(Stdio::null())
-            .stdout(Stdio::null())
+            .stdout(match &self.log {
+                Some(p) => Stdio::from(std::fs::File::create(p)?),
+                None => Stdio::null(),
+            })
             .stderr(Stdio::piped())
             .spawn()
             .map_err(|error| QemuError::Spawn {

@@ -1,0 +1,173 @@
+//! The QEMU device (the aarch64 firmware under qemu-system-aarch64) against
+//! the CPU device, bit for bit, on every conformance case; and the
+//! firmware's answers to bad jobs.
+//!
+//! Needs the firmware: `cargo ci qemu` builds it and runs these tests with
+//! `DVM_FIRMWARE` pointing at it (they are `#[ignore]`d otherwise).
+
+use std::time::Duration;
+
+use dvm_host::runtime::{Prepared, QemuDevice, QemuError, Runtime};
+use dvm_host::sym::Bindings;
+use dvm_isa::job::{JobBuilder, Status};
+use dvm_tests::{bitwise, cases};
+
+fn device() -> QemuDevice {
+    let fw = std::env::var_os("DVM_FIRMWARE")
+        .expect("DVM_FIRMWARE must name the firmware ELF (cargo ci qemu sets it)");
+    QemuDevice::new(fw).expect("firmware loads")
+}
+
+#[test]
+#[ignore = "needs the firmware and QEMU: run `cargo ci qemu`"]
+fn qemu_matches_cpu_bit_for_bit_on_every_case() {
+    let dev = device();
+    let cases = cases().expect("the suite's graphs are well-formed");
+    let rt = Runtime::new(2, 256);
+    let mut failures = Vec::new();
+    let mut walls = Vec::new();
+    for case in &cases {
+        let named = case.named();
+        let prepared = Prepared::new(&case.graph).expect("decomposes");
+        let cpu = rt.run(&prepared, &named, &Bindings::new());
+        let start = std::time::Instant::now();
+        let qemu = rt.run_qemu(&dev, &prepared, &named, &Bindings::new());
+        walls.push((start.elapsed(), case.name.as_str()));
+        let verdict = match (cpu, qemu) {
+            (Ok(c), Ok(q)) => bitwise(&c, &q),
+            (Err(e), _) => Err(format!("cpu failed: {e}")),
+            (_, Err(e)) => Err(format!("qemu failed: {e}")),
+        };
+        if let Err(e) = verdict {
+            failures.push(format!("{}: {e}", case.name));
+        }
+    }
+    walls.sort();
+    let total: Duration = walls.iter().map(|w| w.0).sum();
+    eprintln!(
+        "QEMU wall time per case over {} cases: min {:.0} ms, median {:.0} ms, max {:.0} ms ({}), total {:.1} s",
+        walls.len(),
+        walls[0].0.as_secs_f64() * 1e3,
+        walls[walls.len() / 2].0.as_secs_f64() * 1e3,
+        walls[walls.len() - 1].0.as_secs_f64() * 1e3,
+        walls[walls.len() - 1].1,
+        total.as_secs_f64()
+    );
+    assert!(
+        failures.is_empty(),
+        "{} of {} cases differ:\n{}",
+        failures.len(),
+        cases.len(),
+        failures.join("\n")
+    );
+}
+
+/// A module with one kernel `out = a + b` over 1024 f32, from the compiler.
+fn add_module() -> Vec<u8> {
+    let rt = Runtime::new(1, 4);
+    let mut g = dvm_host::graph::Graph::new();
+    let f32 = dvm_isa::DType::F32;
+    let a = g.input("a", f32, &[1024.into()]).unwrap();
+    let b = g.input("b", f32, &[1024.into()]).unwrap();
+    let c = g.add(a, b).unwrap();
+    g.output("out", c).unwrap();
+    let p = Prepared::new(&g).unwrap();
+    let (_, kernels) = rt.plan(&p, &Bindings::new()).unwrap();
+    kernels[0].module.clone()
+}
+
+fn f32_bytes(v: impl IntoIterator<Item = f32>) -> Vec<u8> {
+    v.into_iter().flat_map(f32::to_le_bytes).collect()
+}
+
+/// A job adding two 1024-element vectors; `tweak` may break it.
+fn job(tweak: impl FnOnce(&mut Vec<u8>, &mut [usize; 3])) -> Vec<u8> {
+    let mut module = add_module();
+    let mut lens = [4096usize, 4096, 4096];
+    tweak(&mut module, &mut lens);
+    let mut j = JobBuilder::new();
+    let m = j.module(&module);
+    let a = j.buffer(f32_bytes((0..lens[0] / 4).map(|i| i as f32)), false);
+    let b = j.buffer(f32_bytes((0..lens[1] / 4).map(|i| 2.0 * i as f32)), false);
+    let o = j.buffer(vec![0; lens[2]], true);
+    j.launch(m, 0, &[a, b, o], 3);
+    j.finish()
+}
+
+#[test]
+#[ignore = "needs the firmware and QEMU: run `cargo ci qemu`"]
+fn a_good_job_runs_and_reports_counts() {
+    let run = device().run_job(&job(|_, _| {})).expect("runs");
+    let r = run.report;
+    assert_eq!(r.status, Status::Ok);
+    assert_eq!(r.launches.len(), 1);
+    let tiles = r.launches[0].tiles.get();
+    assert!(tiles >= 1);
+    // At least load, load, add, store per tile.
+    assert!(r.launches[0].instrs.get() >= 4 * tiles);
+    let out = &r.outputs[0].1;
+    let want = f32_bytes((0..1024).map(|i| 3.0 * i as f32));
+    assert_eq!(out, &want);
+}
+
+fn status_of(job: &[u8]) -> (Status, Option<u32>) {
+    let r = device().run_job(job).expect("the firmware reports").report;
+    assert!(r.outputs.is_empty(), "no outputs after a failure");
+    (r.status, r.failed_launch)
+}
+
+#[test]
+#[ignore = "needs the firmware and QEMU: run `cargo ci qemu`"]
+fn a_corrupt_module_is_reported() {
+    let j = job(|m, _| m[0] ^= 0xff);
+    assert_eq!(status_of(&j), (Status::BadModule, Some(0)));
+}
+
+#[test]
+#[ignore = "needs the firmware and QEMU: run `cargo ci qemu`"]
+fn a_buffer_too_small_is_reported() {
+    let j = job(|_, lens| lens[2] = 4092);
+    assert_eq!(status_of(&j), (Status::Bind, Some(0)));
+}
+
+#[test]
+#[ignore = "needs the firmware and QEMU: run `cargo ci qemu`"]
+fn a_missing_kernel_is_reported() {
+    let mut j = JobBuilder::new();
+    let m = j.module(&add_module());
+    let a = j.buffer(vec![0; 4096], false);
+    j.launch(m, 7, &[a, a, a], 1);
+    assert_eq!(status_of(&j.finish()), (Status::MissingKernel, Some(0)));
+    let mut j = JobBuilder::new();
+    j.launch(3, 0, &[], 1);
+    assert_eq!(status_of(&j.finish()), (Status::MissingKernel, Some(0)));
+}
+
+#[test]
+#[ignore = "needs the firmware and QEMU: run `cargo ci qemu`"]
+fn a_malformed_job_is_reported() {
+    let mut j = job(|_, _| {});
+    j.truncate(40);
+    assert_eq!(status_of(&j), (Status::BadJob, None));
+    let mut j = job(|_, _| {});
+    j[0] = b'X';
+    assert_eq!(status_of(&j), (Status::BadJob, None));
+}
+
+#[test]
+#[ignore = "needs the firmware and QEMU: run `cargo ci qemu`"]
+fn a_firmware_that_takes_too_long_is_killed() {
+    let dev = device().with_timeout(Duration::from_millis(1));
+    match dev.run_job(&job(|_, _| {})) {
+        Err(QemuError::Timeout(_)) => {}
+        other => panic!("expected a timeout, got {other:?}"),
+    }
+}
+
+#[test]
+fn a_missing_firmware_is_a_clear_error() {
+    let e = QemuDevice::new("/nonexistent/dvm-firmware").unwrap_err();
+    assert!(e.to_string().contains("/nonexistent/dvm-firmware"), "{e}");
+    let e = QemuDevice::new(env!("CARGO_MANIFEST_DIR")).unwrap_err();
+    assert!(matches!(e, QemuError::Firmware { .. }), "{e}");
+}
