@@ -55,7 +55,11 @@ fn firmware(ctx: &Ctx) -> Result {
     let (ub, stack) = (section(".ub"), section(".stack"));
     // The executor alone: code of dvm-device (predecode, tile loop, handlers,
     // math, GM access), without the verifier, the job runner and boot code.
-    let syms = cmd!(ctx.sh, "aarch64-linux-gnu-nm --print-size --size-sort -C {fw}").read()?;
+    let syms = cmd!(
+        ctx.sh,
+        "aarch64-linux-gnu-nm --print-size --size-sort -C {fw}"
+    )
+    .read()?;
     let mut executor = 0u64;
     let mut verifier = 0u64;
     for l in syms.lines() {

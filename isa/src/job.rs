@@ -333,7 +333,7 @@ impl<'a> Job<'a> {
                 index: index as u32,
             };
             let end = off.checked_add(len).ok_or(err)?;
-            if off < tables_end || end > total as u64 || off % align != 0 {
+            if off < tables_end || end > total as u64 || !off.is_multiple_of(align) {
                 return Err(err);
             }
             Ok((off, end))

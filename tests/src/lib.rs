@@ -82,7 +82,9 @@ struct Builder {
     atol: f64,
 }
 
-type Built = Result<Case, GraphError>;
+/// Graph errors are boxed: they are large and only ever a suite bug.
+type R<T> = Result<T, Box<GraphError>>;
+type Built = R<Case>;
 
 /// A generated input that does not fit its declaration (a suite bug).
 fn invalid(name: &str, e: impl std::fmt::Display) -> GraphError {
@@ -118,7 +120,7 @@ impl Builder {
         dims: &[Dim],
         shape: &[u64],
         domain: Domain,
-    ) -> Result<NodeId, GraphError> {
+    ) -> R<NodeId> {
         let id = self.g.input(name, dtype, dims)?;
         let n = shape.iter().product::<u64>() as usize;
         let seed = self.inputs.len() as u32 * 7919 + self.name.len() as u32;
@@ -129,13 +131,7 @@ impl Builder {
     }
 
     /// An input of static `shape`.
-    fn input(
-        &mut self,
-        name: &str,
-        dtype: DType,
-        shape: &[u64],
-        domain: Domain,
-    ) -> Result<NodeId, GraphError> {
+    fn input(&mut self, name: &str, dtype: DType, shape: &[u64], domain: Domain) -> R<NodeId> {
         let dims: Vec<Dim> = shape.iter().map(|&d| Dim::from(d as i64)).collect();
         self.input_dims(name, dtype, &dims, shape, domain)
     }
@@ -159,8 +155,8 @@ const F32: DType = DType::F32;
 /// Every case of the suite.
 ///
 /// # Errors
-/// [`GraphError`] if a case's graph is ill-formed (a bug in the suite).
-pub fn cases() -> Result<Vec<Case>, GraphError> {
+/// [`GraphError`] (boxed) if a case's graph is ill-formed (a bug in the suite).
+pub fn cases() -> R<Vec<Case>> {
     let mut out = Vec::new();
     unary(&mut out)?;
     binary(&mut out)?;
@@ -175,7 +171,7 @@ pub fn cases() -> Result<Vec<Case>, GraphError> {
     Ok(out)
 }
 
-fn unary(out: &mut Vec<Case>) -> Result<(), GraphError> {
+fn unary(out: &mut Vec<Case>) -> R<()> {
     use Opcode::*;
     let ops = [
         (Abs, Domain::Any),
@@ -210,7 +206,7 @@ fn unary(out: &mut Vec<Case>) -> Result<(), GraphError> {
     Ok(())
 }
 
-fn binary(out: &mut Vec<Case>) -> Result<(), GraphError> {
+fn binary(out: &mut Vec<Case>) -> R<()> {
     use Opcode::*;
     // (a shape, b shape): same, row and column broadcast, both ways, scalar-like.
     let shapes: [(&[u64], &[u64]); 4] = [
@@ -255,7 +251,7 @@ fn binary(out: &mut Vec<Case>) -> Result<(), GraphError> {
     Ok(())
 }
 
-fn scalar_and_select(out: &mut Vec<Case>) -> Result<(), GraphError> {
+fn scalar_and_select(out: &mut Vec<Case>) -> R<()> {
     use Opcode::*;
     for (op, v) in [
         (AddS, 1.5),
@@ -289,7 +285,7 @@ fn scalar_and_select(out: &mut Vec<Case>) -> Result<(), GraphError> {
     Ok(())
 }
 
-fn reductions(out: &mut Vec<Case>) -> Result<(), GraphError> {
+fn reductions(out: &mut Vec<Case>) -> R<()> {
     let shape: &[u64] = &[5, 37, 129];
     let axes: [&[i64]; 5] = [&[-1], &[1], &[0], &[0, 2], &[0, 1, 2]];
     for (i, ax) in axes.iter().enumerate() {
@@ -321,7 +317,7 @@ fn reductions(out: &mut Vec<Case>) -> Result<(), GraphError> {
     Ok(())
 }
 
-fn composites(out: &mut Vec<Case>) -> Result<(), GraphError> {
+fn composites(out: &mut Vec<Case>) -> R<()> {
     for (rows, cols) in [(1u64, 768u64), (17, 768), (5, 3001)] {
         let mut b = Builder::new(format!("softmax/{rows}x{cols}")).tol(1e-5, 1e-6);
         let x = b.input("x", F32, &[rows, cols], Domain::Any)?;
@@ -352,7 +348,7 @@ fn composites(out: &mut Vec<Case>) -> Result<(), GraphError> {
     Ok(())
 }
 
-fn matmuls(out: &mut Vec<Case>) -> Result<(), GraphError> {
+fn matmuls(out: &mut Vec<Case>) -> R<()> {
     type Shapes = (&'static [u64], &'static [u64], bool, bool);
     let cases: [(&str, Shapes); 7] = [
         ("square", (&[64, 64], &[64, 64], false, false)),
@@ -361,7 +357,10 @@ fn matmuls(out: &mut Vec<Case>) -> Result<(), GraphError> {
         ("trans_a", (&[40, 9], &[40, 21], true, false)),
         ("trans_b", (&[9, 40], &[21, 40], false, true)),
         ("batched", (&[3, 17, 32], &[3, 32, 19], false, false)),
-        ("batch-broadcast", (&[2, 1, 8, 16], &[3, 16, 5], false, false)),
+        (
+            "batch-broadcast",
+            (&[2, 1, 8, 16], &[3, 16, 5], false, false),
+        ),
     ];
     for (name, (sa, sb, ta, tb)) in cases {
         let mut b = Builder::new(format!("matmul/{name}")).tol(1e-4, 1e-5);
@@ -373,7 +372,7 @@ fn matmuls(out: &mut Vec<Case>) -> Result<(), GraphError> {
     Ok(())
 }
 
-fn views(out: &mut Vec<Case>) -> Result<(), GraphError> {
+fn views(out: &mut Vec<Case>) -> R<()> {
     let c = |v: i64| Dim::from(v);
     let mut b = Builder::new("view/transpose-add");
     let x = b.input("x", F32, &[4, 6, 10], Domain::Any)?;
@@ -404,7 +403,7 @@ fn views(out: &mut Vec<Case>) -> Result<(), GraphError> {
     Ok(())
 }
 
-fn dtypes(out: &mut Vec<Case>) -> Result<(), GraphError> {
+fn dtypes(out: &mut Vec<Case>) -> R<()> {
     let targets = [DType::F16, DType::BF16, DType::I32, DType::I8, DType::Bool];
     for to in targets {
         let mut b = Builder::new(format!("cast/f32-{}", to.name())).tol(0.0, 0.0);
@@ -437,12 +436,18 @@ fn dtypes(out: &mut Vec<Case>) -> Result<(), GraphError> {
     Ok(())
 }
 
-fn symbolic(out: &mut Vec<Case>) -> Result<(), GraphError> {
+fn symbolic(out: &mut Vec<Case>) -> R<()> {
     for s in [1u64, 2, 97, 1024] {
         let mut b = Builder::new(format!("symbolic/S={s}")).tol(1e-5, 1e-5);
         let sym = b.g.symbol("S", 1, 4096)?;
         let sd = Dim::from(sym);
-        let x = b.input_dims("x", F32, &[sd.clone(), Dim::from(96)], &[s, 96], Domain::Any)?;
+        let x = b.input_dims(
+            "x",
+            F32,
+            &[sd.clone(), Dim::from(96)],
+            &[s, 96],
+            Domain::Any,
+        )?;
         let w = b.input("w", F32, &[96], Domain::Any)?;
         let t = b.g.mul(x, w)?;
         let y = b.g.silu(t)?;
@@ -528,7 +533,9 @@ pub fn within(
         let close = w.allclose(g, rtol, atol).map_err(|e| e.to_string())?;
         if !close {
             let d = w.max_abs_diff(g).map_err(|e| e.to_string())?;
-            return Err(format!("output {wn}: max abs diff {d:e} (rtol {rtol}, atol {atol})"));
+            return Err(format!(
+                "output {wn}: max abs diff {d:e} (rtol {rtol}, atol {atol})"
+            ));
         }
     }
     Ok(())
@@ -544,7 +551,9 @@ pub fn bitwise(a: &[(String, Tensor)], b: &[(String, Tensor)]) -> Result<(), Str
     }
     for ((an, at), (bn, bt)) in a.iter().zip(b) {
         if an != bn || at.shape() != bt.shape() || at.dtype() != bt.dtype() {
-            return Err(format!("output {an} and {bn} differ in name, shape or dtype"));
+            return Err(format!(
+                "output {an} and {bn} differ in name, shape or dtype"
+            ));
         }
         if let Some(i) = at.bytes().iter().zip(bt.bytes()).position(|(x, y)| x != y) {
             return Err(format!("output {an}: first differing byte at offset {i}"));
