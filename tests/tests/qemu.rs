@@ -171,3 +171,10 @@ fn a_missing_firmware_is_a_clear_error() {
     let e = QemuDevice::new(env!("CARGO_MANIFEST_DIR")).unwrap_err();
     assert!(matches!(e, QemuError::Firmware { .. }), "{e}");
 }
+
+#[test]
+#[ignore = "needs the firmware and QEMU: run `cargo ci qemu`"]
+fn a_stack_overflow_hits_the_guard_page_and_is_reported() {
+    let status = device().selftest("stack-overflow").expect("QEMU runs");
+    assert_eq!(status, Some(Status::StackOverflow));
+}

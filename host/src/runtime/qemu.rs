@@ -167,14 +167,55 @@ impl QemuDevice {
         if end > VIRT_RAM_LIMIT {
             return Err(QemuError::TooLarge(job.len() as u64));
         }
-        let mib = (end - VIRT_RAM_BASE).div_ceil(1 << 20) + 16;
-        let ram_mib = mib.clamp(128, (VIRT_RAM_LIMIT - VIRT_RAM_BASE) >> 20);
         let dir = TempDir::new()?;
-        let job_path = dir.0.join("job.bin");
-        std::fs::write(&job_path, job)?;
-        let start = Instant::now();
-        let mut child = Command::new(&self.qemu)
-            .current_dir(&dir.0)
+        let (status, wall, stderr) = self.boot(&dir, end, Some(job), None)?;
+        let report = match std::fs::read(dir.0.join(REPORT_FILE)) {
+            Ok(bytes) => parse_report(&bytes)?,
+            Err(_) => {
+                let code = status.code();
+                let what = code
+                    .and_then(|c| u32::try_from(c).ok())
+                    .and_then(Status::from_u32)
+                    .map_or_else(|| "not a dvm status".to_string(), |s| s.to_string());
+                return Err(QemuError::NoReport {
+                    code,
+                    what,
+                    stderr: stderr.trim().to_string(),
+                });
+            }
+        };
+        Ok(QemuRun { report, wall })
+    }
+
+    /// Boots the firmware with the semihosting command line
+    /// `selftest=<name>` and no job; returns the firmware's exit status.
+    /// `stack-overflow` must give [`Status::StackOverflow`].
+    ///
+    /// # Errors
+    /// [`QemuError`] when QEMU cannot run or times out.
+    pub fn selftest(&self, name: &str) -> Result<Option<Status>, QemuError> {
+        let dir = TempDir::new()?;
+        let (status, _, _) =
+            self.boot(&dir, self.job_base, None, Some(&format!("selftest={name}")))?;
+        Ok(status
+            .code()
+            .and_then(|c| u32::try_from(c).ok())
+            .and_then(Status::from_u32))
+    }
+
+    /// Runs QEMU in `dir` until it exits or times out; returns its exit
+    /// status, the wall time and its standard error.
+    fn boot(
+        &self,
+        dir: &TempDir,
+        ram_end: u64,
+        job: Option<&[u8]>,
+        append: Option<&str>,
+    ) -> Result<(std::process::ExitStatus, Duration, String), QemuError> {
+        let mib = (ram_end - VIRT_RAM_BASE).div_ceil(1 << 20) + 16;
+        let ram_mib = mib.clamp(128, (VIRT_RAM_LIMIT - VIRT_RAM_BASE) >> 20);
+        let mut cmd = Command::new(&self.qemu);
+        cmd.current_dir(&dir.0)
             .args([
                 "-M",
                 "virt",
@@ -189,13 +230,21 @@ impl QemuDevice {
             .arg("-m")
             .arg(format!("{ram_mib}M"))
             .arg("-kernel")
-            .arg(&self.firmware)
-            .arg("-device")
-            .arg(format!(
+            .arg(&self.firmware);
+        if let Some(job) = job {
+            let job_path = dir.0.join("job.bin");
+            std::fs::write(&job_path, job)?;
+            cmd.arg("-device").arg(format!(
                 "loader,file={},addr={:#x},force-raw=on",
                 job_path.display(),
                 self.job_base
-            ))
+            ));
+        }
+        if let Some(append) = append {
+            cmd.arg("-append").arg(append);
+        }
+        let start = Instant::now();
+        let mut child = cmd
             .stdin(Stdio::null())
             .stdout(match &self.log {
                 Some(p) => Stdio::from(std::fs::File::create(p)?),
@@ -225,22 +274,7 @@ impl QemuDevice {
             // Best effort: stderr only decorates the error message.
             let _ = e.read_to_string(&mut stderr);
         }
-        let report = match std::fs::read(dir.0.join(REPORT_FILE)) {
-            Ok(bytes) => parse_report(&bytes)?,
-            Err(_) => {
-                let code = status.code();
-                let what = code
-                    .and_then(|c| u32::try_from(c).ok())
-                    .and_then(Status::from_u32)
-                    .map_or_else(|| "not a dvm status".to_string(), |s| s.to_string());
-                return Err(QemuError::NoReport {
-                    code,
-                    what,
-                    stderr: stderr.trim().to_string(),
-                });
-            }
-        };
-        Ok(QemuRun { report, wall })
+        Ok((status, wall, stderr))
     }
 }
 

@@ -9,6 +9,10 @@
 //! through semihosting ([`report`]); the exit code is the job's
 //! [`dvm_isa::job::Status`]. Logs are `defmt` frames on semihosting stdout.
 //!
+//! The semihosting command line `selftest=stack-overflow` (QEMU's `-append`)
+//! runs a self-test instead of the job: it recurses until the stack hits its
+//! guard page, which must end in [`dvm_isa::job::Status::StackOverflow`].
+//!
 //! Memory layout (from `dvm-linker`'s `memory.x`/`link.x`): code, data, bss,
 //! the unified buffer (`.ub`), a guard page, the stack, then the job.
 #![no_std]
@@ -18,6 +22,7 @@ mod boot;
 mod job;
 mod mmu;
 mod report;
+mod selftest;
 
 use core::panic::PanicInfo;
 
@@ -84,6 +89,15 @@ unsafe impl critical_section::Impl for DaifCriticalSection {
 extern "C" fn dvm_fw_main() -> ! {
     mmu::enable();
     defmt::info!("dvm-firmware {=str}: MMU on", env!("CARGO_PKG_VERSION"));
+    let mut cmdline = [0u8; 128];
+    // QEMU passes the kernel's path, then the `-append` text.
+    let args = report::command_line(&mut cmdline);
+    if args
+        .split(|&c| c == b' ')
+        .any(|a| a == b"selftest=stack-overflow")
+    {
+        selftest::overflow_the_stack();
+    }
     let status = job::run();
     defmt::info!("job done: {}", status.describe());
     report::exit(status)

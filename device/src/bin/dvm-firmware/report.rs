@@ -79,3 +79,27 @@ fn try_write(
 pub fn exit(status: Status) -> ! {
     semihosting::process::exit(status as i32)
 }
+
+/// The command line QEMU passes through semihosting (`-append` or
+/// `-semihosting-config …,arg=…`), copied into `buf`; empty when there is
+/// none or it does not fit.
+pub fn command_line(buf: &mut [u8]) -> &[u8] {
+    const SYS_GET_CMDLINE: u64 = 0x15;
+    let mut block = [buf.as_mut_ptr() as u64, buf.len() as u64];
+    let ret: u64;
+    // SAFETY: the semihosting call writes at most `block[1]` bytes into
+    // `buf` and the new length into `block[1]`; both outlive the call.
+    unsafe {
+        core::arch::asm!(
+            "hlt #0xf000",
+            inout("x0") SYS_GET_CMDLINE => ret,
+            in("x1") block.as_mut_ptr(),
+            options(nostack),
+        );
+    }
+    let n = block[1] as usize;
+    if ret != 0 || n > buf.len() {
+        return &[];
+    }
+    &buf[..n]
+}
