@@ -4,6 +4,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand, ValueEnum};
+use dvm_host::fuse::FuseOptions;
 use dvm_host::graph::Graph;
 use dvm_host::models::EncoderConfig;
 use dvm_host::runtime::{Prepared, Runtime};
@@ -44,6 +45,9 @@ enum Command {
         /// Worker cores (default: all).
         #[arg(long)]
         cores: Option<usize>,
+        /// One kernel per operator (no fusion), for comparison.
+        #[arg(long)]
+        no_fuse: bool,
     },
     /// Run a graph on input `.npy` files; write each output as `DIR/NAME.npy`.
     Run {
@@ -62,6 +66,24 @@ enum Command {
         #[arg(long)]
         output_dir: PathBuf,
         /// Worker cores for the cpu device (default: all).
+        #[arg(long)]
+        cores: Option<usize>,
+        /// One kernel per operator (no fusion), for comparison.
+        #[arg(long)]
+        no_fuse: bool,
+    },
+    /// Print the fusion groups of a graph, why neighbours were not fused,
+    /// and its kernels at the given bindings (kind, tiling, bytes moved).
+    Explain {
+        /// Graph file (JSON).
+        graph: PathBuf,
+        /// A symbol value: `S=128` (every symbol must be bound).
+        #[arg(long = "bind", value_name = "SYM=VALUE")]
+        binds: Vec<String>,
+        /// Explain the unfused plan instead.
+        #[arg(long)]
+        no_fuse: bool,
+        /// Cores the kernels are tiled for (default: all).
         #[arg(long)]
         cores: Option<usize>,
     },
@@ -161,12 +183,21 @@ fn parse_binds(g: &Graph, binds: &[String]) -> Result<Bindings, Failure> {
     Ok(b)
 }
 
+fn fuse_options(no_fuse: bool) -> FuseOptions {
+    if no_fuse {
+        FuseOptions::off()
+    } else {
+        FuseOptions::default()
+    }
+}
+
 fn run(cli: Cli) -> Result<(), Failure> {
     match cli.command {
         Command::Demo {
             lens,
             op_lens,
             cores,
+            no_fuse,
         } => {
             let lens = if lens.is_empty() {
                 vec![1, 17, 64, 128, 257, 512]
@@ -181,13 +212,15 @@ fn run(cli: Cli) -> Result<(), Failure> {
             let rt = Runtime::new(cores.unwrap_or_else(all_cores), 1024);
             let cfg = EncoderConfig::default();
             println!(
-                "dvm demo 1/2: transformer encoder block (hidden {}, {} heads, ffn {}), symbolic length S, {} core(s)",
+                "dvm demo 1/2: transformer encoder block (hidden {}, {} heads, ffn {}), symbolic length S, {} core(s), fusion {}",
                 cfg.hidden,
                 cfg.heads,
                 cfg.ffn,
-                rt.pool().cores()
+                rt.pool().cores(),
+                if no_fuse { "off" } else { "on" }
             );
-            let enc = demo::run_encoder(&cfg, &lens, &rt).map_err(|e| Failure(e, 1))?;
+            let enc = demo::run_encoder_with(&cfg, &lens, &rt, &fuse_options(no_fuse))
+                .map_err(|e| Failure(e, 1))?;
             print!("{}", demo::encoder_table(&enc));
             println!(
                 "\ndvm demo 2/2: single operators at hidden {}, one kernel per shape",
@@ -209,6 +242,7 @@ fn run(cli: Cli) -> Result<(), Failure> {
             device,
             output_dir,
             cores,
+            no_fuse,
         } => {
             let g = load_graph(&graph)?;
             let bindings = parse_binds(&g, &binds)?;
@@ -243,7 +277,8 @@ fn run(cli: Cli) -> Result<(), Failure> {
                 }
                 Device::Cpu => {
                     let rt = Runtime::new(cores.unwrap_or_else(all_cores), 256);
-                    let prepared = Prepared::new(&g).map_err(|e| Failure(e.to_string(), 2))?;
+                    let prepared = Prepared::with_options(&g, &fuse_options(no_fuse))
+                        .map_err(|e| Failure(e.to_string(), 2))?;
                     rt.run(&prepared, &named, &bindings)
                         .map_err(|e| Failure(e.to_string(), 1))?
                 }
@@ -300,6 +335,23 @@ fn run(cli: Cli) -> Result<(), Failure> {
             }
             write_atomic(&output, &builder.finish())?;
             println!("{}: {} kernel(s)", output.display(), plan.steps.len());
+            Ok(())
+        }
+        Command::Explain {
+            graph,
+            binds,
+            no_fuse,
+            cores,
+        } => {
+            let g = load_graph(&graph)?;
+            let mut complete = parse_binds(&g, &binds)?;
+            g.scope()
+                .complete_bindings(&mut complete)
+                .map_err(|e| Failure(e.to_string(), 2))?;
+            let rt = Runtime::new(cores.unwrap_or_else(all_cores), 1024);
+            let text = dvm_host::fuse::explain::explain(&g, &complete, &fuse_options(no_fuse), &rt)
+                .map_err(|e| Failure(e.to_string(), 2))?;
+            print!("{text}");
             Ok(())
         }
         Command::Disasm { module } => {

@@ -25,6 +25,7 @@
 //! - [`stack`]: building parallel and sequence kernels from compiled groups.
 //! - [`explain`]: the `dvm explain` report.
 
+pub mod explain;
 pub mod legality;
 pub mod pattern;
 pub mod stack;
@@ -686,9 +687,47 @@ impl FusionPlan {
 
     fn finish(
         st: State<'_>,
-        log: Log,
+        mut log: Log,
         applied: Vec<(&'static str, String)>,
     ) -> Result<FusionPlan, FuseError> {
+        if st.opts.fuse {
+            // Neighbouring groups no rule proposed to merge (e.g. a matmul
+            // feeding a reduction): record why they cannot merge.
+            let seen: HashSet<(u32, u32)> = log
+                .rejections
+                .iter()
+                .map(|r| (st.owner[r.a.0], st.owner[r.b.0]))
+                .collect();
+            let mut extra = Vec::new();
+            for (p, users) in st.users.iter().enumerate() {
+                let a = st.owner[p];
+                if a == NONE {
+                    continue;
+                }
+                for &c in users {
+                    let b = st.owner[c.0];
+                    if b == NONE || a == b || seen.contains(&(a, b)) {
+                        continue;
+                    }
+                    if extra
+                        .iter()
+                        .any(|r: &Rejection| st.owner[r.a.0] == a && st.owner[r.b.0] == b)
+                    {
+                        continue;
+                    }
+                    if let Err(reason) = st.try_merge(a as usize, b as usize) {
+                        extra.push(Rejection {
+                            rule: "neighbours",
+                            a: NodeId(p),
+                            b: c,
+                            via: None,
+                            reason,
+                        });
+                    }
+                }
+            }
+            log.rejections.extend(extra);
+        }
         let order = st.topo_order().map_err(|what| FuseError {
             rule: "final",
             what,
