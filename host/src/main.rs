@@ -328,13 +328,18 @@ fn run(cli: Cli) -> Result<(), Failure> {
                 .plan(&prepared, &complete)
                 .map_err(|e| Failure(e.to_string(), 2))?;
             let mut builder = ModuleBuilder::new();
-            for (step, k) in plan.steps.iter().zip(&kernels) {
+            for (launch, k) in plan.launches.iter().zip(&kernels) {
                 let mut def = k.info.kernel.clone();
-                def.name.clone_from(&step.name);
+                def.name = launch
+                    .steps
+                    .iter()
+                    .map(|&s| plan.steps[s].name.as_str())
+                    .collect::<Vec<_>>()
+                    .join("+");
                 builder.add_kernel(def);
             }
             write_atomic(&output, &builder.finish())?;
-            println!("{}: {} kernel(s)", output.display(), plan.steps.len());
+            println!("{}: {} kernel(s)", output.display(), kernels.len());
             Ok(())
         }
         Command::Explain {

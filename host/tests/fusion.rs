@@ -6,7 +6,6 @@
 use dvm_host::demo::data;
 use dvm_host::fuse::{ClusterKind, FuseOptions, Reason};
 use dvm_host::graph::{Graph, NodeId};
-use dvm_host::lower::LaunchKind;
 use dvm_host::models::{encoder_block, EncoderConfig};
 use dvm_host::reference;
 use dvm_host::runtime::{Prepared, Runtime};
