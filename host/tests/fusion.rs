@@ -522,3 +522,106 @@ fn the_cache_keys_on_the_group_structure() {
     rt.plan(&unfused, &b).unwrap();
     assert!(rt.cache_stats().misses >= first.misses + 6);
 }
+
+mod eager {
+    use super::tensor;
+    use dvm_host::eager::{Eager, EagerError};
+    use dvm_host::fuse::FuseOptions;
+    use dvm_host::tensor::Tensor;
+
+    /// A small MLP-ish window: 2 · softmax(gelu(x·w + b) + x) and its row sums.
+    fn window(ex: &Eager) -> Result<(Tensor, Tensor), EagerError> {
+        let x = ex.tensor(tensor(&[9, 32], 30, 1.0));
+        let w = ex.tensor(tensor(&[32, 32], 31, 0.2));
+        let b = ex.tensor(tensor(&[32], 32, 1.0));
+        let h = x.matmul(&w)?.add(&b)?.gelu()?.add(&x)?;
+        let p = h.softmax(-1)?.scale(2.0)?;
+        let s = p.sum(&[-1], true)?;
+        Ok((p.to_tensor()?, s.to_tensor()?))
+    }
+
+    #[test]
+    fn recorded_ops_run_fused_at_the_flush_point() {
+        let fused = Eager::new(2);
+        let (p, s) = window(&fused).unwrap();
+        let st = fused.stats();
+        let unfused = Eager::with_options(2, FuseOptions::off(), 64);
+        let (p2, s2) = window(&unfused).unwrap();
+        let st2 = unfused.stats();
+        assert!(p.allclose(&p2, 1e-5, 1e-6).unwrap());
+        assert!(s.allclose(&s2, 1e-5, 1e-6).unwrap());
+        // Rows of 2·softmax sum to 2.
+        for v in s.to_f32_vec() {
+            assert!((v - 2.0).abs() < 1e-4, "{v}");
+        }
+        // One flush for everything: mix kernel (matmul + bias + gelu +
+        // residual), softmax with its scaling, and the row sum.
+        assert_eq!(st.flushes, 1);
+        assert_eq!(st.ops, 7);
+        assert!(st.kernels <= 3, "{st:?}");
+        assert_eq!(st2.kernels, 11, "{st2:?}");
+        assert!(st.fuse_us > 0.0);
+    }
+
+    #[test]
+    fn host_control_flow_reads_values_back() {
+        let ex = Eager::new(2);
+        let mut x =
+            ex.tensor(Tensor::from_f32(&[2, 3], &[1.0, -2.0, 3.0, 40.0, 5.0, -6.0]).unwrap());
+        let mut halvings = 0;
+        while x.abs().unwrap().max_all().unwrap().item().unwrap() >= 1.0 {
+            x = x.scale(0.5).unwrap();
+            halvings += 1;
+        }
+        assert_eq!(halvings, 6); // 40 / 2^6 < 1
+        assert_eq!(ex.stats().flushes, 7);
+        assert!(matches!(x.item(), Err(EagerError::NotScalar(6))));
+    }
+
+    #[test]
+    fn a_full_window_and_a_non_fusible_op_flush() {
+        let ex = Eager::with_options(2, FuseOptions::default(), 8);
+        let x = ex.tensor(tensor(&[4, 16], 33, 1.0));
+        let mut y = x.clone();
+        for _ in 0..20 {
+            y = y.tanh().unwrap();
+        }
+        // 20 ops through a window of 8: two automatic flushes so far.
+        assert_eq!(ex.stats().flushes, 2);
+        assert_eq!(ex.pending(), 4);
+        let c = y.concat(&[&x], 0).unwrap();
+        assert_eq!(
+            ex.pending(),
+            0,
+            "concat runs the window before and after it"
+        );
+        assert_eq!(c.shape(), &[8, 16]);
+        let mut want = x.to_f32_vec().unwrap();
+        for v in &mut want {
+            for _ in 0..20 {
+                *v = v.tanh();
+            }
+        }
+        let got = c.to_f32_vec().unwrap();
+        for (g, w) in got.iter().zip(&want) {
+            assert!((g - w).abs() < 1e-5, "{g} vs {w}");
+        }
+        // Shape errors are reported when the op is recorded.
+        let bad = x.matmul(&x);
+        assert!(matches!(bad, Err(EagerError::Graph(_))));
+    }
+
+    #[test]
+    fn values_nobody_holds_are_not_stored() {
+        let ex = Eager::new(2);
+        let x = ex.tensor(tensor(&[64, 64], 34, 1.0));
+        let y = {
+            let a = x.exp().unwrap();
+            let b = a.scale(0.5).unwrap();
+            b.add(&x).unwrap()
+        };
+        y.to_tensor().unwrap();
+        // exp, scale, add: one element-wise kernel with one output.
+        assert_eq!(ex.stats().kernels, 1);
+    }
+}
