@@ -280,6 +280,22 @@ impl Runtime {
         inputs: &[(&str, &Tensor)],
         explicit: &Bindings,
     ) -> Result<Vec<(String, Tensor)>, RunError> {
+        self.run_profiled(prepared, inputs, explicit, None)
+    }
+
+    /// [`Runtime::run`], also recording each launch's name and wall time
+    /// (kernel execution only: no lowering, allocation or copies) in
+    /// `profile`.
+    ///
+    /// # Errors
+    /// As [`Runtime::run`].
+    pub fn run_profiled(
+        &self,
+        prepared: &Prepared,
+        inputs: &[(&str, &Tensor)],
+        explicit: &Bindings,
+        mut profile: Option<&mut Vec<(String, std::time::Duration)>>,
+    ) -> Result<Vec<(String, Tensor)>, RunError> {
         let graph = &prepared.graph;
         let bindings = graph.bind_tensors(inputs, explicit)?;
         let (plan, kernels) = self.plan(prepared, &bindings)?;
@@ -325,6 +341,7 @@ impl Runtime {
                     }
                 })
                 .collect();
+            let t0 = std::time::Instant::now();
             // SAFETY: every buffer is a live allocation owned by this
             // function and not otherwise accessed during the launch; a
             // launch binds each buffer once, and the buffers it writes are
@@ -335,6 +352,9 @@ impl Runtime {
                     error,
                 }
             })?;
+            if let Some(p) = profile.as_deref_mut() {
+                p.push((kernel.info.kernel.name.clone(), t0.elapsed()));
+            }
         }
         plan.outputs
             .iter()
