@@ -336,6 +336,18 @@ fn median(mut v: Vec<f64>) -> f64 {
 
 fn main() {
     let quick = std::env::args().any(|a| a == "quick");
+    if std::env::args().any(|a| a == "decision") {
+        // Only the fusion pass, in a loop (for profiling).
+        let d = decompose(&window30()).expect("decomposes");
+        let mut times = Vec::new();
+        for _ in 0..20_000 {
+            let t = Instant::now();
+            std::hint::black_box(FusionPlan::new(&d, &FuseOptions::default()).expect("fuses"));
+            times.push(t.elapsed().as_secs_f64() * 1e6);
+        }
+        println!("fusion pass median {:.1} µs", median(times));
+        return;
+    }
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let rt = Runtime::new(cores, 4096);
     println!(

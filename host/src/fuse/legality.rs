@@ -222,12 +222,61 @@ pub fn broadcasts_into(
     Ok(())
 }
 
+/// The consumers of every node of a graph (each listed once, ascending),
+/// stored flat.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Users {
+    off: Vec<u32>,
+    flat: Vec<NodeId>,
+}
+
+impl Users {
+    /// The consumers of every node of `g`.
+    pub fn new(g: &Graph) -> Users {
+        let n = g.nodes().len();
+        let mut count = vec![0u32; n + 1];
+        let mut last = vec![usize::MAX; n];
+        for (i, node) in g.nodes().iter().enumerate() {
+            for o in &node.operands {
+                if o.0 < n && last[o.0] != i {
+                    last[o.0] = i;
+                    count[o.0 + 1] += 1;
+                }
+            }
+        }
+        for i in 0..n {
+            count[i + 1] += count[i];
+        }
+        let mut fill = count.clone();
+        let mut flat = vec![NodeId(0); count[n] as usize];
+        last.iter_mut().for_each(|l| *l = usize::MAX);
+        for (i, node) in g.nodes().iter().enumerate() {
+            for o in &node.operands {
+                if o.0 < n && last[o.0] != i {
+                    last[o.0] = i;
+                    flat[fill[o.0] as usize] = NodeId(i);
+                    fill[o.0] += 1;
+                }
+            }
+        }
+        Users { off: count, flat }
+    }
+
+    /// The consumers of `n` (empty for a foreign id).
+    pub fn of(&self, n: NodeId) -> &[NodeId] {
+        match (self.off.get(n.0), self.off.get(n.0 + 1)) {
+            (Some(&a), Some(&b)) => &self.flat[a as usize..b as usize],
+            _ => &[],
+        }
+    }
+}
+
 /// What [`validate`] needs to know about the graph.
 pub struct Facts<'a> {
     /// The graph.
     pub graph: &'a Graph,
     /// Consumers of every node.
-    pub users: &'a [Vec<NodeId>],
+    pub users: &'a Users,
     /// Whether each node is a graph output.
     pub is_output: &'a [bool],
     /// Role of every node.
@@ -237,7 +286,7 @@ pub struct Facts<'a> {
 impl Facts<'_> {
     /// True when `n`'s value leaves a group whose members satisfy `member`.
     pub fn materialized(&self, n: NodeId, member: &dyn Fn(NodeId) -> bool) -> bool {
-        self.is_output[n.0] || self.users[n.0].iter().any(|&u| !member(u))
+        self.is_output[n.0] || self.users.of(n).iter().any(|&u| !member(u))
     }
 
     fn name(&self, n: NodeId) -> String {

@@ -30,14 +30,15 @@ pub mod legality;
 pub mod pattern;
 pub mod stack;
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashSet};
+use std::hash::{BuildHasherDefault, Hasher};
 
 use crate::graph::{Graph, NodeId, ShapeDisplay};
 use crate::sym::Dim;
 
-pub use legality::Reason;
+pub use legality::{Reason, Users};
 use legality::{role_of, validate, Facts};
 
 /// How the fuser treats a graph node.
@@ -139,6 +140,9 @@ pub struct FuseOptions {
     pub max_params: usize,
     /// Most groups in one parallel stack.
     pub max_stack: usize,
+    /// Record why candidates were rejected and describe every rewrite (for
+    /// `dvm explain`); the eager API turns it off to keep the decision cheap.
+    pub reasons: bool,
 }
 
 impl Default for FuseOptions {
@@ -150,6 +154,7 @@ impl Default for FuseOptions {
             max_nodes: 64,
             max_params: dvm_isa::verify::MAX_PARAMS,
             max_stack: 8,
+            reasons: true,
         }
     }
 }
@@ -197,32 +202,67 @@ pub enum Patch {
 }
 
 /// A rewrite rule: proposes the next patch for the current state.
+///
+/// Rules keep their own worklists of candidates: [`Rule::next`] examines
+/// candidates until one is legal, and [`Rule::notify`] tells the rule about
+/// the group a patch created, so that only the candidates around it are
+/// examined again (a rejected pair of groups stays rejected: merges only add
+/// paths between units, and a group's members never change).
 pub trait Rule {
     /// Name (for logs and `dvm explain`).
     fn name(&self) -> &'static str;
     /// The next patch, or `None` at this rule's fixed point. Rejected
-    /// candidates go to `log` (which also remembers them, so a rule never
-    /// re-examines an unchanged pair).
+    /// candidates go to `log`.
     fn next(&mut self, st: &State<'_>, log: &mut Log) -> Option<Patch>;
+    /// Group `c` was created by a merge.
+    fn notify(&mut self, st: &State<'_>, c: usize);
 }
 
-/// Rejections and the memo of examined candidates.
+/// A fast hasher for small integer keys (the memo of examined pairs).
+#[derive(Default, Clone, Copy)]
+pub struct IdHasher(u64);
+
+impl Hasher for IdHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.write_u64(b as u64);
+        }
+    }
+    fn write_u64(&mut self, v: u64) {
+        self.0 = (self.0.rotate_left(5) ^ v).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+    fn write_usize(&mut self, v: usize) {
+        self.write_u64(v as u64);
+    }
+    fn write_u32(&mut self, v: u32) {
+        self.write_u64(v as u64);
+    }
+    fn write_u8(&mut self, v: u8) {
+        self.write_u64(v as u64);
+    }
+}
+
+/// A set of small integer keys.
+pub type IdSet<K> = HashSet<K, BuildHasherDefault<IdHasher>>;
+
+/// Rejections found by the rules.
 #[derive(Debug, Default)]
 pub struct Log {
-    memo: HashSet<(u8, usize, usize)>,
+    /// Whether to keep them (see [`FuseOptions::reasons`]).
+    pub keep: bool,
     /// Rejections in the order they were found.
     pub rejections: Vec<Rejection>,
 }
 
 impl Log {
-    /// True (and remembered) the first time `(rule, a, b)` is seen.
-    pub fn first_time(&mut self, rule: u8, a: usize, b: usize) -> bool {
-        self.memo.insert((rule, a, b))
-    }
-
-    /// Records a rejection.
+    /// Records a rejection (when reasons are kept).
     pub fn reject(&mut self, r: Rejection) {
-        self.rejections.push(r);
+        if self.keep {
+            self.rejections.push(r);
+        }
     }
 }
 
@@ -232,7 +272,7 @@ const NONE: u32 = u32::MAX;
 pub struct State<'g> {
     g: &'g Graph,
     roles: Vec<Role>,
-    users: Vec<Vec<NodeId>>,
+    users: Users,
     is_output: Vec<bool>,
     /// Group of each node (`NONE` for data and opaque nodes).
     owner: Vec<u32>,
@@ -242,23 +282,14 @@ pub struct State<'g> {
     stack_of: Vec<u32>,
     stacks: Vec<Vec<usize>>,
     opts: FuseOptions,
-    scratch: RefCell<Vec<u32>>,
-    epoch: std::cell::Cell<u32>,
+    scratch: RefCell<(Vec<u32>, Vec<NodeId>)>,
+    epoch: Cell<u32>,
 }
 
 impl<'g> State<'g> {
     fn new(g: &'g Graph, opts: FuseOptions) -> State<'g> {
         let n = g.nodes().len();
-        let mut users = vec![Vec::new(); n];
-        for (i, node) in g.nodes().iter().enumerate() {
-            for o in &node.operands {
-                if let Some(u) = users.get_mut(o.0) {
-                    if !u.contains(&NodeId(i)) {
-                        u.push(NodeId(i));
-                    }
-                }
-            }
-        }
+        let users = Users::new(g);
         let mut is_output = vec![false; n];
         for (_, id) in g.outputs() {
             if let Some(o) = is_output.get_mut(id.0) {
@@ -272,12 +303,12 @@ impl<'g> State<'g> {
             users,
             is_output,
             owner: vec![NONE; n],
-            clusters: Vec::with_capacity(n),
-            stack_of: Vec::with_capacity(n),
+            clusters: Vec::with_capacity(2 * n),
+            stack_of: Vec::with_capacity(2 * n),
             stacks: Vec::new(),
             opts,
-            scratch: RefCell::new(vec![0; n]),
-            epoch: std::cell::Cell::new(0),
+            scratch: RefCell::new((vec![0; n], Vec::new())),
+            epoch: Cell::new(0),
         };
         for i in 0..n {
             let id = NodeId(i);
@@ -322,7 +353,7 @@ impl<'g> State<'g> {
 
     /// Consumers of node `n`.
     pub fn users(&self, n: NodeId) -> &[NodeId] {
-        &self.users[n.0]
+        self.users.of(n)
     }
 
     /// The live group holding node `n`.
@@ -331,9 +362,14 @@ impl<'g> State<'g> {
         (o != NONE).then_some(o as usize)
     }
 
-    /// Group `c`.
+    /// Group `c` (empty when merged away).
     pub fn cluster(&self, c: usize) -> &Cluster {
         &self.clusters[c]
+    }
+
+    /// Number of group ids handed out so far.
+    pub fn cluster_ids(&self) -> usize {
+        self.clusters.len()
     }
 
     /// Whether group `c` is in a stack.
@@ -354,14 +390,16 @@ impl<'g> State<'g> {
         }
     }
 
-    fn unit_members(&self, u: Unit) -> Vec<NodeId> {
+    /// Calls `f` on every node of unit `u`.
+    fn for_members(&self, u: Unit, mut f: impl FnMut(NodeId)) {
         match u {
-            Unit::Node(n) => vec![n],
-            Unit::Cluster(c) => self.clusters[c].nodes.clone(),
-            Unit::Stack(s) => self.stacks[s]
-                .iter()
-                .flat_map(|&c| self.clusters[c].nodes.iter().copied())
-                .collect(),
+            Unit::Node(n) => f(n),
+            Unit::Cluster(c) => self.clusters[c].nodes.iter().for_each(|&n| f(n)),
+            Unit::Stack(s) => {
+                for &c in &self.stacks[s] {
+                    self.clusters[c].nodes.iter().for_each(|&n| f(n));
+                }
+            }
         }
     }
 
@@ -373,6 +411,8 @@ impl<'g> State<'g> {
             .or_else(|| self.path_from(b, a, direct))
     }
 
+    /// With `a == b`: a node on a path that leaves group `a` and comes back
+    /// (a cycle through it).
     fn path_from(&self, a: usize, b: usize, direct: bool) -> Option<NodeId> {
         let (ca, cb) = (&self.clusters[a], &self.clusters[b]);
         let max_b = cb.nodes.last()?.0;
@@ -380,23 +420,24 @@ impl<'g> State<'g> {
         if min_a > max_b {
             return None;
         }
-        let in_b = |n: NodeId| self.owner[n.0] == b as u32;
-        let in_a = |n: NodeId| self.owner[n.0] == a as u32;
+        let (aa, bb) = (a as u32, b as u32);
         // Epoch-stamped visited marks: no clearing between searches.
         let epoch = self.epoch.get().wrapping_add(1);
         self.epoch.set(epoch);
-        let mut seen = self.scratch.borrow_mut();
+        let mut scratch = self.scratch.borrow_mut();
+        let (seen, work) = &mut *scratch;
         if epoch == 0 {
             seen.iter_mut().for_each(|s| *s = 0);
         }
-        let mut work: Vec<NodeId> = Vec::new();
+        work.clear();
         for &m in &ca.nodes {
-            for &u in &self.users[m.0] {
-                if in_b(u) {
-                    if direct {
+            for &u in self.users.of(m) {
+                let o = self.owner[u.0];
+                if o == bb && (a != b || direct) {
+                    if direct && a != b {
                         return Some(m);
                     }
-                } else if !in_a(u) && u.0 <= max_b {
+                } else if o != aa && o != bb && u.0 <= max_b {
                     work.push(u);
                 }
             }
@@ -405,19 +446,25 @@ impl<'g> State<'g> {
             if seen[x.0] == epoch {
                 continue;
             }
-            for m in self.unit_members(self.unit(x)) {
-                if seen[m.0] == epoch {
-                    continue;
+            let mut hit = false;
+            self.for_members(self.unit(x), |m| {
+                if hit || seen[m.0] == epoch {
+                    return;
                 }
                 seen[m.0] = epoch;
-                for &u in &self.users[m.0] {
-                    if in_b(u) {
-                        return Some(x);
+                for &u in self.users.of(m) {
+                    let o = self.owner[u.0];
+                    if o == bb {
+                        hit = true;
+                        return;
                     }
-                    if !in_a(u) && u.0 <= max_b && seen[u.0] != epoch {
+                    if o != aa && u.0 <= max_b && seen[u.0] != epoch {
                         work.push(u);
                     }
                 }
+            });
+            if hit {
+                return Some(x);
             }
         }
         None
@@ -465,17 +512,19 @@ impl<'g> State<'g> {
         Ok(Cluster { kind, nodes, space })
     }
 
-    fn apply(&mut self, patch: Patch) {
+    /// Applies `patch`; returns the group it created (merges) or `None`.
+    fn apply(&mut self, patch: Patch) -> Option<usize> {
         match patch {
             Patch::Merge { a, b, merged } => {
-                let id = self.clusters.len() as u32;
+                let id = self.clusters.len();
                 for &n in &merged.nodes {
-                    self.owner[n.0] = id;
+                    self.owner[n.0] = id as u32;
                 }
                 self.clusters[a].nodes.clear();
                 self.clusters[b].nodes.clear();
                 self.clusters.push(merged);
                 self.stack_of.push(NONE);
+                Some(id)
             }
             Patch::Stack { members } => {
                 let s = self.stacks.len() as u32;
@@ -483,23 +532,74 @@ impl<'g> State<'g> {
                     self.stack_of[c] = s;
                 }
                 self.stacks.push(members);
+                None
             }
         }
     }
 
-    /// The consistency check run after every rewrite: ownership matches the
-    /// groups, every touched group is valid, stacks hold independent live
-    /// groups, and the units form an acyclic graph.
-    fn check(&self, rule: &'static str, touched: &[usize]) -> Result<(), FuseError> {
+    /// The consistency check run after every rewrite, on what it touched:
+    /// the new group owns exactly its members, is a valid group with the
+    /// recorded kind and space, and no path leaves it and comes back (no
+    /// cycle between kernels); a new stack holds live, pairwise independent
+    /// groups. [`State::check_all`] checks the whole state.
+    fn check(&self, rule: &'static str, created: Option<usize>) -> Result<(), FuseError> {
+        let bad = |what: String| FuseError { rule, what };
+        if let Some(c) = created {
+            let cl = &self.clusters[c];
+            if cl.nodes.is_empty() || !cl.nodes.windows(2).all(|w| w[0] < w[1]) {
+                return Err(bad(format!("group {c} is empty or not sorted")));
+            }
+            if let Some(n) = cl.nodes.iter().find(|n| self.owner[n.0] != c as u32) {
+                return Err(bad(format!("node `{}` has a stale owner", self.g[*n].name)));
+            }
+            let member = |m: NodeId| self.owner[m.0] == c as u32;
+            let (kind, space) = validate(&self.facts(), &cl.nodes, &member)
+                .map_err(|r| bad(format!("group {c} is invalid: {r}")))?;
+            if kind != cl.kind || space != cl.space {
+                return Err(bad(format!("group {c} has a stale kind or space")));
+            }
+            if let Some(via) = self.path_from(c, c, false) {
+                return Err(bad(format!(
+                    "group {c} is part of a cycle through `{}`",
+                    self.g[via].name
+                )));
+            }
+        } else if let Some(members) = self.stacks.last() {
+            for (i, &a) in members.iter().enumerate() {
+                if self.clusters[a].nodes.is_empty() {
+                    return Err(bad("a stack holds a dead group".into()));
+                }
+                for &b in &members[i + 1..] {
+                    if self.path_between(a, b, true).is_some() {
+                        return Err(bad("a stack holds dependent groups".into()));
+                    }
+                }
+            }
+        }
+        if cfg!(debug_assertions) {
+            self.check_all(rule)?;
+        }
+        Ok(())
+    }
+
+    /// The whole-state check: ownership matches the groups, every live
+    /// group is valid, stacks hold live groups, and the units are acyclic.
+    fn check_all(&self, rule: &'static str) -> Result<(), FuseError> {
         let bad = |what: String| FuseError { rule, what };
         for (c, cl) in self.clusters.iter().enumerate() {
-            if !cl.nodes.windows(2).all(|w| w[0] < w[1]) {
-                return Err(bad(format!("group {c} is not sorted")));
-            }
             for &n in &cl.nodes {
                 if self.owner[n.0] != c as u32 {
                     return Err(bad(format!("node `{}` has a stale owner", self.g[n].name)));
                 }
+            }
+            if cl.nodes.is_empty() {
+                continue;
+            }
+            let member = |m: NodeId| self.owner[m.0] == c as u32;
+            let (kind, space) = validate(&self.facts(), &cl.nodes, &member)
+                .map_err(|r| bad(format!("group {c} is invalid: {r}")))?;
+            if kind != cl.kind || space != cl.space {
+                return Err(bad(format!("group {c} has a stale kind or space")));
             }
         }
         for (i, &o) in self.owner.iter().enumerate() {
@@ -508,15 +608,6 @@ impl<'g> State<'g> {
                     "node `{}` is not in its group",
                     self.g[NodeId(i)].name
                 )));
-            }
-        }
-        for &c in touched {
-            let cl = &self.clusters[c];
-            let member = |m: NodeId| self.owner[m.0] == c as u32;
-            let (kind, space) = validate(&self.facts(), &cl.nodes, &member)
-                .map_err(|r| bad(format!("group {c} is invalid: {r}")))?;
-            if kind != cl.kind || space != cl.space {
-                return Err(bad(format!("group {c} has a stale kind or space")));
             }
         }
         for (s, members) in self.stacks.iter().enumerate() {
@@ -542,24 +633,27 @@ impl<'g> State<'g> {
         let total = n + nc + self.stacks.len();
         let mut first = vec![usize::MAX; total];
         let mut unit_at = vec![None; total];
+        let mut of = Vec::with_capacity(n);
         for i in 0..n {
             let u = self.unit(NodeId(i));
             let k = idx(u);
             first[k] = first[k].min(i);
             unit_at[k] = Some(u);
+            of.push(k);
         }
+        // Edges between units, as a flat list (duplicates are harmless).
         let mut indeg = vec![0usize; total];
-        let mut succ: Vec<Vec<usize>> = vec![Vec::new(); total];
-        for i in 0..n {
-            let ui = idx(self.unit(NodeId(i)));
-            for &u in &self.users[i] {
-                let uu = idx(self.unit(u));
-                if uu != ui && !succ[ui].contains(&uu) {
-                    succ[ui].push(uu);
+        let mut edges: Vec<(usize, usize)> = Vec::new();
+        for (i, &ui) in of.iter().enumerate() {
+            for &u in self.users.of(NodeId(i)) {
+                let uu = of[u.0];
+                if uu != ui {
+                    edges.push((ui, uu));
                     indeg[uu] += 1;
                 }
             }
         }
+        edges.sort_unstable();
         let mut heap: BinaryHeap<Reverse<(usize, usize)>> = (0..total)
             .filter(|&k| unit_at[k].is_some() && indeg[k] == 0)
             .map(|k| Reverse((first[k], k)))
@@ -569,7 +663,8 @@ impl<'g> State<'g> {
             if let Some(u) = unit_at[k] {
                 order.push(u);
             }
-            for &s in &succ[k] {
+            let lo = edges.partition_point(|e| e.0 < k);
+            for &(_, s) in edges[lo..].iter().take_while(|e| e.0 == k) {
                 indeg[s] -= 1;
                 if indeg[s] == 0 {
                     heap.push(Reverse((first[s], s)));
@@ -614,14 +709,15 @@ pub struct FusionPlan {
     /// Every unit, in an order respecting the dependences.
     pub order: Vec<Unit>,
     /// Rejected candidates between groups that stayed apart (the last
-    /// reason per pair of groups).
+    /// reason per pair of groups; empty unless [`FuseOptions::reasons`]).
     pub rejections: Vec<Rejection>,
-    /// Applied rewrites: rule and a description.
+    /// Applied rewrites: rule and a description (descriptions are empty
+    /// unless [`FuseOptions::reasons`]).
     pub applied: Vec<(&'static str, String)>,
     /// Role of every node.
     pub roles: Vec<Role>,
     /// Consumers of every node.
-    pub users: Vec<Vec<NodeId>>,
+    pub users: Users,
     /// Whether each node is a graph output.
     pub is_output: Vec<bool>,
     /// The options the plan was made with.
@@ -629,17 +725,22 @@ pub struct FusionPlan {
 }
 
 impl FusionPlan {
-    /// Runs the fusion pass on `graph` (composites decomposed).
+    /// Runs the fusion pass on `graph` (composites decomposed): the rules
+    /// of [`pattern::rules`] to a fixed point, checking consistency after
+    /// every rewrite.
     ///
     /// # Errors
     /// [`FuseError`] if a rewrite broke the consistency check (a bug in a
     /// rule; the message names it).
     pub fn new(graph: &Graph, opts: &FuseOptions) -> Result<FusionPlan, FuseError> {
         let mut st = State::new(graph, *opts);
-        let mut log = Log::default();
+        let mut log = Log {
+            keep: opts.reasons,
+            rejections: Vec::new(),
+        };
         let mut applied = Vec::new();
         let mut rules = pattern::rules(opts);
-        // Every patch removes a group or stacks one: the loop terminates;
+        // Every patch removes a group or stacks some: the loop terminates;
         // the bound is a second line of defence.
         let limit = 4 * graph.nodes().len() + 16;
         for _ in 0..limit {
@@ -647,9 +748,18 @@ impl FusionPlan {
             for rule in rules.iter_mut() {
                 if let Some(p) = rule.next(&st, &mut log) {
                     let name = rule.name();
-                    let (text, touched) = describe(&st, &p);
-                    st.apply(p);
-                    st.check(name, &touched)?;
+                    let text = if opts.reasons {
+                        describe(&st, &p)
+                    } else {
+                        String::new()
+                    };
+                    let created = st.apply(p);
+                    st.check(name, created)?;
+                    if let Some(c) = created {
+                        for r in rules.iter_mut() {
+                            r.notify(&st, c);
+                        }
+                    }
                     applied.push((name, text));
                     patched = true;
                     break;
@@ -665,7 +775,8 @@ impl FusionPlan {
     /// One group per operator, no stacks (`--no-fuse`).
     pub fn unfused(graph: &Graph) -> FusionPlan {
         let st = State::new(graph, FuseOptions::off());
-        match Self::finish(st, Log::default(), Vec::new()) {
+        let log = Log::default();
+        match Self::finish(st, log, Vec::new()) {
             Ok(p) => p,
             // Singleton groups cannot form a cycle; keep a total function.
             Err(_) => FusionPlan {
@@ -678,8 +789,8 @@ impl FusionPlan {
                 rejections: Vec::new(),
                 applied: Vec::new(),
                 roles: vec![Role::Opaque; graph.nodes().len()],
-                users: Vec::new(),
-                is_output: Vec::new(),
+                users: Users::new(graph),
+                is_output: vec![false; graph.nodes().len()],
                 options: FuseOptions::off(),
             },
         }
@@ -690,7 +801,7 @@ impl FusionPlan {
         mut log: Log,
         applied: Vec<(&'static str, String)>,
     ) -> Result<FusionPlan, FuseError> {
-        if st.opts.fuse {
+        if st.opts.fuse && st.opts.reasons {
             // Neighbouring groups no rule proposed to merge (e.g. a matmul
             // feeding a reduction): record why they cannot merge.
             let seen: HashSet<(u32, u32)> = log
@@ -698,20 +809,20 @@ impl FusionPlan {
                 .iter()
                 .map(|r| (st.owner[r.a.0], st.owner[r.b.0]))
                 .collect();
-            let mut extra = Vec::new();
-            for (p, users) in st.users.iter().enumerate() {
+            let mut extra: Vec<Rejection> = Vec::new();
+            for p in 0..st.owner.len() {
                 let a = st.owner[p];
                 if a == NONE {
                     continue;
                 }
-                for &c in users {
+                for &c in st.users.of(NodeId(p)) {
                     let b = st.owner[c.0];
                     if b == NONE || a == b || seen.contains(&(a, b)) {
                         continue;
                     }
                     if extra
                         .iter()
-                        .any(|r: &Rejection| st.owner[r.a.0] == a && st.owner[r.b.0] == b)
+                        .any(|r| st.owner[r.a.0] == a && st.owner[r.b.0] == b)
                     {
                         continue;
                     }
@@ -812,7 +923,7 @@ impl FusionPlan {
     }
 }
 
-fn describe(st: &State<'_>, p: &Patch) -> (String, Vec<usize>) {
+fn describe(st: &State<'_>, p: &Patch) -> String {
     let names = |c: usize| {
         st.clusters[c]
             .nodes
@@ -822,26 +933,20 @@ fn describe(st: &State<'_>, p: &Patch) -> (String, Vec<usize>) {
             .join(", ")
     };
     match p {
-        Patch::Merge { a, b, merged } => (
-            format!(
-                "{{{}}} + {{{}}} → {} over {}",
-                names(*a),
-                names(*b),
-                merged.kind.describe(),
-                ShapeDisplay(&merged.space)
-            ),
-            vec![st.clusters.len()],
+        Patch::Merge { a, b, merged } => format!(
+            "{{{}}} + {{{}}} → {} over {}",
+            names(*a),
+            names(*b),
+            merged.kind.describe(),
+            ShapeDisplay(&merged.space)
         ),
-        Patch::Stack { members } => (
-            format!(
-                "parallel stack of {}",
-                members
-                    .iter()
-                    .map(|&c| format!("{{{}}}", names(c)))
-                    .collect::<Vec<_>>()
-                    .join(" ")
-            ),
-            Vec::new(),
+        Patch::Stack { members } => format!(
+            "parallel stack of {}",
+            members
+                .iter()
+                .map(|&c| format!("{{{}}}", names(c)))
+                .collect::<Vec<_>>()
+                .join(" ")
         ),
     }
 }

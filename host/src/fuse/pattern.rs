@@ -16,7 +16,10 @@
 //! memory-bound and gains the most from keeping its prologue and epilogue in
 //! UB, while an element-wise tail costs a matmul kernel the same either way.
 
-use super::{ClusterKind, FuseOptions, Log, Patch, Rejection, Rule, State};
+use std::collections::VecDeque;
+
+use super::{ClusterKind, FuseOptions, IdSet, Log, Patch, Rejection, Rule, State};
+use crate::graph::NodeId;
 
 /// Which group kinds a vertical rule joins.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -35,12 +38,71 @@ fn is(sel: Sel, k: &ClusterKind) -> bool {
     )
 }
 
+/// A candidate pair: groups `a` and `b`, found through nodes `na` and `nb`
+/// (and the shared input `via` for siblings).
+#[derive(Clone, Copy, Debug)]
+struct Cand {
+    a: usize,
+    b: usize,
+    na: NodeId,
+    nb: NodeId,
+    via: Option<NodeId>,
+}
+
 /// Merges a producer group into a consumer group along a data edge.
 struct Vertical {
-    id: u8,
     name: &'static str,
     producer: Sel,
     consumer: Sel,
+    init: bool,
+    work: VecDeque<Cand>,
+    tried: IdSet<(usize, usize)>,
+}
+
+impl Vertical {
+    fn new(name: &'static str, producer: Sel, consumer: Sel) -> Vertical {
+        Vertical {
+            name,
+            producer,
+            consumer,
+            init: false,
+            work: VecDeque::new(),
+            tried: IdSet::default(),
+        }
+    }
+
+    /// Queues the edges leaving and entering the nodes of `nodes`.
+    fn queue_edges(&mut self, st: &State<'_>, nodes: &[NodeId]) {
+        for &m in nodes {
+            let Some(cm) = st.owner(m) else { continue };
+            for &u in st.users(m) {
+                if let Some(cu) = st.owner(u) {
+                    if cu != cm {
+                        self.work.push_back(Cand {
+                            a: cm,
+                            b: cu,
+                            na: m,
+                            nb: u,
+                            via: None,
+                        });
+                    }
+                }
+            }
+            for &o in &st.graph()[m].operands {
+                if let Some(co) = st.owner(o) {
+                    if co != cm {
+                        self.work.push_back(Cand {
+                            a: co,
+                            b: cm,
+                            na: o,
+                            nb: m,
+                            via: None,
+                        });
+                    }
+                }
+            }
+        }
+    }
 }
 
 impl Rule for Vertical {
@@ -49,39 +111,101 @@ impl Rule for Vertical {
     }
 
     fn next(&mut self, st: &State<'_>, log: &mut Log) -> Option<Patch> {
-        let g = st.graph();
-        for p in 0..g.nodes().len() {
-            let p = crate::graph::NodeId(p);
-            let Some(a) = st.owner(p) else { continue };
-            if !is(self.producer, &st.cluster(a).kind) {
+        if !self.init {
+            self.init = true;
+            let all: Vec<NodeId> = (0..st.graph().nodes().len()).map(NodeId).collect();
+            // Producers' outgoing edges in graph order (each edge once).
+            for &m in &all {
+                let Some(cm) = st.owner(m) else { continue };
+                for &u in st.users(m) {
+                    if let Some(cu) = st.owner(u) {
+                        if cu != cm {
+                            self.work.push_back(Cand {
+                                a: cm,
+                                b: cu,
+                                na: m,
+                                nb: u,
+                                via: None,
+                            });
+                        }
+                    }
+                }
+            }
+        }
+        while let Some(c) = self.work.pop_front() {
+            // Stale: a group merged away since the candidate was queued.
+            if st.owner(c.na) != Some(c.a) || st.owner(c.nb) != Some(c.b) {
                 continue;
             }
-            for &c in st.users(p) {
-                let Some(b) = st.owner(c) else { continue };
-                if a == b || !is(self.consumer, &st.cluster(b).kind) {
-                    continue;
+            if !is(self.producer, &st.cluster(c.a).kind)
+                || !is(self.consumer, &st.cluster(c.b).kind)
+            {
+                continue;
+            }
+            if !self.tried.insert((c.a, c.b)) {
+                continue;
+            }
+            match st.try_merge(c.a, c.b) {
+                Ok(merged) => {
+                    return Some(Patch::Merge {
+                        a: c.a,
+                        b: c.b,
+                        merged,
+                    })
                 }
-                if !log.first_time(self.id, a, b) {
-                    continue;
-                }
-                match st.try_merge(a, b) {
-                    Ok(merged) => return Some(Patch::Merge { a, b, merged }),
-                    Err(reason) => log.reject(Rejection {
-                        rule: self.name,
-                        a: p,
-                        b: c,
-                        via: None,
-                        reason,
-                    }),
-                }
+                Err(reason) => log.reject(Rejection {
+                    rule: self.name,
+                    a: c.na,
+                    b: c.nb,
+                    via: None,
+                    reason,
+                }),
             }
         }
         None
     }
+
+    fn notify(&mut self, st: &State<'_>, c: usize) {
+        if self.init {
+            let nodes = st.cluster(c).nodes.clone();
+            self.queue_edges(st, &nodes);
+        }
+    }
 }
 
 /// Merges two element-wise or reduce groups that read a common input.
-struct Siblings;
+struct Siblings {
+    init: bool,
+    work: VecDeque<Cand>,
+    tried: IdSet<(usize, usize)>,
+}
+
+impl Siblings {
+    /// Queues every pair of groups reading `x`, where one of them is
+    /// `only` (all pairs when `None`).
+    fn queue_readers(&mut self, st: &State<'_>, x: NodeId, only: Option<usize>) {
+        let users = st.users(x);
+        if users.len() < 2 {
+            return;
+        }
+        for (i, &u) in users.iter().enumerate() {
+            let Some(cu) = st.owner(u) else { continue };
+            for &v in &users[i + 1..] {
+                let Some(cv) = st.owner(v) else { continue };
+                if cu == cv || only.is_some_and(|o| o != cu && o != cv) {
+                    continue;
+                }
+                self.work.push_back(Cand {
+                    a: cu,
+                    b: cv,
+                    na: u,
+                    nb: v,
+                    via: Some(x),
+                });
+            }
+        }
+    }
+}
 
 impl Rule for Siblings {
     fn name(&self) -> &'static str {
@@ -89,46 +213,56 @@ impl Rule for Siblings {
     }
 
     fn next(&mut self, st: &State<'_>, log: &mut Log) -> Option<Patch> {
-        let g = st.graph();
-        let mut owners: Vec<(usize, crate::graph::NodeId)> = Vec::new();
-        for x in 0..g.nodes().len() {
-            let x = crate::graph::NodeId(x);
-            let users = st.users(x);
-            if users.len() < 2 {
+        if !self.init {
+            self.init = true;
+            for x in 0..st.graph().nodes().len() {
+                self.queue_readers(st, NodeId(x), None);
+            }
+        }
+        while let Some(c) = self.work.pop_front() {
+            if st.owner(c.na) != Some(c.a) || st.owner(c.nb) != Some(c.b) {
                 continue;
             }
-            owners.clear();
-            for &u in users {
-                if let Some(c) = st.owner(u) {
-                    let ok = !matches!(st.cluster(c).kind, ClusterKind::Matmul)
-                        && !st.is_stacked(c)
-                        && st.owner(x) != Some(c);
-                    if ok && !owners.iter().any(|(o, _)| *o == c) {
-                        owners.push((c, u));
-                    }
-                }
+            let ok = |k: usize| !matches!(st.cluster(k).kind, ClusterKind::Matmul);
+            let x = c.via.unwrap_or(c.na);
+            if !ok(c.a) || !ok(c.b) || st.owner(x) == Some(c.a) || st.owner(x) == Some(c.b) {
+                continue;
             }
-            for i in 0..owners.len() {
-                for j in i + 1..owners.len() {
-                    let ((a, ua), (b, ub)) = (owners[i], owners[j]);
-                    let (lo, hi) = (a.min(b), a.max(b));
-                    if !log.first_time(100, lo, hi) {
-                        continue;
-                    }
-                    match st.try_merge(a, b) {
-                        Ok(merged) => return Some(Patch::Merge { a, b, merged }),
-                        Err(reason) => log.reject(Rejection {
-                            rule: "siblings",
-                            a: ua,
-                            b: ub,
-                            via: Some(x),
-                            reason,
-                        }),
-                    }
+            if !self.tried.insert((c.a.min(c.b), c.a.max(c.b))) {
+                continue;
+            }
+            match st.try_merge(c.a, c.b) {
+                Ok(merged) => {
+                    return Some(Patch::Merge {
+                        a: c.a,
+                        b: c.b,
+                        merged,
+                    })
                 }
+                Err(reason) => log.reject(Rejection {
+                    rule: "siblings",
+                    a: c.na,
+                    b: c.nb,
+                    via: c.via,
+                    reason,
+                }),
             }
         }
         None
+    }
+
+    fn notify(&mut self, st: &State<'_>, c: usize) {
+        if !self.init {
+            return;
+        }
+        let nodes = st.cluster(c).nodes.clone();
+        for m in nodes {
+            for &o in &st.graph()[m].operands {
+                if st.owner(o) != Some(c) {
+                    self.queue_readers(st, o, Some(c));
+                }
+            }
+        }
     }
 }
 
@@ -137,6 +271,7 @@ impl Rule for Siblings {
 /// to agree).
 struct ParallelStack {
     max: usize,
+    next_node: usize,
 }
 
 impl Rule for ParallelStack {
@@ -144,11 +279,12 @@ impl Rule for ParallelStack {
         "parallel-stack"
     }
 
-    fn next(&mut self, st: &State<'_>, log: &mut Log) -> Option<Patch> {
-        let g = st.graph();
-        for x in 0..g.nodes().len() {
-            let x = crate::graph::NodeId(x);
-            if st.users(x).len() < 2 || !log.first_time(200, x.0, 0) {
+    fn next(&mut self, st: &State<'_>, _log: &mut Log) -> Option<Patch> {
+        let n = st.graph().nodes().len();
+        while self.next_node < n {
+            let x = NodeId(self.next_node);
+            self.next_node += 1;
+            if st.users(x).len() < 2 {
                 continue;
             }
             let mut cands: Vec<usize> = Vec::new();
@@ -177,35 +313,35 @@ impl Rule for ParallelStack {
         }
         None
     }
+
+    fn notify(&mut self, _st: &State<'_>, _c: usize) {
+        // Merges after stacking started restart the scan.
+        self.next_node = 0;
+    }
 }
 
 /// The rules for `opts`, in priority order.
 pub fn rules(opts: &FuseOptions) -> Vec<Box<dyn Rule>> {
     let mut r: Vec<Box<dyn Rule>> = Vec::new();
     if opts.fuse {
-        let v = |id, name, producer, consumer| -> Box<dyn Rule> {
-            Box::new(Vertical {
-                id,
-                name,
-                producer,
-                consumer,
-            })
+        let v = |name, producer, consumer| -> Box<dyn Rule> {
+            Box::new(Vertical::new(name, producer, consumer))
         };
-        r.push(v(
-            0,
-            "elementwise-chain",
-            Sel::Elementwise,
-            Sel::Elementwise,
-        ));
-        r.push(v(1, "reduce-prologue", Sel::Elementwise, Sel::Reduce));
-        r.push(v(2, "reduce-epilogue", Sel::Reduce, Sel::Elementwise));
-        r.push(v(3, "reduce-chain", Sel::Reduce, Sel::Reduce));
-        r.push(v(4, "matmul-epilogue", Sel::Matmul, Sel::Elementwise));
-        r.push(Box::new(Siblings));
+        r.push(v("elementwise-chain", Sel::Elementwise, Sel::Elementwise));
+        r.push(v("reduce-prologue", Sel::Elementwise, Sel::Reduce));
+        r.push(v("reduce-epilogue", Sel::Reduce, Sel::Elementwise));
+        r.push(v("reduce-chain", Sel::Reduce, Sel::Reduce));
+        r.push(v("matmul-epilogue", Sel::Matmul, Sel::Elementwise));
+        r.push(Box::new(Siblings {
+            init: false,
+            work: VecDeque::new(),
+            tried: IdSet::default(),
+        }));
     }
     if opts.stack {
         r.push(Box::new(ParallelStack {
             max: opts.max_stack,
+            next_node: 0,
         }));
     }
     r
