@@ -15,6 +15,7 @@ use std::time::Instant;
 use dvm_isa::{DType, Opcode};
 
 use crate::compile::{Group, GroupKind, Node, Target, View};
+use crate::fuse::FuseOptions;
 use crate::kernel::build;
 use crate::models::{encoder_block, EncoderConfig};
 use crate::reference;
@@ -28,8 +29,10 @@ use crate::tensor::Tensor;
 pub struct EncoderRow {
     /// Sequence length.
     pub len: u64,
-    /// Kernels launched per call.
+    /// Kernels (fused groups or single operators) per call.
     pub kernels: usize,
+    /// Launches per call (stacked kernels share one).
+    pub launches: usize,
     /// Lowering + compiling every kernel of the call (all cache misses), µs.
     pub compile_us: f64,
     /// Mean compile time per kernel, µs.
@@ -74,7 +77,7 @@ pub fn encoder_inputs(cfg: &EncoderConfig, s: u64) -> Result<Vec<(&'static str, 
     ])
 }
 
-/// Runs the encoder block for every length in `lens` on `rt`.
+/// Runs the encoder block for every length in `lens` on `rt`, fused.
 ///
 /// # Errors
 /// The first failure, as text.
@@ -83,8 +86,22 @@ pub fn run_encoder(
     lens: &[u64],
     rt: &Runtime,
 ) -> Result<Vec<EncoderRow>, String> {
+    run_encoder_with(cfg, lens, rt, &FuseOptions::default())
+}
+
+/// Runs the encoder block for every length in `lens` on `rt` with the
+/// fusion options `opts`.
+///
+/// # Errors
+/// The first failure, as text.
+pub fn run_encoder_with(
+    cfg: &EncoderConfig,
+    lens: &[u64],
+    rt: &Runtime,
+    opts: &FuseOptions,
+) -> Result<Vec<EncoderRow>, String> {
     let graph = encoder_block(cfg).map_err(|e| e.to_string())?;
-    let prepared = Prepared::new(&graph).map_err(|e| e.to_string())?;
+    let prepared = Prepared::with_options(&graph, opts).map_err(|e| e.to_string())?;
     let mut rows = Vec::new();
     for &s in lens {
         let inputs = encoder_inputs(cfg, s)?;
@@ -113,6 +130,7 @@ pub fn run_encoder(
         rows.push(EncoderRow {
             len: s,
             kernels: plan.steps.len(),
+            launches: plan.launches.len(),
             compile_us,
             per_kernel_us: compile_us / plan.steps.len().max(1) as f64,
             run_ms: best,
@@ -127,15 +145,16 @@ pub fn encoder_table(rows: &[EncoderRow]) -> String {
     let mut t = String::new();
     let _ = writeln!(
         t,
-        "{:>6} {:>8} {:>13} {:>14} {:>10} {:>10}  ok",
-        "len", "kernels", "compile µs", "µs/kernel", "run ms", "max err"
+        "{:>6} {:>8} {:>9} {:>13} {:>14} {:>10} {:>10}  ok",
+        "len", "kernels", "launches", "compile µs", "µs/kernel", "run ms", "max err"
     );
     for r in rows {
         let _ = writeln!(
             t,
-            "{:>6} {:>8} {:>13.1} {:>14.1} {:>10.3} {:>10.2e}  {}",
+            "{:>6} {:>8} {:>9} {:>13.1} {:>14.1} {:>10.3} {:>10.2e}  {}",
             r.len,
             r.kernels,
+            r.launches,
             r.compile_us,
             r.per_kernel_us,
             r.run_ms,

@@ -42,7 +42,15 @@ pub struct ReadyKernel {
 /// # Errors
 /// [`BuildError`] at the first stage that fails.
 pub fn build(group: &Group, name: &str, target: &Target) -> Result<Arc<ReadyKernel>, BuildError> {
-    let info = compile(group, name, target)?;
+    ready(compile(group, name, target)?, target)
+}
+
+/// Encodes, verifies and predecodes an already compiled kernel (one group,
+/// or a stack of groups built by [`crate::fuse::stack`]).
+///
+/// # Errors
+/// [`BuildError`] at the first stage that fails.
+pub fn ready(info: Compiled, target: &Target) -> Result<Arc<ReadyKernel>, BuildError> {
     let mut builder = ModuleBuilder::new();
     builder.add_kernel(info.kernel.clone());
     let module = builder.finish();

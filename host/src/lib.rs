@@ -7,6 +7,8 @@
 //!   composite decomposition.
 //! - [`tensor`], [`npy`]: host tensors and `.npy` files.
 //! - [`reference`]: the f64 reference evaluator (the oracle in tests).
+//! - [`eager`]: lazily recorded tensors fused and run at flush points.
+//! - [`fuse`]: the operator fuser (fusion groups, stacking, `dvm explain`).
 //! - [`lower`]: a graph at concrete shapes → buffers, views and kernel groups.
 //! - [`compile`]: the runtime operator compiler (group → bytecode).
 //! - [`kernel`]: group → verified, predecoded kernel.
@@ -16,6 +18,8 @@
 
 pub mod compile;
 pub mod demo;
+pub mod eager;
+pub mod fuse;
 pub mod graph;
 pub mod kernel;
 pub mod lower;

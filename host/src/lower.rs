@@ -1,18 +1,30 @@
-//! Lowering a graph at concrete shapes into a plan: buffers, views and one
-//! kernel group per operator.
+//! Lowering a graph at concrete shapes into a plan: buffers, views, kernel
+//! groups and launches.
+//!
+//! The fusion plan ([`crate::fuse::FusionPlan`], made once on the symbolic
+//! graph) says which operators share a kernel; lowering evaluates each fusion
+//! group at the bound shapes into one [`Group`]: its external operands become
+//! strided views broadcast to the group's space, its members tile-level
+//! nodes, and only values used outside the group (or graph outputs) are
+//! stored. A group that does not build at these shapes (live tiles beyond
+//! the UB, or beyond the executor's capacity) is split in two along its
+//! topological order, recursively, down to single operators: fusion never
+//! fails a run that per-operator kernels can do.
 //!
 //! Views cost nothing: transpose, slice, expand, squeeze, unsqueeze and
 //! reshape of a dense view only change the strides the consumers' loads use.
-//! Every other operator becomes one [`Group`] (the fusion issue merges them);
-//! reductions over several axes become one group per axis, concatenation
-//! one copy group per operand. Graph outputs that are views of other buffers
-//! are materialised by a copy.
+//! Reductions over several axes become one group per axis, concatenation one
+//! copy group per operand. Graph outputs that are views of other buffers are
+//! materialised by a copy.
 
 use dvm_isa::{DType, Opcode};
 
 use crate::compile::view::contiguous_strides;
 use crate::compile::{Group, GroupKind, Node as GNode, View};
-use crate::graph::{Graph, Op, ReduceOp};
+use crate::fuse::legality::{validate, Facts};
+use crate::fuse::{ClusterKind, FusionPlan, Role, Unit};
+use crate::graph::{ConcreteShapes, Graph, NodeId, Op, ReduceOp};
+use crate::kernel::BuildError;
 use crate::sym::Bindings;
 
 /// Index of a buffer in [`Plan::buffers`].
@@ -38,7 +50,7 @@ pub struct Buf {
     pub bytes: u64,
 }
 
-/// One kernel launch of a plan.
+/// One kernel of a plan (a fused group or a single operator).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Step {
     /// Name (the graph node it comes from, plus a suffix when it takes several).
@@ -47,6 +59,29 @@ pub struct Step {
     pub group: Group,
     /// Buffers bound to the group's inputs, then its outputs.
     pub args: Vec<BufId>,
+    /// The graph nodes it computes (empty for copies of views).
+    pub nodes: Vec<NodeId>,
+}
+
+/// How the kernels of one launch run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LaunchKind {
+    /// One kernel.
+    Single,
+    /// Independent kernels as the bodies of one parallel kernel.
+    Parallel,
+    /// Dependent kernels as the stages of one sequence kernel (a barrier
+    /// between stages).
+    Sequence,
+}
+
+/// One launch: one or more steps run as one kernel.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Launch {
+    /// How its steps are combined.
+    pub kind: LaunchKind,
+    /// Steps, in order.
+    pub steps: Vec<usize>,
 }
 
 /// A graph at concrete shapes, ready to compile and run.
@@ -54,10 +89,38 @@ pub struct Step {
 pub struct Plan {
     /// Buffers.
     pub buffers: Vec<Buf>,
-    /// Kernel launches in order.
+    /// Kernels in dependence order.
     pub steps: Vec<Step>,
+    /// Launches, covering every step once, in order.
+    pub launches: Vec<Launch>,
     /// Graph outputs: name, buffer, dtype, shape (dense in the buffer).
     pub outputs: Vec<(String, BufId, DType, Vec<u64>)>,
+    /// Fusion groups split at these shapes, and why.
+    pub notes: Vec<String>,
+}
+
+impl Plan {
+    /// The buffers launch `l` binds, each once, and whether it writes them
+    /// (inputs first-seen order over its steps; a buffer one step writes and
+    /// another reads is writable).
+    pub fn launch_args(&self, l: &Launch) -> (Vec<BufId>, Vec<bool>) {
+        let mut bufs: Vec<BufId> = Vec::new();
+        let mut writable: Vec<bool> = Vec::new();
+        for &s in &l.steps {
+            let step = &self.steps[s];
+            let n_in = step.group.inputs.len();
+            for (k, &b) in step.args.iter().enumerate() {
+                match bufs.iter().position(|&x| x == b) {
+                    Some(i) => writable[i] |= k >= n_in,
+                    None => {
+                        bufs.push(b);
+                        writable.push(k >= n_in);
+                    }
+                }
+            }
+        }
+        (bufs, writable)
+    }
 }
 
 /// Why a graph could not be lowered.
@@ -75,6 +138,14 @@ pub enum LowerError {
         /// What is wrong.
         what: String,
     },
+    /// A single operator's kernel did not build (nothing left to split).
+    #[error("kernel `{step}`: {error}")]
+    Build {
+        /// Step name.
+        step: String,
+        /// The failure.
+        error: Box<BuildError>,
+    },
 }
 
 impl From<crate::graph::GraphError> for LowerError {
@@ -89,16 +160,481 @@ struct Value {
     view: View,
 }
 
-/// Lowers `graph` (composites decomposed) at `bindings`.
+/// Lowers `graph` (composites decomposed) at `bindings`, one kernel per
+/// operator (no fusion), without compiling anything.
 ///
 /// # Errors
 /// [`LowerError`] naming the node at fault.
 pub fn lower(graph: &Graph, bindings: &Bindings) -> Result<Plan, LowerError> {
-    let shapes = graph.concrete_shapes(bindings)?;
-    let mut plan = Plan::default();
-    let mut values: Vec<Option<Value>> = Vec::with_capacity(graph.nodes().len());
+    let fusion = FusionPlan::unfused(graph);
+    lower_with(graph, bindings, &fusion, &mut |_, _| Ok(())).map(|(p, _)| p)
+}
+
+/// Lowers `graph` (composites decomposed) at `bindings` following `fusion`
+/// (made for this graph), calling `build` on every kernel group; returns the
+/// plan and what `build` returned for each step. When `build` fails on a
+/// fused group, the group is split and its halves built instead (a note
+/// records it); when it fails on a single operator, lowering fails.
+///
+/// # Errors
+/// [`LowerError`] naming the node or step at fault.
+pub fn lower_with<K>(
+    graph: &Graph,
+    bindings: &Bindings,
+    fusion: &FusionPlan,
+    build: &mut dyn FnMut(&Group, &str) -> Result<K, BuildError>,
+) -> Result<(Plan, Vec<K>), LowerError> {
+    let n = graph.nodes().len();
+    if fusion.owner.len() != n || fusion.roles.len() != n {
+        return Err(LowerError::Unsupported {
+            node: String::new(),
+            what: "the fusion plan was made for another graph".into(),
+        });
+    }
+    let mut lw = Lowerer {
+        graph,
+        bindings,
+        shapes: graph.concrete_shapes(bindings)?,
+        plan: Plan::default(),
+        values: vec![None; n],
+        facts: fusion.facts(graph),
+    };
+    let mut kernels: Vec<K> = Vec::new();
+    for unit in &fusion.order {
+        match *unit {
+            Unit::Node(id) => {
+                let before = lw.plan.steps.len();
+                lower_node(
+                    graph,
+                    bindings,
+                    &lw.shapes,
+                    &mut lw.plan,
+                    &mut lw.values,
+                    id.0,
+                )?;
+                for s in before..lw.plan.steps.len() {
+                    lw.plan.steps[s].nodes = vec![id];
+                    kernels.push(lw.build_step(s, build)?);
+                    lw.plan.launches.push(Launch {
+                        kind: LaunchKind::Single,
+                        steps: vec![s],
+                    });
+                }
+            }
+            Unit::Cluster(c) => {
+                let cl = fusion.clusters.get(c).ok_or_else(|| bad_plan(graph))?;
+                for s in lw.emit(&cl.nodes, build, &mut kernels)? {
+                    lw.plan.launches.push(Launch {
+                        kind: LaunchKind::Single,
+                        steps: vec![s],
+                    });
+                }
+            }
+            Unit::Stack(st) => {
+                let members = fusion.stacks.get(st).ok_or_else(|| bad_plan(graph))?;
+                let mut per: Vec<Vec<usize>> = Vec::with_capacity(members.len());
+                for &c in members {
+                    let cl = fusion.clusters.get(c).ok_or_else(|| bad_plan(graph))?;
+                    per.push(lw.emit(&cl.nodes, build, &mut kernels)?);
+                }
+                let whole = per.iter().filter(|s| s.len() == 1).count();
+                if whole >= 2 && per.iter().all(|s| s.len() <= 1) {
+                    lw.plan.launches.push(Launch {
+                        kind: LaunchKind::Parallel,
+                        steps: per.into_iter().flatten().collect(),
+                    });
+                } else {
+                    for s in per.into_iter().flatten() {
+                        lw.plan.launches.push(Launch {
+                            kind: LaunchKind::Single,
+                            steps: vec![s],
+                        });
+                    }
+                }
+            }
+        }
+    }
+    lower_outputs(graph, &mut lw.plan, &lw.values)?;
+    // Output copies are steps too.
+    let covered: usize = lw.plan.launches.iter().map(|l| l.steps.len()).sum();
+    for s in covered..lw.plan.steps.len() {
+        kernels.push(lw.build_step(s, build)?);
+        lw.plan.launches.push(Launch {
+            kind: LaunchKind::Single,
+            steps: vec![s],
+        });
+    }
+    Ok((lw.plan, kernels))
+}
+
+fn bad_plan(graph: &Graph) -> LowerError {
+    LowerError::Unsupported {
+        node: graph
+            .nodes()
+            .last()
+            .map(|n| n.name.clone())
+            .unwrap_or_default(),
+        what: "the fusion plan does not match the graph".into(),
+    }
+}
+
+struct Lowerer<'a> {
+    graph: &'a Graph,
+    bindings: &'a Bindings,
+    shapes: ConcreteShapes,
+    plan: Plan,
+    values: Vec<Option<Value>>,
+    facts: Facts<'a>,
+}
+
+/// A fused group before its output buffers exist.
+struct Pending {
+    group: Group,
+    in_args: Vec<BufId>,
+    /// Stored nodes with their shapes.
+    outs: Vec<(NodeId, Vec<u64>, DType)>,
+}
+
+impl Lowerer<'_> {
+    fn build_step<K>(
+        &self,
+        s: usize,
+        build: &mut dyn FnMut(&Group, &str) -> Result<K, BuildError>,
+    ) -> Result<K, LowerError> {
+        let step = &self.plan.steps[s];
+        build(&step.group, &step.name).map_err(|e| LowerError::Build {
+            step: step.name.clone(),
+            error: Box::new(e),
+        })
+    }
+
+    /// Emits the fused group of `nodes` (ascending), splitting it when it
+    /// is not a group at these shapes or does not build. Returns the steps.
+    fn emit<K>(
+        &mut self,
+        nodes: &[NodeId],
+        build: &mut dyn FnMut(&Group, &str) -> Result<K, BuildError>,
+        kernels: &mut Vec<K>,
+    ) -> Result<Vec<usize>, LowerError> {
+        let name = self.group_name(nodes);
+        let member = |n: NodeId| nodes.binary_search(&n).is_ok();
+        let why = match validate(&self.facts, nodes, &member) {
+            Ok((kind, _)) => {
+                let pending = self.pending(nodes, &kind, &member)?;
+                if pending.outs.is_empty() {
+                    // Nothing of the group is used: dead code.
+                    return Ok(Vec::new());
+                }
+                match build(&pending.group, &name) {
+                    Ok(k) => {
+                        kernels.push(k);
+                        return Ok(vec![self.commit(pending, name, nodes)]);
+                    }
+                    Err(e) if nodes.len() == 1 => {
+                        return Err(LowerError::Build {
+                            step: name,
+                            error: Box::new(e),
+                        })
+                    }
+                    Err(e) => e.to_string(),
+                }
+            }
+            Err(reason) if nodes.len() > 1 => reason.to_string(),
+            Err(reason) => {
+                return Err(LowerError::Unsupported {
+                    node: name,
+                    what: reason.to_string(),
+                })
+            }
+        };
+        let mid = nodes.len() / 2;
+        self.plan.notes.push(format!(
+            "group `{name}` ({} nodes) split at these shapes: {why}",
+            nodes.len()
+        ));
+        let mut steps = self.emit(&nodes[..mid], build, kernels)?;
+        steps.extend(self.emit(&nodes[mid..], build, kernels)?);
+        Ok(steps)
+    }
+
+    /// The name of a group: its last stored member (a composite's name).
+    fn group_name(&self, nodes: &[NodeId]) -> String {
+        let member = |n: NodeId| nodes.binary_search(&n).is_ok();
+        nodes
+            .iter()
+            .rev()
+            .find(|&&n| self.facts.materialized(n, &member))
+            .or(nodes.last())
+            .map(|&n| self.graph[n].name.clone())
+            .unwrap_or_default()
+    }
+
+    fn value(&self, o: NodeId, at: NodeId) -> Result<&Value, LowerError> {
+        self.values
+            .get(o.0)
+            .and_then(|v| v.as_ref())
+            .ok_or_else(|| LowerError::Unsupported {
+                node: self.graph[at].name.clone(),
+                what: format!("operand `{}` is not computed yet", self.graph[o].name),
+            })
+    }
+
+    /// Builds the group of `nodes` at the bound shapes.
+    fn pending(
+        &self,
+        nodes: &[NodeId],
+        kind: &ClusterKind,
+        member: &dyn Fn(NodeId) -> bool,
+    ) -> Result<Pending, LowerError> {
+        let g = self.graph;
+        let last = *nodes.last().ok_or_else(|| bad_plan(g))?;
+        let unsupported = |what: String| LowerError::Unsupported {
+            node: g[last].name.clone(),
+            what,
+        };
+        let mut inputs: Vec<View> = Vec::new();
+        let mut in_args: Vec<BufId> = Vec::new();
+        let mut gnodes: Vec<(GNode, DType)> = Vec::with_capacity(nodes.len() + 4);
+        // Graph node → group node (members and loaded operands).
+        let mut map: Vec<(NodeId, usize)> = Vec::with_capacity(nodes.len() + 4);
+        let mut mm_node = None;
+        let (gkind, space) = match kind {
+            ClusterKind::Matmul => {
+                let mm = *nodes
+                    .iter()
+                    .find(|&&n| self.facts.roles[n.0] == Role::Matmul)
+                    .ok_or_else(|| unsupported("matmul group without a matmul".into()))?;
+                let Op::MatMul { trans_a, trans_b } = g[mm].op else {
+                    return Err(unsupported("matmul group without a matmul".into()));
+                };
+                let (a, b) = (
+                    self.value(g[mm].operands[0], mm)?,
+                    self.value(g[mm].operands[1], mm)?,
+                );
+                let mv = matmul_views(&a.view, &b.view, trans_a, trans_b).ok_or_else(|| {
+                    unsupported(format!(
+                        "`{}`: operand shapes do not form a matmul",
+                        g[mm].name
+                    ))
+                })?;
+                let mut osh = mv.batch.clone();
+                osh.extend([mv.m, mv.n]);
+                if osh != self.shapes[mm.0] {
+                    return Err(unsupported(format!(
+                        "`{}`: matmul output layout differs from its shape",
+                        g[mm].name
+                    )));
+                }
+                let dt = g[mm].dtype;
+                let acc = acc_dtype(dt);
+                inputs.extend([mv.a, mv.b]);
+                in_args.extend([a.buf, b.buf]);
+                gnodes.push((GNode::Matmul, acc));
+                if acc != dt {
+                    gnodes.push((GNode::Cast(0), dt));
+                }
+                map.push((mm, gnodes.len() - 1));
+                mm_node = Some(mm);
+                (
+                    GroupKind::Matmul {
+                        batch: mv.batch,
+                        m: mv.m,
+                        n: mv.n,
+                        k: mv.k,
+                        acc,
+                    },
+                    osh,
+                )
+            }
+            ClusterKind::Reduce { axis } => {
+                let r = nodes
+                    .iter()
+                    .find(|&&n| matches!(self.facts.roles[n.0], Role::Reduce { .. }))
+                    .ok_or_else(|| unsupported("reduce group without a reduction".into()))?;
+                let space = self.shapes[g[*r].operands[0].0].clone();
+                (
+                    GroupKind::Reduce {
+                        shape: space.clone(),
+                        axis: *axis,
+                    },
+                    space,
+                )
+            }
+            ClusterKind::Elementwise => {
+                // The space is the shape of the widest stored node.
+                let anchor = nodes
+                    .iter()
+                    .copied()
+                    .filter(|&n| self.facts.materialized(n, member))
+                    .max_by_key(|&n| (self.shapes[n.0].len(), n.0))
+                    .unwrap_or(last);
+                let space = self.shapes[anchor.0].clone();
+                (
+                    GroupKind::Elementwise {
+                        shape: space.clone(),
+                    },
+                    space,
+                )
+            }
+        };
+        for &n in nodes {
+            if Some(n) == mm_node {
+                continue;
+            }
+            let node = &g[n];
+            let mut ops = [0usize; 3];
+            for (k, &o) in node.operands.iter().enumerate().take(3) {
+                ops[k] = match map.iter().find(|(m, _)| *m == o) {
+                    Some(&(_, gi)) => gi,
+                    None => {
+                        let v = self.value(o, n)?;
+                        let view = v.view.broadcast_to(&space).ok_or_else(|| {
+                            unsupported(format!(
+                                "operand `{}` does not broadcast to the group's space",
+                                g[o].name
+                            ))
+                        })?;
+                        let k = inputs.len();
+                        gnodes.push((GNode::Input(k), view.dtype));
+                        inputs.push(view);
+                        in_args.push(v.buf);
+                        map.push((o, gnodes.len() - 1));
+                        gnodes.len() - 1
+                    }
+                };
+            }
+            let op = match &node.op {
+                Op::Unary(c) => GNode::Unary(*c, ops[0]),
+                Op::Binary(c) => GNode::Binary(*c, ops[0], ops[1]),
+                Op::Scalar(c, v) => GNode::Scalar(*c, ops[0], *v),
+                Op::ScalarDim(c, d) => {
+                    let v = d
+                        .eval(self.bindings)
+                        .map_err(|e| unsupported(e.to_string()))?;
+                    GNode::Scalar(*c, ops[0], v as f64)
+                }
+                Op::Where => GNode::Select(ops[0], ops[1], ops[2]),
+                Op::Cast => GNode::Cast(ops[0]),
+                Op::Reduce { op, .. } => GNode::Reduce(
+                    reduce_opcode(*op).ok_or_else(|| {
+                        unsupported(format!("`{}`: mean must be decomposed first", node.name))
+                    })?,
+                    ops[0],
+                ),
+                other => {
+                    return Err(unsupported(format!(
+                        "`{}` ({}) cannot be part of a fused group",
+                        node.name,
+                        other.name()
+                    )))
+                }
+            };
+            gnodes.push((op, node.dtype));
+            map.push((n, gnodes.len() - 1));
+        }
+        let mut outputs = Vec::new();
+        let mut outs = Vec::new();
+        for &n in nodes {
+            if !self.facts.materialized(n, member) {
+                continue;
+            }
+            let gi = map
+                .iter()
+                .find(|(m, _)| *m == n)
+                .map(|&(_, gi)| gi)
+                .ok_or_else(|| bad_plan(g))?;
+            let shape = self.shapes[n.0].clone();
+            let dt = g[n].dtype;
+            let view = match (&gkind, shape == space) {
+                (_, true) => View::contiguous(dt, &space),
+                (GroupKind::Reduce { axis, .. }, false) => {
+                    let mut keep = space.clone();
+                    keep[*axis] = 1;
+                    let dropped: Vec<u64> = space
+                        .iter()
+                        .enumerate()
+                        .filter(|&(i, _)| i != *axis)
+                        .map(|(_, &d)| d)
+                        .collect();
+                    if shape != keep && shape != dropped {
+                        return Err(unsupported(format!(
+                            "`{}` is stored but its shape fits neither the space nor the reduced space",
+                            g[n].name
+                        )));
+                    }
+                    View::contiguous(dt, &keep)
+                }
+                _ => {
+                    return Err(unsupported(format!(
+                        "`{}` is stored but its shape differs from the group's space",
+                        g[n].name
+                    )))
+                }
+            };
+            outputs.push((gi, view));
+            outs.push((n, shape, dt));
+        }
+        Ok(Pending {
+            group: Group {
+                kind: gkind,
+                inputs,
+                nodes: gnodes,
+                outputs,
+            },
+            in_args,
+            outs,
+        })
+    }
+
+    /// Allocates the stored values' buffers and records the step.
+    fn commit(&mut self, p: Pending, name: String, nodes: &[NodeId]) -> usize {
+        let mut args = p.in_args;
+        for (n, shape, dt) in p.outs {
+            let v = new_buf(&mut self.plan, BufKind::Temp, dt, &shape);
+            args.push(v.buf);
+            self.values[n.0] = Some(v);
+        }
+        self.plan.steps.push(Step {
+            name,
+            group: p.group,
+            args,
+            nodes: nodes.to_vec(),
+        });
+        self.plan.steps.len() - 1
+    }
+}
+
+fn reduce_opcode(op: ReduceOp) -> Option<Opcode> {
+    match op {
+        ReduceOp::Sum => Some(Opcode::ReduceSum),
+        ReduceOp::Max => Some(Opcode::ReduceMax),
+        ReduceOp::Min => Some(Opcode::ReduceMin),
+        ReduceOp::Mean => None,
+    }
+}
+
+fn acc_dtype(dt: DType) -> DType {
+    if dt == DType::I8 || dt == DType::I32 {
+        DType::I32
+    } else {
+        DType::F32
+    }
+}
+
+/// Lowers one data, view or opaque node (every operator the old per-op
+/// path handles): views change strides only; copies, concatenations and
+/// multi-axis reductions become steps of their own.
+fn lower_node(
+    graph: &Graph,
+    bindings: &Bindings,
+    shapes: &ConcreteShapes,
+    plan: &mut Plan,
+    values: &mut [Option<Value>],
+    id: usize,
+) -> Result<(), LowerError> {
     let input_index = |id: usize| graph.inputs().iter().position(|n| n.0 == id);
-    for (id, node) in graph.nodes().iter().enumerate() {
+    let node = &graph.nodes()[id];
+    {
         let shape = &shapes[id];
         let unsupported = |what: &str| LowerError::Unsupported {
             node: node.name.clone(),
@@ -116,29 +652,22 @@ pub fn lower(graph: &Graph, bindings: &Bindings) -> Result<Plan, LowerError> {
             Op::Input => {
                 let i =
                     input_index(id).ok_or_else(|| unsupported("input not in the input list"))?;
-                new_buf(&mut plan, BufKind::Input(i), dt, shape)
+                new_buf(plan, BufKind::Input(i), dt, shape)
             }
             Op::Constant(vals) => {
                 let n = shape.iter().product::<u64>() as usize;
                 let t = crate::tensor::Tensor::from_f64(dt, shape, &broadcast_const(vals, n))
                     .map_err(|e| unsupported(&e.to_string()))?;
-                new_buf(&mut plan, BufKind::Const(t.into_bytes()), dt, shape)
+                new_buf(plan, BufKind::Const(t.into_bytes()), dt, shape)
             }
             Op::Unary(code) => {
                 let x = arg(0)?.clone();
-                ewise(
-                    &mut plan,
-                    &node.name,
-                    shape,
-                    dt,
-                    &[x],
-                    GNode::Unary(*code, 0),
-                )?
+                ewise(plan, &node.name, shape, dt, &[x], GNode::Unary(*code, 0))?
             }
             Op::Binary(code) => {
                 let (a, b) = (arg(0)?.clone(), arg(1)?.clone());
                 ewise(
-                    &mut plan,
+                    plan,
                     &node.name,
                     shape,
                     dt,
@@ -149,7 +678,7 @@ pub fn lower(graph: &Graph, bindings: &Bindings) -> Result<Plan, LowerError> {
             Op::Scalar(code, v) => {
                 let x = arg(0)?.clone();
                 ewise(
-                    &mut plan,
+                    plan,
                     &node.name,
                     shape,
                     dt,
@@ -161,7 +690,7 @@ pub fn lower(graph: &Graph, bindings: &Bindings) -> Result<Plan, LowerError> {
                 let v = d.eval(bindings).map_err(|e| unsupported(&e.to_string()))? as f64;
                 let x = arg(0)?.clone();
                 ewise(
-                    &mut plan,
+                    plan,
                     &node.name,
                     shape,
                     dt,
@@ -172,7 +701,7 @@ pub fn lower(graph: &Graph, bindings: &Bindings) -> Result<Plan, LowerError> {
             Op::Where => {
                 let (c, a, b) = (arg(0)?.clone(), arg(1)?.clone(), arg(2)?.clone());
                 ewise(
-                    &mut plan,
+                    plan,
                     &node.name,
                     shape,
                     dt,
@@ -182,7 +711,7 @@ pub fn lower(graph: &Graph, bindings: &Bindings) -> Result<Plan, LowerError> {
             }
             Op::Cast => {
                 let x = arg(0)?.clone();
-                ewise(&mut plan, &node.name, shape, dt, &[x], GNode::Cast(0))?
+                ewise(plan, &node.name, shape, dt, &[x], GNode::Cast(0))?
             }
             Op::Reduce { op, axes, keepdims } => {
                 let code = match op {
@@ -199,7 +728,7 @@ pub fn lower(graph: &Graph, bindings: &Bindings) -> Result<Plan, LowerError> {
                     }
                     out_shape[axis] = 1;
                     let out = View::contiguous(dt, &out_shape);
-                    let buf = temp(&mut plan, dt, &out_shape);
+                    let buf = temp(plan, dt, &out_shape);
                     let group = Group {
                         kind: GroupKind::Reduce {
                             shape: v.view.shape.clone(),
@@ -216,6 +745,7 @@ pub fn lower(graph: &Graph, bindings: &Bindings) -> Result<Plan, LowerError> {
                         name: step_name(&node.name, k, axes.len()),
                         group,
                         args: vec![v.buf, buf],
+                        nodes: Vec::new(),
                     });
                     v = Value { buf, view: out };
                 }
@@ -226,7 +756,7 @@ pub fn lower(graph: &Graph, bindings: &Bindings) -> Result<Plan, LowerError> {
             }
             Op::MatMul { trans_a, trans_b } => {
                 let (a, b) = (arg(0)?.clone(), arg(1)?.clone());
-                matmul(&mut plan, &node.name, shape, dt, a, b, *trans_a, *trans_b)
+                matmul(plan, &node.name, shape, dt, a, b, *trans_a, *trans_b)
                     .ok_or_else(|| unsupported("operand shapes do not form a matmul"))?
             }
             Op::Reshape => {
@@ -234,7 +764,7 @@ pub fn lower(graph: &Graph, bindings: &Bindings) -> Result<Plan, LowerError> {
                 let x = if is_dense(&x.view) {
                     x
                 } else {
-                    copy(&mut plan, &node.name, &x)?
+                    copy(plan, &node.name, &x)?
                 };
                 Value {
                     buf: x.buf,
@@ -307,7 +837,7 @@ pub fn lower(graph: &Graph, bindings: &Bindings) -> Result<Plan, LowerError> {
             }
             Op::Concat { axis } => {
                 let axis = *axis;
-                let out = new_buf(&mut plan, BufKind::Temp, dt, shape);
+                let out = new_buf(plan, BufKind::Temp, dt, shape);
                 let mut start = 0u64;
                 for (k, o) in node.operands.iter().enumerate() {
                     let v = values
@@ -325,6 +855,7 @@ pub fn lower(graph: &Graph, bindings: &Bindings) -> Result<Plan, LowerError> {
                         name: step_name(&node.name, k, node.operands.len()),
                         group: copy_group(&v.view, &dst),
                         args: vec![v.buf, out.buf],
+                        nodes: Vec::new(),
                     });
                 }
                 out
@@ -336,8 +867,18 @@ pub fn lower(graph: &Graph, bindings: &Bindings) -> Result<Plan, LowerError> {
                 return Err(unsupported("composites must be decomposed before lowering"))
             }
         };
-        values.push(Some(value));
+        values[id] = Some(value);
     }
+    Ok(())
+}
+
+/// Gives every graph output a dense buffer of its own (a copy when the
+/// value is a view, an input, a constant or shared with another output).
+fn lower_outputs(
+    graph: &Graph,
+    plan: &mut Plan,
+    values: &[Option<Value>],
+) -> Result<(), LowerError> {
     // Outputs: dense buffers of their own.
     let mut used: Vec<BufId> = Vec::new();
     for (name, id) in graph.outputs() {
@@ -353,12 +894,12 @@ pub fn lower(graph: &Graph, bindings: &Bindings) -> Result<Plan, LowerError> {
             && v.view.offset == 0
             && matches!(plan.buffers[v.buf].kind, BufKind::Temp)
             && !used.contains(&v.buf);
-        let v = if own { v } else { copy(&mut plan, name, &v)? };
+        let v = if own { v } else { copy(plan, name, &v)? };
         used.push(v.buf);
         plan.outputs
             .push((name.clone(), v.buf, v.view.dtype, v.view.shape.clone()));
     }
-    Ok(plan)
+    Ok(())
 }
 
 fn step_name(node: &str, k: usize, n: usize) -> String {
@@ -453,6 +994,7 @@ fn ewise(
             outputs: vec![(n, out.view.clone())],
         },
         args: args_ids,
+        nodes: Vec::new(),
     });
     Ok(out)
 }
@@ -475,21 +1017,23 @@ fn copy(plan: &mut Plan, name: &str, v: &Value) -> Result<Value, LowerError> {
         name: format!("{name}.copy"),
         group: copy_group(&v.view, &out.view),
         args: vec![v.buf, out.buf],
+        nodes: Vec::new(),
     });
     Ok(out)
 }
 
-#[allow(clippy::too_many_arguments)]
-fn matmul(
-    plan: &mut Plan,
-    name: &str,
-    shape: &[u64],
-    dt: DType,
-    a: Value,
-    b: Value,
-    trans_a: bool,
-    trans_b: bool,
-) -> Option<Value> {
+/// The operand views of a matmul: batch broadcast applied, vectors as
+/// 1×k rows or k×1 columns.
+struct MatmulViews {
+    a: View,
+    b: View,
+    batch: Vec<u64>,
+    m: u64,
+    n: u64,
+    k: u64,
+}
+
+fn matmul_views(a: &View, b: &View, trans_a: bool, trans_b: bool) -> Option<MatmulViews> {
     let swap = |v: &View| {
         let r = v.shape.len();
         let mut perm: Vec<usize> = (0..r).collect();
@@ -498,16 +1042,8 @@ fn matmul(
         }
         v.permute(&perm)
     };
-    let mut av = if trans_a {
-        swap(&a.view)
-    } else {
-        a.view.clone()
-    };
-    let mut bv = if trans_b {
-        swap(&b.view)
-    } else {
-        b.view.clone()
-    };
+    let mut av = if trans_a { swap(a) } else { a.clone() };
+    let mut bv = if trans_b { swap(b) } else { b.clone() };
     // NumPy: a vector operand is a 1×k row (a) or k×1 column (b).
     if av.shape.len() == 1 {
         av = View {
@@ -524,6 +1060,9 @@ fn matmul(
         };
     }
     let (ra, rb) = (av.shape.len(), bv.shape.len());
+    if ra < 2 || rb < 2 {
+        return None;
+    }
     let (m, k) = (av.shape[ra - 2], av.shape[ra - 1]);
     let (k2, n) = (bv.shape[rb - 2], bv.shape[rb - 1]);
     if k != k2 {
@@ -547,19 +1086,35 @@ fn matmul(
     ash.extend([m, k]);
     let mut bsh = batch.clone();
     bsh.extend([k, n]);
-    let av = av.broadcast_to(&ash)?;
-    let bv = bv.broadcast_to(&bsh)?;
-    let mut osh = batch.clone();
-    osh.extend([m, n]);
+    Some(MatmulViews {
+        a: av.broadcast_to(&ash)?,
+        b: bv.broadcast_to(&bsh)?,
+        batch,
+        m,
+        n,
+        k,
+    })
+}
+
+#[allow(clippy::too_many_arguments)]
+fn matmul(
+    plan: &mut Plan,
+    name: &str,
+    shape: &[u64],
+    dt: DType,
+    a: Value,
+    b: Value,
+    trans_a: bool,
+    trans_b: bool,
+) -> Option<Value> {
+    let mv = matmul_views(&a.view, &b.view, trans_a, trans_b)?;
+    let mut osh = mv.batch.clone();
+    osh.extend([mv.m, mv.n]);
     if osh.iter().product::<u64>() != shape.iter().product::<u64>() {
         return None;
     }
     let out = new_buf(plan, BufKind::Temp, dt, &osh);
-    let acc = if dt == DType::I8 || dt == DType::I32 {
-        DType::I32
-    } else {
-        DType::F32
-    };
+    let acc = acc_dtype(dt);
     let mut nodes = vec![(GNode::Matmul, acc)];
     if acc != dt {
         nodes.push((GNode::Cast(0), dt));
@@ -569,17 +1124,18 @@ fn matmul(
         name: name.to_string(),
         group: Group {
             kind: GroupKind::Matmul {
-                batch,
-                m,
-                n,
-                k,
+                batch: mv.batch,
+                m: mv.m,
+                n: mv.n,
+                k: mv.k,
                 acc,
             },
-            inputs: vec![av, bv],
+            inputs: vec![mv.a, mv.b],
             nodes,
             outputs: vec![(last, out.view.clone())],
         },
         args: vec![a.buf, b.buf, out.buf],
+        nodes: Vec::new(),
     });
     Some(Value {
         buf: out.buf,

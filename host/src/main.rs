@@ -4,6 +4,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand, ValueEnum};
+use dvm_host::fuse::FuseOptions;
 use dvm_host::graph::Graph;
 use dvm_host::models::EncoderConfig;
 use dvm_host::runtime::{Prepared, QemuDevice, Runtime};
@@ -48,6 +49,9 @@ enum Command {
         /// Worker cores (default: all).
         #[arg(long)]
         cores: Option<usize>,
+        /// One kernel per operator (no fusion), for comparison.
+        #[arg(long)]
+        no_fuse: bool,
     },
     /// Run a graph on input `.npy` files; write each output as `DIR/NAME.npy`.
     Run {
@@ -70,13 +74,31 @@ enum Command {
         #[arg(long)]
         cores: Option<usize>,
         /// The firmware ELF for `--device qemu` (`cargo ci firmware` builds
-        /// it as target/aarch64/aarch64-unknown-none/release/dvm-firmware).
+        /// it as target/aarch64/aarch64-unknown-none/firmware/dvm-firmware).
         #[arg(long, env = "DVM_FIRMWARE")]
         firmware: Option<PathBuf>,
         /// For `--device qemu`: save the firmware's defmt log here (decode
         /// with `defmt-print -e FIRMWARE`).
         #[arg(long)]
         firmware_log: Option<PathBuf>,
+        /// One kernel per operator (no fusion), for comparison.
+        #[arg(long)]
+        no_fuse: bool,
+    },
+    /// Print the fusion groups of a graph, why neighbours were not fused,
+    /// and its kernels at the given bindings (kind, tiling, bytes moved).
+    Explain {
+        /// Graph file (JSON).
+        graph: PathBuf,
+        /// A symbol value: `S=128` (every symbol must be bound).
+        #[arg(long = "bind", value_name = "SYM=VALUE")]
+        binds: Vec<String>,
+        /// Explain the unfused plan instead.
+        #[arg(long)]
+        no_fuse: bool,
+        /// Cores the kernels are tiled for (default: all).
+        #[arg(long)]
+        cores: Option<usize>,
     },
     /// Compile a graph at the given bindings into a module of its kernels.
     Compile {
@@ -176,12 +198,21 @@ fn parse_binds(g: &Graph, binds: &[String]) -> Result<Bindings, Failure> {
     Ok(b)
 }
 
+fn fuse_options(no_fuse: bool) -> FuseOptions {
+    if no_fuse {
+        FuseOptions::off()
+    } else {
+        FuseOptions::default()
+    }
+}
+
 fn run(cli: Cli) -> Result<(), Failure> {
     match cli.command {
         Command::Demo {
             lens,
             op_lens,
             cores,
+            no_fuse,
         } => {
             let lens = if lens.is_empty() {
                 vec![1, 17, 64, 128, 257, 512]
@@ -196,13 +227,15 @@ fn run(cli: Cli) -> Result<(), Failure> {
             let rt = Runtime::new(cores.unwrap_or_else(all_cores), 1024);
             let cfg = EncoderConfig::default();
             println!(
-                "dvm demo 1/2: transformer encoder block (hidden {}, {} heads, ffn {}), symbolic length S, {} core(s)",
+                "dvm demo 1/2: transformer encoder block (hidden {}, {} heads, ffn {}), symbolic length S, {} core(s), fusion {}",
                 cfg.hidden,
                 cfg.heads,
                 cfg.ffn,
-                rt.pool().cores()
+                rt.pool().cores(),
+                if no_fuse { "off" } else { "on" }
             );
-            let enc = demo::run_encoder(&cfg, &lens, &rt).map_err(|e| Failure(e, 1))?;
+            let enc = demo::run_encoder_with(&cfg, &lens, &rt, &fuse_options(no_fuse))
+                .map_err(|e| Failure(e, 1))?;
             print!("{}", demo::encoder_table(&enc));
             println!(
                 "\ndvm demo 2/2: single operators at hidden {}, one kernel per shape",
@@ -226,6 +259,7 @@ fn run(cli: Cli) -> Result<(), Failure> {
             cores,
             firmware,
             firmware_log,
+            no_fuse,
         } => {
             let g = load_graph(&graph)?;
             let qemu = match (device, firmware) {
@@ -278,13 +312,15 @@ fn run(cli: Cli) -> Result<(), Failure> {
                 }
                 Device::Cpu => {
                     let rt = Runtime::new(cores.unwrap_or_else(all_cores), 256);
-                    let prepared = Prepared::new(&g).map_err(|e| Failure(e.to_string(), 2))?;
+                    let prepared = Prepared::with_options(&g, &fuse_options(no_fuse))
+                        .map_err(|e| Failure(e.to_string(), 2))?;
                     rt.run(&prepared, &named, &bindings)
                         .map_err(|e| Failure(e.to_string(), 1))?
                 }
                 Device::Qemu => {
                     let rt = Runtime::new(cores.unwrap_or_else(all_cores), 256);
-                    let prepared = Prepared::new(&g).map_err(|e| Failure(e.to_string(), 2))?;
+                    let prepared = Prepared::with_options(&g, &fuse_options(no_fuse))
+                        .map_err(|e| Failure(e.to_string(), 2))?;
                     let qemu = qemu
                         .as_ref()
                         .ok_or_else(|| Failure("no firmware".into(), 2))?;
@@ -337,13 +373,35 @@ fn run(cli: Cli) -> Result<(), Failure> {
                 .plan(&prepared, &complete)
                 .map_err(|e| Failure(e.to_string(), 2))?;
             let mut builder = ModuleBuilder::new();
-            for (step, k) in plan.steps.iter().zip(&kernels) {
+            for (launch, k) in plan.launches.iter().zip(&kernels) {
                 let mut def = k.info.kernel.clone();
-                def.name.clone_from(&step.name);
+                def.name = launch
+                    .steps
+                    .iter()
+                    .map(|&s| plan.steps[s].name.as_str())
+                    .collect::<Vec<_>>()
+                    .join("+");
                 builder.add_kernel(def);
             }
             write_atomic(&output, &builder.finish())?;
-            println!("{}: {} kernel(s)", output.display(), plan.steps.len());
+            println!("{}: {} kernel(s)", output.display(), kernels.len());
+            Ok(())
+        }
+        Command::Explain {
+            graph,
+            binds,
+            no_fuse,
+            cores,
+        } => {
+            let g = load_graph(&graph)?;
+            let mut complete = parse_binds(&g, &binds)?;
+            g.scope()
+                .complete_bindings(&mut complete)
+                .map_err(|e| Failure(e.to_string(), 2))?;
+            let rt = Runtime::new(cores.unwrap_or_else(all_cores), 1024);
+            let text = dvm_host::fuse::explain::explain(&g, &complete, &fuse_options(no_fuse), &rt)
+                .map_err(|e| Failure(e.to_string(), 2))?;
+            print!("{text}");
             Ok(())
         }
         Command::Disasm { module } => {

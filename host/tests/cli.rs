@@ -135,7 +135,7 @@ fn compile_disasm_verify_and_bad_bindings() {
     let d = dvm().arg("disasm").arg(&m).output().unwrap();
     assert!(d.status.success());
     let text = String::from_utf8_lossy(&d.stdout);
-    assert!(text.contains(".kernel \"scores\""), "{text}");
+    assert!(text.contains(".kernel \"scores"), "{text}");
     // Reassembling gives the same bytes.
     std::fs::write(dir.join("attn.s"), text.as_bytes()).unwrap();
     let back = dir.join("back.dvmb");
@@ -175,4 +175,78 @@ fn compile_disasm_verify_and_bad_bindings() {
     std::fs::write(&bad, &bytes).unwrap();
     let o = dvm().arg("verify").arg(&bad).output().unwrap();
     assert_eq!(o.status.code(), Some(2));
+}
+
+#[test]
+fn explain_shows_groups_reasons_and_kernels() {
+    let o = dvm()
+        .arg("explain")
+        .arg(example())
+        .args(["--bind", "S=128", "--cores", "2"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let text = String::from_utf8_lossy(&o.stdout);
+    // The softmax and its scaling prologue form one reduce group; the two
+    // matmuls stay apart, with the reason.
+    assert!(
+        text.contains("reduce(axis 1)   [S, S]           scaled, p.max, p.sub, p.exp, p.sum, p"),
+        "{text}"
+    );
+    assert!(
+        text.contains(
+            "scores / scaled [neighbours]: a matmul and a reduction cannot share a kernel"
+        ),
+        "{text}"
+    );
+    assert!(text.contains("total: 3 kernel(s)"), "{text}");
+    assert!(
+        text.contains("unfused: 8 kernel(s) in 8 launch(es)"),
+        "{text}"
+    );
+    assert!(text.contains("bytes moved"), "{text}");
+
+    let o = dvm()
+        .arg("explain")
+        .arg(example())
+        .args(["--bind", "S=128", "--no-fuse"])
+        .output()
+        .unwrap();
+    assert!(o.status.success());
+    assert!(String::from_utf8_lossy(&o.stdout).contains("total: 8 kernel(s) in 8 launch(es)"));
+
+    // An unbound or out-of-range symbol is a user error naming it.
+    for args in [&[][..], &["--bind", "S=0"]] {
+        let o = dvm()
+            .arg("explain")
+            .arg(example())
+            .args(args)
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(2), "{args:?}");
+        assert!(String::from_utf8_lossy(&o.stderr).contains('S'));
+    }
+}
+
+#[test]
+fn run_fused_and_unfused_give_the_same_outputs() {
+    let dir = scratch("nofuse");
+    let inputs = write_inputs(&dir, 29);
+    let (a, b) = (dir.join("fused"), dir.join("unfused"));
+    let o = run_graph(&dir, &inputs, "cpu", &a);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let mut c = dvm();
+    c.arg("run").arg(example());
+    for i in &inputs {
+        c.arg("--input").arg(i);
+    }
+    let o = c
+        .args(["--no-fuse", "--output-dir"])
+        .arg(&b)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let x = npy::read(&a.join("o.npy")).unwrap();
+    let y = npy::read(&b.join("o.npy")).unwrap();
+    assert!(x.allclose(&y, 1e-5, 1e-6).unwrap());
 }

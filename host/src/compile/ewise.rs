@@ -229,8 +229,9 @@ pub(super) fn peak_buffers(group: &Group, classes: &[Class]) -> (u64, u64) {
         }
         peak_full = peak_full.max(full + temps);
         peak_red = peak_red.max(red);
-        for o in node.operands() {
-            if last[o] == i {
+        // Each distinct operand dies once (`mul(x, x)` reads x twice).
+        for (k, o) in node.operands().enumerate() {
+            if last[o] == i && !node.operands().take(k).any(|p| p == o) {
                 match classes[o] {
                     Class::Full => full -= 1,
                     Class::Reduced => red -= 1,

@@ -1,49 +1,90 @@
 //! The kernel cache: compiled kernels keyed by group structure, concrete
-//! shapes, dtypes and target; bounded, least-recently-used eviction.
+//! shapes, dtypes and target (and, for stacked launches, by the member
+//! groups, how they share buffers and the stack kind); bounded,
+//! least-recently-used eviction.
 
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
 use std::sync::{Arc, Mutex};
 
+use dvm_isa::KernelKind;
+
 use crate::compile::{Group, GroupKind, Node, Target};
 use crate::kernel::{build, BuildError, ReadyKernel};
+
+/// What a cached kernel was built from.
+#[derive(Clone, Debug, PartialEq)]
+pub enum LaunchKey {
+    /// One group.
+    Group(Group),
+    /// Groups stacked into one kernel of `kind`, with their parameter maps.
+    Stack {
+        /// Parallel or sequence.
+        kind: KernelKind,
+        /// Members.
+        groups: Vec<Group>,
+        /// Per member, the stacked parameter of each of its parameters.
+        maps: Vec<Vec<u8>>,
+    },
+}
 
 /// Hashes a group's structure, shapes, strides, dtypes and constants.
 fn fingerprint(group: &Group, target: &Target) -> u64 {
     let mut h = std::collections::hash_map::DefaultHasher::new();
     target.hash(&mut h);
+    hash_group(group, &mut h);
+    h.finish()
+}
+
+/// Hashes a stack: its kind, members and maps.
+fn stack_fingerprint(
+    kind: KernelKind,
+    groups: &[&Group],
+    maps: &[Vec<u8>],
+    target: &Target,
+) -> u64 {
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    target.hash(&mut h);
+    (kind as u8, groups.len()).hash(&mut h);
+    for g in groups {
+        hash_group(g, &mut h);
+    }
+    maps.hash(&mut h);
+    h.finish()
+}
+
+fn hash_group(group: &Group, h: &mut impl Hasher) {
     match &group.kind {
-        GroupKind::Elementwise { shape } => (0u8, shape).hash(&mut h),
-        GroupKind::Reduce { shape, axis } => (1u8, shape, axis).hash(&mut h),
+        GroupKind::Elementwise { shape } => (0u8, shape).hash(h),
+        GroupKind::Reduce { shape, axis } => (1u8, shape, axis).hash(h),
         GroupKind::Matmul {
             batch,
             m,
             n,
             k,
             acc,
-        } => (2u8, batch, m, n, k, acc).hash(&mut h),
+        } => (2u8, batch, m, n, k, acc).hash(h),
     }
-    group.inputs.hash(&mut h);
+    group.inputs.hash(h);
     for (node, dt) in &group.nodes {
-        dt.hash(&mut h);
+        dt.hash(h);
         match node {
-            Node::Input(i) => (0u8, i).hash(&mut h),
-            Node::Unary(c, x) => (1u8, c, x).hash(&mut h),
-            Node::Binary(c, a, b) => (2u8, c, a, b).hash(&mut h),
-            Node::Scalar(c, x, v) => (3u8, c, x, v.to_bits()).hash(&mut h),
-            Node::Select(c, a, b) => (4u8, c, a, b).hash(&mut h),
-            Node::Cast(x) => (5u8, x).hash(&mut h),
-            Node::Fill(v) => (6u8, v.to_bits()).hash(&mut h),
-            Node::Reduce(c, x) => (7u8, c, x).hash(&mut h),
-            Node::Matmul => 8u8.hash(&mut h),
+            Node::Input(i) => (0u8, i).hash(h),
+            Node::Unary(c, x) => (1u8, c, x).hash(h),
+            Node::Binary(c, a, b) => (2u8, c, a, b).hash(h),
+            Node::Scalar(c, x, v) => (3u8, c, x, v.to_bits()).hash(h),
+            Node::Select(c, a, b) => (4u8, c, a, b).hash(h),
+            Node::Cast(x) => (5u8, x).hash(h),
+            Node::Fill(v) => (6u8, v.to_bits()).hash(h),
+            Node::Reduce(c, x) => (7u8, c, x).hash(h),
+            Node::Matmul => 8u8.hash(h),
         }
     }
-    group.outputs.hash(&mut h);
-    h.finish()
+    group.outputs.hash(h);
 }
 
 struct Entry {
-    group: Group,
+    key: LaunchKey,
     kernel: Arc<ReadyKernel>,
     last_use: u64,
 }
@@ -94,13 +135,65 @@ impl KernelCache {
         name: &str,
         target: &Target,
     ) -> Result<Arc<ReadyKernel>, BuildError> {
-        let key = fingerprint(group, target);
+        self.lookup(
+            fingerprint(group, target),
+            &|k| matches!(k, LaunchKey::Group(g) if g == group),
+            || LaunchKey::Group(group.clone()),
+            || build(group, name, target),
+        )
+    }
+
+    /// The stacked kernel of `groups` (see [`crate::fuse::stack`]), built on
+    /// a miss. A failed build is returned and nothing is cached.
+    ///
+    /// # Errors
+    /// [`BuildError`] from the compiler, verifier or predecoder.
+    pub fn get_or_build_stack(
+        &self,
+        kind: KernelKind,
+        groups: &[&Group],
+        maps: &[Vec<u8>],
+        name: &str,
+        target: &Target,
+    ) -> Result<Arc<ReadyKernel>, BuildError> {
+        let same = |k: &LaunchKey| match k {
+            LaunchKey::Stack {
+                kind: k2,
+                groups: g2,
+                maps: m2,
+            } => {
+                *k2 == kind
+                    && m2.as_slice() == maps
+                    && g2.len() == groups.len()
+                    && g2.iter().zip(groups).all(|(a, b)| a == *b)
+            }
+            LaunchKey::Group(_) => false,
+        };
+        self.lookup(
+            stack_fingerprint(kind, groups, maps, target),
+            &same,
+            || LaunchKey::Stack {
+                kind,
+                groups: groups.iter().map(|g| (*g).clone()).collect(),
+                maps: maps.to_vec(),
+            },
+            || crate::fuse::stack::build_stack(kind, groups, maps, name, target),
+        )
+    }
+
+    fn lookup(
+        &self,
+        key: u64,
+        same: &dyn Fn(&LaunchKey) -> bool,
+        make_key: impl FnOnce() -> LaunchKey,
+        make: impl FnOnce() -> Result<Arc<ReadyKernel>, BuildError>,
+    ) -> Result<Arc<ReadyKernel>, BuildError> {
         {
             let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
             inner.clock += 1;
             let now = inner.clock;
             let found = inner.map.get_mut(&key).and_then(|bucket| {
-                bucket.iter_mut().find(|e| e.group == *group).map(|e| {
+                bucket.iter_mut().find(|e| same(&e.key)).map(|e| {
                     e.last_use = now;
                     Arc::clone(&e.kernel)
                 })
@@ -112,7 +205,7 @@ impl KernelCache {
             inner.misses += 1;
         }
         // Compile outside the lock so other threads keep running.
-        let kernel = build(group, name, target)?;
+        let kernel = make()?;
         let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
         if inner.len >= self.capacity {
             evict_oldest(&mut inner);
@@ -120,7 +213,7 @@ impl KernelCache {
         inner.clock += 1;
         let now = inner.clock;
         inner.map.entry(key).or_default().push(Entry {
-            group: group.clone(),
+            key: make_key(),
             kernel: Arc::clone(&kernel),
             last_use: now,
         });

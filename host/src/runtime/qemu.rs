@@ -333,12 +333,13 @@ impl Runtime {
         }
         let blocks = self.pool().cores() as u32;
         let mut modules = std::collections::HashMap::new();
-        for (step, kernel) in plan.steps.iter().zip(&kernels) {
+        for (launch, kernel) in plan.launches.iter().zip(&kernels) {
             let key = std::sync::Arc::as_ptr(kernel);
             let m = *modules
                 .entry(key)
                 .or_insert_with(|| job.module(&kernel.module));
-            let args: Vec<u32> = step.args.iter().map(|&a| a as u32).collect();
+            let (args, _) = plan.launch_args(launch);
+            let args: Vec<u32> = args.iter().map(|&a| a as u32).collect();
             job.launch(m, 0, &args, blocks);
         }
         let run = device

@@ -3,12 +3,16 @@
 
 use std::sync::Arc;
 
+use dvm_isa::KernelKind;
+
 use super::cache::{CacheStats, KernelCache};
 use super::pool::{CpuPool, RawBuf};
 use crate::compile::Target;
+use crate::fuse::stack::{launch_maps, pack_sequences, SequencePolicy};
+use crate::fuse::{FuseError, FuseOptions, FusionPlan};
 use crate::graph::{decompose, Graph, GraphError};
 use crate::kernel::{BuildError, ReadyKernel};
-use crate::lower::{lower, Buf, BufKind, LowerError, Plan};
+use crate::lower::{lower_with, Buf, BufKind, Launch, LaunchKind, LowerError, Plan};
 use crate::sym::Bindings;
 use crate::tensor::Tensor;
 
@@ -50,29 +54,74 @@ impl From<GraphError> for RunError {
 
 impl From<LowerError> for RunError {
     fn from(e: LowerError) -> RunError {
-        RunError::Lower(Box::new(e))
+        match e {
+            LowerError::Build { step, error } => RunError::Build { step, error },
+            e => RunError::Lower(Box::new(e)),
+        }
     }
 }
 
-/// A graph prepared for running: composites decomposed once.
+/// A graph prepared for running: composites decomposed and the fusion pass
+/// run, once, on the symbolic graph.
 pub struct Prepared {
     graph: Graph,
+    fusion: FusionPlan,
+    options: FuseOptions,
+    fuse_error: Option<FuseError>,
 }
 
 impl Prepared {
-    /// Decomposes `graph`'s composites.
+    /// Decomposes `graph`'s composites and fuses it with the default options.
     ///
     /// # Errors
     /// [`GraphError`] from the decomposition.
     pub fn new(graph: &Graph) -> Result<Prepared, GraphError> {
+        Prepared::with_options(graph, &FuseOptions::default())
+    }
+
+    /// Decomposes `graph`'s composites and fuses it with `options`
+    /// ([`FuseOptions::off`]: one kernel per operator). Should the fusion
+    /// pass fail its consistency check (a bug), the graph runs unfused and
+    /// [`Prepared::fuse_error`] says why.
+    ///
+    /// # Errors
+    /// [`GraphError`] from the decomposition.
+    pub fn with_options(graph: &Graph, options: &FuseOptions) -> Result<Prepared, GraphError> {
+        let graph = decompose(graph)?;
+        let (fusion, fuse_error) = if options.fuse || options.stack {
+            match FusionPlan::new(&graph, options) {
+                Ok(f) => (f, None),
+                Err(e) => (FusionPlan::unfused(&graph), Some(e)),
+            }
+        } else {
+            (FusionPlan::unfused(&graph), None)
+        };
         Ok(Prepared {
-            graph: decompose(graph)?,
+            graph,
+            fusion,
+            options: *options,
+            fuse_error,
         })
     }
 
     /// The decomposed graph.
     pub fn graph(&self) -> &Graph {
         &self.graph
+    }
+
+    /// The fusion plan.
+    pub fn fusion(&self) -> &FusionPlan {
+        &self.fusion
+    }
+
+    /// The fusion options.
+    pub fn options(&self) -> &FuseOptions {
+        &self.options
+    }
+
+    /// Why the fusion pass was abandoned, if it was.
+    pub fn fuse_error(&self) -> Option<&FuseError> {
+        self.fuse_error.as_ref()
     }
 }
 
@@ -139,7 +188,11 @@ impl Runtime {
         self.cache.stats()
     }
 
-    /// Lowers `prepared` at `bindings` and compiles (or fetches) its kernels.
+    /// Lowers `prepared` at `bindings` following its fusion plan, compiles
+    /// (or fetches) every kernel, packs small consecutive kernels into
+    /// sequence launches (when the options allow) and builds the stacked
+    /// kernels. Returns the plan and one kernel per launch. A stack that
+    /// does not build falls back to separate launches.
     ///
     /// # Errors
     /// [`RunError`] naming the node or step at fault.
@@ -148,19 +201,74 @@ impl Runtime {
         prepared: &Prepared,
         bindings: &Bindings,
     ) -> Result<(Plan, Vec<Arc<ReadyKernel>>), RunError> {
-        let plan = lower(&prepared.graph, bindings)?;
-        let kernels = plan
-            .steps
-            .iter()
-            .map(|s| {
+        let (mut plan, step_kernels) = lower_with(
+            &prepared.graph,
+            bindings,
+            &prepared.fusion,
+            &mut |g, name| self.cache.get_or_build(g, name, &self.target),
+        )?;
+        if prepared.options.sequence {
+            let tiles: Vec<u64> = step_kernels.iter().map(|k| k.info.tiles).collect();
+            let bodies: Vec<usize> = step_kernels
+                .iter()
+                .map(|k| k.info.kernel.bodies.len())
+                .collect();
+            pack_sequences(
+                &mut plan,
+                &tiles,
+                &bodies,
+                &SequencePolicy::for_cores(self.target.cores),
+            );
+        }
+        let mut launches = Vec::with_capacity(plan.launches.len());
+        let mut kernels = Vec::with_capacity(plan.launches.len());
+        for l in std::mem::take(&mut plan.launches) {
+            let kind = match l.kind {
+                LaunchKind::Single => {
+                    kernels.push(Arc::clone(&step_kernels[l.steps[0]]));
+                    launches.push(l);
+                    continue;
+                }
+                LaunchKind::Parallel => KernelKind::Parallel,
+                LaunchKind::Sequence => KernelKind::Sequence,
+            };
+            let groups: Vec<&crate::compile::Group> =
+                l.steps.iter().map(|&s| &plan.steps[s].group).collect();
+            let name = l
+                .steps
+                .iter()
+                .map(|&s| plan.steps[s].name.as_str())
+                .collect::<Vec<_>>()
+                .join("+");
+            let built = launch_maps(&plan, &l).map(|maps| {
                 self.cache
-                    .get_or_build(&s.group, &s.name, &self.target)
-                    .map_err(|error| RunError::Build {
-                        step: s.name.clone(),
-                        error: Box::new(error),
-                    })
-            })
-            .collect::<Result<Vec<_>, _>>()?;
+                    .get_or_build_stack(kind, &groups, &maps, &name, &self.target)
+            });
+            match built {
+                Some(Ok(k)) => {
+                    kernels.push(k);
+                    launches.push(l);
+                }
+                other => {
+                    let why = match other {
+                        Some(Err(e)) => e.to_string(),
+                        _ => "too many buffers".to_string(),
+                    };
+                    plan.notes.push(format!(
+                        "{} launch `{name}` not stacked at these shapes: {why}",
+                        kind.name()
+                    ));
+                    for &s in &l.steps {
+                        kernels.push(Arc::clone(&step_kernels[s]));
+                        launches.push(Launch {
+                            kind: LaunchKind::Single,
+                            steps: vec![s],
+                        });
+                    }
+                }
+            }
+        }
+        plan.launches = launches;
         Ok((plan, kernels))
     }
 
@@ -174,6 +282,22 @@ impl Runtime {
         prepared: &Prepared,
         inputs: &[(&str, &Tensor)],
         explicit: &Bindings,
+    ) -> Result<Vec<(String, Tensor)>, RunError> {
+        self.run_profiled(prepared, inputs, explicit, None)
+    }
+
+    /// [`Runtime::run`], also recording each launch's name and wall time
+    /// (kernel execution only: no lowering, allocation or copies) in
+    /// `profile`.
+    ///
+    /// # Errors
+    /// As [`Runtime::run`].
+    pub fn run_profiled(
+        &self,
+        prepared: &Prepared,
+        inputs: &[(&str, &Tensor)],
+        explicit: &Bindings,
+        mut profile: Option<&mut Vec<(String, std::time::Duration)>>,
     ) -> Result<Vec<(String, Tensor)>, RunError> {
         let graph = &prepared.graph;
         let bindings = graph.bind_tensors(inputs, explicit)?;
@@ -190,30 +314,34 @@ impl Runtime {
                 dst[..n].copy_from_slice(&src[..n]);
             }
         }
-        for (step, kernel) in plan.steps.iter().zip(&kernels) {
-            let n_in = step.group.inputs.len();
-            let raw: Vec<RawBuf> = step
-                .args
+        for (launch, kernel) in plan.launches.iter().zip(&kernels) {
+            let (args, writable) = plan.launch_args(launch);
+            let raw: Vec<RawBuf> = args
                 .iter()
-                .enumerate()
-                .map(|(k, &b)| {
+                .zip(&writable)
+                .map(|(&b, &w)| {
                     let buf = &mut bufs[b];
                     RawBuf {
                         ptr: buf.0.as_mut_ptr().cast::<u8>(),
                         len: buf.1,
-                        writable: k >= n_in,
+                        writable: w,
                     }
                 })
                 .collect();
+            let t0 = std::time::Instant::now();
             // SAFETY: every buffer is a live allocation owned by this
             // function and not otherwise accessed during the launch; a
-            // step's outputs are buffers distinct from its inputs.
+            // launch binds each buffer once, and the buffers it writes are
+            // temporaries distinct from every other buffer.
             unsafe { self.pool.launch(&kernel.program, &raw) }.map_err(|error| {
                 RunError::Launch {
-                    step: step.name.clone(),
+                    step: kernel.info.kernel.name.clone(),
                     error,
                 }
             })?;
+            if let Some(p) = profile.as_deref_mut() {
+                p.push((kernel.info.kernel.name.clone(), t0.elapsed()));
+            }
         }
         plan.outputs
             .iter()

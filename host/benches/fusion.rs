@@ -1,0 +1,509 @@
+//! Fusion benchmark: fused against unfused run time and bytes moved per
+//! call for gelu(x·w+b), softmax, layernorm, add+layernorm, row-sum,
+//! matmul+bias+relu and attention softmax(q·kᵀ/√d)·v at sequence lengths
+//! 17…4096 (hidden 768), plus longer sequences for the memory-bound
+//! workloads (inputs larger than the last-level cache); the machine's copy
+//! bandwidth; the encoder block with and without stacking; and the cost of
+//! the fusion decision for a window of 30 recorded operations.
+//!
+//! `cargo bench -p dvm-host --bench fusion [-- quick]`. Each fusion plan is
+//! made once per workload on the symbolic graph; every length then only
+//! binds, hits the kernel cache and runs. Times are the best of a few calls:
+//! "call" is the whole `Runtime::run` (binding, lowering, cache lookups,
+//! buffer allocation, launches), "kernels" the launches alone.
+
+use std::time::{Duration, Instant};
+
+use dvm_host::compile::{Group, GroupKind, Node, Target, View};
+use dvm_host::demo::data;
+use dvm_host::fuse::{FuseOptions, FusionPlan};
+use dvm_host::graph::{decompose, Graph, NodeId};
+use dvm_host::kernel::build;
+use dvm_host::models::{encoder_block, EncoderConfig};
+use dvm_host::runtime::pool::RawBuf;
+use dvm_host::runtime::{Prepared, Runtime};
+use dvm_host::sym::{Bindings, Dim};
+use dvm_host::tensor::Tensor;
+use dvm_isa::{DType, Opcode};
+
+const H: i64 = 768;
+
+fn tensor(shape: &[u64], seed: u32, scale: f32) -> Tensor {
+    let n: u64 = shape.iter().product();
+    let v: Vec<f32> = data(n as usize, seed).iter().map(|x| x * scale).collect();
+    Tensor::from_f32(shape, &v).expect("tensor")
+}
+
+struct Workload {
+    name: &'static str,
+    graph: Graph,
+    /// Input shapes at length `s`, with a weight scale.
+    inputs: fn(u64) -> Vec<(&'static str, Vec<u64>, f32)>,
+    lens: Vec<u64>,
+}
+
+fn c(v: i64) -> Dim {
+    Dim::from(v)
+}
+
+fn seq(g: &mut Graph, name: &str, width: i64) -> NodeId {
+    let s = match g.scope().lookup("S") {
+        Some(s) => s,
+        None => g.symbol("S", 1, 1 << 16).expect("symbol"),
+    };
+    g.input(name, DType::F32, &[s.into(), c(width)])
+        .expect("input")
+}
+
+fn workloads(quick: bool) -> Vec<Workload> {
+    let lens: Vec<u64> = if quick {
+        vec![17, 512]
+    } else {
+        vec![17, 128, 512, 1024, 4096]
+    };
+    let mut long = lens.clone();
+    if !quick {
+        long.push(32768);
+    }
+    let mut out = Vec::new();
+
+    let mut g = Graph::new();
+    let x = seq(&mut g, "x", H);
+    let w = g.input("w", DType::F32, &[c(H), c(H)]).expect("w");
+    let b = g.input("b", DType::F32, &[c(H)]).expect("b");
+    let m = g.matmul(x, w, false, false).expect("mm");
+    let a = g.binary(Opcode::Add, m, b).expect("add");
+    let y = g.unary(Opcode::GeluTanh, a).expect("gelu");
+    g.output("y", y).expect("out");
+    out.push(Workload {
+        name: "gelu(x·w+b)",
+        graph: g,
+        inputs: |s| {
+            vec![
+                ("x", vec![s, 768], 1.0),
+                ("w", vec![768, 768], 0.036),
+                ("b", vec![768], 1.0),
+            ]
+        },
+        lens: lens.clone(),
+    });
+
+    let mut g = Graph::new();
+    let x = seq(&mut g, "x", H);
+    let y = g.softmax(x, -1).expect("softmax");
+    g.output("y", y).expect("out");
+    out.push(Workload {
+        name: "softmax",
+        graph: g,
+        inputs: |s| vec![("x", vec![s, 768], 3.0)],
+        lens: long.clone(),
+    });
+
+    let mut g = Graph::new();
+    let x = seq(&mut g, "x", H);
+    let gm = g.input("g", DType::F32, &[c(H)]).expect("g");
+    let bt = g.input("b", DType::F32, &[c(H)]).expect("b");
+    let y = g.layer_norm(x, gm, bt, 1e-5).expect("ln");
+    g.output("y", y).expect("out");
+    out.push(Workload {
+        name: "layernorm",
+        graph: g,
+        inputs: |s| {
+            vec![
+                ("x", vec![s, 768], 1.0),
+                ("g", vec![768], 1.0),
+                ("b", vec![768], 1.0),
+            ]
+        },
+        lens: long.clone(),
+    });
+
+    let mut g = Graph::new();
+    let x = seq(&mut g, "x", H);
+    let r = seq(&mut g, "r", H);
+    let gm = g.input("g", DType::F32, &[c(H)]).expect("g");
+    let bt = g.input("b", DType::F32, &[c(H)]).expect("b");
+    let a = g.binary(Opcode::Add, x, r).expect("add");
+    let y = g.layer_norm(a, gm, bt, 1e-5).expect("ln");
+    g.output("y", y).expect("out");
+    out.push(Workload {
+        name: "add+layernorm",
+        graph: g,
+        inputs: |s| {
+            vec![
+                ("x", vec![s, 768], 1.0),
+                ("r", vec![s, 768], 1.0),
+                ("g", vec![768], 1.0),
+                ("b", vec![768], 1.0),
+            ]
+        },
+        lens: long.clone(),
+    });
+
+    let mut g = Graph::new();
+    let x = seq(&mut g, "x", H);
+    let y = g.sum(x, &[-1], false).expect("sum");
+    g.output("y", y).expect("out");
+    out.push(Workload {
+        name: "row-sum",
+        graph: g,
+        inputs: |s| vec![("x", vec![s, 768], 1.0)],
+        lens: long,
+    });
+
+    let mut g = Graph::new();
+    let x = seq(&mut g, "x", H);
+    let w = g.input("w", DType::F32, &[c(H), c(H)]).expect("w");
+    let b = g.input("b", DType::F32, &[c(H)]).expect("b");
+    let m = g.matmul(x, w, false, false).expect("mm");
+    let a = g.binary(Opcode::Add, m, b).expect("add");
+    let y = g.unary(Opcode::Relu, a).expect("relu");
+    g.output("y", y).expect("out");
+    out.push(Workload {
+        name: "matmul+bias+relu",
+        graph: g,
+        inputs: |s| {
+            vec![
+                ("x", vec![s, 768], 1.0),
+                ("w", vec![768, 768], 0.036),
+                ("b", vec![768], 1.0),
+            ]
+        },
+        lens: lens.clone(),
+    });
+
+    // 12 heads of 64: q, k, v as [12, S, 64].
+    let mut g = Graph::new();
+    let s = g.symbol("S", 1, 1 << 16).expect("S");
+    let qkv: Vec<NodeId> = ["q", "k", "v"]
+        .iter()
+        .map(|n| {
+            g.input(n, DType::F32, &[c(12), s.into(), c(64)])
+                .expect("in")
+        })
+        .collect();
+    let sc = g.matmul(qkv[0], qkv[1], false, true).expect("qk");
+    let sc = g.scalar(Opcode::MulS, sc, 0.125).expect("scale");
+    let p = g.softmax(sc, -1).expect("softmax");
+    let o = g.matmul(p, qkv[2], false, false).expect("pv");
+    g.output("o", o).expect("out");
+    out.push(Workload {
+        name: "attention",
+        graph: g,
+        inputs: |s| {
+            vec![
+                ("q", vec![12, s, 64], 1.0),
+                ("k", vec![12, s, 64], 1.0),
+                ("v", vec![12, s, 64], 1.0),
+            ]
+        },
+        lens,
+    });
+    out
+}
+
+struct Measured {
+    call_ms: f64,
+    kernel_ms: f64,
+    bytes: u64,
+    kernels: usize,
+    launches: usize,
+}
+
+fn measure(rt: &Runtime, p: &Prepared, inputs: &[(&str, &Tensor)], reps: usize) -> Measured {
+    let bindings = p
+        .graph()
+        .bind_tensors(inputs, &Bindings::new())
+        .expect("binds");
+    let (plan, kernels) = rt.plan(p, &bindings).expect("plans");
+    let bytes = kernels.iter().map(|k| k.info.bytes_moved).sum();
+    rt.run(p, inputs, &Bindings::new()).expect("warm-up run");
+    let (mut call, mut kern) = (f64::MAX, f64::MAX);
+    for _ in 0..reps {
+        let mut prof: Vec<(String, Duration)> = Vec::new();
+        let t = Instant::now();
+        let out = rt
+            .run_profiled(p, inputs, &Bindings::new(), Some(&mut prof))
+            .expect("runs");
+        call = call.min(t.elapsed().as_secs_f64() * 1e3);
+        kern = kern.min(prof.iter().map(|(_, d)| d.as_secs_f64()).sum::<f64>() * 1e3);
+        std::hint::black_box(out);
+    }
+    Measured {
+        call_ms: call,
+        kernel_ms: kern,
+        bytes,
+        kernels: plan.steps.len(),
+        launches: plan.launches.len(),
+    }
+}
+
+/// Copy bandwidth in GB/s (bytes read + written per second): plain
+/// `copy_from_slice` on one thread and on every core, and the VM's copy
+/// kernel on the CPU device.
+fn copy_bandwidth(rt: &Runtime, mib: usize) -> (f64, f64, f64) {
+    let n = mib << 20;
+    let src: Vec<u8> = (0..n).map(|i| i as u8).collect();
+    let mut dst = vec![0u8; n];
+    let gbs = |secs: f64| 2.0 * n as f64 / secs / 1e9;
+    let mut one = f64::MAX;
+    for _ in 0..3 {
+        let t = Instant::now();
+        dst.copy_from_slice(&src);
+        one = one.min(t.elapsed().as_secs_f64());
+        std::hint::black_box(&dst);
+    }
+    let cores = rt.pool().cores();
+    let mut all = f64::MAX;
+    for _ in 0..3 {
+        let chunk = n.div_ceil(cores);
+        let t = Instant::now();
+        std::thread::scope(|sc| {
+            for (d, s) in dst.chunks_mut(chunk).zip(src.chunks(chunk)) {
+                sc.spawn(move || d.copy_from_slice(s));
+            }
+        });
+        all = all.min(t.elapsed().as_secs_f64());
+    }
+    let elems = (n / 4) as u64;
+    let v = View::contiguous(DType::F32, &[elems]);
+    let group = Group {
+        kind: GroupKind::Elementwise { shape: vec![elems] },
+        inputs: vec![v.clone()],
+        nodes: vec![(Node::Input(0), DType::F32)],
+        outputs: vec![(0, v)],
+    };
+    let target = Target {
+        cores: cores as u32,
+        ..Target::default()
+    };
+    let k = build(&group, "copy", &target).expect("copy kernel");
+    let bufs = [
+        RawBuf {
+            ptr: src.as_ptr() as *mut u8,
+            len: n,
+            writable: false,
+        },
+        RawBuf {
+            ptr: dst.as_mut_ptr(),
+            len: n,
+            writable: true,
+        },
+    ];
+    let mut vm = f64::MAX;
+    for _ in 0..3 {
+        let t = Instant::now();
+        // SAFETY: both buffers are live vectors owned here and not touched
+        // during the launch; only `dst` is written.
+        unsafe { rt.pool().launch(&k.program, &bufs) }.expect("copy runs");
+        vm = vm.min(t.elapsed().as_secs_f64());
+    }
+    (gbs(one), gbs(all), gbs(vm))
+}
+
+/// A window of 30 recorded operations as the eager API builds it (concrete
+/// shapes, composites included).
+fn window30() -> Graph {
+    let mut g = Graph::new();
+    let x = g.input("v0", DType::F32, &[c(64), c(256)]).expect("x");
+    let w = g.input("v1", DType::F32, &[c(256), c(256)]).expect("w");
+    let b = g.input("v2", DType::F32, &[c(256)]).expect("b");
+    let gm = g.input("v3", DType::F32, &[c(256)]).expect("g");
+    let mut cur = x;
+    for i in 0..30 {
+        cur = match i % 10 {
+            0 => g.matmul(cur, w, false, false),
+            1 => g.binary(Opcode::Add, cur, b),
+            2 => g.unary(Opcode::GeluTanh, cur),
+            3 => g.binary(Opcode::Add, cur, x),
+            4 => g.layer_norm(cur, gm, b, 1e-5),
+            5 => g.scalar(Opcode::MulS, cur, 0.5),
+            6 => g.softmax(cur, -1),
+            7 => g.binary(Opcode::Mul, cur, x),
+            8 => g.unary(Opcode::Tanh, cur),
+            _ => g.rms_norm(cur, gm, 1e-6),
+        }
+        .expect("op");
+    }
+    g.output("t", cur).expect("out");
+    g
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+fn main() {
+    let quick = std::env::args().any(|a| a == "quick");
+    if std::env::args().any(|a| a == "decision") {
+        // Only the fusion pass, in a loop (for profiling).
+        let d = decompose(&window30()).expect("decomposes");
+        let mut times = Vec::new();
+        for _ in 0..20_000 {
+            let t = Instant::now();
+            std::hint::black_box(FusionPlan::new(&d, &FuseOptions::default()).expect("fuses"));
+            times.push(t.elapsed().as_secs_f64() * 1e6);
+        }
+        println!("fusion pass median {:.1} µs", median(times));
+        return;
+    }
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let rt = Runtime::new(cores, 4096);
+    println!(
+        "dvm fusion benchmark, {cores} core(s){}",
+        if quick { " (quick)" } else { "" }
+    );
+
+    let (one, all, vm) = copy_bandwidth(&rt, if quick { 64 } else { 256 });
+    let copy_bw = all.max(vm);
+    println!(
+        "\ncopy bandwidth (read + write, {} MiB): memcpy 1 thread {one:.1} GB/s, memcpy {cores} threads {all:.1} GB/s, VM copy kernel {vm:.1} GB/s",
+        if quick { 64 } else { 256 }
+    );
+
+    println!(
+        "\n{:<18} {:>6} {:>9} {:>9} {:>17} {:>17} {:>19} {:>8} {:>6}",
+        "workload",
+        "S",
+        "kernels",
+        "launches",
+        "call ms f / u",
+        "kernel ms f / u",
+        "MiB moved f / u",
+        "GB/s f",
+        "%copy"
+    );
+    for w in workloads(quick) {
+        let fused = Prepared::new(&w.graph).expect("prepares");
+        let unfused = Prepared::with_options(&w.graph, &FuseOptions::off()).expect("prepares");
+        for &s in &w.lens {
+            let ins: Vec<(&str, Tensor)> = (w.inputs)(s)
+                .into_iter()
+                .enumerate()
+                .map(|(i, (n, sh, k))| (n, tensor(&sh, i as u32 + 1, k)))
+                .collect();
+            let named: Vec<(&str, &Tensor)> = ins.iter().map(|(n, t)| (*n, t)).collect();
+            let heavy = w.name == "attention" && s >= 2048 || s >= 32768;
+            let reps = if heavy { 1 } else { 3 };
+            let f = measure(&rt, &fused, &named, reps);
+            let u = measure(&rt, &unfused, &named, reps);
+            let gbs = f.bytes as f64 / (f.kernel_ms * 1e-3) / 1e9;
+            let mib = |b: u64| b as f64 / (1u64 << 20) as f64;
+            println!(
+                "{:<18} {:>6} {:>4} / {:<3} {:>3} / {:<3} {:>8.3} / {:<8.3} {:>8.3} / {:<8.3} {:>9.2} / {:<9.2} {:>8.1} {:>5.0}%",
+                w.name,
+                s,
+                f.kernels,
+                u.kernels,
+                f.launches,
+                u.launches,
+                f.call_ms,
+                u.call_ms,
+                f.kernel_ms,
+                u.kernel_ms,
+                mib(f.bytes),
+                mib(u.bytes),
+                gbs,
+                100.0 * gbs / copy_bw
+            );
+        }
+    }
+
+    // The encoder block: fused with stacking (parallel q/k/v, sequence
+    // launches of small kernels), fused without stacking, unfused.
+    let cfg = EncoderConfig::default();
+    let g = encoder_block(&cfg).expect("encoder");
+    let variants = [
+        ("fused+stacked", FuseOptions::default()),
+        (
+            "fused",
+            FuseOptions {
+                stack: false,
+                sequence: false,
+                ..FuseOptions::default()
+            },
+        ),
+        ("unfused", FuseOptions::off()),
+    ];
+    println!(
+        "\nencoder block (hidden {}, {} heads, ffn {}): call ms (kernels / launches)",
+        cfg.hidden, cfg.heads, cfg.ffn
+    );
+    let enc_lens: &[u64] = if quick { &[17] } else { &[17, 128, 512] };
+    for &s in enc_lens {
+        let ins = dvm_host::demo::encoder_inputs(&cfg, s).expect("inputs");
+        let named: Vec<(&str, &Tensor)> = ins.iter().map(|(n, t)| (*n, t)).collect();
+        let mut line = format!("  S={s:<5}");
+        for (name, opts) in &variants {
+            let p = Prepared::with_options(&g, opts).expect("prepares");
+            let m = measure(&rt, &p, &named, 5);
+            line.push_str(&format!(
+                "  {name}: {:.3} ms ({} / {})",
+                m.call_ms, m.kernels, m.launches
+            ));
+        }
+        println!("{line}");
+    }
+
+    // The fusion decision for a window of 30 recorded operations.
+    let w = window30();
+    let d = decompose(&w).expect("decomposes");
+    let reps = if quick { 200 } else { 2000 };
+    let mut pass = Vec::with_capacity(reps);
+    let mut prep = Vec::with_capacity(reps);
+    let mut plan = FusionPlan::new(&d, &FuseOptions::default()).expect("fuses");
+    for _ in 0..reps {
+        let t = Instant::now();
+        plan = FusionPlan::new(&d, &FuseOptions::default()).expect("fuses");
+        pass.push(t.elapsed().as_secs_f64() * 1e6);
+        let t = Instant::now();
+        std::hint::black_box(Prepared::new(&w).expect("prepares"));
+        prep.push(t.elapsed().as_secs_f64() * 1e6);
+    }
+    println!(
+        "\nfusion decision, window of 30 recorded ops ({} nodes after decomposition, {} groups): fusion pass median {:.1} µs (min {:.1}); decomposition + pass median {:.1} µs",
+        d.nodes().len(),
+        plan.clusters.len(),
+        median(pass.clone()),
+        pass.iter().cloned().fold(f64::MAX, f64::min),
+        median(prep)
+    );
+    // The eager API end to end on the same window (kernels cached after the
+    // first flush): record 30 ops, read back.
+    let ex = dvm_host::eager::Eager::new(cores);
+    let x = ex.tensor(tensor(&[64, 256], 1, 1.0));
+    let wt = ex.tensor(tensor(&[256, 256], 2, 0.06));
+    let bt = ex.tensor(tensor(&[256], 3, 1.0));
+    let gt = ex.tensor(tensor(&[256], 4, 1.0));
+    let mut flush = Vec::new();
+    for _ in 0..if quick { 20 } else { 200 } {
+        let t = Instant::now();
+        let mut cur = x.clone();
+        for i in 0..30 {
+            cur = match i % 10 {
+                0 => cur.matmul(&wt),
+                1 => cur.add(&bt),
+                2 => cur.gelu(),
+                3 => cur.add(&x),
+                4 => cur.layer_norm(&gt, &bt, 1e-5),
+                5 => cur.scale(0.5),
+                6 => cur.softmax(-1),
+                7 => cur.mul(&x),
+                8 => cur.tanh(),
+                _ => cur.layer_norm(&gt, &bt, 1e-6),
+            }
+            .expect("records");
+        }
+        std::hint::black_box(cur.to_tensor().expect("runs"));
+        flush.push(t.elapsed().as_secs_f64() * 1e6);
+    }
+    let st = ex.stats();
+    println!(
+        "eager: record 30 ops + flush + read back, median {:.0} µs per window ({:.1} kernels / {:.1} launches per flush, fusion decision {:.1} µs per flush)",
+        median(flush),
+        st.kernels as f64 / st.flushes as f64,
+        st.launches as f64 / st.flushes as f64,
+        st.fuse_us / st.flushes as f64
+    );
+}

@@ -1,0 +1,606 @@
+//! The eager API with runtime fusion.
+//!
+//! Operations on [`LazyTensor`]s are checked (shapes, dtypes) and recorded
+//! when they are called, but run only when a value is needed: when a tensor
+//! is read back to the host ([`LazyTensor::to_tensor`], [`LazyTensor::item`]),
+//! when an operation that does not fuse is recorded (concatenation), when
+//! the window of recorded operations is full, or on [`Eager::sync`]. At that
+//! flush point the recorded window becomes a graph with concrete shapes, the
+//! fuser ([`crate::fuse`]) groups it, and the runtime compiles (or fetches
+//! from its cache) and launches the fused kernels. Only values that are
+//! still referenced by a live handle are stored; intermediates stay in UB.
+//!
+//! Host control flow works on top: read a value back with
+//! [`LazyTensor::item`] and branch or loop on it.
+//!
+//! ```
+//! use dvm_host::eager::Eager;
+//! use dvm_host::tensor::Tensor;
+//!
+//! let ex = Eager::new(2);
+//! let mut x = ex.tensor(Tensor::from_f32(&[2, 3], &[1.0, -2.0, 3.0, 4.0, 5.0, -6.0])?);
+//! // Halve until the largest magnitude is below 1: each `item` flushes
+//! // the recorded abs/max/mul chain as fused kernels.
+//! while x.abs()?.max_all()?.item()? >= 1.0 {
+//!     x = x.scale(0.5)?;
+//! }
+//! assert!(x.abs()?.max_all()?.item()? < 1.0);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+use std::cell::RefCell;
+use std::rc::Rc;
+use std::time::Instant;
+
+use dvm_isa::{DType, Opcode};
+
+use crate::fuse::FuseOptions;
+use crate::graph::{Graph, GraphError, NodeId, ReduceOp};
+use crate::runtime::{Prepared, RunError, Runtime};
+use crate::sym::{Bindings, Dim};
+use crate::tensor::{Tensor, TensorError};
+
+/// Why an eager operation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum EagerError {
+    /// The operation does not apply to its operands (shape, dtype, axis).
+    #[error(transparent)]
+    Graph(Box<GraphError>),
+    /// Running the recorded window failed.
+    #[error(transparent)]
+    Run(Box<RunError>),
+    /// A tensor could not be built or read.
+    #[error(transparent)]
+    Tensor(#[from] TensorError),
+    /// Operands from two different [`Eager`] contexts.
+    #[error("operands belong to different eager contexts")]
+    ForeignTensor,
+    /// [`LazyTensor::item`] of a tensor with more than one element.
+    #[error("item() of a tensor with {0} elements (needs exactly 1)")]
+    NotScalar(usize),
+    /// A value whose window failed to run earlier.
+    #[error("tensor t{0} was lost when its window failed to run")]
+    Lost(usize),
+}
+
+impl From<GraphError> for EagerError {
+    fn from(e: GraphError) -> EagerError {
+        EagerError::Graph(Box::new(e))
+    }
+}
+
+impl From<RunError> for EagerError {
+    fn from(e: RunError) -> EagerError {
+        EagerError::Run(Box::new(e))
+    }
+}
+
+/// Counters of an eager context.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct EagerStats {
+    /// Operations recorded.
+    pub ops: u64,
+    /// Flushes that ran something.
+    pub flushes: u64,
+    /// Kernels launched (stacked kernels count once per member).
+    pub kernels: u64,
+    /// Launches.
+    pub launches: u64,
+    /// Time spent deciding fusion (decomposition and the fusion pass), µs.
+    pub fuse_us: f64,
+    /// Time spent in flushes overall (fusion, lowering, compiling on cache
+    /// misses, running), µs.
+    pub flush_us: f64,
+}
+
+enum State {
+    /// A host value.
+    Ready(Rc<Tensor>),
+    /// Recorded in the current window as this node.
+    Pending(NodeId),
+    /// No handle refers to it any more.
+    Gone,
+}
+
+struct Slot {
+    state: State,
+    /// Live handles.
+    refs: usize,
+    /// The window input node of a ready value, once it is used there.
+    input: Option<NodeId>,
+}
+
+struct Inner {
+    rt: Runtime,
+    options: FuseOptions,
+    window_limit: usize,
+    graph: Graph,
+    recorded: usize,
+    slots: Vec<Slot>,
+    /// Slots whose ready values are inputs of the current window.
+    inputs: Vec<usize>,
+    stats: EagerStats,
+}
+
+/// An eager execution context: a CPU runtime and the window of recorded
+/// operations. Not thread-safe (tensors are `Rc` handles into it).
+#[derive(Clone)]
+pub struct Eager {
+    inner: Rc<RefCell<Inner>>,
+}
+
+/// A tensor whose value may not have been computed yet.
+pub struct LazyTensor {
+    ctx: Rc<RefCell<Inner>>,
+    id: usize,
+    shape: Vec<u64>,
+    dtype: DType,
+}
+
+impl Clone for LazyTensor {
+    fn clone(&self) -> Self {
+        if let Ok(mut inner) = self.ctx.try_borrow_mut() {
+            inner.slots[self.id].refs += 1;
+        }
+        LazyTensor {
+            ctx: Rc::clone(&self.ctx),
+            id: self.id,
+            shape: self.shape.clone(),
+            dtype: self.dtype,
+        }
+    }
+}
+
+impl Drop for LazyTensor {
+    fn drop(&mut self) {
+        if let Ok(mut inner) = self.ctx.try_borrow_mut() {
+            let slot = &mut inner.slots[self.id];
+            slot.refs = slot.refs.saturating_sub(1);
+            if slot.refs == 0 && matches!(slot.state, State::Ready(_)) && slot.input.is_none() {
+                slot.state = State::Gone;
+            }
+        }
+    }
+}
+
+impl Eager {
+    /// A context on `cores` CPU cores with fusion on and a window of 64
+    /// operations.
+    pub fn new(cores: usize) -> Eager {
+        Eager::with_options(cores, FuseOptions::default(), 64)
+    }
+
+    /// A context with the given fusion options (use
+    /// [`FuseOptions::off`] to run one kernel per operation) and window
+    /// length (at least 1).
+    pub fn with_options(cores: usize, options: FuseOptions, window: usize) -> Eager {
+        Eager {
+            inner: Rc::new(RefCell::new(Inner {
+                rt: Runtime::new(cores, 1024),
+                options,
+                window_limit: window.max(1),
+                graph: Graph::new(),
+                recorded: 0,
+                slots: Vec::new(),
+                inputs: Vec::new(),
+                stats: EagerStats::default(),
+            })),
+        }
+    }
+
+    /// A host tensor as a lazy tensor.
+    pub fn tensor(&self, t: Tensor) -> LazyTensor {
+        let mut inner = self.inner.borrow_mut();
+        let (shape, dtype) = (t.shape().to_vec(), t.dtype());
+        inner.slots.push(Slot {
+            state: State::Ready(Rc::new(t)),
+            refs: 1,
+            input: None,
+        });
+        LazyTensor {
+            ctx: Rc::clone(&self.inner),
+            id: inner.slots.len() - 1,
+            shape,
+            dtype,
+        }
+    }
+
+    /// Runs every recorded operation.
+    ///
+    /// # Errors
+    /// [`EagerError::Run`] if the window fails to run (its operations are
+    /// dropped; their handles then read as errors).
+    pub fn sync(&self) -> Result<(), EagerError> {
+        flush(&mut self.inner.borrow_mut())
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> EagerStats {
+        self.inner.borrow().stats
+    }
+
+    /// Operations recorded and not yet run.
+    pub fn pending(&self) -> usize {
+        self.inner.borrow().recorded
+    }
+}
+
+/// Runs the window: the live recorded values become outputs of its graph.
+fn flush(inner: &mut Inner) -> Result<(), EagerError> {
+    if inner.recorded == 0 {
+        return Ok(());
+    }
+    let t0 = Instant::now();
+    let mut graph = std::mem::take(&mut inner.graph);
+    let inputs = std::mem::take(&mut inner.inputs);
+    inner.recorded = 0;
+    let mut outs: Vec<(String, usize)> = Vec::new();
+    for (i, slot) in inner.slots.iter().enumerate() {
+        if let State::Pending(n) = slot.state {
+            if slot.refs > 0 {
+                let name = format!("t{i}");
+                graph.output(&name, n)?;
+                outs.push((name, i));
+            }
+        }
+    }
+    // Recorded values nobody holds are never computed.
+    for slot in inner.slots.iter_mut() {
+        if matches!(slot.state, State::Pending(_)) && slot.refs == 0 {
+            slot.state = State::Gone;
+        }
+    }
+    let mut feed: Vec<(String, Rc<Tensor>)> = Vec::with_capacity(inputs.len());
+    for &i in &inputs {
+        let slot = &mut inner.slots[i];
+        slot.input = None;
+        if let State::Ready(t) = &slot.state {
+            feed.push((format!("v{i}"), Rc::clone(t)));
+        }
+        if slot.refs == 0 {
+            slot.state = State::Gone;
+        }
+    }
+    if outs.is_empty() {
+        return Ok(());
+    }
+    let f0 = Instant::now();
+    let prepared = Prepared::with_options(&graph, &inner.options)?;
+    inner.stats.fuse_us += f0.elapsed().as_secs_f64() * 1e6;
+    let named: Vec<(&str, &Tensor)> = feed.iter().map(|(n, t)| (n.as_str(), &**t)).collect();
+    let result = (|| {
+        let bindings = prepared.graph().bind_tensors(&named, &Bindings::new())?;
+        let (plan, _) = inner.rt.plan(&prepared, &bindings)?;
+        let got = inner.rt.run(&prepared, &named, &bindings)?;
+        Ok::<_, RunError>((plan.steps.len(), plan.launches.len(), got))
+    })();
+    let failed = result.is_err();
+    if failed {
+        for &(_, i) in &outs {
+            inner.slots[i].state = State::Gone;
+        }
+    }
+    let (kernels, launches, got) = result?;
+    for (name, t) in got {
+        if let Some(&(_, i)) = outs.iter().find(|(n, _)| *n == name) {
+            inner.slots[i].state = State::Ready(Rc::new(t));
+        }
+    }
+    inner.stats.flushes += 1;
+    inner.stats.kernels += kernels as u64;
+    inner.stats.launches += launches as u64;
+    inner.stats.flush_us += t0.elapsed().as_secs_f64() * 1e6;
+    Ok(())
+}
+
+fn dims(shape: &[u64]) -> Vec<Dim> {
+    shape.iter().map(|&d| Dim::from(d as i64)).collect()
+}
+
+impl LazyTensor {
+    /// The shape (known without running anything).
+    pub fn shape(&self) -> &[u64] {
+        &self.shape
+    }
+
+    /// The element type.
+    pub fn dtype(&self) -> DType {
+        self.dtype
+    }
+
+    /// The context this tensor belongs to.
+    pub fn context(&self) -> Eager {
+        Eager {
+            inner: Rc::clone(&self.ctx),
+        }
+    }
+
+    /// Records `build` over the operands' window nodes.
+    fn record(
+        &self,
+        others: &[&LazyTensor],
+        build: impl FnOnce(&mut Graph, &[NodeId]) -> Result<NodeId, GraphError>,
+    ) -> Result<LazyTensor, EagerError> {
+        if others.iter().any(|o| !Rc::ptr_eq(&o.ctx, &self.ctx)) {
+            return Err(EagerError::ForeignTensor);
+        }
+        let mut inner = self.ctx.borrow_mut();
+        if inner.recorded >= inner.window_limit {
+            flush(&mut inner)?;
+        }
+        let mut nodes = Vec::with_capacity(others.len() + 1);
+        for t in std::iter::once(self).chain(others.iter().copied()) {
+            nodes.push(node_of(&mut inner, t)?);
+        }
+        let inner = &mut *inner;
+        let n = build(&mut inner.graph, &nodes)?;
+        let node = &inner.graph[n];
+        let shape = node
+            .shape
+            .iter()
+            .map(|d| d.as_const().and_then(|v| u64::try_from(v).ok()))
+            .collect::<Option<Vec<u64>>>()
+            .ok_or(EagerError::Lost(inner.slots.len()))?;
+        let dtype = node.dtype;
+        inner.recorded += 1;
+        inner.stats.ops += 1;
+        inner.slots.push(Slot {
+            state: State::Pending(n),
+            refs: 1,
+            input: None,
+        });
+        Ok(LazyTensor {
+            ctx: Rc::clone(&self.ctx),
+            id: inner.slots.len() - 1,
+            shape,
+            dtype,
+        })
+    }
+
+    /// Reads the value back (runs the recorded window first if needed).
+    ///
+    /// # Errors
+    /// [`EagerError::Run`] if running the window fails.
+    pub fn to_tensor(&self) -> Result<Tensor, EagerError> {
+        let mut inner = self.ctx.borrow_mut();
+        if matches!(inner.slots[self.id].state, State::Pending(_)) {
+            flush(&mut inner)?;
+        }
+        match &inner.slots[self.id].state {
+            State::Ready(t) => Ok((**t).clone()),
+            _ => Err(EagerError::Lost(self.id)),
+        }
+    }
+
+    /// The single element as `f64` (a shape-dependent or value-dependent
+    /// decision point: flushes).
+    ///
+    /// # Errors
+    /// [`EagerError::NotScalar`] unless the tensor has one element; the
+    /// errors of [`LazyTensor::to_tensor`].
+    pub fn item(&self) -> Result<f64, EagerError> {
+        let n: u64 = self.shape.iter().product();
+        if n != 1 {
+            return Err(EagerError::NotScalar(n as usize));
+        }
+        let t = self.to_tensor()?;
+        t.get_f64(0).ok_or(EagerError::NotScalar(t.numel()))
+    }
+
+    /// The values as `f32` (flushes).
+    ///
+    /// # Errors
+    /// As [`LazyTensor::to_tensor`].
+    pub fn to_f32_vec(&self) -> Result<Vec<f32>, EagerError> {
+        Ok(self.to_tensor()?.to_f32_vec())
+    }
+
+    /// Element-wise unary opcode (`exp`, `tanh`, `relu`, …).
+    ///
+    /// # Errors
+    /// [`EagerError::Graph`] if the opcode rejects the dtype.
+    pub fn unary(&self, code: Opcode) -> Result<LazyTensor, EagerError> {
+        self.record(&[], |g, n| g.unary(code, n[0]))
+    }
+
+    /// Element-wise binary opcode with broadcasting (`add`, `mul`, `max`, …).
+    ///
+    /// # Errors
+    /// [`EagerError::Graph`] if the shapes do not broadcast or the dtypes
+    /// differ; [`EagerError::ForeignTensor`].
+    pub fn binary(&self, code: Opcode, other: &LazyTensor) -> Result<LazyTensor, EagerError> {
+        self.record(&[other], |g, n| g.binary(code, n[0], n[1]))
+    }
+
+    /// Element-wise with a scalar (`adds`, `muls`, …).
+    ///
+    /// # Errors
+    /// [`EagerError::Graph`] if the opcode rejects the dtype.
+    pub fn scalar(&self, code: Opcode, value: f64) -> Result<LazyTensor, EagerError> {
+        self.record(&[], |g, n| g.scalar(code, n[0], value))
+    }
+
+    /// `self + other`.
+    ///
+    /// # Errors
+    /// As [`LazyTensor::binary`].
+    pub fn add(&self, other: &LazyTensor) -> Result<LazyTensor, EagerError> {
+        self.binary(Opcode::Add, other)
+    }
+
+    /// `self − other`.
+    ///
+    /// # Errors
+    /// As [`LazyTensor::binary`].
+    pub fn sub(&self, other: &LazyTensor) -> Result<LazyTensor, EagerError> {
+        self.binary(Opcode::Sub, other)
+    }
+
+    /// `self · other` (element-wise).
+    ///
+    /// # Errors
+    /// As [`LazyTensor::binary`].
+    pub fn mul(&self, other: &LazyTensor) -> Result<LazyTensor, EagerError> {
+        self.binary(Opcode::Mul, other)
+    }
+
+    /// `self / other`.
+    ///
+    /// # Errors
+    /// As [`LazyTensor::binary`].
+    pub fn div(&self, other: &LazyTensor) -> Result<LazyTensor, EagerError> {
+        self.binary(Opcode::Div, other)
+    }
+
+    /// `self · k`.
+    ///
+    /// # Errors
+    /// As [`LazyTensor::scalar`].
+    pub fn scale(&self, k: f64) -> Result<LazyTensor, EagerError> {
+        self.scalar(Opcode::MulS, k)
+    }
+
+    /// `|self|`.
+    ///
+    /// # Errors
+    /// As [`LazyTensor::unary`].
+    pub fn abs(&self) -> Result<LazyTensor, EagerError> {
+        self.unary(Opcode::Abs)
+    }
+
+    /// `exp(self)`.
+    ///
+    /// # Errors
+    /// As [`LazyTensor::unary`].
+    pub fn exp(&self) -> Result<LazyTensor, EagerError> {
+        self.unary(Opcode::Exp)
+    }
+
+    /// `tanh(self)`.
+    ///
+    /// # Errors
+    /// As [`LazyTensor::unary`].
+    pub fn tanh(&self) -> Result<LazyTensor, EagerError> {
+        self.unary(Opcode::Tanh)
+    }
+
+    /// `max(self, 0)`.
+    ///
+    /// # Errors
+    /// As [`LazyTensor::unary`].
+    pub fn relu(&self) -> Result<LazyTensor, EagerError> {
+        self.unary(Opcode::Relu)
+    }
+
+    /// GELU (tanh approximation).
+    ///
+    /// # Errors
+    /// As [`LazyTensor::unary`].
+    pub fn gelu(&self) -> Result<LazyTensor, EagerError> {
+        self.unary(Opcode::GeluTanh)
+    }
+
+    /// Matrix product of the last two axes (batch axes broadcast).
+    ///
+    /// # Errors
+    /// [`EagerError::Graph`] if the shapes do not form a matmul.
+    pub fn matmul(&self, other: &LazyTensor) -> Result<LazyTensor, EagerError> {
+        self.record(&[other], |g, n| g.matmul(n[0], n[1], false, false))
+    }
+
+    /// Axis permutation (a view: free).
+    ///
+    /// # Errors
+    /// [`EagerError::Graph`] for a bad permutation.
+    pub fn transpose(&self, perm: &[i64]) -> Result<LazyTensor, EagerError> {
+        self.record(&[], |g, n| g.transpose(n[0], perm))
+    }
+
+    /// Reshape (free when the value is dense).
+    ///
+    /// # Errors
+    /// [`EagerError::Graph`] if the element counts differ.
+    pub fn reshape(&self, shape: &[u64]) -> Result<LazyTensor, EagerError> {
+        let d = dims(shape);
+        self.record(&[], |g, n| g.reshape(n[0], &d))
+    }
+
+    /// Sum over `axes`.
+    ///
+    /// # Errors
+    /// [`EagerError::Graph`] for bad axes.
+    pub fn sum(&self, axes: &[i64], keepdims: bool) -> Result<LazyTensor, EagerError> {
+        self.record(&[], |g, n| g.sum(n[0], axes, keepdims))
+    }
+
+    /// Mean over `axes`.
+    ///
+    /// # Errors
+    /// [`EagerError::Graph`] for bad axes.
+    pub fn mean(&self, axes: &[i64], keepdims: bool) -> Result<LazyTensor, EagerError> {
+        self.record(&[], |g, n| g.mean(n[0], axes, keepdims))
+    }
+
+    /// Maximum over every element (every axis kept with extent 1).
+    ///
+    /// # Errors
+    /// [`EagerError::Graph`] for a tensor of rank 0.
+    pub fn max_all(&self) -> Result<LazyTensor, EagerError> {
+        let axes: Vec<i64> = (0..self.shape.len() as i64).collect();
+        self.record(&[], |g, n| g.reduce(n[0], ReduceOp::Max, &axes, true))
+    }
+
+    /// Softmax along `axis`.
+    ///
+    /// # Errors
+    /// [`EagerError::Graph`] for a bad axis or dtype.
+    pub fn softmax(&self, axis: i64) -> Result<LazyTensor, EagerError> {
+        self.record(&[], |g, n| g.softmax(n[0], axis))
+    }
+
+    /// Layer normalisation over the last axis.
+    ///
+    /// # Errors
+    /// [`EagerError::Graph`] if gamma or beta do not match the last axis.
+    pub fn layer_norm(
+        &self,
+        gamma: &LazyTensor,
+        beta: &LazyTensor,
+        eps: f64,
+    ) -> Result<LazyTensor, EagerError> {
+        self.record(&[gamma, beta], |g, n| g.layer_norm(n[0], n[1], n[2], eps))
+    }
+
+    /// Concatenation along `axis`: not fused; runs the window before and
+    /// after it.
+    ///
+    /// # Errors
+    /// [`EagerError::Graph`] if the other axes differ.
+    pub fn concat(&self, others: &[&LazyTensor], axis: i64) -> Result<LazyTensor, EagerError> {
+        self.context().sync()?;
+        let out = self.record(others, |g, n| g.concat(n, axis))?;
+        self.context().sync()?;
+        Ok(out)
+    }
+}
+
+/// The window node of `t`: its recorded node, or (for a ready value) an
+/// input node added on first use.
+fn node_of(inner: &mut Inner, t: &LazyTensor) -> Result<NodeId, EagerError> {
+    let slot = &inner.slots[t.id];
+    match &slot.state {
+        State::Pending(n) => Ok(*n),
+        State::Ready(_) => {
+            if let Some(n) = slot.input {
+                return Ok(n);
+            }
+            let n = inner
+                .graph
+                .input(&format!("v{}", t.id), t.dtype, &dims(&t.shape))?;
+            inner.slots[t.id].input = Some(n);
+            inner.inputs.push(t.id);
+            Ok(n)
+        }
+        State::Gone => Err(EagerError::Lost(t.id)),
+    }
+}

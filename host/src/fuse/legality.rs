@@ -1,0 +1,545 @@
+//! Symbolic legality: when a set of graph nodes may form one kernel group,
+//! for every binding of the graph's symbols.
+//!
+//! Shapes are compared with the graph's [`SymbolScope`]: two dimensions are
+//! the same when they are the same canonical expression or the scope proves
+//! them equal under its ranges and recorded equalities
+//! ([`SymbolScope::prove_eq`]). "Equal at the shape at hand" is never enough:
+//! `S` against `T`, or `S` against `min(S, 8)`, do not fuse even when the
+//! current binding makes them equal.
+//!
+//! [`validate`] decides whether a node set is a well-formed group and derives
+//! its kind and iteration space; the fusion rules call it on every candidate
+//! merge, and the consistency check calls it on every cluster a rewrite made.
+
+use std::fmt;
+
+use crate::graph::{Graph, NodeId, Op, ShapeDisplay};
+use crate::sym::{Dim, SymbolScope};
+
+use super::{ClusterKind, Role};
+
+/// Why a candidate fusion was rejected (printed by `dvm explain`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Reason {
+    /// Two shapes that must be equal are not provably equal for every
+    /// binding (they may be equal for some).
+    SpaceMismatch {
+        /// The node whose shape does not fit.
+        node: String,
+        /// Its shape.
+        shape: String,
+        /// The group's iteration space.
+        space: String,
+        /// The first dimension pair that is not provably equal.
+        dims: (String, String),
+    },
+    /// A node that must be stored would be computed over a larger space
+    /// than its own shape (several tiles would store the same elements).
+    BroadcastStore {
+        /// The node.
+        node: String,
+        /// Its shape.
+        shape: String,
+        /// The group's iteration space.
+        space: String,
+    },
+    /// Two reductions fold different axes or spaces.
+    AxisMismatch {
+        /// The reduction that does not fit.
+        node: String,
+        /// Its axis.
+        axis: usize,
+        /// The group's axis.
+        group_axis: usize,
+    },
+    /// A reduction of a value that is already reduced along the axis.
+    ReduceOfReduced {
+        /// The reduction.
+        node: String,
+    },
+    /// A reduced value without its kept axis meets full values (NumPy
+    /// broadcasting would align it with a different axis).
+    DroppedAxis {
+        /// The node.
+        node: String,
+    },
+    /// A matmul and a reduction in one group.
+    MatmulReduce,
+    /// Two matmuls in one group.
+    TwoMatmuls,
+    /// A node of the group feeds the matmul (matmul groups have epilogues only).
+    MatmulPrologue {
+        /// The node.
+        node: String,
+    },
+    /// Merging would create a cycle between kernels.
+    Cycle {
+        /// A node on the path that leaves the group and comes back.
+        via: String,
+    },
+    /// The group would exceed the node limit.
+    TooManyNodes {
+        /// Nodes.
+        n: usize,
+        /// Limit.
+        limit: usize,
+    },
+    /// The group would exceed the kernel parameter limit.
+    TooManyParams {
+        /// Parameters.
+        n: usize,
+        /// Limit.
+        limit: usize,
+    },
+    /// A member of a stack (stacked groups are not merged further).
+    Stacked,
+    /// A node that is not an element-wise, reduce or matmul operator.
+    NotFusible {
+        /// The node.
+        node: String,
+        /// Its operator.
+        op: &'static str,
+    },
+}
+
+impl fmt::Display for Reason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Reason::SpaceMismatch {
+                node,
+                shape,
+                space,
+                dims: (a, b),
+            } => write!(
+                f,
+                "`{node}` {shape} does not fit the space {space}: `{a}` and `{b}` are not provably equal for every binding"
+            ),
+            Reason::BroadcastStore { node, shape, space } => write!(
+                f,
+                "`{node}` {shape} is stored but would be computed over the larger space {space}"
+            ),
+            Reason::AxisMismatch {
+                node,
+                axis,
+                group_axis,
+            } => write!(
+                f,
+                "`{node}` reduces axis {axis} of a different space than the group's axis {group_axis}"
+            ),
+            Reason::ReduceOfReduced { node } => {
+                write!(f, "`{node}` reduces a value already reduced in the group")
+            }
+            Reason::DroppedAxis { node } => write!(
+                f,
+                "`{node}` mixes a reduced value without keepdims with values of another layout"
+            ),
+            Reason::MatmulReduce => f.write_str("a matmul and a reduction cannot share a kernel"),
+            Reason::TwoMatmuls => f.write_str("one matmul per kernel"),
+            Reason::MatmulPrologue { node } => write!(
+                f,
+                "`{node}` would feed the matmul (matmul kernels take epilogues only)"
+            ),
+            Reason::Cycle { via } => {
+                write!(f, "merging would create a cycle between kernels through `{via}`")
+            }
+            Reason::TooManyNodes { n, limit } => {
+                write!(f, "the kernel would have {n} nodes (limit {limit})")
+            }
+            Reason::TooManyParams { n, limit } => write!(
+                f,
+                "the kernel would need {n} buffer parameters (limit {limit})"
+            ),
+            Reason::Stacked => f.write_str("already stacked with other kernels"),
+            Reason::NotFusible { node, op } => {
+                write!(f, "`{node}` ({op}) is not fused: groups stop at views and data movement")
+            }
+        }
+    }
+}
+
+/// True when `a == b` for every binding the scope allows.
+pub fn dim_eq(scope: &SymbolScope, a: &Dim, b: &Dim) -> bool {
+    if a == b {
+        return true;
+    }
+    if a.is_const() && b.is_const() {
+        return false;
+    }
+    scope.prove_eq(a, b)
+}
+
+/// True when `d` is provably 1.
+fn is_one(scope: &SymbolScope, d: &Dim) -> bool {
+    match d.as_const() {
+        Some(v) => v == 1,
+        None => scope.prove_eq(d, &Dim::ONE),
+    }
+}
+
+/// Checks that `shape` equals `space` for every binding; returns the first
+/// pair of dimensions that is not provably equal.
+pub fn same_shape(
+    scope: &SymbolScope,
+    shape: &[Dim],
+    space: &[Dim],
+) -> Result<(), (String, String)> {
+    if shape.len() != space.len() {
+        return Err((
+            format!("rank {}", shape.len()),
+            format!("rank {}", space.len()),
+        ));
+    }
+    for (a, b) in shape.iter().zip(space) {
+        if !dim_eq(scope, a, b) {
+            return Err((a.to_string(), b.to_string()));
+        }
+    }
+    Ok(())
+}
+
+/// Checks that `shape` broadcasts (NumPy rules, right-aligned) into `space`
+/// for every binding: each dimension is provably 1 or provably equal to the
+/// space's.
+pub fn broadcasts_into(
+    scope: &SymbolScope,
+    shape: &[Dim],
+    space: &[Dim],
+) -> Result<(), (String, String)> {
+    if shape.len() > space.len() {
+        return Err((
+            format!("rank {}", shape.len()),
+            format!("rank {}", space.len()),
+        ));
+    }
+    let lead = space.len() - shape.len();
+    for (i, d) in shape.iter().enumerate() {
+        let s = &space[lead + i];
+        if !(dim_eq(scope, d, s) || is_one(scope, d)) {
+            return Err((d.to_string(), s.to_string()));
+        }
+    }
+    Ok(())
+}
+
+/// The consumers of every node of a graph (each listed once, ascending),
+/// stored flat.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Users {
+    off: Vec<u32>,
+    flat: Vec<NodeId>,
+}
+
+impl Users {
+    /// The consumers of every node of `g`.
+    pub fn new(g: &Graph) -> Users {
+        let n = g.nodes().len();
+        let mut count = vec![0u32; n + 1];
+        let mut last = vec![usize::MAX; n];
+        for (i, node) in g.nodes().iter().enumerate() {
+            for o in &node.operands {
+                if o.0 < n && last[o.0] != i {
+                    last[o.0] = i;
+                    count[o.0 + 1] += 1;
+                }
+            }
+        }
+        for i in 0..n {
+            count[i + 1] += count[i];
+        }
+        let mut fill = count.clone();
+        let mut flat = vec![NodeId(0); count[n] as usize];
+        last.iter_mut().for_each(|l| *l = usize::MAX);
+        for (i, node) in g.nodes().iter().enumerate() {
+            for o in &node.operands {
+                if o.0 < n && last[o.0] != i {
+                    last[o.0] = i;
+                    flat[fill[o.0] as usize] = NodeId(i);
+                    fill[o.0] += 1;
+                }
+            }
+        }
+        Users { off: count, flat }
+    }
+
+    /// The consumers of `n` (empty for a foreign id).
+    pub fn of(&self, n: NodeId) -> &[NodeId] {
+        match (self.off.get(n.0), self.off.get(n.0 + 1)) {
+            (Some(&a), Some(&b)) => &self.flat[a as usize..b as usize],
+            _ => &[],
+        }
+    }
+}
+
+/// What [`validate`] needs to know about the graph.
+pub struct Facts<'a> {
+    /// The graph.
+    pub graph: &'a Graph,
+    /// Consumers of every node.
+    pub users: &'a Users,
+    /// Whether each node is a graph output.
+    pub is_output: &'a [bool],
+    /// Role of every node.
+    pub roles: &'a [Role],
+}
+
+impl Facts<'_> {
+    /// True when `n`'s value leaves a group whose members satisfy `member`.
+    pub fn materialized(&self, n: NodeId, member: &dyn Fn(NodeId) -> bool) -> bool {
+        self.is_output[n.0] || self.users.of(n).iter().any(|&u| !member(u))
+    }
+
+    fn name(&self, n: NodeId) -> String {
+        self.graph[n].name.clone()
+    }
+
+    fn shape(&self, n: NodeId) -> &[Dim] {
+        &self.graph[n].shape
+    }
+}
+
+/// Value class of a node inside a reduce group.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Class {
+    Full,
+    /// Reduced along the axis, kept as extent 1 (`true`) or dropped.
+    Reduced(bool),
+}
+
+/// Decides whether `nodes` (compute nodes, ascending ids; `member` answers
+/// membership) form one well-formed group for every binding, and derives the
+/// group's kind and symbolic iteration space.
+///
+/// Rules: at most one matmul, never together with a reduction, and nothing of
+/// the group feeds it; every reduction folds the same axis of the same space
+/// and reads a full value of exactly that space; a node computed from a
+/// reduced value and full values reads the reduced value with its axis kept;
+/// every node's shape broadcasts into the space, and a node whose value
+/// leaves the group has exactly the space's shape (or, for reduced values,
+/// the reduced shape).
+///
+/// # Errors
+/// The [`Reason`] the node set is not a group.
+pub fn validate(
+    facts: &Facts<'_>,
+    nodes: &[NodeId],
+    member: &dyn Fn(NodeId) -> bool,
+) -> Result<(ClusterKind, Vec<Dim>), Reason> {
+    let g = facts.graph;
+    let scope = g.scope();
+    let mut matmul = None;
+    let mut first_reduce = None;
+    for &n in nodes {
+        match facts.roles[n.0] {
+            Role::Matmul => {
+                if matmul.is_some() {
+                    return Err(Reason::TwoMatmuls);
+                }
+                matmul = Some(n);
+            }
+            Role::Reduce { .. } => {
+                if first_reduce.is_none() {
+                    first_reduce = Some(n);
+                }
+            }
+            Role::Elementwise => {}
+            Role::Data | Role::Opaque => {
+                return Err(Reason::NotFusible {
+                    node: facts.name(n),
+                    op: g[n].op.name(),
+                })
+            }
+        }
+    }
+    if matmul.is_some() && first_reduce.is_some() {
+        return Err(Reason::MatmulReduce);
+    }
+    let mismatch = |n: NodeId, space: &[Dim], (a, b): (String, String)| Reason::SpaceMismatch {
+        node: facts.name(n),
+        shape: ShapeDisplay(facts.shape(n)).to_string(),
+        space: ShapeDisplay(space).to_string(),
+        dims: (a, b),
+    };
+    let stored_over = |n: NodeId, space: &[Dim]| -> Result<(), Reason> {
+        if facts.materialized(n, member) && same_shape(scope, facts.shape(n), space).is_err() {
+            return Err(Reason::BroadcastStore {
+                node: facts.name(n),
+                shape: ShapeDisplay(facts.shape(n)).to_string(),
+                space: ShapeDisplay(space).to_string(),
+            });
+        }
+        Ok(())
+    };
+
+    if let Some(mm) = matmul {
+        if let Some(&o) = g[mm].operands.iter().find(|&&o| member(o)) {
+            return Err(Reason::MatmulPrologue {
+                node: facts.name(o),
+            });
+        }
+        let space = g[mm].shape.clone();
+        for &n in nodes {
+            if n == mm {
+                continue;
+            }
+            broadcasts_into(scope, facts.shape(n), &space).map_err(|d| mismatch(n, &space, d))?;
+            stored_over(n, &space)?;
+        }
+        return Ok((ClusterKind::Matmul, space));
+    }
+
+    if let Some(r0) = first_reduce {
+        let Role::Reduce { axis, .. } = facts.roles[r0.0] else {
+            return Err(Reason::MatmulReduce);
+        };
+        let space = facts.shape(g[r0].operands[0]).to_vec();
+        let mut reduced = space.clone();
+        reduced[axis] = Dim::ONE;
+        let mut classes: Vec<(NodeId, Class)> = Vec::with_capacity(nodes.len());
+        let class_of = |classes: &[(NodeId, Class)], o: NodeId| -> Class {
+            classes
+                .iter()
+                .find(|(m, _)| *m == o)
+                .map_or(Class::Full, |(_, c)| *c)
+        };
+        for &n in nodes {
+            let node = &g[n];
+            let class = match facts.roles[n.0] {
+                Role::Reduce { axis: a, keepdims } => {
+                    let x = node.operands[0];
+                    if a != axis {
+                        return Err(Reason::AxisMismatch {
+                            node: facts.name(n),
+                            axis: a,
+                            group_axis: axis,
+                        });
+                    }
+                    same_shape(scope, facts.shape(x), &space)
+                        .map_err(|d| mismatch(n, &space, d))?;
+                    if member(x) && class_of(&classes, x) != Class::Full {
+                        return Err(Reason::ReduceOfReduced {
+                            node: facts.name(n),
+                        });
+                    }
+                    Class::Reduced(keepdims)
+                }
+                _ => {
+                    let mut full = false;
+                    let mut red: Option<bool> = None;
+                    let mut mixed = false;
+                    for &o in &node.operands {
+                        match if member(o) {
+                            class_of(&classes, o)
+                        } else {
+                            Class::Full
+                        } {
+                            Class::Full => full = true,
+                            Class::Reduced(k) => {
+                                mixed |= red.is_some_and(|r| r != k);
+                                red = Some(k);
+                            }
+                        }
+                    }
+                    if full {
+                        if red == Some(false) || mixed {
+                            return Err(Reason::DroppedAxis {
+                                node: facts.name(n),
+                            });
+                        }
+                        broadcasts_into(scope, facts.shape(n), &space)
+                            .map_err(|d| mismatch(n, &space, d))?;
+                        stored_over(n, &space)?;
+                        Class::Full
+                    } else {
+                        if mixed {
+                            return Err(Reason::DroppedAxis {
+                                node: facts.name(n),
+                            });
+                        }
+                        let keep = red.unwrap_or(true);
+                        let want: Vec<Dim> = if keep {
+                            reduced.clone()
+                        } else {
+                            space
+                                .iter()
+                                .enumerate()
+                                .filter(|&(i, _)| i != axis)
+                                .map(|(_, d)| d.clone())
+                                .collect()
+                        };
+                        same_shape(scope, facts.shape(n), &want)
+                            .map_err(|d| mismatch(n, &want, d))?;
+                        Class::Reduced(keep)
+                    }
+                }
+            };
+            classes.push((n, class));
+        }
+        return Ok((ClusterKind::Reduce { axis }, space));
+    }
+
+    // Element-wise: the space is the shape of a stored node (all stored
+    // nodes share it); every other node broadcasts into it.
+    let anchor = nodes
+        .iter()
+        .copied()
+        .filter(|&n| facts.materialized(n, member))
+        .max_by_key(|&n| (facts.shape(n).len(), n.0))
+        .or_else(|| nodes.last().copied());
+    let Some(anchor) = anchor else {
+        return Ok((ClusterKind::Elementwise, Vec::new()));
+    };
+    let space = facts.shape(anchor).to_vec();
+    for &n in nodes {
+        broadcasts_into(scope, facts.shape(n), &space).map_err(|d| mismatch(n, &space, d))?;
+        stored_over(n, &space)?;
+    }
+    Ok((ClusterKind::Elementwise, space))
+}
+
+/// Role of graph node `n` for the fuser.
+pub fn role_of(g: &Graph, n: NodeId) -> Role {
+    let node = &g[n];
+    match &node.op {
+        Op::Unary(_)
+        | Op::Binary(_)
+        | Op::Scalar(..)
+        | Op::ScalarDim(..)
+        | Op::Where
+        | Op::Cast => Role::Elementwise,
+        Op::Reduce { op, axes, keepdims } => {
+            if axes.len() == 1 && *op != crate::graph::ReduceOp::Mean {
+                Role::Reduce {
+                    axis: axes[0],
+                    keepdims: *keepdims,
+                }
+            } else {
+                Role::Opaque
+            }
+        }
+        Op::MatMul { .. } => {
+            let ranks_ok = node
+                .operands
+                .iter()
+                .all(|o| g.node(*o).is_some_and(|x| x.shape.len() >= 2));
+            if ranks_ok {
+                Role::Matmul
+            } else {
+                Role::Opaque
+            }
+        }
+        Op::Input
+        | Op::Constant(_)
+        | Op::Reshape
+        | Op::Transpose { .. }
+        | Op::Slice { .. }
+        | Op::Expand
+        | Op::Squeeze { .. }
+        | Op::Unsqueeze { .. } => Role::Data,
+        Op::Concat { .. }
+        | Op::Softmax { .. }
+        | Op::LogSoftmax { .. }
+        | Op::LayerNorm { .. }
+        | Op::RmsNorm { .. } => Role::Opaque,
+    }
+}

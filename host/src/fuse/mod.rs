@@ -1,0 +1,952 @@
+//! The operator fuser: which graph operators share a kernel.
+//!
+//! The pass runs once on the symbolic (decomposed) graph, before any shape
+//! is bound. It starts with every element-wise, reduce and matmul operator in
+//! a group of its own and applies rewrite rules ([`pattern`]) until none
+//! applies (a fixed point), in the style of tract's optimiser: each rule
+//! looks at the current state and returns a [`Patch`] (merge two groups, or
+//! stack independent groups into one launch); the driver applies it and
+//! checks the state's consistency before asking again.
+//!
+//! A merge is legal only when [`legality::validate`] proves, with the graph's
+//! symbol scope, that the merged nodes form one iteration space for every
+//! binding, and when it creates no cycle between kernels. Every rejected
+//! candidate is recorded with its [`Reason`] for `dvm explain`.
+//!
+//! The result, a [`FusionPlan`], lists the groups (with their kind and
+//! symbolic space), the stacks, and an order of units (groups, stacks and
+//! the remaining data/view nodes) that respects every dependence.
+//! [`crate::lower`] turns it into kernels at bound shapes; a fused group
+//! that does not compile there (its live tiles do not fit the UB, or it
+//! exceeds the executor's capacity) is split, never failed.
+//!
+//! - [`legality`]: symbolic shape checks and group validation.
+//! - [`pattern`]: the rewrite rules.
+//! - [`stack`]: building parallel and sequence kernels from compiled groups.
+//! - [`explain`]: the `dvm explain` report.
+
+pub mod explain;
+pub mod legality;
+pub mod pattern;
+pub mod stack;
+
+use std::cell::{Cell, RefCell};
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashSet};
+use std::hash::{BuildHasherDefault, Hasher};
+
+use crate::graph::{Graph, NodeId, ShapeDisplay};
+use crate::sym::Dim;
+
+use legality::{role_of, validate, Facts};
+pub use legality::{Reason, Users};
+
+/// How the fuser treats a graph node.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Role {
+    /// Inputs, constants and views: no kernel of their own (a view may be
+    /// materialised by a copy).
+    Data,
+    /// An element-wise operator.
+    Elementwise,
+    /// A reduction along one axis.
+    Reduce {
+        /// The axis.
+        axis: usize,
+        /// Whether the axis is kept with extent 1.
+        keepdims: bool,
+    },
+    /// A matmul of operands of rank ≥ 2.
+    Matmul,
+    /// Anything else (concat, reductions over several axes, matmul of
+    /// vectors): lowered on its own.
+    Opaque,
+}
+
+/// What a fusion group computes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ClusterKind {
+    /// Element-wise over the space.
+    Elementwise,
+    /// Element-wise with folds of one axis of the space.
+    Reduce {
+        /// The folded axis.
+        axis: usize,
+    },
+    /// One matmul with an element-wise epilogue over its output space.
+    Matmul,
+}
+
+impl ClusterKind {
+    /// A short name: `elementwise`, `reduce(axis 1)`, `matmul`.
+    pub fn describe(&self) -> String {
+        match self {
+            ClusterKind::Elementwise => "elementwise".into(),
+            ClusterKind::Reduce { axis } => format!("reduce(axis {axis})"),
+            ClusterKind::Matmul => "matmul".into(),
+        }
+    }
+}
+
+/// One fusion group: graph nodes computed by one kernel.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Cluster {
+    /// Kind.
+    pub kind: ClusterKind,
+    /// Members, ascending (a topological order).
+    pub nodes: Vec<NodeId>,
+    /// Symbolic iteration space (reduce: before the fold; matmul: the output).
+    pub space: Vec<Dim>,
+}
+
+/// One step of a fusion plan's order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Unit {
+    /// A data, view or opaque node, lowered on its own.
+    Node(NodeId),
+    /// A fusion group ([`FusionPlan::clusters`] index).
+    Cluster(usize),
+    /// Independent groups launched together ([`FusionPlan::stacks`] index).
+    Stack(usize),
+}
+
+/// A rejected fusion candidate.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Rejection {
+    /// The rule that proposed it.
+    pub rule: &'static str,
+    /// A node of the first group (the producer for vertical rules).
+    pub a: NodeId,
+    /// A node of the second group (the consumer for vertical rules).
+    pub b: NodeId,
+    /// The shared input of sibling candidates.
+    pub via: Option<NodeId>,
+    /// Why it was rejected.
+    pub reason: Reason,
+}
+
+/// Fuser settings.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FuseOptions {
+    /// Merge operators into groups (`false`: one kernel per operator).
+    pub fuse: bool,
+    /// Stack independent groups that share an input into parallel launches.
+    pub stack: bool,
+    /// At run time, pack consecutive small kernels into sequence launches.
+    pub sequence: bool,
+    /// Most nodes in one group.
+    pub max_nodes: usize,
+    /// Most buffer parameters of one kernel (the verifier's limit is 32).
+    pub max_params: usize,
+    /// Most groups in one parallel stack.
+    pub max_stack: usize,
+    /// Record why candidates were rejected and describe every rewrite (for
+    /// `dvm explain`); the eager API turns it off to keep the decision cheap.
+    pub reasons: bool,
+}
+
+impl Default for FuseOptions {
+    fn default() -> Self {
+        FuseOptions {
+            fuse: true,
+            stack: true,
+            sequence: true,
+            max_nodes: 64,
+            max_params: dvm_isa::verify::MAX_PARAMS,
+            max_stack: 8,
+            reasons: true,
+        }
+    }
+}
+
+impl FuseOptions {
+    /// No fusion and no stacking: one kernel per operator.
+    pub fn off() -> FuseOptions {
+        FuseOptions {
+            fuse: false,
+            stack: false,
+            sequence: false,
+            ..FuseOptions::default()
+        }
+    }
+}
+
+/// A bug in the fuser caught by its consistency check (reported, never
+/// panicked on).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("fusion consistency check failed after rule `{rule}`: {what}")]
+pub struct FuseError {
+    /// The rule whose rewrite broke an invariant.
+    pub rule: &'static str,
+    /// The broken invariant.
+    pub what: String,
+}
+
+/// A rewrite proposed by a rule.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Patch {
+    /// Replace groups `a` and `b` by `merged`.
+    Merge {
+        /// First group.
+        a: usize,
+        /// Second group.
+        b: usize,
+        /// The validated union.
+        merged: Cluster,
+    },
+    /// Launch these independent groups together.
+    Stack {
+        /// Members.
+        members: Vec<usize>,
+    },
+}
+
+/// A rewrite rule: proposes the next patch for the current state.
+///
+/// Rules keep their own worklists of candidates: [`Rule::next`] examines
+/// candidates until one is legal, and [`Rule::notify`] tells the rule about
+/// the group a patch created, so that only the candidates around it are
+/// examined again (a rejected pair of groups stays rejected: merges only add
+/// paths between units, and a group's members never change).
+pub trait Rule {
+    /// Name (for logs and `dvm explain`).
+    fn name(&self) -> &'static str;
+    /// The next patch, or `None` at this rule's fixed point. Rejected
+    /// candidates go to `log`.
+    fn next(&mut self, st: &State<'_>, log: &mut Log) -> Option<Patch>;
+    /// Group `c` was created by a merge.
+    fn notify(&mut self, st: &State<'_>, c: usize);
+}
+
+/// A fast hasher for small integer keys (the memo of examined pairs).
+#[derive(Default, Clone, Copy)]
+pub struct IdHasher(u64);
+
+impl Hasher for IdHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.write_u64(b as u64);
+        }
+    }
+    fn write_u64(&mut self, v: u64) {
+        self.0 = (self.0.rotate_left(5) ^ v).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+    fn write_usize(&mut self, v: usize) {
+        self.write_u64(v as u64);
+    }
+    fn write_u32(&mut self, v: u32) {
+        self.write_u64(v as u64);
+    }
+    fn write_u8(&mut self, v: u8) {
+        self.write_u64(v as u64);
+    }
+}
+
+/// A set of small integer keys.
+pub type IdSet<K> = HashSet<K, BuildHasherDefault<IdHasher>>;
+
+/// Rejections found by the rules.
+#[derive(Debug, Default)]
+pub struct Log {
+    /// Whether to keep them (see [`FuseOptions::reasons`]).
+    pub keep: bool,
+    /// Rejections in the order they were found.
+    pub rejections: Vec<Rejection>,
+}
+
+impl Log {
+    /// Records a rejection (when reasons are kept).
+    pub fn reject(&mut self, r: Rejection) {
+        if self.keep {
+            self.rejections.push(r);
+        }
+    }
+}
+
+const NONE: u32 = u32::MAX;
+
+/// The fuser's working state: groups over the graph's compute nodes.
+pub struct State<'g> {
+    g: &'g Graph,
+    roles: Vec<Role>,
+    users: Users,
+    is_output: Vec<bool>,
+    /// Group of each node (`NONE` for data and opaque nodes).
+    owner: Vec<u32>,
+    /// Groups by id; merged-away groups are left empty (ids are never reused).
+    clusters: Vec<Cluster>,
+    /// Stack of each group (`NONE` when not stacked).
+    stack_of: Vec<u32>,
+    stacks: Vec<Vec<usize>>,
+    opts: FuseOptions,
+    scratch: RefCell<(Vec<u32>, Vec<NodeId>)>,
+    epoch: Cell<u32>,
+}
+
+impl<'g> State<'g> {
+    fn new(g: &'g Graph, opts: FuseOptions) -> State<'g> {
+        let n = g.nodes().len();
+        let users = Users::new(g);
+        let mut is_output = vec![false; n];
+        for (_, id) in g.outputs() {
+            if let Some(o) = is_output.get_mut(id.0) {
+                *o = true;
+            }
+        }
+        let roles: Vec<Role> = (0..n).map(|i| role_of(g, NodeId(i))).collect();
+        let mut st = State {
+            g,
+            roles,
+            users,
+            is_output,
+            owner: vec![NONE; n],
+            clusters: Vec::with_capacity(2 * n),
+            stack_of: Vec::with_capacity(2 * n),
+            stacks: Vec::new(),
+            opts,
+            scratch: RefCell::new((vec![0; n], Vec::new())),
+            epoch: Cell::new(0),
+        };
+        for i in 0..n {
+            let id = NodeId(i);
+            if !matches!(
+                st.roles[i],
+                Role::Elementwise | Role::Reduce { .. } | Role::Matmul
+            ) {
+                continue;
+            }
+            let member = |m: NodeId| m == id;
+            match validate(&st.facts(), &[id], &member) {
+                Ok((kind, space)) => {
+                    st.owner[i] = st.clusters.len() as u32;
+                    st.clusters.push(Cluster {
+                        kind,
+                        nodes: vec![id],
+                        space,
+                    });
+                    st.stack_of.push(NONE);
+                }
+                // A node that is not a group even alone is lowered on its own.
+                Err(_) => st.roles[i] = Role::Opaque,
+            }
+        }
+        st
+    }
+
+    /// The graph.
+    pub fn graph(&self) -> &'g Graph {
+        self.g
+    }
+
+    /// The facts legality needs.
+    pub fn facts(&self) -> Facts<'_> {
+        Facts {
+            graph: self.g,
+            users: &self.users,
+            is_output: &self.is_output,
+            roles: &self.roles,
+        }
+    }
+
+    /// Consumers of node `n`.
+    pub fn users(&self, n: NodeId) -> &[NodeId] {
+        self.users.of(n)
+    }
+
+    /// The live group holding node `n`.
+    pub fn owner(&self, n: NodeId) -> Option<usize> {
+        let o = self.owner[n.0];
+        (o != NONE).then_some(o as usize)
+    }
+
+    /// Group `c` (empty when merged away).
+    pub fn cluster(&self, c: usize) -> &Cluster {
+        &self.clusters[c]
+    }
+
+    /// Number of group ids handed out so far.
+    pub fn cluster_ids(&self) -> usize {
+        self.clusters.len()
+    }
+
+    /// Whether group `c` is in a stack.
+    pub fn is_stacked(&self, c: usize) -> bool {
+        self.stack_of[c] != NONE
+    }
+
+    /// The options.
+    pub fn options(&self) -> &FuseOptions {
+        &self.opts
+    }
+
+    fn unit(&self, n: NodeId) -> Unit {
+        match self.owner(n) {
+            None => Unit::Node(n),
+            Some(c) if self.stack_of[c] != NONE => Unit::Stack(self.stack_of[c] as usize),
+            Some(c) => Unit::Cluster(c),
+        }
+    }
+
+    /// Calls `f` on every node of unit `u`.
+    fn for_members(&self, u: Unit, mut f: impl FnMut(NodeId)) {
+        match u {
+            Unit::Node(n) => f(n),
+            Unit::Cluster(c) => self.clusters[c].nodes.iter().for_each(|&n| f(n)),
+            Unit::Stack(s) => {
+                for &c in &self.stacks[s] {
+                    self.clusters[c].nodes.iter().for_each(|&n| f(n));
+                }
+            }
+        }
+    }
+
+    /// A node on a path from group `a` to group `b` (or back) that runs
+    /// through other units (any path at all when `direct` is true), treating
+    /// every group and stack as one unit.
+    pub fn path_between(&self, a: usize, b: usize, direct: bool) -> Option<NodeId> {
+        self.path_from(a, b, direct)
+            .or_else(|| self.path_from(b, a, direct))
+    }
+
+    /// With `a == b`: a node on a path that leaves group `a` and comes back
+    /// (a cycle through it).
+    fn path_from(&self, a: usize, b: usize, direct: bool) -> Option<NodeId> {
+        let (ca, cb) = (&self.clusters[a], &self.clusters[b]);
+        let max_b = cb.nodes.last()?.0;
+        let min_a = ca.nodes.first()?.0;
+        if min_a > max_b {
+            return None;
+        }
+        let (aa, bb) = (a as u32, b as u32);
+        // Epoch-stamped visited marks: no clearing between searches.
+        let epoch = self.epoch.get().wrapping_add(1);
+        self.epoch.set(epoch);
+        let mut scratch = self.scratch.borrow_mut();
+        let (seen, work) = &mut *scratch;
+        if epoch == 0 {
+            seen.iter_mut().for_each(|s| *s = 0);
+        }
+        work.clear();
+        for &m in &ca.nodes {
+            for &u in self.users.of(m) {
+                let o = self.owner[u.0];
+                if o == bb && (a != b || direct) {
+                    if direct && a != b {
+                        return Some(m);
+                    }
+                } else if o != aa && o != bb && u.0 <= max_b {
+                    work.push(u);
+                }
+            }
+        }
+        while let Some(x) = work.pop() {
+            if seen[x.0] == epoch {
+                continue;
+            }
+            let mut hit = false;
+            self.for_members(self.unit(x), |m| {
+                if hit || seen[m.0] == epoch {
+                    return;
+                }
+                seen[m.0] = epoch;
+                for &u in self.users.of(m) {
+                    let o = self.owner[u.0];
+                    if o == bb {
+                        hit = true;
+                        return;
+                    }
+                    if o != aa && u.0 <= max_b && seen[u.0] != epoch {
+                        work.push(u);
+                    }
+                }
+            });
+            if hit {
+                return Some(x);
+            }
+        }
+        None
+    }
+
+    /// Checks that groups `a` and `b` may merge and returns the union.
+    ///
+    /// # Errors
+    /// The [`Reason`] they may not.
+    pub fn try_merge(&self, a: usize, b: usize) -> Result<Cluster, Reason> {
+        if self.is_stacked(a) || self.is_stacked(b) {
+            return Err(Reason::Stacked);
+        }
+        let (ca, cb) = (&self.clusters[a], &self.clusters[b]);
+        let n = ca.nodes.len() + cb.nodes.len();
+        if n > self.opts.max_nodes {
+            return Err(Reason::TooManyNodes {
+                n,
+                limit: self.opts.max_nodes,
+            });
+        }
+        if let Some(via) = self.path_between(a, b, false) {
+            return Err(Reason::Cycle {
+                via: self.g[via].name.clone(),
+            });
+        }
+        let mut nodes = Vec::with_capacity(n);
+        nodes.extend_from_slice(&ca.nodes);
+        nodes.extend_from_slice(&cb.nodes);
+        nodes.sort_unstable();
+        let (aa, bb) = (a as u32, b as u32);
+        let member = |m: NodeId| {
+            let o = self.owner[m.0];
+            o == aa || o == bb
+        };
+        let facts = self.facts();
+        let (kind, space) = validate(&facts, &nodes, &member)?;
+        let params = count_params(&facts, &nodes, &member);
+        if params > self.opts.max_params {
+            return Err(Reason::TooManyParams {
+                n: params,
+                limit: self.opts.max_params,
+            });
+        }
+        Ok(Cluster { kind, nodes, space })
+    }
+
+    /// Applies `patch`; returns the group it created (merges) or `None`.
+    fn apply(&mut self, patch: Patch) -> Option<usize> {
+        match patch {
+            Patch::Merge { a, b, merged } => {
+                let id = self.clusters.len();
+                for &n in &merged.nodes {
+                    self.owner[n.0] = id as u32;
+                }
+                self.clusters[a].nodes.clear();
+                self.clusters[b].nodes.clear();
+                self.clusters.push(merged);
+                self.stack_of.push(NONE);
+                Some(id)
+            }
+            Patch::Stack { members } => {
+                let s = self.stacks.len() as u32;
+                for &c in &members {
+                    self.stack_of[c] = s;
+                }
+                self.stacks.push(members);
+                None
+            }
+        }
+    }
+
+    /// The consistency check run after every rewrite, on what it touched:
+    /// the new group owns exactly its members, is a valid group with the
+    /// recorded kind and space, and no path leaves it and comes back (no
+    /// cycle between kernels); a new stack holds live, pairwise independent
+    /// groups. [`State::check_all`] checks the whole state.
+    fn check(&self, rule: &'static str, created: Option<usize>) -> Result<(), FuseError> {
+        let bad = |what: String| FuseError { rule, what };
+        if let Some(c) = created {
+            let cl = &self.clusters[c];
+            if cl.nodes.is_empty() || !cl.nodes.windows(2).all(|w| w[0] < w[1]) {
+                return Err(bad(format!("group {c} is empty or not sorted")));
+            }
+            if let Some(n) = cl.nodes.iter().find(|n| self.owner[n.0] != c as u32) {
+                return Err(bad(format!("node `{}` has a stale owner", self.g[*n].name)));
+            }
+            let member = |m: NodeId| self.owner[m.0] == c as u32;
+            let (kind, space) = validate(&self.facts(), &cl.nodes, &member)
+                .map_err(|r| bad(format!("group {c} is invalid: {r}")))?;
+            if kind != cl.kind || space != cl.space {
+                return Err(bad(format!("group {c} has a stale kind or space")));
+            }
+            if let Some(via) = self.path_from(c, c, false) {
+                return Err(bad(format!(
+                    "group {c} is part of a cycle through `{}`",
+                    self.g[via].name
+                )));
+            }
+        } else if let Some(members) = self.stacks.last() {
+            for (i, &a) in members.iter().enumerate() {
+                if self.clusters[a].nodes.is_empty() {
+                    return Err(bad("a stack holds a dead group".into()));
+                }
+                for &b in &members[i + 1..] {
+                    if self.path_between(a, b, true).is_some() {
+                        return Err(bad("a stack holds dependent groups".into()));
+                    }
+                }
+            }
+        }
+        if cfg!(debug_assertions) {
+            self.check_all(rule)?;
+        }
+        Ok(())
+    }
+
+    /// The whole-state check: ownership matches the groups, every live
+    /// group is valid, stacks hold live groups, and the units are acyclic.
+    fn check_all(&self, rule: &'static str) -> Result<(), FuseError> {
+        let bad = |what: String| FuseError { rule, what };
+        for (c, cl) in self.clusters.iter().enumerate() {
+            for &n in &cl.nodes {
+                if self.owner[n.0] != c as u32 {
+                    return Err(bad(format!("node `{}` has a stale owner", self.g[n].name)));
+                }
+            }
+            if cl.nodes.is_empty() {
+                continue;
+            }
+            let member = |m: NodeId| self.owner[m.0] == c as u32;
+            let (kind, space) = validate(&self.facts(), &cl.nodes, &member)
+                .map_err(|r| bad(format!("group {c} is invalid: {r}")))?;
+            if kind != cl.kind || space != cl.space {
+                return Err(bad(format!("group {c} has a stale kind or space")));
+            }
+        }
+        for (i, &o) in self.owner.iter().enumerate() {
+            if o != NONE && !self.clusters[o as usize].nodes.contains(&NodeId(i)) {
+                return Err(bad(format!(
+                    "node `{}` is not in its group",
+                    self.g[NodeId(i)].name
+                )));
+            }
+        }
+        for (s, members) in self.stacks.iter().enumerate() {
+            for &c in members {
+                if self.clusters[c].nodes.is_empty() || self.stack_of[c] != s as u32 {
+                    return Err(bad(format!("stack {s} holds a dead or foreign group")));
+                }
+            }
+        }
+        self.topo_order().map(|_| ()).map_err(bad)
+    }
+
+    /// Units in an order respecting every edge (ties broken by smallest node
+    /// id), or a description of the cycle.
+    fn topo_order(&self) -> Result<Vec<Unit>, String> {
+        let n = self.g.nodes().len();
+        let nc = self.clusters.len();
+        let idx = |u: Unit| match u {
+            Unit::Node(x) => x.0,
+            Unit::Cluster(c) => n + c,
+            Unit::Stack(s) => n + nc + s,
+        };
+        let total = n + nc + self.stacks.len();
+        let mut first = vec![usize::MAX; total];
+        let mut unit_at = vec![None; total];
+        let mut of = Vec::with_capacity(n);
+        for i in 0..n {
+            let u = self.unit(NodeId(i));
+            let k = idx(u);
+            first[k] = first[k].min(i);
+            unit_at[k] = Some(u);
+            of.push(k);
+        }
+        // Edges between units, as a flat list (duplicates are harmless).
+        let mut indeg = vec![0usize; total];
+        let mut edges: Vec<(usize, usize)> = Vec::new();
+        for (i, &ui) in of.iter().enumerate() {
+            for &u in self.users.of(NodeId(i)) {
+                let uu = of[u.0];
+                if uu != ui {
+                    edges.push((ui, uu));
+                    indeg[uu] += 1;
+                }
+            }
+        }
+        edges.sort_unstable();
+        let mut heap: BinaryHeap<Reverse<(usize, usize)>> = (0..total)
+            .filter(|&k| unit_at[k].is_some() && indeg[k] == 0)
+            .map(|k| Reverse((first[k], k)))
+            .collect();
+        let mut order = Vec::new();
+        while let Some(Reverse((_, k))) = heap.pop() {
+            if let Some(u) = unit_at[k] {
+                order.push(u);
+            }
+            let lo = edges.partition_point(|e| e.0 < k);
+            for &(_, s) in edges[lo..].iter().take_while(|e| e.0 == k) {
+                indeg[s] -= 1;
+                if indeg[s] == 0 {
+                    heap.push(Reverse((first[s], s)));
+                }
+            }
+        }
+        let live = unit_at.iter().filter(|u| u.is_some()).count();
+        if order.len() != live {
+            return Err("the kernels' dependences form a cycle".into());
+        }
+        Ok(order)
+    }
+}
+
+/// Distinct buffers a group reads (external operands) plus the values it
+/// stores.
+pub fn count_params(facts: &Facts<'_>, nodes: &[NodeId], member: &dyn Fn(NodeId) -> bool) -> usize {
+    let mut ext: Vec<NodeId> = Vec::new();
+    let mut stored = 0;
+    for &n in nodes {
+        for &o in &facts.graph[n].operands {
+            if !member(o) && !ext.contains(&o) {
+                ext.push(o);
+            }
+        }
+        if facts.materialized(n, member) {
+            stored += 1;
+        }
+    }
+    ext.len() + stored
+}
+
+/// The fuser's result: groups, stacks and an order of units.
+#[derive(Clone, Debug)]
+pub struct FusionPlan {
+    /// Fusion groups (live only), indexed by [`Unit::Cluster`].
+    pub clusters: Vec<Cluster>,
+    /// Group of each graph node (`None` for data, view and opaque nodes).
+    pub owner: Vec<Option<usize>>,
+    /// Parallel stacks: groups launched together.
+    pub stacks: Vec<Vec<usize>>,
+    /// Every unit, in an order respecting the dependences.
+    pub order: Vec<Unit>,
+    /// Rejected candidates between groups that stayed apart (the last
+    /// reason per pair of groups; empty unless [`FuseOptions::reasons`]).
+    pub rejections: Vec<Rejection>,
+    /// Applied rewrites: rule and a description (descriptions are empty
+    /// unless [`FuseOptions::reasons`]).
+    pub applied: Vec<(&'static str, String)>,
+    /// Role of every node.
+    pub roles: Vec<Role>,
+    /// Consumers of every node.
+    pub users: Users,
+    /// Whether each node is a graph output.
+    pub is_output: Vec<bool>,
+    /// The options the plan was made with.
+    pub options: FuseOptions,
+}
+
+impl FusionPlan {
+    /// Runs the fusion pass on `graph` (composites decomposed): the rules
+    /// of [`pattern::rules`] to a fixed point, checking consistency after
+    /// every rewrite.
+    ///
+    /// # Errors
+    /// [`FuseError`] if a rewrite broke the consistency check (a bug in a
+    /// rule; the message names it).
+    pub fn new(graph: &Graph, opts: &FuseOptions) -> Result<FusionPlan, FuseError> {
+        let mut st = State::new(graph, *opts);
+        let mut log = Log {
+            keep: opts.reasons,
+            rejections: Vec::new(),
+        };
+        let mut applied = Vec::new();
+        let mut rules = pattern::rules(opts);
+        // Every patch removes a group or stacks some: the loop terminates;
+        // the bound is a second line of defence.
+        let limit = 4 * graph.nodes().len() + 16;
+        for _ in 0..limit {
+            let mut patched = false;
+            for rule in rules.iter_mut() {
+                if let Some(p) = rule.next(&st, &mut log) {
+                    let name = rule.name();
+                    let text = if opts.reasons {
+                        describe(&st, &p)
+                    } else {
+                        String::new()
+                    };
+                    let created = st.apply(p);
+                    st.check(name, created)?;
+                    if let Some(c) = created {
+                        for r in rules.iter_mut() {
+                            r.notify(&st, c);
+                        }
+                    }
+                    applied.push((name, text));
+                    patched = true;
+                    break;
+                }
+            }
+            if !patched {
+                break;
+            }
+        }
+        Self::finish(st, log, applied)
+    }
+
+    /// One group per operator, no stacks (`--no-fuse`).
+    pub fn unfused(graph: &Graph) -> FusionPlan {
+        let st = State::new(graph, FuseOptions::off());
+        let log = Log::default();
+        match Self::finish(st, log, Vec::new()) {
+            Ok(p) => p,
+            // Singleton groups cannot form a cycle; keep a total function.
+            Err(_) => FusionPlan {
+                clusters: Vec::new(),
+                owner: vec![None; graph.nodes().len()],
+                stacks: Vec::new(),
+                order: (0..graph.nodes().len())
+                    .map(|i| Unit::Node(NodeId(i)))
+                    .collect(),
+                rejections: Vec::new(),
+                applied: Vec::new(),
+                roles: vec![Role::Opaque; graph.nodes().len()],
+                users: Users::new(graph),
+                is_output: vec![false; graph.nodes().len()],
+                options: FuseOptions::off(),
+            },
+        }
+    }
+
+    fn finish(
+        st: State<'_>,
+        mut log: Log,
+        applied: Vec<(&'static str, String)>,
+    ) -> Result<FusionPlan, FuseError> {
+        if st.opts.fuse && st.opts.reasons {
+            // Neighbouring groups no rule proposed to merge (e.g. a matmul
+            // feeding a reduction): record why they cannot merge.
+            let seen: HashSet<(u32, u32)> = log
+                .rejections
+                .iter()
+                .map(|r| (st.owner[r.a.0], st.owner[r.b.0]))
+                .collect();
+            let mut extra: Vec<Rejection> = Vec::new();
+            for p in 0..st.owner.len() {
+                let a = st.owner[p];
+                if a == NONE {
+                    continue;
+                }
+                for &c in st.users.of(NodeId(p)) {
+                    let b = st.owner[c.0];
+                    if b == NONE || a == b || seen.contains(&(a, b)) {
+                        continue;
+                    }
+                    if extra
+                        .iter()
+                        .any(|r| st.owner[r.a.0] == a && st.owner[r.b.0] == b)
+                    {
+                        continue;
+                    }
+                    if let Err(reason) = st.try_merge(a as usize, b as usize) {
+                        extra.push(Rejection {
+                            rule: "neighbours",
+                            a: NodeId(p),
+                            b: c,
+                            via: None,
+                            reason,
+                        });
+                    }
+                }
+            }
+            log.rejections.extend(extra);
+        }
+        let order = st.topo_order().map_err(|what| FuseError {
+            rule: "final",
+            what,
+        })?;
+        // Compact: live groups numbered in order of their first unit.
+        let mut remap = vec![usize::MAX; st.clusters.len()];
+        let mut clusters = Vec::new();
+        let mut stacks: Vec<Vec<usize>> = Vec::new();
+        let mut stack_remap = vec![usize::MAX; st.stacks.len()];
+        let take = |c: usize, remap: &mut Vec<usize>, clusters: &mut Vec<Cluster>| {
+            remap[c] = clusters.len();
+            clusters.push(st.clusters[c].clone());
+        };
+        for u in &order {
+            match *u {
+                Unit::Cluster(c) => take(c, &mut remap, &mut clusters),
+                Unit::Stack(s) => {
+                    for &c in &st.stacks[s] {
+                        take(c, &mut remap, &mut clusters);
+                    }
+                    stack_remap[s] = stacks.len();
+                    stacks.push(st.stacks[s].iter().map(|&c| remap[c]).collect());
+                }
+                Unit::Node(_) => {}
+            }
+        }
+        let order: Vec<Unit> = order
+            .into_iter()
+            .map(|u| match u {
+                Unit::Cluster(c) => Unit::Cluster(remap[c]),
+                Unit::Stack(s) => Unit::Stack(stack_remap[s]),
+                n => n,
+            })
+            .collect();
+        let owner: Vec<Option<usize>> = st
+            .owner
+            .iter()
+            .map(|&o| (o != NONE).then(|| remap[o as usize]))
+            .collect();
+        // Rejections between groups that stayed apart, last reason per pair.
+        let mut rejections: Vec<Rejection> = Vec::new();
+        for r in log.rejections.into_iter().rev() {
+            let (ua, ub) = (owner[r.a.0], owner[r.b.0]);
+            if ua == ub {
+                continue;
+            }
+            let dup = rejections
+                .iter()
+                .any(|q| owner[q.a.0] == ua && owner[q.b.0] == ub);
+            if !dup {
+                rejections.push(r);
+            }
+        }
+        rejections.reverse();
+        Ok(FusionPlan {
+            clusters,
+            owner,
+            stacks,
+            order,
+            rejections,
+            applied,
+            roles: st.roles,
+            users: st.users,
+            is_output: st.is_output,
+            options: st.opts,
+        })
+    }
+
+    /// The facts of `graph` (the graph this plan was made for).
+    pub fn facts<'a>(&'a self, graph: &'a Graph) -> Facts<'a> {
+        Facts {
+            graph,
+            users: &self.users,
+            is_output: &self.is_output,
+            roles: &self.roles,
+        }
+    }
+
+    /// Groups that compute something (one kernel each when nothing is split).
+    pub fn kernel_groups(&self) -> usize {
+        self.clusters.len()
+    }
+}
+
+fn describe(st: &State<'_>, p: &Patch) -> String {
+    let names = |c: usize| {
+        st.clusters[c]
+            .nodes
+            .iter()
+            .map(|n| st.g[*n].name.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    match p {
+        Patch::Merge { a, b, merged } => format!(
+            "{{{}}} + {{{}}} → {} over {}",
+            names(*a),
+            names(*b),
+            merged.kind.describe(),
+            ShapeDisplay(&merged.space)
+        ),
+        Patch::Stack { members } => format!(
+            "parallel stack of {}",
+            members
+                .iter()
+                .map(|&c| format!("{{{}}}", names(c)))
+                .collect::<Vec<_>>()
+                .join(" ")
+        ),
+    }
+}

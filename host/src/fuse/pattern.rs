@@ -1,0 +1,348 @@
+//! The rewrite rules, in priority order. The driver asks each rule in turn
+//! for a patch and restarts from the first after every applied patch, so an
+//! earlier rule always wins a contested operator.
+//!
+//! | rule | merges or stacks |
+//! |---|---|
+//! | `elementwise-chain` | an element-wise group into its element-wise consumer (same space, or a broadcast producer that is not stored) |
+//! | `reduce-prologue` | an element-wise group into the reduction that consumes it |
+//! | `reduce-epilogue` | a reduction into the element-wise group that consumes its result (values broadcast back along the axis) |
+//! | `reduce-chain` | two reductions of the same axis and space (layernorm's mean and variance) |
+//! | `matmul-epilogue` | an element-wise consumer into the matmul (bias, activation, residual, scaling): the mix kernel |
+//! | `siblings` | element-wise or reduce groups that read a common input over the same space (several outputs, the input loaded once) |
+//! | `parallel-stack` | independent groups that read a common input (e.g. the q, k, v projections): one parallel launch |
+//!
+//! Reductions take their neighbours before matmuls do: a reduction is
+//! memory-bound and gains the most from keeping its prologue and epilogue in
+//! UB, while an element-wise tail costs a matmul kernel the same either way.
+
+use std::collections::VecDeque;
+
+use super::{ClusterKind, FuseOptions, IdSet, Log, Patch, Rejection, Rule, State};
+use crate::graph::NodeId;
+
+/// Which group kinds a vertical rule joins.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Sel {
+    Elementwise,
+    Reduce,
+    Matmul,
+}
+
+fn is(sel: Sel, k: &ClusterKind) -> bool {
+    matches!(
+        (sel, k),
+        (Sel::Elementwise, ClusterKind::Elementwise)
+            | (Sel::Reduce, ClusterKind::Reduce { .. })
+            | (Sel::Matmul, ClusterKind::Matmul)
+    )
+}
+
+/// A candidate pair: groups `a` and `b`, found through nodes `na` and `nb`
+/// (and the shared input `via` for siblings).
+#[derive(Clone, Copy, Debug)]
+struct Cand {
+    a: usize,
+    b: usize,
+    na: NodeId,
+    nb: NodeId,
+    via: Option<NodeId>,
+}
+
+/// Merges a producer group into a consumer group along a data edge.
+struct Vertical {
+    name: &'static str,
+    producer: Sel,
+    consumer: Sel,
+    init: bool,
+    work: VecDeque<Cand>,
+    tried: IdSet<(usize, usize)>,
+}
+
+impl Vertical {
+    fn new(name: &'static str, producer: Sel, consumer: Sel) -> Vertical {
+        Vertical {
+            name,
+            producer,
+            consumer,
+            init: false,
+            work: VecDeque::new(),
+            tried: IdSet::default(),
+        }
+    }
+
+    /// Queues the edges leaving and entering the nodes of `nodes`.
+    fn queue_edges(&mut self, st: &State<'_>, nodes: &[NodeId]) {
+        for &m in nodes {
+            let Some(cm) = st.owner(m) else { continue };
+            for &u in st.users(m) {
+                if let Some(cu) = st.owner(u) {
+                    if cu != cm {
+                        self.work.push_back(Cand {
+                            a: cm,
+                            b: cu,
+                            na: m,
+                            nb: u,
+                            via: None,
+                        });
+                    }
+                }
+            }
+            for &o in &st.graph()[m].operands {
+                if let Some(co) = st.owner(o) {
+                    if co != cm {
+                        self.work.push_back(Cand {
+                            a: co,
+                            b: cm,
+                            na: o,
+                            nb: m,
+                            via: None,
+                        });
+                    }
+                }
+            }
+        }
+    }
+}
+
+impl Rule for Vertical {
+    fn name(&self) -> &'static str {
+        self.name
+    }
+
+    fn next(&mut self, st: &State<'_>, log: &mut Log) -> Option<Patch> {
+        if !self.init {
+            self.init = true;
+            let all: Vec<NodeId> = (0..st.graph().nodes().len()).map(NodeId).collect();
+            // Producers' outgoing edges in graph order (each edge once).
+            for &m in &all {
+                let Some(cm) = st.owner(m) else { continue };
+                for &u in st.users(m) {
+                    if let Some(cu) = st.owner(u) {
+                        if cu != cm {
+                            self.work.push_back(Cand {
+                                a: cm,
+                                b: cu,
+                                na: m,
+                                nb: u,
+                                via: None,
+                            });
+                        }
+                    }
+                }
+            }
+        }
+        while let Some(c) = self.work.pop_front() {
+            // Stale: a group merged away since the candidate was queued.
+            if st.owner(c.na) != Some(c.a) || st.owner(c.nb) != Some(c.b) {
+                continue;
+            }
+            if !is(self.producer, &st.cluster(c.a).kind)
+                || !is(self.consumer, &st.cluster(c.b).kind)
+            {
+                continue;
+            }
+            if !self.tried.insert((c.a, c.b)) {
+                continue;
+            }
+            match st.try_merge(c.a, c.b) {
+                Ok(merged) => {
+                    return Some(Patch::Merge {
+                        a: c.a,
+                        b: c.b,
+                        merged,
+                    })
+                }
+                Err(reason) => log.reject(Rejection {
+                    rule: self.name,
+                    a: c.na,
+                    b: c.nb,
+                    via: None,
+                    reason,
+                }),
+            }
+        }
+        None
+    }
+
+    fn notify(&mut self, st: &State<'_>, c: usize) {
+        if self.init {
+            let nodes = st.cluster(c).nodes.clone();
+            self.queue_edges(st, &nodes);
+        }
+    }
+}
+
+/// Merges two element-wise or reduce groups that read a common input.
+struct Siblings {
+    init: bool,
+    work: VecDeque<Cand>,
+    tried: IdSet<(usize, usize)>,
+}
+
+impl Siblings {
+    /// Queues every pair of groups reading `x`, where one of them is
+    /// `only` (all pairs when `None`).
+    fn queue_readers(&mut self, st: &State<'_>, x: NodeId, only: Option<usize>) {
+        let users = st.users(x);
+        if users.len() < 2 {
+            return;
+        }
+        for (i, &u) in users.iter().enumerate() {
+            let Some(cu) = st.owner(u) else { continue };
+            for &v in &users[i + 1..] {
+                let Some(cv) = st.owner(v) else { continue };
+                if cu == cv || only.is_some_and(|o| o != cu && o != cv) {
+                    continue;
+                }
+                self.work.push_back(Cand {
+                    a: cu,
+                    b: cv,
+                    na: u,
+                    nb: v,
+                    via: Some(x),
+                });
+            }
+        }
+    }
+}
+
+impl Rule for Siblings {
+    fn name(&self) -> &'static str {
+        "siblings"
+    }
+
+    fn next(&mut self, st: &State<'_>, log: &mut Log) -> Option<Patch> {
+        if !self.init {
+            self.init = true;
+            for x in 0..st.graph().nodes().len() {
+                self.queue_readers(st, NodeId(x), None);
+            }
+        }
+        while let Some(c) = self.work.pop_front() {
+            if st.owner(c.na) != Some(c.a) || st.owner(c.nb) != Some(c.b) {
+                continue;
+            }
+            let ok = |k: usize| !matches!(st.cluster(k).kind, ClusterKind::Matmul);
+            let x = c.via.unwrap_or(c.na);
+            if !ok(c.a) || !ok(c.b) || st.owner(x) == Some(c.a) || st.owner(x) == Some(c.b) {
+                continue;
+            }
+            if !self.tried.insert((c.a.min(c.b), c.a.max(c.b))) {
+                continue;
+            }
+            match st.try_merge(c.a, c.b) {
+                Ok(merged) => {
+                    return Some(Patch::Merge {
+                        a: c.a,
+                        b: c.b,
+                        merged,
+                    })
+                }
+                Err(reason) => log.reject(Rejection {
+                    rule: "siblings",
+                    a: c.na,
+                    b: c.nb,
+                    via: c.via,
+                    reason,
+                }),
+            }
+        }
+        None
+    }
+
+    fn notify(&mut self, st: &State<'_>, c: usize) {
+        if !self.init {
+            return;
+        }
+        let nodes = st.cluster(c).nodes.clone();
+        for m in nodes {
+            for &o in &st.graph()[m].operands {
+                if st.owner(o) != Some(c) {
+                    self.queue_readers(st, o, Some(c));
+                }
+            }
+        }
+    }
+}
+
+/// Stacks independent groups that read a common input into one parallel
+/// launch (each keeps its own body and iteration space, so no shape needs
+/// to agree).
+struct ParallelStack {
+    max: usize,
+    next_node: usize,
+}
+
+impl Rule for ParallelStack {
+    fn name(&self) -> &'static str {
+        "parallel-stack"
+    }
+
+    fn next(&mut self, st: &State<'_>, _log: &mut Log) -> Option<Patch> {
+        let n = st.graph().nodes().len();
+        while self.next_node < n {
+            let x = NodeId(self.next_node);
+            self.next_node += 1;
+            if st.users(x).len() < 2 {
+                continue;
+            }
+            let mut cands: Vec<usize> = Vec::new();
+            for &u in st.users(x) {
+                if let Some(c) = st.owner(u) {
+                    if !st.is_stacked(c) && st.owner(x) != Some(c) && !cands.contains(&c) {
+                        cands.push(c);
+                    }
+                }
+            }
+            let mut chosen: Vec<usize> = Vec::new();
+            for c in cands {
+                if chosen.len() >= self.max {
+                    break;
+                }
+                if chosen
+                    .iter()
+                    .all(|&d| st.path_between(c, d, true).is_none())
+                {
+                    chosen.push(c);
+                }
+            }
+            if chosen.len() >= 2 {
+                return Some(Patch::Stack { members: chosen });
+            }
+        }
+        None
+    }
+
+    fn notify(&mut self, _st: &State<'_>, _c: usize) {
+        // Merges after stacking started restart the scan.
+        self.next_node = 0;
+    }
+}
+
+/// The rules for `opts`, in priority order.
+pub fn rules(opts: &FuseOptions) -> Vec<Box<dyn Rule>> {
+    let mut r: Vec<Box<dyn Rule>> = Vec::new();
+    if opts.fuse {
+        let v = |name, producer, consumer| -> Box<dyn Rule> {
+            Box::new(Vertical::new(name, producer, consumer))
+        };
+        r.push(v("elementwise-chain", Sel::Elementwise, Sel::Elementwise));
+        r.push(v("reduce-prologue", Sel::Elementwise, Sel::Reduce));
+        r.push(v("reduce-epilogue", Sel::Reduce, Sel::Elementwise));
+        r.push(v("reduce-chain", Sel::Reduce, Sel::Reduce));
+        r.push(v("matmul-epilogue", Sel::Matmul, Sel::Elementwise));
+        r.push(Box::new(Siblings {
+            init: false,
+            work: VecDeque::new(),
+            tried: IdSet::default(),
+        }));
+    }
+    if opts.stack {
+        r.push(Box::new(ParallelStack {
+            max: opts.max_stack,
+            next_node: 0,
+        }));
+    }
+    r
+}
