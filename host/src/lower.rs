@@ -331,10 +331,14 @@ impl Lowerer<'_> {
                         return Ok(vec![self.commit(pending, name, nodes)]);
                     }
                     Err(e) if nodes.len() == 1 => {
-                        return Err(LowerError::Build {
-                            step: name,
-                            error: Box::new(e),
-                        })
+                        // The per-operator lowering knows more ways to run one
+                        // operator (two-stage reductions); it fails as before.
+                        return self.emit_single(nodes[0], build, kernels).map_err(|_| {
+                            LowerError::Build {
+                                step: name,
+                                error: Box::new(e),
+                            }
+                        });
                     }
                     Err(e) => e.to_string(),
                 }
@@ -355,6 +359,42 @@ impl Lowerer<'_> {
         let mut steps = self.emit(&nodes[..mid], build, kernels)?;
         steps.extend(self.emit(&nodes[mid..], build, kernels)?);
         Ok(steps)
+    }
+
+    /// Lowers node `id` on its own, as the unfused path does; returns its
+    /// steps (built).
+    fn emit_single<K>(
+        &mut self,
+        id: NodeId,
+        build: &mut dyn FnMut(&Group, &str) -> Result<K, BuildError>,
+        kernels: &mut Vec<K>,
+    ) -> Result<Vec<usize>, LowerError> {
+        let before = self.plan.steps.len();
+        let bufs_before = self.plan.buffers.len();
+        let built_before = kernels.len();
+        let result = lower_node(
+            self.graph,
+            self.bindings,
+            &self.shapes,
+            &mut self.plan,
+            &mut self.values,
+            id.0,
+        )
+        .and_then(|()| {
+            for s in before..self.plan.steps.len() {
+                self.plan.steps[s].nodes = vec![id];
+                kernels.push(self.build_step(s, build)?);
+            }
+            Ok(())
+        });
+        if let Err(e) = result {
+            kernels.truncate(built_before);
+            self.plan.steps.truncate(before);
+            self.plan.buffers.truncate(bufs_before);
+            self.values[id.0] = None;
+            return Err(e);
+        }
+        Ok((before..self.plan.steps.len()).collect())
     }
 
     /// The name of a group: its last stored member (a composite's name).
@@ -722,32 +762,11 @@ fn lower_node(
                 };
                 let mut v = arg(0)?.clone();
                 for (k, &axis) in axes.iter().enumerate().rev() {
-                    let mut out_shape = v.view.shape.clone();
-                    if axis >= out_shape.len() {
+                    if axis >= v.view.shape.len() {
                         return Err(unsupported("reduce axis out of range"));
                     }
-                    out_shape[axis] = 1;
-                    let out = View::contiguous(dt, &out_shape);
-                    let buf = temp(plan, dt, &out_shape);
-                    let group = Group {
-                        kind: GroupKind::Reduce {
-                            shape: v.view.shape.clone(),
-                            axis,
-                        },
-                        inputs: vec![v.view.clone()],
-                        nodes: vec![
-                            (GNode::Input(0), v.view.dtype),
-                            (GNode::Reduce(code, 0), dt),
-                        ],
-                        outputs: vec![(1, out.clone())],
-                    };
-                    plan.steps.push(Step {
-                        name: step_name(&node.name, k, axes.len()),
-                        group,
-                        args: vec![v.buf, buf],
-                        nodes: Vec::new(),
-                    });
-                    v = Value { buf, view: out };
+                    let name = step_name(&node.name, k, axes.len());
+                    v = reduce_axis(plan, &name, v, axis, code, dt)?;
                 }
                 if !keepdims {
                     v.view = dense(dt, shape, v.view.offset);
@@ -900,6 +919,116 @@ fn lower_outputs(
             .push((name.clone(), v.buf, v.view.dtype, v.view.shape.clone()));
     }
     Ok(())
+}
+
+/// Reduced extents above this are reduced in two stages (see
+/// [`reduce_axis`]); below it one pass always fits the UB.
+const ONE_PASS_MAX: u64 = 32 * 1024;
+/// Elements per chunk of a two-stage reduction.
+const CHUNK: u64 = 8 * 1024;
+
+/// Reduces `v` along `axis` with `code` into a new buffer (extent 1 at
+/// `axis`).
+///
+/// An extent `R` above [`ONE_PASS_MAX`] does not fit the UB in one pass, so
+/// it is reduced in stages, all with the existing group kinds: the first
+/// `n·CHUNK` elements viewed as `[n, CHUNK]` (strides only, no copy) reduce
+/// to `n` partials per output element, the `R mod CHUNK` remaining elements
+/// (an offset view) reduce to one more, the partials reduce again
+/// (recursively, should `n` itself be large) and an element-wise step
+/// combines the two (`add`, `max` or `min`).
+fn reduce_axis(
+    plan: &mut Plan,
+    name: &str,
+    v: Value,
+    axis: usize,
+    code: Opcode,
+    dt: DType,
+) -> Result<Value, LowerError> {
+    let extent = v.view.shape[axis];
+    let mut out_shape = v.view.shape.clone();
+    out_shape[axis] = 1;
+    let one_pass = |plan: &mut Plan, name: &str, v: Value, axis: usize| {
+        let mut out_shape = v.view.shape.clone();
+        out_shape[axis] = 1;
+        let out = View::contiguous(dt, &out_shape);
+        let buf = temp(plan, dt, &out_shape);
+        let group = Group {
+            kind: GroupKind::Reduce {
+                shape: v.view.shape.clone(),
+                axis,
+            },
+            inputs: vec![v.view.clone()],
+            nodes: vec![
+                (GNode::Input(0), v.view.dtype),
+                (GNode::Reduce(code, 0), dt),
+            ],
+            outputs: vec![(1, out.clone())],
+        };
+        plan.steps.push(Step {
+            name: name.to_string(),
+            group,
+            args: vec![v.buf, buf],
+            nodes: Vec::new(),
+        });
+        Value { buf, view: out }
+    };
+    if extent <= ONE_PASS_MAX {
+        return Ok(one_pass(plan, name, v, axis));
+    }
+    let combine = match code {
+        Opcode::ReduceSum => Opcode::Add,
+        Opcode::ReduceMax => Opcode::Max,
+        _ => Opcode::Min,
+    };
+    let (n, rem) = (extent / CHUNK, extent % CHUNK);
+    let stride = v.view.strides[axis];
+    // Stage 1: [.., n, CHUNK, ..] folded along the chunk axis.
+    let mut chunked = v.view.clone();
+    chunked.shape[axis] = CHUNK;
+    chunked.shape.insert(axis, n);
+    chunked.strides.insert(axis, stride * CHUNK);
+    let partial = one_pass(
+        plan,
+        &format!("{name}.chunks"),
+        Value {
+            buf: v.buf,
+            view: chunked,
+        },
+        axis + 1,
+    );
+    // [.., n, 1, ..] → [.., n, ..], then fold the partials.
+    let mut pshape = partial.view.shape.clone();
+    pshape.remove(axis + 1);
+    let partials = Value {
+        buf: partial.buf,
+        view: dense(dt, &pshape, partial.view.offset),
+    };
+    let folded = reduce_axis(plan, &format!("{name}.partials"), partials, axis, code, dt)?;
+    if rem == 0 {
+        return Ok(folded);
+    }
+    // The tail: `rem` elements from `n·CHUNK` on.
+    let mut tail = v.view.clone();
+    tail.shape[axis] = rem;
+    tail.offset += n * CHUNK * stride;
+    let tail = one_pass(
+        plan,
+        &format!("{name}.tail"),
+        Value {
+            buf: v.buf,
+            view: tail,
+        },
+        axis,
+    );
+    ewise(
+        plan,
+        &format!("{name}.combine"),
+        &out_shape,
+        dt,
+        &[folded, tail],
+        GNode::Binary(combine, 0, 1),
+    )
 }
 
 fn step_name(node: &str, k: usize, n: usize) -> String {

@@ -307,6 +307,25 @@ fn reductions(out: &mut Vec<Case>) -> R<()> {
             }
         }
     }
+    // Reduced extents too long for one pass through the UB: two stages
+    // (a multiple of the chunk, with a tail, along the rows and the columns).
+    for (kind, shape, axis) in [
+        ("sum", [2u64, 100_003], -1i64),
+        ("max", [2, 65_536], -1),
+        ("min", [70_001, 3], 0),
+        ("mean", [40_000, 5], 0),
+    ] {
+        let mut b = Builder::new(format!("reduce/two-stage/{kind}/{}x{}", shape[0], shape[1]))
+            .tol(1e-5, 1e-4);
+        let x = b.input("x", F32, &shape, Domain::Any)?;
+        let y = match kind {
+            "sum" => b.g.sum(x, &[axis], false)?,
+            "max" => b.g.reduce_max(x, &[axis], false)?,
+            "min" => b.g.reduce_min(x, &[axis], false)?,
+            _ => b.g.mean(x, &[axis], true)?,
+        };
+        out.push(b.output(&[y])?);
+    }
     // A long reduced axis and a 1-sized one.
     for (name, shape) in [("long", [2u64, 20_000]), ("unit", [301, 1])] {
         let mut b = Builder::new(format!("reduce/sum/{name}")).tol(1e-5, 1e-4);
@@ -324,6 +343,11 @@ fn composites(out: &mut Vec<Case>) -> R<()> {
         let y = b.g.softmax(x, -1)?;
         out.push(b.output(&[y])?);
     }
+    // A vocabulary-sized softmax (GPT-2's 50257): too long for one fused pass.
+    let mut b = Builder::new("softmax/vocab-50257").tol(1e-5, 1e-7);
+    let x = b.input("x", F32, &[2, 50_257], Domain::Any)?;
+    let y = b.g.softmax(x, -1)?;
+    out.push(b.output(&[y])?);
     let mut b = Builder::new("softmax/axis0").tol(1e-5, 1e-6);
     let x = b.input("x", F32, &[33, 40], Domain::Any)?;
     let y = b.g.softmax(x, 0)?;
