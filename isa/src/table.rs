@@ -68,9 +68,13 @@ macro_rules! define_isa {
 
             /// Encoded length in words, head included.
             pub const fn len_words(self) -> u8 {
+                // Each arm is a constant, evaluated at compile time.
                 match self {
-                    $( Opcode::$name => $crate::table::layout_words(
-                        &[ $(<$fty as $crate::operand::Operand>::BITS),* ]), )*
+                    $( Opcode::$name => {
+                        const WORDS: u8 = $crate::table::layout_words(
+                            &[ $(<$fty as $crate::operand::Operand>::BITS),* ]);
+                        WORDS
+                    } )*
                 }
             }
 
