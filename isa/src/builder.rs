@@ -20,6 +20,10 @@ use crate::word::WaitMask;
 pub struct CodeWriter {
     words: Vec<u64>,
     labels: Vec<(u32, String)>,
+    /// Feature bits of the instructions pushed with [`CodeWriter::push`].
+    features: u64,
+    /// Some words were pushed raw: their features are unknown until decoded.
+    raw: bool,
 }
 
 impl CodeWriter {
@@ -32,12 +36,15 @@ impl CodeWriter {
     pub fn clear(&mut self) {
         self.words.clear();
         self.labels.clear();
+        self.features = 0;
+        self.raw = false;
     }
 
     /// Appends `instr` with wait flags `wait`; returns its word offset.
     pub fn push(&mut self, instr: &Instr, wait: WaitMask) -> u32 {
         let at = self.words.len() as u32;
         self.words.extend_from_slice(instr.encode(wait).words());
+        self.features |= instr_features(instr);
         at
     }
 
@@ -46,6 +53,7 @@ impl CodeWriter {
     pub fn push_word(&mut self, word: u64) -> u32 {
         let at = self.words.len() as u32;
         self.words.push(word);
+        self.raw = true;
         at
     }
 
@@ -146,15 +154,19 @@ impl ModuleBuilder {
         }
         for (b, body) in k.bodies.iter().enumerate() {
             let code_start = self.code.len() as u32;
-            let words: Vec<U64> = body.code.words.iter().map(|w| U64::new(*w)).collect();
-            let mut at = 0;
-            while at < words.len() {
-                match Instr::decode(&words[at..]) {
-                    Ok((head, instr)) => {
-                        self.features |= instr_features(&instr);
-                        at += head.len as usize;
+            self.features |= body.code.features;
+            if body.code.raw {
+                // Raw words: decode what decodes to find the features.
+                let words: Vec<U64> = body.code.words.iter().map(|w| U64::new(*w)).collect();
+                let mut at = 0;
+                while at < words.len() {
+                    match Instr::decode(&words[at..]) {
+                        Ok((head, instr)) => {
+                            self.features |= instr_features(&instr);
+                            at += head.len as usize;
+                        }
+                        Err(_) => break,
                     }
-                    Err(_) => break,
                 }
             }
             self.code.extend_from_slice(&body.code.words);
