@@ -152,6 +152,24 @@ impl<const N: usize, const B: usize> Program<N, B> {
         }
     }
 
+    /// Initialises an empty program in `slot`, field by field, so a boxed or
+    /// static program is never built on the stack and copied (the
+    /// instruction capacity stays uninitialised, as in [`Program::empty`]).
+    pub fn init(slot: &mut core::mem::MaybeUninit<Self>) -> &mut Self {
+        let p = slot.as_mut_ptr();
+        // SAFETY: every field is written exactly once through a raw pointer
+        // into `slot` (no reference to uninitialised memory is formed), so
+        // the program is fully initialised when the reference is created.
+        unsafe {
+            core::ptr::addr_of_mut!((*p).kind).write(KernelKind::Vector);
+            core::ptr::addr_of_mut!((*p).ub_bytes).write(0);
+            core::ptr::addr_of_mut!((*p).params).write(ParamSig::EMPTY);
+            core::ptr::addr_of_mut!((*p).bodies).write(heapless::Vec::new());
+            core::ptr::addr_of_mut!((*p).code).write(heapless::Vec::new());
+            slot.assume_init_mut()
+        }
+    }
+
     /// Predecodes `kernel`.
     ///
     /// # Errors

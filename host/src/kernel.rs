@@ -59,10 +59,12 @@ pub fn ready(info: Compiled, target: &Target) -> Result<Arc<ReadyKernel>, BuildE
         ub_bytes: target.ub_bytes,
     };
     let verified = verify_kernel(&parsed, 0, &limits)?;
-    let mut program: Box<Program> = Box::default();
-    program
+    let mut slot = Box::<Program>::new_uninit();
+    Program::init(&mut slot)
         .predecode(&verified)
         .map_err(BuildError::Predecode)?;
+    // SAFETY: `Program::init` initialised the slot.
+    let program = unsafe { slot.assume_init() };
     Ok(Arc::new(ReadyKernel {
         module,
         program,

@@ -32,6 +32,14 @@ impl CodeWriter {
         CodeWriter::default()
     }
 
+    /// An empty body with room for `words` words.
+    pub fn with_capacity(words: usize) -> CodeWriter {
+        CodeWriter {
+            words: Vec::with_capacity(words),
+            ..CodeWriter::default()
+        }
+    }
+
     /// Clears the writer for reuse, keeping its allocation.
     pub fn clear(&mut self) {
         self.words.clear();

@@ -88,7 +88,7 @@ pub fn compile(group: &Group, name: &str, target: &Target) -> Result<Compiled, C
     let mut ub = UbAlloc::default();
     let mut ub_bytes = 0;
     for b in 0..nbodies {
-        let mut code = CodeWriter::new();
+        let mut code = CodeWriter::with_capacity(128);
         emit_body(
             group, &t, &classes, fold, b, target, &mut ub, &mut code, None,
         )?;

@@ -191,7 +191,7 @@ pub fn compile(group: &Group, name: &str, target: &Target) -> Result<Compiled, C
             Ok(c)
         };
     for body in 0..nbodies {
-        let mut code = CodeWriter::new();
+        let mut code = CodeWriter::with_capacity(128);
         emit_body(
             group,
             &t,
