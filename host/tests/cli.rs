@@ -250,3 +250,29 @@ fn run_fused_and_unfused_give_the_same_outputs() {
     let y = npy::read(&b.join("o.npy")).unwrap();
     assert!(x.allclose(&y, 1e-5, 1e-6).unwrap());
 }
+
+#[test]
+fn qemu_device_needs_a_real_firmware() {
+    let dir = scratch("qemu");
+    let inputs = write_inputs(&dir, 5);
+    let out = dir.join("out");
+    // No --firmware (and no DVM_FIRMWARE).
+    let mut c = dvm();
+    c.env_remove("DVM_FIRMWARE").arg("run").arg(example());
+    for i in &inputs {
+        c.arg("--input").arg(i);
+    }
+    c.args(["--device", "qemu", "--output-dir"]).arg(&out);
+    assert_user_error(&c.output().unwrap(), "--firmware", &out);
+    // A file that is not a dvm firmware.
+    let mut c = dvm();
+    c.env_remove("DVM_FIRMWARE").arg("run").arg(example());
+    for i in &inputs {
+        c.arg("--input").arg(i);
+    }
+    c.args(["--device", "qemu", "--firmware"])
+        .arg(example())
+        .arg("--output-dir")
+        .arg(&out);
+    assert_user_error(&c.output().unwrap(), "not an ELF", &out);
+}
