@@ -575,6 +575,8 @@ mod eager {
         }
         assert_eq!(halvings, 6); // 40 / 2^6 < 1
         assert_eq!(ex.stats().flushes, 7);
+        // Windows 2…7 have the same structure: the fusion decision is reused.
+        assert_eq!(ex.stats().decision_hits, 5);
         assert!(matches!(x.item(), Err(EagerError::NotScalar(6))));
     }
 

@@ -396,11 +396,11 @@ pub fn validate(
         let mut reduced = space.clone();
         reduced[axis] = Dim::ONE;
         let mut classes: Vec<(NodeId, Class)> = Vec::with_capacity(nodes.len());
+        // Members are ascending, so `classes` is sorted by node.
         let class_of = |classes: &[(NodeId, Class)], o: NodeId| -> Class {
             classes
-                .iter()
-                .find(|(m, _)| *m == o)
-                .map_or(Class::Full, |(_, c)| *c)
+                .binary_search_by_key(&o, |(m, _)| *m)
+                .map_or(Class::Full, |i| classes[i].1)
         };
         for &n in nodes {
             let node = &g[n];

@@ -57,6 +57,7 @@ struct Vertical {
     init: bool,
     work: VecDeque<Cand>,
     tried: IdSet<(usize, usize)>,
+    scratch: Vec<Cand>,
 }
 
 impl Vertical {
@@ -68,37 +69,50 @@ impl Vertical {
             init: false,
             work: VecDeque::new(),
             tried: IdSet::default(),
+            scratch: Vec::new(),
         }
     }
+}
 
-    /// Queues the edges leaving and entering the nodes of `nodes`.
-    fn queue_edges(&mut self, st: &State<'_>, nodes: &[NodeId]) {
-        for &m in nodes {
-            let Some(cm) = st.owner(m) else { continue };
-            for &u in st.users(m) {
-                if let Some(cu) = st.owner(u) {
-                    if cu != cm {
-                        self.work.push_back(Cand {
-                            a: cm,
+/// The edges between group `c` and its neighbour groups, one per ordered
+/// pair of groups (producer first).
+fn neighbour_edges(st: &State<'_>, c: usize, out: &mut Vec<Cand>) {
+    out.clear();
+    let push = |cand: Cand, out: &mut Vec<Cand>| {
+        if !out.iter().any(|q| q.a == cand.a && q.b == cand.b) {
+            out.push(cand);
+        }
+    };
+    for &m in &st.cluster(c).nodes {
+        for &u in st.users(m) {
+            if let Some(cu) = st.owner(u) {
+                if cu != c {
+                    push(
+                        Cand {
+                            a: c,
                             b: cu,
                             na: m,
                             nb: u,
                             via: None,
-                        });
-                    }
+                        },
+                        out,
+                    );
                 }
             }
-            for &o in &st.graph()[m].operands {
-                if let Some(co) = st.owner(o) {
-                    if co != cm {
-                        self.work.push_back(Cand {
+        }
+        for &o in &st.graph()[m].operands {
+            if let Some(co) = st.owner(o) {
+                if co != c {
+                    push(
+                        Cand {
                             a: co,
-                            b: cm,
+                            b: c,
                             na: o,
                             nb: m,
                             via: None,
-                        });
-                    }
+                        },
+                        out,
+                    );
                 }
             }
         }
@@ -117,9 +131,12 @@ impl Rule for Vertical {
             // Producers' outgoing edges in graph order (each edge once).
             for &m in &all {
                 let Some(cm) = st.owner(m) else { continue };
+                if !is(self.producer, &st.cluster(cm).kind) {
+                    continue;
+                }
                 for &u in st.users(m) {
                     if let Some(cu) = st.owner(u) {
-                        if cu != cm {
+                        if cu != cm && is(self.consumer, &st.cluster(cu).kind) {
                             self.work.push_back(Cand {
                                 a: cm,
                                 b: cu,
@@ -167,8 +184,14 @@ impl Rule for Vertical {
 
     fn notify(&mut self, st: &State<'_>, c: usize) {
         if self.init {
-            let nodes = st.cluster(c).nodes.clone();
-            self.queue_edges(st, &nodes);
+            neighbour_edges(st, c, &mut self.scratch);
+            for cand in &self.scratch {
+                if is(self.producer, &st.cluster(cand.a).kind)
+                    && is(self.consumer, &st.cluster(cand.b).kind)
+                {
+                    self.work.push_back(*cand);
+                }
+            }
         }
     }
 }
