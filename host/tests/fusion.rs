@@ -153,6 +153,24 @@ fn reductions_with_prologue_and_epilogue_along_any_axis() {
     assert_eq!(counts(&g, &fused(), &[("S", 9)]).0, 1);
     check(&g, &[("x", tensor(&[9, 48], 6, 1.0))], 1e-5, 1e-5);
 
+    // Column sums without keepdims broadcast back along axis 0; row sums
+    // without keepdims would not (they align with the columns).
+    let mut g = Graph::new();
+    let x = g.input("x", DType::F32, &[c(12), c(12)]).unwrap();
+    let cs = g.sum(x, &[0], false).unwrap();
+    let rs = g.sum(x, &[1], false).unwrap();
+    let a = g.binary(Opcode::Sub, x, cs).unwrap();
+    let b = g.binary(Opcode::Sub, x, rs).unwrap();
+    g.output("a", a).unwrap();
+    g.output("b", b).unwrap();
+    let p = Prepared::with_options(&g, &fused()).unwrap();
+    assert!(p
+        .fusion()
+        .rejections
+        .iter()
+        .any(|r| matches!(r.reason, Reason::DroppedAxis { .. })));
+    check(&g, &[("x", tensor(&[12, 12], 35, 1.0))], 1e-5, 1e-5);
+
     let (mut g, x) = seq_graph(48);
     let m = g.mean(x, &[0], true).unwrap();
     let d = g.binary(Opcode::Sub, x, m).unwrap();

@@ -946,3 +946,6 @@ fn describe(st: &State<'_>, p: &Patch) -> String {
         ),
     }
 }
+
+#[cfg(test)]
+mod tests;
