@@ -133,9 +133,12 @@ struct Inner {
 /// window that repeats (a loop body) hits.
 #[derive(Default)]
 struct DecisionCache {
-    map: std::collections::HashMap<u64, Vec<(Vec<u64>, Rc<Prepared>)>>,
+    map: std::collections::HashMap<u64, Vec<Decision>>,
     len: usize,
 }
+
+/// A window's signature and its prepared graph.
+type Decision = (Vec<u64>, Rc<Prepared>);
 
 /// Most cached decisions (the cache is cleared when it is full).
 const DECISIONS: usize = 256;
