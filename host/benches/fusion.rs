@@ -34,11 +34,14 @@ fn tensor(shape: &[u64], seed: u32, scale: f32) -> Tensor {
     Tensor::from_f32(shape, &v).expect("tensor")
 }
 
+/// Input name, shape and value scale.
+type InputSpec = (&'static str, Vec<u64>, f32);
+
 struct Workload {
     name: &'static str,
     graph: Graph,
     /// Input shapes at length `s`, with a weight scale.
-    inputs: fn(u64) -> Vec<(&'static str, Vec<u64>, f32)>,
+    inputs: fn(u64) -> Vec<InputSpec>,
     lens: Vec<u64>,
 }
 
