@@ -716,6 +716,11 @@ pub struct FusionPlan {
     pub users: Users,
     /// Whether each node is a graph output.
     pub is_output: Vec<bool>,
+    /// Store layouts: a group value read only through a transpose is stored
+    /// in the transposed order (`Some(perm)`), so the transpose is dense and
+    /// a reshape after it needs no copy kernel (e.g. attention heads merged
+    /// back into the hidden axis).
+    pub layouts: Vec<Option<Vec<usize>>>,
     /// The options the plan was made with.
     pub options: FuseOptions,
 }
@@ -787,6 +792,7 @@ impl FusionPlan {
                 roles: vec![Role::Opaque; graph.nodes().len()],
                 users: Users::new(graph),
                 is_output: vec![false; graph.nodes().len()],
+                layouts: vec![None; graph.nodes().len()],
                 options: FuseOptions::off(),
             },
         }
@@ -889,6 +895,7 @@ impl FusionPlan {
             }
         }
         rejections.reverse();
+        let layouts = store_layouts(&st);
         Ok(FusionPlan {
             clusters,
             owner,
@@ -898,6 +905,7 @@ impl FusionPlan {
             applied,
             roles: st.roles,
             users: st.users,
+            layouts,
             is_output: st.is_output,
             options: st.opts,
         })
@@ -917,6 +925,34 @@ impl FusionPlan {
     pub fn kernel_groups(&self) -> usize {
         self.clusters.len()
     }
+}
+
+/// The transposed store layouts (see [`FusionPlan::layouts`]): a group
+/// member that is not a graph output and whose only consumer is a transpose
+/// whose result is not dense otherwise.
+fn store_layouts(st: &State<'_>) -> Vec<Option<Vec<usize>>> {
+    let n = st.owner.len();
+    let mut out = vec![None; n];
+    if !st.opts.fuse {
+        return out;
+    }
+    for (i, slot) in out.iter_mut().enumerate() {
+        let id = NodeId(i);
+        if st.owner[i] == NONE || st.is_output[i] {
+            continue;
+        }
+        let users = st.users.of(id);
+        if users.len() != 1 {
+            continue;
+        }
+        if let crate::graph::Op::Transpose { perm } = &st.g[users[0]].op {
+            let identity = perm.iter().enumerate().all(|(k, &p)| k == p);
+            if !identity && perm.len() == st.g[id].shape.len() {
+                *slot = Some(perm.clone());
+            }
+        }
+    }
+    out
 }
 
 fn describe(st: &State<'_>, p: &Patch) -> String {
