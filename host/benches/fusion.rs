@@ -368,7 +368,12 @@ fn main() {
     let quick = std::env::args().any(|a| a == "quick");
     if std::env::args().any(|a| a == "decision") {
         // Only the fusion pass, in a loop (for profiling).
-        let d = decompose(&window30()).expect("decomposes");
+        let w = if std::env::var_os("DVM_PRIM").is_some() {
+            window30_primitive()
+        } else {
+            window30()
+        };
+        let d = decompose(&w).expect("decomposes");
         let which: &[bool] = if std::env::var_os("DVM_FAST").is_some() {
             &[false]
         } else {

@@ -214,8 +214,9 @@ pub trait Rule {
     /// The next patch, or `None` at this rule's fixed point. Rejected
     /// candidates go to `log`.
     fn next(&mut self, st: &State<'_>, log: &mut Log) -> Option<Patch>;
-    /// Group `c` was created by a merge.
-    fn notify(&mut self, st: &State<'_>, c: usize);
+    /// Group `c` was created by a merge; `edges` are its edges to the
+    /// neighbouring groups ([`pattern::neighbour_edges`]).
+    fn notify(&mut self, st: &State<'_>, c: usize, edges: &[pattern::Cand]);
 }
 
 /// A fast hasher for small integer keys (the memo of examined pairs).
@@ -318,20 +319,23 @@ impl<'g> State<'g> {
             ) {
                 continue;
             }
-            let member = |m: NodeId| m == id;
-            match validate(&st.facts(), &[id], &member) {
-                Ok((kind, space)) => {
-                    st.owner[i] = st.clusters.len() as u32;
-                    st.clusters.push(Cluster {
-                        kind,
-                        nodes: vec![id],
-                        space,
-                    });
-                    st.stack_of.push(NONE);
-                }
-                // A node that is not a group even alone is lowered on its own.
-                Err(_) => st.roles[i] = Role::Opaque,
-            }
+            // A single operator is always a group: its space is its shape
+            // (a reduction's: its operand's).
+            let (kind, space) = match st.roles[i] {
+                Role::Reduce { axis, .. } => (
+                    ClusterKind::Reduce { axis },
+                    g[g[id].operands[0]].shape.clone(),
+                ),
+                Role::Matmul => (ClusterKind::Matmul, g[id].shape.clone()),
+                _ => (ClusterKind::Elementwise, g[id].shape.clone()),
+            };
+            st.owner[i] = st.clusters.len() as u32;
+            st.clusters.push(Cluster {
+                kind,
+                nodes: vec![id],
+                space,
+            });
+            st.stack_of.push(NONE);
         }
         st
     }
@@ -491,10 +495,20 @@ impl<'g> State<'g> {
                 via: self.g[via].name.clone(),
             });
         }
+        // Merge the two ascending member lists.
         let mut nodes = Vec::with_capacity(n);
-        nodes.extend_from_slice(&ca.nodes);
-        nodes.extend_from_slice(&cb.nodes);
-        nodes.sort_unstable();
+        let (mut i, mut j) = (0, 0);
+        while i < ca.nodes.len() && j < cb.nodes.len() {
+            if ca.nodes[i] < cb.nodes[j] {
+                nodes.push(ca.nodes[i]);
+                i += 1;
+            } else {
+                nodes.push(cb.nodes[j]);
+                j += 1;
+            }
+        }
+        nodes.extend_from_slice(&ca.nodes[i..]);
+        nodes.extend_from_slice(&cb.nodes[j..]);
         let (aa, bb) = (a as u32, b as u32);
         let member = |m: NodeId| {
             let o = self.owner[m.0];
@@ -502,7 +516,14 @@ impl<'g> State<'g> {
         };
         let facts = self.facts();
         let (kind, space) = validate(&facts, &nodes, &member)?;
-        let params = count_params(&facts, &nodes, &member);
+        // Every operand and every member at most: count only when that
+        // bound exceeds the limit.
+        let bound: usize = nodes.iter().map(|&m| self.g[m].operands.len() + 1).sum();
+        let params = if bound > self.opts.max_params {
+            count_params(&facts, &nodes, &member)
+        } else {
+            0
+        };
         if params > self.opts.max_params {
             return Err(Reason::TooManyParams {
                 n: params,
@@ -741,6 +762,7 @@ impl FusionPlan {
         };
         let mut applied = Vec::new();
         let mut rules = pattern::rules(opts);
+        let mut edges = Vec::new();
         // Every patch removes a group or stacks some: the loop terminates;
         // the bound is a second line of defence.
         let limit = 4 * graph.nodes().len() + 16;
@@ -757,8 +779,9 @@ impl FusionPlan {
                     let created = st.apply(p);
                     st.check(name, created)?;
                     if let Some(c) = created {
+                        pattern::neighbour_edges(&st, c, &mut edges);
                         for r in rules.iter_mut() {
-                            r.notify(&st, c);
+                            r.notify(&st, c, &edges);
                         }
                     }
                     applied.push((name, text));
@@ -799,7 +822,7 @@ impl FusionPlan {
     }
 
     fn finish(
-        st: State<'_>,
+        mut st: State<'_>,
         mut log: Log,
         applied: Vec<(&'static str, String)>,
     ) -> Result<FusionPlan, FuseError> {
@@ -850,9 +873,17 @@ impl FusionPlan {
         let mut clusters = Vec::new();
         let mut stacks: Vec<Vec<usize>> = Vec::new();
         let mut stack_remap = vec![usize::MAX; st.stacks.len()];
-        let take = |c: usize, remap: &mut Vec<usize>, clusters: &mut Vec<Cluster>| {
+        let mut live = std::mem::take(&mut st.clusters);
+        let mut take = |c: usize, remap: &mut Vec<usize>, clusters: &mut Vec<Cluster>| {
             remap[c] = clusters.len();
-            clusters.push(st.clusters[c].clone());
+            clusters.push(std::mem::replace(
+                &mut live[c],
+                Cluster {
+                    kind: ClusterKind::Elementwise,
+                    nodes: Vec::new(),
+                    space: Vec::new(),
+                },
+            ));
         };
         for u in &order {
             match *u {

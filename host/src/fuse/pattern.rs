@@ -40,13 +40,18 @@ fn is(sel: Sel, k: &ClusterKind) -> bool {
 
 /// A candidate pair: groups `a` and `b`, found through nodes `na` and `nb`
 /// (and the shared input `via` for siblings).
-#[derive(Clone, Copy, Debug)]
-struct Cand {
-    a: usize,
-    b: usize,
-    na: NodeId,
-    nb: NodeId,
-    via: Option<NodeId>,
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Cand {
+    /// First group (the producer for an edge).
+    pub a: usize,
+    /// Second group (the consumer for an edge).
+    pub b: usize,
+    /// A node of `a`.
+    pub na: NodeId,
+    /// A node of `b`.
+    pub nb: NodeId,
+    /// The common input of siblings.
+    pub via: Option<NodeId>,
 }
 
 /// Merges a producer group into a consumer group along a data edge.
@@ -57,7 +62,6 @@ struct Vertical {
     init: bool,
     work: VecDeque<Cand>,
     tried: IdSet<(usize, usize)>,
-    scratch: Vec<Cand>,
 }
 
 impl Vertical {
@@ -69,14 +73,13 @@ impl Vertical {
             init: false,
             work: VecDeque::new(),
             tried: IdSet::default(),
-            scratch: Vec::new(),
         }
     }
 }
 
 /// The edges between group `c` and its neighbour groups, one per ordered
 /// pair of groups (producer first).
-fn neighbour_edges(st: &State<'_>, c: usize, out: &mut Vec<Cand>) {
+pub fn neighbour_edges(st: &State<'_>, c: usize, out: &mut Vec<Cand>) {
     out.clear();
     let push = |cand: Cand, out: &mut Vec<Cand>| {
         if !out.iter().any(|q| q.a == cand.a && q.b == cand.b) {
@@ -182,10 +185,9 @@ impl Rule for Vertical {
         None
     }
 
-    fn notify(&mut self, st: &State<'_>, c: usize) {
+    fn notify(&mut self, st: &State<'_>, _c: usize, edges: &[Cand]) {
         if self.init {
-            neighbour_edges(st, c, &mut self.scratch);
-            for cand in &self.scratch {
+            for cand in edges {
                 if is(self.producer, &st.cluster(cand.a).kind)
                     && is(self.consumer, &st.cluster(cand.b).kind)
                 {
@@ -274,7 +276,7 @@ impl Rule for Siblings {
         None
     }
 
-    fn notify(&mut self, st: &State<'_>, c: usize) {
+    fn notify(&mut self, st: &State<'_>, c: usize, _edges: &[Cand]) {
         if !self.init {
             return;
         }
@@ -337,7 +339,7 @@ impl Rule for ParallelStack {
         None
     }
 
-    fn notify(&mut self, _st: &State<'_>, _c: usize) {
+    fn notify(&mut self, _st: &State<'_>, _c: usize, _edges: &[Cand]) {
         // Merges after stacking started restart the scan.
         self.next_node = 0;
     }
