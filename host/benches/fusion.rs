@@ -434,7 +434,13 @@ fn main() {
                 .collect();
             let named: Vec<(&str, &Tensor)> = ins.iter().map(|(n, t)| (*n, t)).collect();
             let heavy = w.name == "attention" && s >= 2048 || s >= 32768;
-            let reps = if heavy { 1 } else { 3 };
+            let reps = if heavy {
+                1
+            } else if s <= 1024 {
+                5
+            } else {
+                3
+            };
             let f = measure(&rt, &fused, &named, reps);
             let u = measure(&rt, &unfused, &named, reps);
             let gbs = f.bytes as f64 / (f.kernel_ms * 1e-3) / 1e9;
