@@ -34,11 +34,14 @@ fn tensor(shape: &[u64], seed: u32, scale: f32) -> Tensor {
     Tensor::from_f32(shape, &v).expect("tensor")
 }
 
+/// Input name, shape and value scale.
+type InputSpec = (&'static str, Vec<u64>, f32);
+
 struct Workload {
     name: &'static str,
     graph: Graph,
     /// Input shapes at length `s`, with a weight scale.
-    inputs: fn(u64) -> Vec<(&'static str, Vec<u64>, f32)>,
+    inputs: fn(u64) -> Vec<InputSpec>,
     lens: Vec<u64>,
 }
 
@@ -301,6 +304,33 @@ fn copy_bandwidth(rt: &Runtime, mib: usize) -> (f64, f64, f64) {
     (gbs(one), gbs(all), gbs(vm))
 }
 
+/// A window of 30 recorded primitive operations (matmul, element-wise,
+/// reductions) with concrete shapes.
+fn window30_primitive() -> Graph {
+    let mut g = Graph::new();
+    let x = g.input("i0", DType::F32, &[c(64), c(256)]).expect("x");
+    let w = g.input("i1", DType::F32, &[c(256), c(256)]).expect("w");
+    let b = g.input("i2", DType::F32, &[c(256)]).expect("b");
+    let mut cur = x;
+    for i in 0..30 {
+        cur = match i % 10 {
+            0 => g.matmul(cur, w, false, false),
+            1 => g.binary(Opcode::Add, cur, b),
+            2 => g.unary(Opcode::GeluTanh, cur),
+            3 => g.binary(Opcode::Add, cur, x),
+            4 => g.reduce(cur, dvm_host::graph::ReduceOp::Max, &[-1], true),
+            5 => g.binary(Opcode::Sub, x, cur),
+            6 => g.unary(Opcode::Exp, cur),
+            7 => g.binary(Opcode::Mul, cur, x),
+            8 => g.unary(Opcode::Tanh, cur),
+            _ => g.scalar(Opcode::MulS, cur, 0.5),
+        }
+        .expect("op");
+    }
+    g.output("o0", cur).expect("out");
+    g
+}
+
 /// A window of 30 recorded operations as the eager API builds it (concrete
 /// shapes, composites included).
 fn window30() -> Graph {
@@ -338,14 +368,33 @@ fn main() {
     let quick = std::env::args().any(|a| a == "quick");
     if std::env::args().any(|a| a == "decision") {
         // Only the fusion pass, in a loop (for profiling).
-        let d = decompose(&window30()).expect("decomposes");
-        let mut times = Vec::new();
-        for _ in 0..20_000 {
-            let t = Instant::now();
-            std::hint::black_box(FusionPlan::new(&d, &FuseOptions::default()).expect("fuses"));
-            times.push(t.elapsed().as_secs_f64() * 1e6);
+        let w = if std::env::var_os("DVM_PRIM").is_some() {
+            window30_primitive()
+        } else {
+            window30()
+        };
+        let d = decompose(&w).expect("decomposes");
+        let which: &[bool] = if std::env::var_os("DVM_FAST").is_some() {
+            &[false]
+        } else {
+            &[true, false]
+        };
+        for &reasons in which {
+            let opts = FuseOptions {
+                reasons,
+                ..FuseOptions::default()
+            };
+            let mut times = Vec::new();
+            for _ in 0..20_000 {
+                let t = Instant::now();
+                std::hint::black_box(FusionPlan::new(&d, &opts).expect("fuses"));
+                times.push(t.elapsed().as_secs_f64() * 1e6);
+            }
+            println!(
+                "fusion pass (reasons {reasons}) median {:.1} µs",
+                median(times)
+            );
         }
-        println!("fusion pass median {:.1} µs", median(times));
         return;
     }
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
@@ -385,7 +434,13 @@ fn main() {
                 .collect();
             let named: Vec<(&str, &Tensor)> = ins.iter().map(|(n, t)| (*n, t)).collect();
             let heavy = w.name == "attention" && s >= 2048 || s >= 32768;
-            let reps = if heavy { 1 } else { 3 };
+            let reps = if heavy {
+                1
+            } else if s <= 1024 {
+                5
+            } else {
+                3
+            };
             let f = measure(&rt, &fused, &named, reps);
             let u = measure(&rt, &unfused, &named, reps);
             let gbs = f.bytes as f64 / (f.kernel_ms * 1e-3) / 1e9;
@@ -446,29 +501,45 @@ fn main() {
         println!("{line}");
     }
 
-    // The fusion decision for a window of 30 recorded operations.
-    let w = window30();
-    let d = decompose(&w).expect("decomposes");
+    // The fusion decision for a window of 30 recorded operations, cold
+    // (no cache): the fusion pass alone, as the eager API runs it (no
+    // rejection reasons), and with reasons (as `dvm explain` runs it).
     let reps = if quick { 200 } else { 2000 };
-    let mut pass = Vec::with_capacity(reps);
-    let mut prep = Vec::with_capacity(reps);
-    let mut plan = FusionPlan::new(&d, &FuseOptions::default()).expect("fuses");
-    for _ in 0..reps {
-        let t = Instant::now();
-        plan = FusionPlan::new(&d, &FuseOptions::default()).expect("fuses");
-        pass.push(t.elapsed().as_secs_f64() * 1e6);
-        let t = Instant::now();
-        std::hint::black_box(Prepared::new(&w).expect("prepares"));
-        prep.push(t.elapsed().as_secs_f64() * 1e6);
+    let eager_opts = FuseOptions {
+        reasons: false,
+        ..FuseOptions::default()
+    };
+    println!("\nfusion decision for a window of 30 recorded ops (cold, median of {reps}):");
+    for (name, w) in [
+        ("30 primitive ops", window30_primitive()),
+        ("30 ops with 9 norms/softmaxes", window30()),
+    ] {
+        let d = decompose(&w).expect("decomposes");
+        let mut fast = Vec::with_capacity(reps);
+        let mut full = Vec::with_capacity(reps);
+        let mut prep = Vec::with_capacity(reps);
+        let mut plan = FusionPlan::new(&d, &eager_opts).expect("fuses");
+        for _ in 0..reps {
+            let t = Instant::now();
+            plan = FusionPlan::new(&d, &eager_opts).expect("fuses");
+            fast.push(t.elapsed().as_secs_f64() * 1e6);
+            let t = Instant::now();
+            std::hint::black_box(FusionPlan::new(&d, &FuseOptions::default()).expect("fuses"));
+            full.push(t.elapsed().as_secs_f64() * 1e6);
+            let t = Instant::now();
+            std::hint::black_box(Prepared::with_options(&w, &eager_opts).expect("prepares"));
+            prep.push(t.elapsed().as_secs_f64() * 1e6);
+        }
+        println!(
+            "  {name:<30} {:>3} nodes → {:>2} groups: pass {:>6.1} µs (min {:.1}), with reasons {:>6.1} µs, decomposition + pass {:>6.1} µs",
+            d.nodes().len(),
+            plan.clusters.len(),
+            median(fast.clone()),
+            fast.iter().cloned().fold(f64::MAX, f64::min),
+            median(full),
+            median(prep)
+        );
     }
-    println!(
-        "\nfusion decision, window of 30 recorded ops ({} nodes after decomposition, {} groups): fusion pass median {:.1} µs (min {:.1}); decomposition + pass median {:.1} µs",
-        d.nodes().len(),
-        plan.clusters.len(),
-        median(pass.clone()),
-        pass.iter().cloned().fold(f64::MAX, f64::min),
-        median(prep)
-    );
     // The eager API end to end on the same window (kernels cached after the
     // first flush): record 30 ops, read back.
     let ex = dvm_host::eager::Eager::new(cores);
@@ -499,11 +570,14 @@ fn main() {
         flush.push(t.elapsed().as_secs_f64() * 1e6);
     }
     let st = ex.stats();
+    let flushes = st.flushes as f64;
     println!(
-        "eager: record 30 ops + flush + read back, median {:.0} µs per window ({:.1} kernels / {:.1} launches per flush, fusion decision {:.1} µs per flush)",
+        "eager, 30 ops with norms/softmaxes per window: record + flush + read back median {:.0} µs per window; {:.1} kernels / {:.1} launches per flush; decision {:.1} µs per flush on average ({} of {} flushes reused a cached decision)",
         median(flush),
-        st.kernels as f64 / st.flushes as f64,
-        st.launches as f64 / st.flushes as f64,
-        st.fuse_us / st.flushes as f64
+        st.kernels as f64 / flushes,
+        st.launches as f64 / flushes,
+        st.fuse_us / flushes,
+        st.decision_hits,
+        st.flushes
     );
 }

@@ -86,8 +86,11 @@ pub struct EagerStats {
     pub kernels: u64,
     /// Launches.
     pub launches: u64,
-    /// Time spent deciding fusion (decomposition and the fusion pass), µs.
+    /// Time spent deciding fusion (the window's signature, and on a miss
+    /// decomposition and the fusion pass), µs.
     pub fuse_us: f64,
+    /// Flushes whose window structure was seen before (decision reused).
+    pub decision_hits: u64,
     /// Time spent in flushes overall (fusion, lowering, compiling on cache
     /// misses, running), µs.
     pub flush_us: f64,
@@ -120,7 +123,25 @@ struct Inner {
     /// Slots whose ready values are inputs of the current window.
     inputs: Vec<usize>,
     stats: EagerStats,
+    /// Fusion decisions of windows seen before, by structure.
+    decisions: DecisionCache,
 }
+
+/// Fusion decisions (decomposed graph and fusion plan) of recorded windows,
+/// keyed by the window's structure: operators, wiring, shapes, dtypes and
+/// which values leave it. Inputs and outputs are named by position, so a
+/// window that repeats (a loop body) hits.
+#[derive(Default)]
+struct DecisionCache {
+    map: std::collections::HashMap<u64, Vec<Decision>>,
+    len: usize,
+}
+
+/// A window's signature and its prepared graph.
+type Decision = (Vec<u64>, Rc<Prepared>);
+
+/// Most cached decisions (the cache is cleared when it is full).
+const DECISIONS: usize = 256;
 
 /// An eager execution context: a CPU runtime and the window of recorded
 /// operations. Not thread-safe (tensors are `Rc` handles into it).
@@ -164,10 +185,15 @@ impl Drop for LazyTensor {
 }
 
 impl Eager {
-    /// A context on `cores` CPU cores with fusion on and a window of 64
+    /// A context on `cores` CPU cores with fusion on (without recording
+    /// rejection reasons, which only `dvm explain` needs) and a window of 64
     /// operations.
     pub fn new(cores: usize) -> Eager {
-        Eager::with_options(cores, FuseOptions::default(), 64)
+        let options = FuseOptions {
+            reasons: false,
+            ..FuseOptions::default()
+        };
+        Eager::with_options(cores, options, 64)
     }
 
     /// A context with the given fusion options (use
@@ -184,6 +210,7 @@ impl Eager {
                 slots: Vec::new(),
                 inputs: Vec::new(),
                 stats: EagerStats::default(),
+                decisions: DecisionCache::default(),
             })),
         }
     }
@@ -238,7 +265,7 @@ fn flush(inner: &mut Inner) -> Result<(), EagerError> {
     for (i, slot) in inner.slots.iter().enumerate() {
         if let State::Pending(n) = slot.state {
             if slot.refs > 0 {
-                let name = format!("t{i}");
+                let name = format!("o{}", outs.len());
                 graph.output(&name, n)?;
                 outs.push((name, i));
             }
@@ -251,11 +278,11 @@ fn flush(inner: &mut Inner) -> Result<(), EagerError> {
         }
     }
     let mut feed: Vec<(String, Rc<Tensor>)> = Vec::with_capacity(inputs.len());
-    for &i in &inputs {
+    for (k, &i) in inputs.iter().enumerate() {
         let slot = &mut inner.slots[i];
         slot.input = None;
         if let State::Ready(t) = &slot.state {
-            feed.push((format!("v{i}"), Rc::clone(t)));
+            feed.push((format!("i{k}"), Rc::clone(t)));
         }
         if slot.refs == 0 {
             slot.state = State::Gone;
@@ -265,7 +292,36 @@ fn flush(inner: &mut Inner) -> Result<(), EagerError> {
         return Ok(());
     }
     let f0 = Instant::now();
-    let prepared = Prepared::with_options(&graph, &inner.options)?;
+    let sig = signature(&graph);
+    let key = {
+        use std::hash::{Hash, Hasher};
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        sig.hash(&mut h);
+        h.finish()
+    };
+    let cached = inner
+        .decisions
+        .map
+        .get(&key)
+        .and_then(|b| b.iter().find(|(s, _)| *s == sig))
+        .map(|(_, p)| Rc::clone(p));
+    let prepared = match cached {
+        Some(p) => {
+            inner.stats.decision_hits += 1;
+            p
+        }
+        None => {
+            let p = Rc::new(Prepared::with_options(&graph, &inner.options)?);
+            let d = &mut inner.decisions;
+            if d.len >= DECISIONS {
+                d.map.clear();
+                d.len = 0;
+            }
+            d.map.entry(key).or_default().push((sig, Rc::clone(&p)));
+            d.len += 1;
+            p
+        }
+    };
     inner.stats.fuse_us += f0.elapsed().as_secs_f64() * 1e6;
     let named: Vec<(&str, &Tensor)> = feed.iter().map(|(n, t)| (n.as_str(), &**t)).collect();
     let result = (|| {
@@ -594,13 +650,86 @@ fn node_of(inner: &mut Inner, t: &LazyTensor) -> Result<NodeId, EagerError> {
             if let Some(n) = slot.input {
                 return Ok(n);
             }
+            let k = inner.inputs.len();
             let n = inner
                 .graph
-                .input(&format!("v{}", t.id), t.dtype, &dims(&t.shape))?;
+                .input(&format!("i{k}"), t.dtype, &dims(&t.shape))?;
             inner.slots[t.id].input = Some(n);
             inner.inputs.push(t.id);
             Ok(n)
         }
         State::Gone => Err(EagerError::Lost(t.id)),
     }
+}
+
+/// The structure of a window graph as words: per node its operator and
+/// attributes, operands, dtype and shape; then the outputs.
+fn signature(g: &Graph) -> Vec<u64> {
+    use crate::graph::Op;
+    use std::hash::{Hash, Hasher};
+    let mut w: Vec<u64> = Vec::with_capacity(8 * g.nodes().len());
+    let dim = |d: &Dim| -> u64 {
+        match d.as_const() {
+            Some(v) => v as u64,
+            None => {
+                let mut h = std::collections::hash_map::DefaultHasher::new();
+                d.hash(&mut h);
+                h.finish() | 1 << 63
+            }
+        }
+    };
+    for node in g.nodes() {
+        match &node.op {
+            Op::Input => w.push(1),
+            Op::Constant(v) => {
+                w.extend([2, v.len() as u64]);
+                w.extend(v.iter().map(|x| x.to_bits()));
+            }
+            Op::Unary(c) => w.extend([3, *c as u64]),
+            Op::Binary(c) => w.extend([4, *c as u64]),
+            Op::Scalar(c, v) => w.extend([5, *c as u64, v.to_bits()]),
+            Op::ScalarDim(c, d) => w.extend([6, *c as u64, dim(d)]),
+            Op::Where => w.push(7),
+            Op::Cast => w.push(8),
+            Op::Reduce { op, axes, keepdims } => {
+                w.extend([9, *op as u64, u64::from(*keepdims), axes.len() as u64]);
+                w.extend(axes.iter().map(|&a| a as u64));
+            }
+            Op::Softmax { axis } => w.extend([10, *axis as u64]),
+            Op::LogSoftmax { axis } => w.extend([11, *axis as u64]),
+            Op::LayerNorm { eps } => w.extend([12, eps.to_bits()]),
+            Op::RmsNorm { eps } => w.extend([13, eps.to_bits()]),
+            Op::MatMul { trans_a, trans_b } => {
+                w.extend([14, u64::from(*trans_a), u64::from(*trans_b)])
+            }
+            Op::Reshape => w.push(15),
+            Op::Transpose { perm } => {
+                w.extend([16, perm.len() as u64]);
+                w.extend(perm.iter().map(|&p| p as u64));
+            }
+            Op::Slice { ranges } => {
+                w.extend([17, ranges.len() as u64]);
+                for &(a, s, e, st) in ranges {
+                    w.extend([a as u64, s as u64, e as u64, st as u64]);
+                }
+            }
+            Op::Concat { axis } => w.extend([18, *axis as u64]),
+            Op::Expand => w.push(19),
+            Op::Squeeze { axes } => {
+                w.extend([20, axes.len() as u64]);
+                w.extend(axes.iter().map(|&a| a as u64));
+            }
+            Op::Unsqueeze { axes } => {
+                w.extend([21, axes.len() as u64]);
+                w.extend(axes.iter().map(|&a| a as u64));
+            }
+        }
+        w.push(node.operands.len() as u64);
+        w.extend(node.operands.iter().map(|o| o.0 as u64));
+        w.extend([node.dtype as u64, node.shape.len() as u64]);
+        w.extend(node.shape.iter().map(dim));
+    }
+    w.push(u64::MAX);
+    w.extend(g.outputs().iter().map(|(_, id)| id.0 as u64));
+    w
 }

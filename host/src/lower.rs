@@ -198,6 +198,7 @@ pub fn lower_with<K>(
         plan: Plan::default(),
         values: vec![None; n],
         facts: fusion.facts(graph),
+        layouts: &fusion.layouts,
     };
     let mut kernels: Vec<K> = Vec::new();
     for unit in &fusion.order {
@@ -285,6 +286,7 @@ struct Lowerer<'a> {
     plan: Plan,
     values: Vec<Option<Value>>,
     facts: Facts<'a>,
+    layouts: &'a [Option<Vec<usize>>],
 }
 
 /// A fused group before its output buffers exist.
@@ -586,7 +588,10 @@ impl Lowerer<'_> {
             let shape = self.shapes[n.0].clone();
             let dt = g[n].dtype;
             let view = match (&gkind, shape == space) {
-                (_, true) => View::contiguous(dt, &space),
+                (_, true) => match self.layouts.get(n.0).and_then(|l| l.as_ref()) {
+                    Some(perm) => permuted_dense(dt, &space, perm),
+                    None => View::contiguous(dt, &space),
+                },
                 (GroupKind::Reduce { axis, .. }, false) => {
                     let mut keep = space.clone();
                     keep[*axis] = 1;
@@ -629,8 +634,14 @@ impl Lowerer<'_> {
     /// Allocates the stored values' buffers and records the step.
     fn commit(&mut self, p: Pending, name: String, nodes: &[NodeId]) -> usize {
         let mut args = p.in_args;
-        for (n, shape, dt) in p.outs {
-            let v = new_buf(&mut self.plan, BufKind::Temp, dt, &shape);
+        for (k, (n, shape, dt)) in p.outs.into_iter().enumerate() {
+            let mut v = new_buf(&mut self.plan, BufKind::Temp, dt, &shape);
+            // A transposed store layout: the value's view has the strides
+            // the group stores with.
+            let stored = &p.group.outputs[k].1;
+            if stored.shape == shape && stored.strides != v.view.strides {
+                v.view.strides.clone_from(&stored.strides);
+            }
             args.push(v.buf);
             self.values[n.0] = Some(v);
         }
@@ -641,6 +652,31 @@ impl Lowerer<'_> {
             nodes: nodes.to_vec(),
         });
         self.plan.steps.len() - 1
+    }
+}
+
+/// A view of `shape` whose transpose by `perm` is dense: the buffer holds
+/// the values in the transposed order.
+fn permuted_dense(dt: DType, shape: &[u64], perm: &[usize]) -> View {
+    let mut seen = vec![false; shape.len()];
+    let valid = perm.len() == shape.len()
+        && perm
+            .iter()
+            .all(|&p| p < shape.len() && !std::mem::replace(&mut seen[p], true));
+    if !valid {
+        return View::contiguous(dt, shape);
+    }
+    let tshape: Vec<u64> = perm.iter().map(|&p| shape[p]).collect();
+    let tstrides = contiguous_strides(&tshape);
+    let mut strides = vec![0u64; shape.len()];
+    for (i, &p) in perm.iter().enumerate() {
+        strides[p] = tstrides[i];
+    }
+    View {
+        dtype: dt,
+        offset: 0,
+        shape: shape.to_vec(),
+        strides,
     }
 }
 

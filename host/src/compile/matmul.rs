@@ -99,8 +99,10 @@ pub fn compile(group: &Group, name: &str, target: &Target) -> Result<Compiled, C
         body_dims: Vec::new(),
     };
 
-    // Tile sizes: start from 64 × 128 × 256 and shrink until A, B, the
-    // accumulator and the epilogue's live tiles fit.
+    // Tile sizes: start from 64 × 128 × 256 and shrink until A, B and the
+    // epilogue's live tiles fit. `nf` counts the accumulator itself (the
+    // matmul node is a full tile of the epilogue); A and B stay allocated
+    // during the epilogue in the worst case (slots are reused by size).
     let es_in = a.dtype.size() as u64;
     let es = max_elem_size(group).max(acc.size() as u64);
     let (nf, _) = peak_buffers(group, &classes);
@@ -108,7 +110,7 @@ pub fn compile(group: &Group, name: &str, target: &Target) -> Result<Compiled, C
     let ub = target.ub_bytes as u64;
     let (mut tm, mut tn, mut tk) = (m.min(64), n.min(128), k.min(256));
     let cost = |tm: u64, tn: u64, tk: u64| {
-        al(tm * tk * es_in) + al(tk * tn * es_in) + (nf + 1) * al(tm * tn * es)
+        al(tm * tk * es_in) + al(tk * tn * es_in) + nf * al(tm * tn * es)
     };
     while cost(tm, tn, tk) > ub {
         if tk > 32 {

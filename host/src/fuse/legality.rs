@@ -396,11 +396,11 @@ pub fn validate(
         let mut reduced = space.clone();
         reduced[axis] = Dim::ONE;
         let mut classes: Vec<(NodeId, Class)> = Vec::with_capacity(nodes.len());
+        // Members are ascending, so `classes` is sorted by node.
         let class_of = |classes: &[(NodeId, Class)], o: NodeId| -> Class {
             classes
-                .iter()
-                .find(|(m, _)| *m == o)
-                .map_or(Class::Full, |(_, c)| *c)
+                .binary_search_by_key(&o, |(m, _)| *m)
+                .map_or(Class::Full, |i| classes[i].1)
         };
         for &n in nodes {
             let node = &g[n];
@@ -424,6 +424,10 @@ pub fn validate(
                     Class::Reduced(keepdims)
                 }
                 _ => {
+                    // A reduced value broadcasts back along the axis when its
+                    // axis is kept, or dropped from the front (NumPy's
+                    // right alignment re-inserts a leading axis).
+                    let aligned = |keep: bool| keep || axis == 0;
                     let mut full = false;
                     let mut red: Option<bool> = None;
                     let mut mixed = false;
@@ -435,13 +439,13 @@ pub fn validate(
                         } {
                             Class::Full => full = true,
                             Class::Reduced(k) => {
-                                mixed |= red.is_some_and(|r| r != k);
-                                red = Some(k);
+                                mixed |= red.is_some_and(|r| aligned(r) != aligned(k));
+                                red = Some(red.map_or(k, |r| r && k));
                             }
                         }
                     }
                     if full {
-                        if red == Some(false) || mixed {
+                        if red.is_some_and(|k| !aligned(k)) || mixed {
                             return Err(Reason::DroppedAxis {
                                 node: facts.name(n),
                             });
@@ -456,20 +460,19 @@ pub fn validate(
                                 node: facts.name(n),
                             });
                         }
-                        let keep = red.unwrap_or(true);
-                        let want: Vec<Dim> = if keep {
-                            reduced.clone()
+                        let dropped: Vec<Dim> = space
+                            .iter()
+                            .enumerate()
+                            .filter(|&(i, _)| i != axis)
+                            .map(|(_, d)| d.clone())
+                            .collect();
+                        if same_shape(scope, facts.shape(n), &reduced).is_ok() {
+                            Class::Reduced(true)
                         } else {
-                            space
-                                .iter()
-                                .enumerate()
-                                .filter(|&(i, _)| i != axis)
-                                .map(|(_, d)| d.clone())
-                                .collect()
-                        };
-                        same_shape(scope, facts.shape(n), &want)
-                            .map_err(|d| mismatch(n, &want, d))?;
-                        Class::Reduced(keep)
+                            same_shape(scope, facts.shape(n), &dropped)
+                                .map_err(|d| mismatch(n, &dropped, d))?;
+                            Class::Reduced(false)
+                        }
                     }
                 }
             };

@@ -40,13 +40,18 @@ fn is(sel: Sel, k: &ClusterKind) -> bool {
 
 /// A candidate pair: groups `a` and `b`, found through nodes `na` and `nb`
 /// (and the shared input `via` for siblings).
-#[derive(Clone, Copy, Debug)]
-struct Cand {
-    a: usize,
-    b: usize,
-    na: NodeId,
-    nb: NodeId,
-    via: Option<NodeId>,
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Cand {
+    /// First group (the producer for an edge).
+    pub a: usize,
+    /// Second group (the consumer for an edge).
+    pub b: usize,
+    /// A node of `a`.
+    pub na: NodeId,
+    /// A node of `b`.
+    pub nb: NodeId,
+    /// The common input of siblings.
+    pub via: Option<NodeId>,
 }
 
 /// Merges a producer group into a consumer group along a data edge.
@@ -70,35 +75,47 @@ impl Vertical {
             tried: IdSet::default(),
         }
     }
+}
 
-    /// Queues the edges leaving and entering the nodes of `nodes`.
-    fn queue_edges(&mut self, st: &State<'_>, nodes: &[NodeId]) {
-        for &m in nodes {
-            let Some(cm) = st.owner(m) else { continue };
-            for &u in st.users(m) {
-                if let Some(cu) = st.owner(u) {
-                    if cu != cm {
-                        self.work.push_back(Cand {
-                            a: cm,
+/// The edges between group `c` and its neighbour groups, one per ordered
+/// pair of groups (producer first).
+pub fn neighbour_edges(st: &State<'_>, c: usize, out: &mut Vec<Cand>) {
+    out.clear();
+    let push = |cand: Cand, out: &mut Vec<Cand>| {
+        if !out.iter().any(|q| q.a == cand.a && q.b == cand.b) {
+            out.push(cand);
+        }
+    };
+    for &m in &st.cluster(c).nodes {
+        for &u in st.users(m) {
+            if let Some(cu) = st.owner(u) {
+                if cu != c {
+                    push(
+                        Cand {
+                            a: c,
                             b: cu,
                             na: m,
                             nb: u,
                             via: None,
-                        });
-                    }
+                        },
+                        out,
+                    );
                 }
             }
-            for &o in &st.graph()[m].operands {
-                if let Some(co) = st.owner(o) {
-                    if co != cm {
-                        self.work.push_back(Cand {
+        }
+        for &o in &st.graph()[m].operands {
+            if let Some(co) = st.owner(o) {
+                if co != c {
+                    push(
+                        Cand {
                             a: co,
-                            b: cm,
+                            b: c,
                             na: o,
                             nb: m,
                             via: None,
-                        });
-                    }
+                        },
+                        out,
+                    );
                 }
             }
         }
@@ -117,9 +134,12 @@ impl Rule for Vertical {
             // Producers' outgoing edges in graph order (each edge once).
             for &m in &all {
                 let Some(cm) = st.owner(m) else { continue };
+                if !is(self.producer, &st.cluster(cm).kind) {
+                    continue;
+                }
                 for &u in st.users(m) {
                     if let Some(cu) = st.owner(u) {
-                        if cu != cm {
+                        if cu != cm && is(self.consumer, &st.cluster(cu).kind) {
                             self.work.push_back(Cand {
                                 a: cm,
                                 b: cu,
@@ -165,10 +185,15 @@ impl Rule for Vertical {
         None
     }
 
-    fn notify(&mut self, st: &State<'_>, c: usize) {
+    fn notify(&mut self, st: &State<'_>, _c: usize, edges: &[Cand]) {
         if self.init {
-            let nodes = st.cluster(c).nodes.clone();
-            self.queue_edges(st, &nodes);
+            for cand in edges {
+                if is(self.producer, &st.cluster(cand.a).kind)
+                    && is(self.consumer, &st.cluster(cand.b).kind)
+                {
+                    self.work.push_back(*cand);
+                }
+            }
         }
     }
 }
@@ -251,7 +276,7 @@ impl Rule for Siblings {
         None
     }
 
-    fn notify(&mut self, st: &State<'_>, c: usize) {
+    fn notify(&mut self, st: &State<'_>, c: usize, _edges: &[Cand]) {
         if !self.init {
             return;
         }
@@ -314,7 +339,7 @@ impl Rule for ParallelStack {
         None
     }
 
-    fn notify(&mut self, _st: &State<'_>, _c: usize) {
+    fn notify(&mut self, _st: &State<'_>, _c: usize, _edges: &[Cand]) {
         // Merges after stacking started restart the scan.
         self.next_node = 0;
     }

@@ -130,7 +130,13 @@ pub struct Runtime {
     pool: CpuPool,
     cache: KernelCache,
     target: Target,
+    /// Device buffers of earlier calls, reused so that a steady state does
+    /// not allocate (and fault in) fresh memory on every call.
+    spare: std::sync::Mutex<Vec<DevBuf>>,
 }
+
+/// Most bytes of spare buffers a runtime keeps between calls.
+const SPARE_BYTES: usize = 1 << 30;
 
 /// A dense, 8-byte aligned device buffer.
 struct DevBuf(Vec<u64>, usize);
@@ -170,6 +176,46 @@ impl Runtime {
             pool,
             cache: KernelCache::new(cache_capacity),
             target,
+            spare: std::sync::Mutex::new(Vec::new()),
+        }
+    }
+
+    /// A buffer of `bytes`: a spare one of at least that size (and at most
+    /// twice), else a new one. Its contents are unspecified: every buffer
+    /// of a plan is written (inputs and constants copied, temporaries
+    /// stored by their kernel) before it is read.
+    fn take_buf(&self, bytes: usize) -> DevBuf {
+        let words = bytes.div_ceil(8).max(1);
+        let mut spare = self.spare.lock().unwrap_or_else(|p| p.into_inner());
+        let best = spare
+            .iter()
+            .enumerate()
+            .filter(|(_, b)| b.0.len() >= words && b.0.len() <= 2 * words)
+            .min_by_key(|(_, b)| b.0.len())
+            .map(|(i, _)| i);
+        match best {
+            Some(i) => {
+                let mut b = spare.swap_remove(i);
+                b.1 = bytes;
+                b
+            }
+            None => DevBuf::new(bytes),
+        }
+    }
+
+    /// Returns buffers for reuse, keeping at most [`SPARE_BYTES`].
+    fn give_bufs(&self, bufs: Vec<DevBuf>) {
+        let mut spare = self.spare.lock().unwrap_or_else(|p| p.into_inner());
+        spare.extend(bufs);
+        let mut total: usize = spare.iter().map(|b| b.0.len() * 8).sum();
+        if total > SPARE_BYTES {
+            spare.sort_by_key(|b| std::cmp::Reverse(b.0.len()));
+            while total > SPARE_BYTES {
+                match spare.pop() {
+                    Some(b) => total -= b.0.len() * 8,
+                    None => break,
+                }
+            }
         }
     }
 
@@ -305,7 +351,7 @@ impl Runtime {
         let mut bufs: Vec<DevBuf> = plan
             .buffers
             .iter()
-            .map(|b| DevBuf::new(b.bytes as usize))
+            .map(|b| self.take_buf(b.bytes as usize))
             .collect();
         for (buf, info) in bufs.iter_mut().zip(&plan.buffers) {
             if let Some(src) = initial_bytes(graph, info, inputs) {
@@ -343,7 +389,8 @@ impl Runtime {
                 p.push((kernel.info.kernel.name.clone(), t0.elapsed()));
             }
         }
-        plan.outputs
+        let outputs = plan
+            .outputs
             .iter()
             .map(|(name, b, dt, shape)| {
                 let bytes = bufs[*b].bytes().to_vec();
@@ -356,7 +403,9 @@ impl Runtime {
                         })
                     })
             })
-            .collect()
+            .collect();
+        self.give_bufs(bufs);
+        outputs
     }
 }
 

@@ -1,0 +1,416 @@
+//! Unit tests of the fuser: symbolic shape comparisons, group validation,
+//! rule outcomes and rejection reasons, the consistency check, the unit
+//! order, stacking helpers and sequence packing.
+
+use dvm_isa::{DType, KernelKind, Opcode, ParamAccess};
+
+use super::legality::{broadcasts_into, dim_eq, role_of, same_shape, validate, Facts, Users};
+use super::stack::{combine, pack_sequences, relink, SequencePolicy};
+use super::*;
+use crate::compile::{compile, Group, GroupKind, Node as GNode, Target, View};
+use crate::graph::{decompose, Graph, NodeId};
+use crate::lower::{Buf, BufKind, Launch, LaunchKind, Plan, Step};
+use crate::sym::Dim;
+
+fn c(v: i64) -> Dim {
+    Dim::from(v)
+}
+
+fn seq(width: i64) -> (Graph, NodeId, Dim) {
+    let mut g = Graph::new();
+    let s = g.symbol("S", 1, 4096).unwrap();
+    let x = g.input("x", DType::F32, &[s.into(), c(width)]).unwrap();
+    (g, x, s.into())
+}
+
+fn plan(g: &Graph) -> FusionPlan {
+    FusionPlan::new(&decompose(g).unwrap(), &FuseOptions::default()).unwrap()
+}
+
+fn names(g: &Graph, nodes: &[NodeId]) -> Vec<String> {
+    nodes.iter().map(|n| g[*n].name.clone()).collect()
+}
+
+#[test]
+fn symbolic_dimensions_compare_for_every_binding() {
+    let mut g = Graph::new();
+    let s: Dim = g.symbol("S", 1, 4096).unwrap().into();
+    let t: Dim = g.symbol("T", 1, 4096).unwrap().into();
+    let short: Dim = g.symbol("K", 1, 8).unwrap().into();
+    let sc = g.scope().clone();
+    assert!(dim_eq(&sc, &s, &s));
+    assert!(!dim_eq(&sc, &s, &t), "S and T agree only for some bindings");
+    assert!(!dim_eq(&sc, &s, &s.min(&c(8))));
+    // min(K, 8) is K for every K the range allows.
+    assert!(dim_eq(&sc, &short, &short.min(&c(8))));
+    assert!(broadcasts_into(&sc, &[c(1), c(64)], &[s.clone(), c(64)]).is_ok());
+    assert!(broadcasts_into(&sc, &[c(64)], &[s.clone(), c(64)]).is_ok());
+    // S might be 1 or 64 but is not provably either.
+    assert!(broadcasts_into(&sc, std::slice::from_ref(&s), &[c(64)]).is_err());
+    assert!(same_shape(&sc, &[s.clone(), c(4)], &[t.clone(), c(4)]).is_err());
+    g.declare_equal(&s, &t).unwrap();
+    assert!(same_shape(g.scope(), &[s, c(4)], &[t, c(4)]).is_ok());
+}
+
+/// Validates `members` of `g` as one group.
+fn check(g: &Graph, members: &[NodeId]) -> Result<(ClusterKind, Vec<Dim>), Reason> {
+    let users = Users::new(g);
+    let mut is_output = vec![false; g.nodes().len()];
+    for (_, id) in g.outputs() {
+        is_output[id.0] = true;
+    }
+    let roles: Vec<Role> = (0..g.nodes().len())
+        .map(|i| role_of(g, NodeId(i)))
+        .collect();
+    let facts = Facts {
+        graph: g,
+        users: &users,
+        is_output: &is_output,
+        roles: &roles,
+    };
+    let mut nodes = members.to_vec();
+    nodes.sort_unstable();
+    let member = |n: NodeId| nodes.contains(&n);
+    validate(&facts, &nodes, &member)
+}
+
+#[test]
+fn validation_rejects_malformed_groups_with_a_reason() {
+    let (mut g, x, _) = seq(32);
+    let w = g.input("w", DType::F32, &[c(32), c(32)]).unwrap();
+    let m = g.matmul(x, w, false, false).unwrap();
+    let m2 = g.matmul(m, w, false, false).unwrap();
+    let r = g.sum(m, &[-1], true).unwrap();
+    g.output("m2", m2).unwrap();
+    g.output("r", r).unwrap();
+    assert_eq!(check(&g, &[m, r]), Err(Reason::MatmulReduce));
+    assert_eq!(check(&g, &[m, m2]), Err(Reason::TwoMatmuls));
+
+    // Row sums without keepdims meet the rows: NumPy aligns them with the
+    // columns, not with the reduced axis.
+    let mut g = Graph::new();
+    let x = g.input("x", DType::F32, &[c(32), c(32)]).unwrap();
+    let s = g.sum(x, &[1], false).unwrap(); // [32], one per row
+    let y = g.binary(Opcode::Add, x, s).unwrap(); // y[i, j] = x[i, j] + s[j]
+    g.output("y", y).unwrap();
+    assert!(matches!(
+        check(&g, &[s, y]),
+        Err(Reason::DroppedAxis { .. })
+    ));
+    // Column sums without keepdims do broadcast back along their axis.
+    let (mut g, x, _) = seq(32);
+    let s = g.sum(x, &[0], false).unwrap(); // [32]
+    let y = g.binary(Opcode::Sub, x, s).unwrap();
+    g.output("y", y).unwrap();
+    assert!(matches!(
+        check(&g, &[s, y]),
+        Ok((ClusterKind::Reduce { axis: 0 }, _))
+    ));
+
+    // A broadcast value stored from the larger space.
+    let (mut g, x, _) = seq(32);
+    let b = g.input("b", DType::F32, &[c(32)]).unwrap();
+    let b2 = g.scalar(Opcode::MulS, b, 2.0).unwrap(); // [32], also an output
+    let y = g.binary(Opcode::Add, x, b2).unwrap();
+    g.output("y", y).unwrap();
+    g.output("b2", b2).unwrap();
+    assert!(matches!(
+        check(&g, &[b2, y]),
+        Err(Reason::BroadcastStore { .. })
+    ));
+
+    // Reducing a reduced value.
+    let (mut g, x, _) = seq(32);
+    let r1 = g
+        .reduce(x, crate::graph::ReduceOp::Max, &[-1], true)
+        .unwrap();
+    let r2 = g.sum(r1, &[-1], true).unwrap();
+    g.output("r2", r2).unwrap();
+    assert!(matches!(
+        check(&g, &[r1, r2]),
+        Err(Reason::SpaceMismatch { .. })
+    ));
+
+    // A well-formed reduce group: space [S, 32], axis 1.
+    let (mut g, x, s) = seq(32);
+    let sm = g.softmax(x, -1).unwrap();
+    g.output("y", sm).unwrap();
+    let d = decompose(&g).unwrap();
+    let all: Vec<NodeId> = (1..d.nodes().len()).map(NodeId).collect();
+    assert_eq!(
+        check(&d, &all),
+        Ok((ClusterKind::Reduce { axis: 1 }, vec![s, c(32)]))
+    );
+}
+
+#[test]
+fn a_merge_through_a_view_would_be_a_cycle() {
+    // e = exp(x); u = transposeᵀ(e) (two views); f = e + u: fusing exp into
+    // the add would need u before the group ends.
+    let mut g = Graph::new();
+    let x = g.input("x", DType::F32, &[c(16), c(16)]).unwrap();
+    let e = g.unary(Opcode::Exp, x).unwrap();
+    let t = g.transpose(e, &[1, 0]).unwrap();
+    let f = g.binary(Opcode::Add, e, t).unwrap();
+    g.output("f", f).unwrap();
+    let p = plan(&g);
+    assert_eq!(p.clusters.len(), 2);
+    let r = &p.rejections[0];
+    assert_eq!((r.a, r.b), (e, f));
+    assert!(
+        matches!(&r.reason, Reason::Cycle { via } if *via == g[t].name),
+        "{}",
+        r.reason
+    );
+}
+
+#[test]
+fn rules_build_the_expected_groups() {
+    // softmax then a scaled residual: one reduce group with its epilogue.
+    let (mut g, x, _) = seq(64);
+    let sm = g.softmax(x, -1).unwrap();
+    let y = g.binary(Opcode::Add, sm, x).unwrap();
+    let y = g.scalar(Opcode::MulS, y, 0.5).unwrap();
+    g.output("y", y).unwrap();
+    let p = plan(&g);
+    assert_eq!(p.clusters.len(), 1);
+    assert_eq!(p.clusters[0].kind, ClusterKind::Reduce { axis: 1 });
+    let rules: Vec<&str> = p.applied.iter().map(|(r, _)| *r).collect();
+    assert!(rules.contains(&"elementwise-chain"));
+    assert!(rules.contains(&"reduce-epilogue"));
+
+    // Two independent exps of one input: siblings, one group, two outputs.
+    let (mut g, x, _) = seq(64);
+    let a = g.unary(Opcode::Exp, x).unwrap();
+    let b = g.unary(Opcode::Neg, x).unwrap();
+    g.output("a", a).unwrap();
+    g.output("b", b).unwrap();
+    let p = plan(&g);
+    assert_eq!(p.clusters.len(), 1);
+    assert_eq!(p.applied[0].0, "siblings");
+
+    // Fusion off: one group per operator, no stacks, no rewrites.
+    let p = FusionPlan::unfused(&g);
+    assert_eq!(p.clusters.len(), 2);
+    assert!(p.stacks.is_empty() && p.applied.is_empty());
+}
+
+#[test]
+fn the_unit_order_respects_every_edge() {
+    let cfg = crate::models::EncoderConfig {
+        hidden: 32,
+        heads: 2,
+        ffn: 64,
+        max_len: 64,
+    };
+    let g = decompose(&crate::models::encoder_block(&cfg).unwrap()).unwrap();
+    let p = FusionPlan::new(&g, &FuseOptions::default()).unwrap();
+    let unit = |n: NodeId| match p.owner[n.0] {
+        None => Unit::Node(n),
+        Some(c) => match p.stacks.iter().position(|s| s.contains(&c)) {
+            Some(s) => Unit::Stack(s),
+            None => Unit::Cluster(c),
+        },
+    };
+    let pos = |u: Unit| p.order.iter().position(|&v| v == u).unwrap();
+    for (i, node) in g.nodes().iter().enumerate() {
+        for o in &node.operands {
+            let (a, b) = (unit(*o), unit(NodeId(i)));
+            assert!(
+                a == b || pos(a) < pos(b),
+                "{} before {}",
+                g[*o].name,
+                node.name
+            );
+        }
+    }
+    // q, k, v projections stacked.
+    assert_eq!(p.stacks.len(), 1);
+    assert_eq!(p.stacks[0].len(), 3);
+}
+
+#[test]
+fn the_consistency_check_catches_a_bad_rewrite() {
+    let (mut g, x, _) = seq(32);
+    let w = g.input("w", DType::F32, &[c(32), c(32)]).unwrap();
+    let m = g.matmul(x, w, false, false).unwrap();
+    let r = g.sum(m, &[-1], true).unwrap();
+    g.output("r", r).unwrap();
+    let mut st = State::new(&g, FuseOptions::default());
+    let (a, b) = (st.owner(m).unwrap(), st.owner(r).unwrap());
+    assert_eq!(st.try_merge(a, b), Err(Reason::MatmulReduce));
+    // Force the merge anyway, with a wrong kind: the whole-state check
+    // reports the rule that did it.
+    let bogus = Cluster {
+        kind: ClusterKind::Elementwise,
+        nodes: vec![m, r],
+        space: Vec::new(),
+    };
+    let created = st.apply(Patch::Merge {
+        a,
+        b,
+        merged: bogus,
+    });
+    let err = st.check_all("bogus-rule").unwrap_err();
+    assert_eq!(err.rule, "bogus-rule");
+    assert!(err.what.contains("invalid"), "{err}");
+    assert!(created.is_some());
+}
+
+fn ew_group(n: u64, op: Opcode) -> Group {
+    let v = View::contiguous(DType::F32, &[n]);
+    Group {
+        kind: GroupKind::Elementwise { shape: vec![n] },
+        inputs: vec![v.clone()],
+        nodes: vec![
+            (GNode::Input(0), DType::F32),
+            (GNode::Unary(op, 0), DType::F32),
+        ],
+        outputs: vec![(1, v)],
+    }
+}
+
+#[test]
+fn stacking_relinks_parameters_and_merges_access() {
+    let t = Target::default();
+    let a = compile(&ew_group(100, Opcode::Exp), "a", &t).unwrap();
+    let b = compile(&ew_group(100, Opcode::Neg), "b", &t).unwrap();
+    // Sequence: a reads buffer 0 and writes 1; b reads 1 and writes 2.
+    let maps = vec![vec![0u8, 1], vec![1u8, 2]];
+    let s = combine(KernelKind::Sequence, "ab", &[a.clone(), b.clone()], &maps).unwrap();
+    assert_eq!(s.kernel.bodies.len(), 2);
+    let access: Vec<ParamAccess> = s.kernel.params.iter().map(|p| p.access).collect();
+    assert_eq!(
+        access,
+        vec![
+            ParamAccess::Read,
+            ParamAccess::ReadWrite,
+            ParamAccess::Write
+        ]
+    );
+    assert_eq!(s.bytes_moved, a.bytes_moved + b.bytes_moved);
+    // The relinked body of b loads parameter 1 and stores parameter 2.
+    let code = relink(&b.kernel.bodies[0].code, &[1, 2]).unwrap();
+    let words: Vec<zerocopy::little_endian::U64> = code
+        .words()
+        .iter()
+        .map(|w| zerocopy::little_endian::U64::new(*w))
+        .collect();
+    let mut at = 0;
+    let mut bufs = Vec::new();
+    while at < words.len() {
+        let (head, instr) = dvm_isa::Instr::decode(&words[at..]).unwrap();
+        match instr {
+            dvm_isa::Instr::Load { buf, .. } => bufs.push(("load", buf)),
+            dvm_isa::Instr::Store { buf, .. } => bufs.push(("store", buf)),
+            _ => {}
+        }
+        at += head.len as usize;
+    }
+    assert_eq!(bufs, vec![("load", 1), ("store", 2)]);
+    // A stacked kernel verifies and predecodes.
+    crate::kernel::ready(s, &t).unwrap();
+    // A map naming a parameter twice with different dtypes is refused.
+    let mut c8 = ew_group(100, Opcode::Neg);
+    c8.inputs[0].dtype = DType::I32;
+    c8.nodes[0].1 = DType::I32;
+    c8.outputs[0].1.dtype = DType::I32;
+    c8.nodes[1].1 = DType::I32;
+    let c8 = compile(&c8, "c", &t).unwrap();
+    assert!(combine(
+        KernelKind::Parallel,
+        "x",
+        &[a, c8],
+        &[vec![0, 1], vec![0, 2]]
+    )
+    .is_err());
+}
+
+#[test]
+fn small_consecutive_kernels_pack_into_sequences() {
+    let mut p = Plan::default();
+    for _ in 0..6 {
+        p.buffers.push(Buf {
+            kind: BufKind::Temp,
+            bytes: 400,
+        });
+    }
+    for s in 0..5 {
+        p.steps.push(Step {
+            name: format!("s{s}"),
+            group: ew_group(100, Opcode::Exp),
+            args: vec![s, s + 1],
+            nodes: Vec::new(),
+        });
+        p.launches.push(Launch {
+            kind: LaunchKind::Single,
+            steps: vec![s],
+        });
+    }
+    let policy = SequencePolicy {
+        enabled: true,
+        max_stage_tiles: 4,
+        max_stages: 8,
+    };
+    pack_sequences(&mut p, &[1, 1, 100, 1, 1], &[1; 5], &policy);
+    let got: Vec<(LaunchKind, Vec<usize>)> = p
+        .launches
+        .iter()
+        .map(|l| (l.kind, l.steps.clone()))
+        .collect();
+    assert_eq!(
+        got,
+        vec![
+            (LaunchKind::Sequence, vec![0, 1]),
+            (LaunchKind::Single, vec![2]),
+            (LaunchKind::Sequence, vec![3, 4]),
+        ]
+    );
+    // At most `max_stages` per launch.
+    let mut q = p.clone();
+    q.launches = (0..5)
+        .map(|s| Launch {
+            kind: LaunchKind::Single,
+            steps: vec![s],
+        })
+        .collect();
+    let two = SequencePolicy {
+        max_stages: 2,
+        ..policy
+    };
+    pack_sequences(&mut q, &[1; 5], &[1; 5], &two);
+    let sizes: Vec<usize> = q.launches.iter().map(|l| l.steps.len()).collect();
+    assert_eq!(sizes, vec![2, 2, 1]);
+    // Off: unchanged.
+    let mut r = q.clone();
+    pack_sequences(&mut r, &[1; 5], &[1; 5], &SequencePolicy::off());
+    assert_eq!(r.launches, q.launches);
+}
+
+#[test]
+fn rejection_names_are_readable() {
+    let g = {
+        let mut g = Graph::new();
+        let s = g.symbol("S", 1, 64).unwrap();
+        let t = g.symbol("T", 1, 64).unwrap();
+        let x = g.input("x", DType::F32, &[s.into(), c(8)]).unwrap();
+        let y = g.input("y", DType::F32, &[t.into(), c(8)]).unwrap();
+        let z = g.input("z", DType::F32, &[c(8)]).unwrap();
+        let a = g.binary(Opcode::Add, x, z).unwrap();
+        let b = g.binary(Opcode::Add, y, z).unwrap();
+        g.output("a", a).unwrap();
+        g.output("b", b).unwrap();
+        g
+    };
+    let p = FusionPlan::new(&g, &FuseOptions::default()).unwrap();
+    let r = p.rejections.iter().find(|r| r.rule == "siblings").unwrap();
+    assert_eq!(r.via, g.find("z"));
+    let text = r.reason.to_string();
+    assert!(
+        text.contains("not provably equal for every binding"),
+        "{text}"
+    );
+    assert_eq!(names(&g, &[r.a, r.b]).len(), 2);
+    // They still share one parallel launch: stacking needs no equal shapes.
+    assert_eq!(p.stacks, vec![vec![0, 1]]);
+}
