@@ -370,7 +370,10 @@ fn main() {
     let quick = std::env::args().any(|a| a == "quick");
     if std::env::args().any(|a| a == "mix") {
         // gelu(x·w+b) fused against unfused, kernels only, many repetitions.
-        let rt = Runtime::new(std::thread::available_parallelism().map_or(1, |n| n.get()), 64);
+        let rt = Runtime::new(
+            std::thread::available_parallelism().map_or(1, |n| n.get()),
+            64,
+        );
         let w = workloads(true).swap_remove(0);
         let f = Prepared::new(&w.graph).expect("prepares");
         let u = Prepared::with_options(&w.graph, &FuseOptions::off()).expect("prepares");
@@ -383,7 +386,10 @@ fn main() {
             let named: Vec<(&str, &Tensor)> = ins.iter().map(|(n, t)| (*n, t)).collect();
             let a = measure(&rt, &f, &named, 30);
             let b = measure(&rt, &u, &named, 30);
-            println!("S={s}: fused {:.3} ms, unfused {:.3} ms", a.kernel_ms, b.kernel_ms);
+            println!(
+                "S={s}: fused {:.3} ms, unfused {:.3} ms",
+                a.kernel_ms, b.kernel_ms
+            );
         }
         return;
     }
