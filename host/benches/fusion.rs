@@ -6,7 +6,9 @@
 //! bandwidth; the encoder block with and without stacking; and the cost of
 //! the fusion decision for a window of 30 recorded operations.
 //!
-//! `cargo bench -p dvm-host --bench fusion [-- quick]`. Each fusion plan is
+//! `cargo bench -p dvm-host --bench fusion [-- quick]` (`-- mix`: only
+//! gelu(x·w+b) fused against unfused, many repetitions; `-- decision`: only
+//! the fusion pass, in a loop, for profiling). Each fusion plan is
 //! made once per workload on the symbolic graph; every length then only
 //! binds, hits the kernel cache and runs. Times are the best of a few calls:
 //! "call" is the whole `Runtime::run` (binding, lowering, cache lookups,
@@ -366,6 +368,31 @@ fn median(mut v: Vec<f64>) -> f64 {
 
 fn main() {
     let quick = std::env::args().any(|a| a == "quick");
+    if std::env::args().any(|a| a == "mix") {
+        // gelu(x·w+b) fused against unfused, kernels only, many repetitions.
+        let rt = Runtime::new(
+            std::thread::available_parallelism().map_or(1, |n| n.get()),
+            64,
+        );
+        let w = workloads(true).swap_remove(0);
+        let f = Prepared::new(&w.graph).expect("prepares");
+        let u = Prepared::with_options(&w.graph, &FuseOptions::off()).expect("prepares");
+        for s in [17u64, 64, 128, 256, 512] {
+            let ins: Vec<(&str, Tensor)> = (w.inputs)(s)
+                .into_iter()
+                .enumerate()
+                .map(|(i, (n, sh, k))| (n, tensor(&sh, i as u32 + 1, k)))
+                .collect();
+            let named: Vec<(&str, &Tensor)> = ins.iter().map(|(n, t)| (*n, t)).collect();
+            let a = measure(&rt, &f, &named, 30);
+            let b = measure(&rt, &u, &named, 30);
+            println!(
+                "S={s}: fused {:.3} ms, unfused {:.3} ms",
+                a.kernel_ms, b.kernel_ms
+            );
+        }
+        return;
+    }
     if std::env::args().any(|a| a == "decision") {
         // Only the fusion pass, in a loop (for profiling).
         let w = if std::env::var_os("DVM_PRIM").is_some() {

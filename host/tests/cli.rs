@@ -276,3 +276,38 @@ fn qemu_device_needs_a_real_firmware() {
         .arg(&out);
     assert_user_error(&c.output().unwrap(), "not an ELF", &out);
 }
+
+#[test]
+fn explain_the_demo_encoder_block() {
+    // examples/encoder.json is the demo's encoder block (default sizes).
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/encoder.json");
+    let file = dvm_host::graph::Graph::from_json_file(&path).unwrap();
+    let built =
+        dvm_host::models::encoder_block(&dvm_host::models::EncoderConfig::default()).unwrap();
+    assert_eq!(
+        file.to_json(),
+        built.to_json(),
+        "examples/encoder.json is stale"
+    );
+    let o = dvm()
+        .arg("explain")
+        .arg(&path)
+        .args(["--bind", "S=128", "--cores", "2"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let text = String::from_utf8_lossy(&o.stdout);
+    // Softmax with its scaling, both layernorms with their residual adds,
+    // the MLP's matmul with bias and GELU, q/k/v stacked.
+    for want in [
+        "reduce(axis 2)   [4, S, S]        muls_23, softmax_24.max",
+        "reduce(axis 1)   [S, 256]         add_29, layer_norm_30.mean_sum",
+        "reduce(axis 1)   [S, 256]         add_35, add_36, layer_norm_37.mean_sum",
+        "matmul           [S, 1024]        matmul_31, add_32, gelu_tanh_33",
+        "stack 0: parallel launch of g0 g1 g2",
+        "total: 11 kernel(s)",
+        "unfused: 42 kernel(s)",
+    ] {
+        assert!(text.contains(want), "missing `{want}` in\n{text}");
+    }
+}

@@ -147,7 +147,7 @@ pub fn explain(
                 any = true;
                 let _ = writeln!(
                     out,
-                    "  {} / {}: `{}` ({}) is a view or data movement: the group stores its operand",
+                    "  {} / {}: `{}` ({}) is not fused (views and data movement end a group): its operand is stored",
                     g[*o].name,
                     node.name,
                     node.name,
