@@ -6,13 +6,13 @@
 //! - [`graph`]: the graph IR, builder API, shape propagation, JSON format,
 //!   composite decomposition.
 //! - [`tensor`], [`npy`]: host tensors and `.npy` files.
-//! - [`reference`]: the f64 reference evaluator (the oracle in tests).
+//! - [`reference`](mod@reference): the f64 reference evaluator (the oracle in tests).
 //! - [`eager`]: lazily recorded tensors fused and run at flush points.
 //! - [`fuse`]: the operator fuser (fusion groups, stacking, `dvm explain`).
 //! - [`lower`]: a graph at concrete shapes → buffers, views and kernel groups.
 //! - [`compile`]: the runtime operator compiler (group → bytecode).
 //! - [`kernel`]: group → verified, predecoded kernel.
-//! - [`runtime`]: CPU worker pool, kernel cache, sessions.
+//! - [`runtime`]: CPU worker pool, kernel cache, sessions, the QEMU device.
 //! - [`models`]: model graphs (the demo's encoder block).
 //! - [`demo`]: `dvm demo`.
 
