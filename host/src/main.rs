@@ -206,6 +206,26 @@ fn fuse_options(no_fuse: bool) -> FuseOptions {
     }
 }
 
+/// `--bind` values plus every binding they imply; an error names the first
+/// symbol left unbound.
+fn complete_binds(g: &Graph, binds: &[String]) -> Result<Bindings, Failure> {
+    let mut complete = parse_binds(g, binds)?;
+    g.scope()
+        .complete_bindings(&mut complete)
+        .map_err(|e| Failure(e.to_string(), 2))?;
+    if let Some(sym) = g.scope().symbols().find(|&s| complete.get(s).is_none()) {
+        return Err(Failure(
+            format!(
+                "symbol `{}` is not bound: pass --bind {}=VALUE",
+                sym.name(),
+                sym.name()
+            ),
+            2,
+        ));
+    }
+    Ok(complete)
+}
+
 fn run(cli: Cli) -> Result<(), Failure> {
     match cli.command {
         Command::Demo {
@@ -351,22 +371,7 @@ fn run(cli: Cli) -> Result<(), Failure> {
             output,
         } => {
             let g = load_graph(&graph)?;
-            let mut complete = parse_binds(&g, &binds)?;
-            g.scope()
-                .complete_bindings(&mut complete)
-                .map_err(|e| Failure(e.to_string(), 2))?;
-            for sym in g.scope().symbols() {
-                if complete.get(sym).is_none() {
-                    return Err(Failure(
-                        format!(
-                            "symbol `{}` is not bound: pass --bind {}=VALUE",
-                            sym.name(),
-                            sym.name()
-                        ),
-                        2,
-                    ));
-                }
-            }
+            let complete = complete_binds(&g, &binds)?;
             let rt = Runtime::new(1, 1024);
             let prepared = Prepared::new(&g).map_err(|e| Failure(e.to_string(), 2))?;
             let (plan, kernels) = rt
@@ -394,10 +399,7 @@ fn run(cli: Cli) -> Result<(), Failure> {
             cores,
         } => {
             let g = load_graph(&graph)?;
-            let mut complete = parse_binds(&g, &binds)?;
-            g.scope()
-                .complete_bindings(&mut complete)
-                .map_err(|e| Failure(e.to_string(), 2))?;
+            let complete = complete_binds(&g, &binds)?;
             let rt = Runtime::new(cores.unwrap_or_else(all_cores), 1024);
             let text = dvm_host::fuse::explain::explain(&g, &complete, &fuse_options(no_fuse), &rt)
                 .map_err(|e| Failure(e.to_string(), 2))?;
