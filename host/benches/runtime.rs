@@ -141,6 +141,25 @@ fn main() {
         pool.cores(),
         k.info.tiles
     );
+    // The same launch on a one-core pool runs every tile on the caller: the
+    // tiles' work without any waking. Overhead = parallel time − work / cores.
+    let solo = CpuPool::new(1);
+    let mut times = Vec::new();
+    for _ in 0..5_000 {
+        let t = Instant::now();
+        // SAFETY: both buffers are live and untouched during the launch.
+        unsafe { solo.launch(&k.program, &bufs) }.expect("runs");
+        times.push(t.elapsed().as_secs_f64() * 1e6);
+    }
+    let (smn, smd, _) = stats(times);
+    let share = |t: f64| t / pool.cores() as f64;
+    println!(
+        "  same tiles on the caller alone: min {smn:.2} µs, median {smd:.2} µs; launch overhead \
+         (parallel − work / {} cores): min {:.2} µs, median {:.2} µs",
+        pool.cores(),
+        mn - share(smn),
+        md - share(smd)
+    );
 
     // Steady state.
     println!("\nsteady-state run, ms (min of 5), hidden 768:");
