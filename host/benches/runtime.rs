@@ -3,7 +3,9 @@
 //! layernorm and matmul at sequence lengths 17…4096 (hidden 768).
 //!
 //! `cargo bench -p dvm-host --bench runtime`. Timings are minimum and median
-//! over repetitions, printed as a table.
+//! over repetitions, printed as a table; then divan measures compile time per
+//! op instance at three lengths and the cache hit (`DVM_BENCH_SUMMARY_ONLY`
+//! skips divan).
 
 use std::time::Instant;
 
@@ -213,4 +215,57 @@ fn main() {
             row[0], row[1], row[2], row[3]
         );
     }
+    if std::env::var_os("DVM_BENCH_SUMMARY_ONLY").is_none() {
+        println!();
+        divan::main();
+    }
+}
+
+fn compile_target() -> Target {
+    Target {
+        cores: 2,
+        ..Target::default()
+    }
+}
+
+/// Compile (cache miss) of op `op` of `demo::groups(s)`: group → bytecode →
+/// verify → predecode.
+fn compile_op(bencher: divan::Bencher, op: usize, s: u64) {
+    let (name, g) = groups(s).swap_remove(op);
+    let target = compile_target();
+    bencher.bench(|| build(&g, name, &target).expect("builds"));
+}
+
+/// Compile of the bias add at S × 768.
+#[divan::bench(args = [17, 512, 4096], sample_count = 200)]
+fn compile_bias_add(bencher: divan::Bencher, s: u64) {
+    compile_op(bencher, 0, s);
+}
+
+/// Compile of the softmax at S × 768.
+#[divan::bench(args = [17, 512, 4096], sample_count = 200)]
+fn compile_softmax(bencher: divan::Bencher, s: u64) {
+    compile_op(bencher, 1, s);
+}
+
+/// Compile of the layernorm at S × 768.
+#[divan::bench(args = [17, 512, 4096], sample_count = 200)]
+fn compile_layernorm(bencher: divan::Bencher, s: u64) {
+    compile_op(bencher, 2, s);
+}
+
+/// Compile of matmul + bias + GELU at S × 768 · 768 × 768.
+#[divan::bench(args = [17, 512, 4096], sample_count = 200)]
+fn compile_matmul_bias_gelu(bencher: divan::Bencher, s: u64) {
+    compile_op(bencher, 3, s);
+}
+
+/// A kernel-cache hit (softmax at S = 512).
+#[divan::bench(sample_count = 200)]
+fn cache_hit(bencher: divan::Bencher) {
+    let cache = KernelCache::new(64);
+    let (name, g) = groups(512).swap_remove(1);
+    let target = compile_target();
+    cache.get_or_build(&g, name, &target).expect("builds");
+    bencher.bench(|| cache.get_or_build(&g, name, &target).expect("hit"));
 }
