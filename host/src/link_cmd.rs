@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use clap::{Subcommand, ValueEnum};
 use dvm_linker::{layout, objdump, Arch, DeviceDesc, LinkError, Linker};
 
-use crate::{read, write_atomic, Failure};
+use crate::{read, write_all_atomic, Failure};
 
 /// Architecture of the ELF object `dvm link` writes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -138,10 +138,11 @@ fn link(
         Failure(e.to_string(), code)
     })?;
     let elf = dvm_linker::write_object(&linked, arch).map_err(|e| Failure(e.to_string(), 1))?;
+    let mut files: Vec<(&Path, &[u8])> = vec![(output, &elf)];
     if let Some(path) = image {
-        write_atomic(path, &linked)?;
+        files.push((path, &linked));
     }
-    write_atomic(output, &elf)?;
+    write_all_atomic(&files)?;
     println!(
         "{}: {} kernel(s) from {} module(s), image {} bytes, {arch}",
         output.display(),
@@ -157,9 +158,12 @@ fn memory_x(desc: &DeviceDesc, dir: &Path) -> Result<(), Failure> {
     std::fs::create_dir_all(dir)
         .map_err(|e| Failure(format!("cannot create {}: {e}", dir.display()), 2))?;
     let memory = dir.join("memory.x");
-    write_atomic(&memory, layout::memory_x(desc).as_bytes())?;
     let link = dir.join("link.x");
-    write_atomic(&link, layout::link_x().as_bytes())?;
+    let (memory_text, link_text) = (layout::memory_x(desc), layout::link_x());
+    write_all_atomic(&[
+        (&memory, memory_text.as_bytes()),
+        (&link, link_text.as_bytes()),
+    ])?;
     println!("{}\n{}", memory.display(), link.display());
     Ok(())
 }

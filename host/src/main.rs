@@ -143,24 +143,46 @@ fn read(path: &Path) -> Result<Vec<u8>, Failure> {
 /// Writes `bytes` to `path` atomically: a temporary file in the same
 /// directory, renamed into place, so a failure leaves nothing behind.
 fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), Failure> {
-    let dir = path
-        .parent()
-        .filter(|p| !p.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let tmp = dir.join(format!(".{name}.tmp-{}", std::process::id()));
-    let fail = |e: std::io::Error| Failure(format!("cannot write {}: {e}", path.display()), 1);
-    std::fs::write(&tmp, bytes).map_err(|e| {
-        let _ = std::fs::remove_file(&tmp);
-        fail(e)
-    })?;
-    std::fs::rename(&tmp, path).map_err(|e| {
-        let _ = std::fs::remove_file(&tmp);
-        fail(e)
-    })
+    write_all_atomic(&[(path, bytes)])
+}
+
+/// Writes several files as one: every temporary file is written before any
+/// is renamed into place, so a failed write (a missing directory, a full
+/// disk) leaves none of them behind.
+fn write_all_atomic(files: &[(&Path, &[u8])]) -> Result<(), Failure> {
+    let fail = |path: &Path, e: std::io::Error| {
+        Failure(format!("cannot write {}: {e}", path.display()), 1)
+    };
+    let mut tmps: Vec<PathBuf> = Vec::with_capacity(files.len());
+    let cleanup = |tmps: &[PathBuf]| {
+        for t in tmps {
+            // Best effort: the temporary may not exist.
+            let _ = std::fs::remove_file(t);
+        }
+    };
+    for (path, bytes) in files {
+        let dir = path
+            .parent()
+            .filter(|p| !p.as_os_str().is_empty())
+            .unwrap_or(Path::new("."));
+        let name = path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let tmp = dir.join(format!(".{name}.tmp-{}", std::process::id()));
+        tmps.push(tmp.clone());
+        if let Err(e) = std::fs::write(&tmp, bytes) {
+            cleanup(&tmps);
+            return Err(fail(path, e));
+        }
+    }
+    for (i, ((path, _), tmp)) in files.iter().zip(&tmps).enumerate() {
+        if let Err(e) = std::fs::rename(tmp, path) {
+            cleanup(&tmps[i..]);
+            return Err(fail(path, e));
+        }
+    }
+    Ok(())
 }
 
 fn parse<'a>(path: &Path, bytes: &'a [u8]) -> Result<Module<'a>, Failure> {

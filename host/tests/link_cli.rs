@@ -297,3 +297,30 @@ fn memory_x_writes_both_files_or_nothing() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn a_failed_second_output_leaves_no_first_output() {
+    let dir = scratch("two-outputs");
+    let neg = small(&dir, "neg");
+    let obj = dir.join("kernels.o");
+    let image = dir.join("missing-dir").join("kernels.dvmb");
+    let o = dvm()
+        .arg("link")
+        .arg(&neg)
+        .arg("-o")
+        .arg(&obj)
+        .arg("--image")
+        .arg(&image)
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("kernels.dvmb"), "{err}");
+    assert!(!obj.exists(), "the object was left behind");
+    let leftovers: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.contains(".tmp-"))
+        .collect();
+    assert!(leftovers.is_empty(), "{leftovers:?}");
+}
