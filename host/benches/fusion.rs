@@ -283,18 +283,7 @@ fn copy_bandwidth(rt: &Runtime, mib: usize) -> (f64, f64, f64) {
         ..Target::default()
     };
     let k = build(&group, "copy", &target).expect("copy kernel");
-    let bufs = [
-        RawBuf {
-            ptr: src.as_ptr() as *mut u8,
-            len: n,
-            writable: false,
-        },
-        RawBuf {
-            ptr: dst.as_mut_ptr(),
-            len: n,
-            writable: true,
-        },
-    ];
+    let bufs = [RawBuf::input(&src[..n]), RawBuf::output(&mut dst[..n])];
     let mut vm = f64::MAX;
     for _ in 0..3 {
         let t = Instant::now();

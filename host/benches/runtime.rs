@@ -82,18 +82,7 @@ fn main() {
     let k = build(&tiny, "tiny", &target).expect("builds");
     let x = [1f32; 8];
     let mut y = [0f32; 8];
-    let bufs = [
-        RawBuf {
-            ptr: x.as_ptr() as *mut u8,
-            len: 32,
-            writable: false,
-        },
-        RawBuf {
-            ptr: y.as_mut_ptr() as *mut u8,
-            len: 32,
-            writable: true,
-        },
-    ];
+    let bufs = [RawBuf::input(&x[..]), RawBuf::output(&mut y[..])];
     let mut times = Vec::new();
     for _ in 0..20_000 {
         let t = Instant::now();
@@ -118,18 +107,7 @@ fn main() {
     let k = build(&wide, "wide", &target).expect("builds");
     let x = vec![1f32; n as usize];
     let mut y = vec![0f32; n as usize];
-    let bufs = [
-        RawBuf {
-            ptr: x.as_ptr() as *mut u8,
-            len: x.len() * 4,
-            writable: false,
-        },
-        RawBuf {
-            ptr: y.as_mut_ptr() as *mut u8,
-            len: y.len() * 4,
-            writable: true,
-        },
-    ];
+    let bufs = [RawBuf::input(&x[..]), RawBuf::output(&mut y[..])];
     let mut times = Vec::new();
     for _ in 0..5_000 {
         let t = Instant::now();
@@ -188,19 +166,8 @@ fn main() {
                 })
                 .collect();
             let mut out = vec![0f32; (s * 768) as usize];
-            let mut bufs: Vec<RawBuf> = ins
-                .iter()
-                .map(|v| RawBuf {
-                    ptr: v.as_ptr() as *mut u8,
-                    len: v.len() * 4,
-                    writable: false,
-                })
-                .collect();
-            bufs.push(RawBuf {
-                ptr: out.as_mut_ptr() as *mut u8,
-                len: out.len() * 4,
-                writable: true,
-            });
+            let mut bufs: Vec<RawBuf> = ins.iter().map(|v| RawBuf::input(v.as_slice())).collect();
+            bufs.push(RawBuf::output(out.as_mut_slice()));
             let mut best = f64::MAX;
             for _ in 0..5 {
                 let t = Instant::now();

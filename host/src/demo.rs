@@ -368,19 +368,9 @@ pub fn run(lens: &[u64], pool: &CpuPool) -> Result<Vec<DemoRow>, String> {
                 })
                 .collect();
             let mut out = vec![0f32; (s * HIDDEN) as usize];
-            let mut bufs: Vec<RawBuf> = inputs
-                .iter()
-                .map(|v| RawBuf {
-                    ptr: v.as_ptr() as *mut u8,
-                    len: v.len() * 4,
-                    writable: false,
-                })
-                .collect();
-            bufs.push(RawBuf {
-                ptr: out.as_mut_ptr() as *mut u8,
-                len: out.len() * 4,
-                writable: true,
-            });
+            let mut bufs: Vec<RawBuf> =
+                inputs.iter().map(|v| RawBuf::input(v.as_slice())).collect();
+            bufs.push(RawBuf::output(out.as_mut_slice()));
             let mut best = f64::MAX;
             for _ in 0..3 {
                 let t = Instant::now();

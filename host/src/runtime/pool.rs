@@ -27,6 +27,26 @@ pub struct RawBuf {
     pub writable: bool,
 }
 
+impl RawBuf {
+    /// A read-only buffer over `data` (valid while `data` is).
+    pub fn input<T>(data: &[T]) -> RawBuf {
+        RawBuf {
+            ptr: data.as_ptr().cast::<u8>().cast_mut(),
+            len: std::mem::size_of_val(data),
+            writable: false,
+        }
+    }
+
+    /// A writable buffer over `data` (valid while `data` is).
+    pub fn output<T>(data: &mut [T]) -> RawBuf {
+        RawBuf {
+            ptr: data.as_mut_ptr().cast::<u8>(),
+            len: std::mem::size_of_val(data),
+            writable: true,
+        }
+    }
+}
+
 struct Shared {
     /// Incremented for every job; workers compare with the last they ran.
     generation: AtomicU64,
