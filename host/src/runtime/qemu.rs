@@ -76,6 +76,14 @@ pub enum QemuError {
     /// The report is malformed.
     #[error("firmware report: {0}")]
     Report(#[from] ReportError),
+    /// An output the firmware sent back does not fit its tensor.
+    #[error("firmware output `{name}`: {what}")]
+    Output {
+        /// The graph output.
+        name: String,
+        /// What is wrong.
+        what: String,
+    },
     /// The firmware reported a failure.
     #[error("firmware: {status}{}, detail {detail}", launch.map(|l| format!(" in launch {l}")).unwrap_or_default())]
     Failed {
@@ -365,9 +373,10 @@ impl Runtime {
                 Tensor::new(*dt, shape.clone(), bytes)
                     .map(|t| (name.clone(), t))
                     .map_err(|e| {
-                        RunError::Qemu(Box::new(QemuError::Io(std::io::Error::other(format!(
-                            "output `{name}`: {e}"
-                        )))))
+                        RunError::Qemu(Box::new(QemuError::Output {
+                            name: name.clone(),
+                            what: e.to_string(),
+                        }))
                     })
             })
             .collect()
