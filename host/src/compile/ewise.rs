@@ -132,43 +132,13 @@ pub(super) fn params(group: &Group) -> Vec<ParamDef> {
         .inputs
         .iter()
         .enumerate()
-        .map(|(i, v)| param(indexed("in", i), v.dtype, ParamAccess::Read, &v.shape));
+        .map(|(i, v)| param(format!("in{i}"), v.dtype, ParamAccess::Read, &v.shape));
     let outputs = group
         .outputs
         .iter()
         .enumerate()
-        .map(|(i, (_, v))| param(indexed("out", i), v.dtype, ParamAccess::Write, &v.shape));
+        .map(|(i, (_, v))| param(format!("out{i}"), v.dtype, ParamAccess::Write, &v.shape));
     inputs.chain(outputs).collect()
-}
-
-/// `prefix` followed by `i` in decimal (`in0`, `out1`).
-fn indexed(prefix: &str, i: usize) -> String {
-    let mut s = String::with_capacity(prefix.len() + 3);
-    s.push_str(prefix);
-    push_decimal(&mut s, i as u64);
-    s
-}
-
-/// `v` in decimal. Compilation formats every parameter's dims; this avoids
-/// the formatting machinery on that path.
-fn decimal(v: u64) -> String {
-    let mut s = String::with_capacity(8);
-    push_decimal(&mut s, v);
-    s
-}
-
-fn push_decimal(s: &mut String, mut v: u64) {
-    let mut digits = [0u8; 20];
-    let mut n = 0;
-    loop {
-        digits[n] = b'0' + (v % 10) as u8;
-        n += 1;
-        v /= 10;
-        if v == 0 {
-            break;
-        }
-    }
-    s.extend(digits[..n].iter().rev().map(|&d| char::from(d)));
 }
 
 fn param(name: String, dtype: DType, access: ParamAccess, shape: &[u64]) -> ParamDef {
@@ -176,7 +146,7 @@ fn param(name: String, dtype: DType, access: ParamAccess, shape: &[u64]) -> Para
         name,
         dtype,
         access,
-        dims: shape.iter().map(|&d| decimal(d)).collect(),
+        dims: shape.iter().map(|d| d.to_string()).collect(),
     }
 }
 
@@ -604,18 +574,4 @@ fn temps_contains(ops: &[u32], a: u32) -> bool {
     // cannot be overwritten in place unless both die: keep it simple and
     // refuse in-place when the same buffer feeds two operand slots.
     ops.iter().filter(|&&x| x == a).count() > 1
-}
-
-#[cfg(test)]
-mod decimal_tests {
-    use super::{decimal, indexed};
-
-    #[test]
-    fn decimal_matches_display() {
-        for v in [0u64, 1, 9, 10, 99, 100, 768, 4096, 50_257, u64::MAX] {
-            assert_eq!(decimal(v), v.to_string());
-        }
-        assert_eq!(indexed("in", 0), "in0");
-        assert_eq!(indexed("out", 12), "out12");
-    }
 }
