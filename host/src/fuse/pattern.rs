@@ -21,6 +21,34 @@ use std::collections::VecDeque;
 use super::{ClusterKind, FuseOptions, IdSet, Log, Patch, Rejection, Rule, State};
 use crate::graph::NodeId;
 
+/// Tries to merge the groups of candidate `c`: the patch on success, or the
+/// reason logged against `rule` (and `via`, the shared input of siblings).
+fn merge_or_reject(
+    st: &State<'_>,
+    log: &mut Log,
+    rule: &'static str,
+    c: &Cand,
+    via: Option<NodeId>,
+) -> Option<Patch> {
+    match st.try_merge(c.a, c.b) {
+        Ok(merged) => Some(Patch::Merge {
+            a: c.a,
+            b: c.b,
+            merged,
+        }),
+        Err(reason) => {
+            log.reject(Rejection {
+                rule,
+                a: c.na,
+                b: c.nb,
+                via,
+                reason,
+            });
+            None
+        }
+    }
+}
+
 /// Which group kinds a vertical rule joins.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Sel {
@@ -165,21 +193,8 @@ impl Rule for Vertical {
             if !self.tried.insert((c.a, c.b)) {
                 continue;
             }
-            match st.try_merge(c.a, c.b) {
-                Ok(merged) => {
-                    return Some(Patch::Merge {
-                        a: c.a,
-                        b: c.b,
-                        merged,
-                    })
-                }
-                Err(reason) => log.reject(Rejection {
-                    rule: self.name,
-                    a: c.na,
-                    b: c.nb,
-                    via: None,
-                    reason,
-                }),
+            if let Some(patch) = merge_or_reject(st, log, self.name, &c, None) {
+                return Some(patch);
             }
         }
         None
@@ -256,21 +271,8 @@ impl Rule for Siblings {
             if !self.tried.insert((c.a.min(c.b), c.a.max(c.b))) {
                 continue;
             }
-            match st.try_merge(c.a, c.b) {
-                Ok(merged) => {
-                    return Some(Patch::Merge {
-                        a: c.a,
-                        b: c.b,
-                        merged,
-                    })
-                }
-                Err(reason) => log.reject(Rejection {
-                    rule: "siblings",
-                    a: c.na,
-                    b: c.nb,
-                    via: c.via,
-                    reason,
-                }),
+            if let Some(patch) = merge_or_reject(st, log, "siblings", &c, c.via) {
+                return Some(patch);
             }
         }
         None
