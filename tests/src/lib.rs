@@ -52,15 +52,14 @@ pub enum Domain {
     Small,
 }
 
-/// Deterministic values: xorshift, seeded per input.
+/// Deterministic values for `dtype` in `domain`, seeded per input (the
+/// demo's generator, [`dvm_host::demo::data`], mapped to the domain).
 pub fn values(n: usize, seed: u32, domain: Domain, dtype: DType) -> Vec<f64> {
-    let mut s = seed.wrapping_mul(2_654_435_761) | 1;
-    (0..n)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 17;
-            s ^= s << 5;
-            let u = f64::from(s >> 8) / f64::from(1u32 << 24);
+    dvm_host::demo::data(n, seed)
+        .into_iter()
+        .map(|x| {
+            // `data` is uniform in [-1, 1) on a 2^-23 grid: exact in f64.
+            let u = (f64::from(x) + 1.0) / 2.0;
             match (domain, dtype) {
                 (_, DType::Bool) => f64::from(u8::from(u < 0.5)),
                 (_, DType::I8) => (u * 100.0).floor() - 50.0,
