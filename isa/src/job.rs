@@ -388,6 +388,17 @@ impl<'a> Job<'a> {
         self.modules.len()
     }
 
+    /// The module table.
+    pub fn modules(&self) -> &'a [ModuleEntry] {
+        self.modules
+    }
+
+    /// The argument table (buffer indices of every launch, in launch order;
+    /// each [`LaunchEntry`] names its run of it).
+    pub fn arg_table(&self) -> &'a [U32] {
+        self.args
+    }
+
     /// The bytes of module `i`.
     pub fn module(&self, i: usize) -> Option<&'a [u8]> {
         let m = self.modules.get(i)?;

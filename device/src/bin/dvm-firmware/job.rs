@@ -109,29 +109,20 @@ fn load_tables(base: usize, t: &mut Tables) -> Result<(), Failure> {
         defmt::error!("{}", defmt::Display2Format(&e));
         fail(Status::BadJob, 0)
     })?;
-    let too_many = || fail(Status::Capacity, 0);
-    for i in 0..job.module_count() {
-        let m = job.module(i).ok_or(fail(Status::BadJob, i as u64))?;
-        let off = m.as_ptr() as usize - base;
-        let e = ModuleEntry {
-            offset: (off as u64).into(),
-            len: (m.len() as u64).into(),
-        };
-        t.modules.push(e).map_err(|_| too_many())?;
+    fn too_many<E>(_: E) -> Failure {
+        fail(Status::Capacity, 0)
     }
-    for b in job.buffers() {
-        t.buffers.push(*b).map_err(|_| too_many())?;
-    }
-    for l in job.launches() {
-        t.launches.push(*l).map_err(|_| too_many())?;
-    }
-    let mut first = 0u32;
-    for l in t.launches.iter_mut() {
-        for a in job.args(l) {
-            t.args.push(a as u32).map_err(|_| too_many())?;
-        }
-        l.first_arg = first.into();
-        first += l.arg_count.get();
+    t.modules
+        .extend_from_slice(job.modules())
+        .map_err(too_many)?;
+    t.buffers
+        .extend_from_slice(job.buffers())
+        .map_err(too_many)?;
+    t.launches
+        .extend_from_slice(job.launches())
+        .map_err(too_many)?;
+    for a in job.arg_table() {
+        t.args.push(a.get()).map_err(too_many)?;
     }
     Ok(())
 }
