@@ -511,21 +511,21 @@ fn plain_add_tiles(
     }
 }
 
-#[inline(never)]
+#[inline(always)]
 fn plain_add(c: &mut [f32], a: &[f32], b: &[f32]) {
     for ((z, x), y) in c.iter_mut().zip(a).zip(b) {
         *z = x + y;
     }
 }
 
-#[inline(never)]
+#[inline(always)]
 fn plain_mul(c: &mut [f32], a: &[f32], b: &[f32]) {
     for ((z, x), y) in c.iter_mut().zip(a).zip(b) {
         *z = x * y;
     }
 }
 
-#[inline(never)]
+#[inline(always)]
 fn plain_map(c: &mut [f32], a: &[f32], f: impl Fn(f32) -> f32) {
     for (z, x) in c.iter_mut().zip(a) {
         *z = f(*x);
@@ -534,7 +534,7 @@ fn plain_map(c: &mut [f32], a: &[f32], f: impl Fn(f32) -> f32) {
 
 /// Column sums of a `rows × cols` tile (fold the rows): 32 columns at a
 /// time accumulated in registers down all the rows.
-#[inline(never)]
+#[inline(always)]
 fn plain_sum_rows(out: &mut [f32], x: &[f32], cols: usize) {
     const W: usize = 32;
     let rows = x.len() / cols;
@@ -557,7 +557,7 @@ fn plain_sum_rows(out: &mut [f32], x: &[f32], cols: usize) {
 
 /// Row sums of a `rows × cols` tile (fold the columns): 16 independent
 /// accumulators per row so the loop vectorises.
-#[inline(never)]
+#[inline(always)]
 fn plain_sum_cols(out: &mut [f32], x: &[f32], cols: usize) {
     for (o, row) in out.iter_mut().zip(x.chunks_exact(cols)) {
         let mut acc = [0f32; 16];
@@ -607,6 +607,32 @@ fn handlers(rows: &mut Vec<Row>, quick: bool) {
     let samples = if quick { 7 } else { 21 };
     let (rr, rc) = (16u32, (N / 16) as u32); // reduction tile: 16 × 256
     type Base = fn(&mut [u8]);
+    // The plain loops get the same vector extensions as the VM's handlers
+    // (`ops::resolve` picks AVX2 copies when the CPU has AVX2): compiled
+    // once for the baseline target and once with AVX2, chosen the same way.
+    macro_rules! base {
+        (|$u:ident| $body:block) => {{
+            fn plain($u: &mut [u8]) $body
+            #[cfg(target_arch = "x86_64")]
+            {
+                #[target_feature(enable = "avx2")]
+                unsafe fn wide($u: &mut [u8]) $body
+                fn shim(u: &mut [u8]) {
+                    // SAFETY: chosen only when `Simd::detect` found AVX2.
+                    unsafe { wide(u) }
+                }
+                if ops::Simd::detect().avx2() {
+                    shim as Base
+                } else {
+                    plain as Base
+                }
+            }
+            #[cfg(not(target_arch = "x86_64"))]
+            {
+                plain as Base
+            }
+        }};
+    }
     let cases: Vec<(&str, Instr, Base, Option<f64>)> = vec![
         (
             "add",
@@ -617,10 +643,10 @@ fn handlers(rows: &mut Vec<Row>, quick: bool) {
                 b: 4 * n,
                 n,
             },
-            |u| {
+            base!(|u| {
                 let (a, b, c) = ub_f32(u, N);
                 plain_add(c, a, b)
-            },
+            }),
             Some(0.9),
         ),
         (
@@ -632,10 +658,10 @@ fn handlers(rows: &mut Vec<Row>, quick: bool) {
                 b: 4 * n,
                 n,
             },
-            |u| {
+            base!(|u| {
                 let (a, b, c) = ub_f32(u, N);
                 plain_mul(c, a, b)
-            },
+            }),
             Some(0.9),
         ),
         (
@@ -646,10 +672,10 @@ fn handlers(rows: &mut Vec<Row>, quick: bool) {
                 src: 0,
                 n,
             },
-            |u| {
+            base!(|u| {
                 let (a, _, c) = ub_f32(u, N);
                 plain_map(c, a, math::exp)
-            },
+            }),
             Some(0.9),
         ),
         (
@@ -660,10 +686,10 @@ fn handlers(rows: &mut Vec<Row>, quick: bool) {
                 src: 0,
                 n,
             },
-            |u| {
+            base!(|u| {
                 let (a, _, c) = ub_f32(u, N);
                 plain_map(c, a, libm::expf)
-            },
+            }),
             None,
         ),
         (
@@ -674,10 +700,10 @@ fn handlers(rows: &mut Vec<Row>, quick: bool) {
                 src: 0,
                 n,
             },
-            |u| {
+            base!(|u| {
                 let (a, _, c) = ub_f32(u, N);
                 plain_map(c, a, math::tanh)
-            },
+            }),
             Some(0.9),
         ),
         (
@@ -688,10 +714,10 @@ fn handlers(rows: &mut Vec<Row>, quick: bool) {
                 src: 0,
                 n,
             },
-            |u| {
+            base!(|u| {
                 let (a, _, c) = ub_f32(u, N);
                 plain_map(c, a, libm::tanhf)
-            },
+            }),
             None,
         ),
         (
@@ -704,10 +730,10 @@ fn handlers(rows: &mut Vec<Row>, quick: bool) {
                 rows: rr,
                 cols: rc,
             },
-            |u| {
+            base!(|u| {
                 let (a, _, c) = ub_f32(u, N);
                 plain_sum_rows(&mut c[..N / 16], a, N / 16)
-            },
+            }),
             Some(0.9),
         ),
         (
@@ -720,10 +746,10 @@ fn handlers(rows: &mut Vec<Row>, quick: bool) {
                 rows: rr,
                 cols: rc,
             },
-            |u| {
+            base!(|u| {
                 let (a, _, c) = ub_f32(u, N);
                 plain_sum_cols(&mut c[..16], a, N / 16)
-            },
+            }),
             Some(0.9),
         ),
     ];
@@ -754,7 +780,15 @@ fn handlers(rows: &mut Vec<Row>, quick: bool) {
             base: per(bt),
             median_ratio: med,
             kind: Kind::ThroughputAtLeast(target),
-            note: format!("{:.2} Gelem/s", elems / per(vm).as_secs_f64() / 1e9),
+            note: format!(
+                "{:.2} Gelem/s ({})",
+                elems / per(vm).as_secs_f64() / 1e9,
+                if ops::Simd::detect().avx2() {
+                    "both AVX2"
+                } else {
+                    "both baseline"
+                }
+            ),
         });
     }
 }

@@ -30,6 +30,7 @@ fn load<T: Elem>(src: TSrc<'_, T>, dst: &[T], off: usize, buf: &mut [T::C]) -> O
 }
 
 /// Handler of a binary opcode.
+#[inline(always)]
 pub(crate) fn binary<T: Elem, O: BinOp<T::C>>(ub: &mut [u8], args: &UbArgs) {
     let n = args.n as usize;
     let (Some(rd), Some(ra), Some(rb)) = (

@@ -125,12 +125,14 @@ impl CastElem for Bool {
 }
 
 /// Handler of `cast` from `A` to `D`.
+#[inline(always)]
 pub(crate) fn cast<A: CastElem, D: CastElem>(ub: &mut [u8], a: &UbArgs) {
     ew1::<A, D>(ub, a.dst, a.a, a.n, |x| D::from_val(x.to_val()));
 }
 
 /// Handler of `copy` for elements of `S` bytes (a memmove; identical ranges
 /// are a no-op).
+#[inline(always)]
 pub(crate) fn copy<const S: usize>(ub: &mut [u8], a: &UbArgs) {
     let n = a.n as usize;
     let (Some(rd), Some(rs)) = (range(a.dst, n, S), range(a.a, n, S)) else {
@@ -144,6 +146,7 @@ pub(crate) fn copy<const S: usize>(ub: &mut [u8], a: &UbArgs) {
 /// Handler of `fill`: every element becomes the immediate converted to `T`
 /// (floats round to nearest even, `i8` keeps the low byte, bool is
 /// `imm != 0`).
+#[inline(always)]
 pub(crate) fn fill<T: Elem>(ub: &mut [u8], a: &UbArgs) {
     let v = T::put(T::imm(a.imm));
     let Some(r) = range_of::<T>(a.dst, a.n as usize) else {
@@ -176,6 +179,7 @@ impl Step for i32 {
 }
 
 /// Handler of `iota`: `dst[i] = start + i` (immediate `start`).
+#[inline(always)]
 pub(crate) fn iota<T: Elem>(ub: &mut [u8], a: &UbArgs)
 where
     T::C: Step,

@@ -58,6 +58,7 @@ cmpop!(
 );
 
 /// Handler of `a op b` with a bool result.
+#[inline(always)]
 pub(crate) fn compare<T: Elem, O: CmpOp<T::C>>(ub: &mut [u8], a: &UbArgs) {
     ew2::<T, T, Bool>(ub, a.dst, a.a, a.b, a.n, |x, y| {
         Bool(O::f(x.get(), y.get()) as u8)
@@ -65,6 +66,7 @@ pub(crate) fn compare<T: Elem, O: CmpOp<T::C>>(ub: &mut [u8], a: &UbArgs) {
 }
 
 /// Handler of `a op imm` with a bool result.
+#[inline(always)]
 pub(crate) fn compare_s<T: Elem, O: CmpOp<T::C>>(ub: &mut [u8], a: &UbArgs) {
     let imm = T::imm(a.imm);
     ew1::<T, Bool>(ub, a.dst, a.a, a.n, |x| Bool(O::f(x.get(), imm) as u8));
@@ -73,6 +75,7 @@ pub(crate) fn compare_s<T: Elem, O: CmpOp<T::C>>(ub: &mut [u8], a: &UbArgs) {
 /// Handler of `select`: `dst = cond ? a : b`, moving raw elements of `U`
 /// (`u8`/`u16`/`u32`, by dtype size). Operands: `a` = cond, `b` = a,
 /// `c` = b.
+#[inline(always)]
 pub(crate) fn select<U: Pod>(ub: &mut [u8], a: &UbArgs) {
     ew3::<Bool, U, U, U>(
         ub,
@@ -86,6 +89,7 @@ pub(crate) fn select<U: Pod>(ub: &mut [u8], a: &UbArgs) {
 }
 
 /// Handler of `isfinite` over a float dtype.
+#[inline(always)]
 pub(crate) fn isfinite<T: Elem<C = f32>>(ub: &mut [u8], a: &UbArgs) {
     ew1::<T, Bool>(
         ub,

@@ -255,10 +255,12 @@ fn pack_b<I: MmIn>(
 /// Handler of `matmul` with input `I` and output `O`. Operands: `a`, `b`,
 /// `dst`; `n` = m, `cols` = n, `k`; `flags` = trans_a | trans_b << 1 |
 /// accumulate << 2.
+#[inline(always)]
 pub(crate) fn matmul<I: MmIn, O: MmOut<I::A>>(ub: &mut [u8], args: &UbArgs) {
     let _ = run::<I, O>(ub, args);
 }
 
+#[inline(always)]
 fn run<I: MmIn, O: MmOut<I::A>>(ub: &mut [u8], args: &UbArgs) -> Option<()> {
     let (m, n, k) = (args.n as usize, args.cols as usize, args.k as usize);
     let sp = Split::new(ub, range_of::<O>(args.dst, m.checked_mul(n)?)?)?;

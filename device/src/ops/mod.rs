@@ -40,6 +40,7 @@ mod cast;
 mod compare;
 mod ew;
 mod matmul;
+pub mod simd;
 mod tile2d;
 mod ub;
 mod unary;
@@ -53,6 +54,8 @@ use self::binary::{binary, Add, And, Div, Max, Min, Mul, Or, Pow, Square, Sub};
 use self::cast::{cast, copy, fill, iota};
 use self::compare::{compare, compare_s, isfinite, select, Eq, Ge, Gt, Le, Lt, Ne};
 use self::matmul::matmul;
+use self::simd::pick;
+pub use self::simd::Simd;
 use self::tile2d::{broadcast_col, broadcast_row, reduce_cols, reduce_rows, transpose, Sum};
 use self::ub::{Bf16, Bool, F16};
 use self::unary::{
@@ -118,11 +121,11 @@ impl UbOp {
 
 /// Handler for the float dtypes.
 macro_rules! float_h {
-    ($dt:expr, $f:ident :: < _ $(, $g:tt)* >) => {
+    ($s:ident, $dt:expr, $f:ident :: < _ $(, $g:tt)* >) => {
         match $dt {
-            DType::F32 => $f::<f32 $(, $g)*> as Handler,
-            DType::F16 => $f::<F16 $(, $g)*>,
-            DType::BF16 => $f::<Bf16 $(, $g)*>,
+            DType::F32 => pick!($s, $f::<f32 $(, $g)*>),
+            DType::F16 => pick!($s, $f::<F16 $(, $g)*>),
+            DType::BF16 => pick!($s, $f::<Bf16 $(, $g)*>),
             _ => return None,
         }
     };
@@ -130,30 +133,30 @@ macro_rules! float_h {
 
 /// Handler for the numeric dtypes.
 macro_rules! num_h {
-    ($dt:expr, $f:ident :: < _ $(, $g:tt)* >) => {
+    ($s:ident, $dt:expr, $f:ident :: < _ $(, $g:tt)* >) => {
         match $dt {
-            DType::I32 => $f::<i32 $(, $g)*> as Handler,
-            DType::I8 => $f::<i8 $(, $g)*>,
-            d => float_h!(d, $f::<_ $(, $g)*>),
+            DType::I32 => pick!($s, $f::<i32 $(, $g)*>),
+            DType::I8 => pick!($s, $f::<i8 $(, $g)*>),
+            d => float_h!($s, d, $f::<_ $(, $g)*>),
         }
     };
 }
 
 /// Handler for every dtype.
 macro_rules! any_h {
-    ($dt:expr, $f:ident :: < _ $(, $g:tt)* >) => {
+    ($s:ident, $dt:expr, $f:ident :: < _ $(, $g:tt)* >) => {
         match $dt {
-            DType::Bool => $f::<Bool $(, $g)*> as Handler,
-            d => num_h!(d, $f::<_ $(, $g)*>),
+            DType::Bool => pick!($s, $f::<Bool $(, $g)*>),
+            d => num_h!($s, d, $f::<_ $(, $g)*>),
         }
     };
 }
 
 /// Handler for the bool dtype.
 macro_rules! bool_h {
-    ($dt:expr, $f:ident :: < _ $(, $g:tt)* >) => {
+    ($s:ident, $dt:expr, $f:ident :: < _ $(, $g:tt)* >) => {
         match $dt {
-            DType::Bool => $f::<Bool $(, $g)*> as Handler,
+            DType::Bool => pick!($s, $f::<Bool $(, $g)*>),
             _ => return None,
         }
     };
@@ -161,24 +164,24 @@ macro_rules! bool_h {
 
 /// Handler of a raw data movement by element size.
 macro_rules! raw_h {
-    ($dt:expr, $f:ident) => {
+    ($s:ident, $dt:expr, $f:ident) => {
         match $dt.size() {
-            1 => $f::<u8> as Handler,
-            2 => $f::<u16>,
-            _ => $f::<u32>,
+            1 => pick!($s, $f::<u8>),
+            2 => pick!($s, $f::<u16>),
+            _ => pick!($s, $f::<u32>),
         }
     };
 }
 
 /// Handler of a vector-with-scalar op over the numeric dtypes.
 macro_rules! scalar_h {
-    ($dt:expr, $op:ty, $rev:literal) => {
+    ($s:ident, $dt:expr, $op:ty, $rev:literal) => {
         match $dt {
-            DType::F32 => scalar::<f32, $op, $rev> as Handler,
-            DType::F16 => scalar::<F16, $op, $rev>,
-            DType::BF16 => scalar::<Bf16, $op, $rev>,
-            DType::I32 => scalar::<i32, $op, $rev>,
-            DType::I8 => scalar::<i8, $op, $rev>,
+            DType::F32 => pick!($s, scalar::<f32, $op, $rev>),
+            DType::F16 => pick!($s, scalar::<F16, $op, $rev>),
+            DType::BF16 => pick!($s, scalar::<Bf16, $op, $rev>),
+            DType::I32 => pick!($s, scalar::<i32, $op, $rev>),
+            DType::I8 => pick!($s, scalar::<i8, $op, $rev>),
             DType::Bool => return None,
         }
     };
@@ -186,25 +189,25 @@ macro_rules! scalar_h {
 
 /// Handler of a reduction for a dtype and axis.
 macro_rules! reduce_h {
-    ($dt:expr, $axis:expr, $op:ty) => {
+    ($s:ident, $dt:expr, $axis:expr, $op:ty) => {
         match $axis {
-            Axis::Rows => num_h!($dt, reduce_rows::<_, $op>),
-            Axis::Cols => num_h!($dt, reduce_cols::<_, $op>),
+            Axis::Rows => num_h!($s, $dt, reduce_rows::<_, $op>),
+            Axis::Cols => num_h!($s, $dt, reduce_cols::<_, $op>),
         }
     };
 }
 
 /// The cast handler for a (from, to) pair.
-fn cast_handler(from: DType, to: DType) -> Handler {
+fn cast_handler(simd: Simd, from: DType, to: DType) -> Handler {
     macro_rules! to {
         ($a:ty) => {
             match to {
-                DType::F32 => cast::<$a, f32> as Handler,
-                DType::F16 => cast::<$a, F16>,
-                DType::BF16 => cast::<$a, Bf16>,
-                DType::I32 => cast::<$a, i32>,
-                DType::I8 => cast::<$a, i8>,
-                DType::Bool => cast::<$a, Bool>,
+                DType::F32 => pick!(simd, cast::<$a, f32>),
+                DType::F16 => pick!(simd, cast::<$a, F16>),
+                DType::BF16 => pick!(simd, cast::<$a, Bf16>),
+                DType::I32 => pick!(simd, cast::<$a, i32>),
+                DType::I8 => pick!(simd, cast::<$a, i8>),
+                DType::Bool => pick!(simd, cast::<$a, Bool>),
             }
         };
     }
@@ -219,13 +222,13 @@ fn cast_handler(from: DType, to: DType) -> Handler {
 }
 
 /// The matmul handler for an (input, output) pair allowed by the verifier.
-fn matmul_handler(dt: DType, out: DType) -> Option<Handler> {
+fn matmul_handler(simd: Simd, dt: DType, out: DType) -> Option<Handler> {
     macro_rules! out {
         ($i:ty) => {
             match out {
-                DType::F32 => matmul::<$i, f32> as Handler,
-                DType::F16 => matmul::<$i, F16>,
-                DType::BF16 => matmul::<$i, Bf16>,
+                DType::F32 => pick!(simd, matmul::<$i, f32>),
+                DType::F16 => pick!(simd, matmul::<$i, F16>),
+                DType::BF16 => pick!(simd, matmul::<$i, Bf16>),
                 _ => return None,
             }
         };
@@ -234,7 +237,7 @@ fn matmul_handler(dt: DType, out: DType) -> Option<Handler> {
         DType::F32 => out!(f32),
         DType::F16 => out!(F16),
         DType::BF16 => out!(Bf16),
-        DType::I8 if out == DType::I32 => matmul::<i8, i32> as Handler,
+        DType::I8 if out == DType::I32 => pick!(simd, matmul::<i8, i32>),
         _ => return None,
     })
 }
@@ -249,6 +252,13 @@ fn mm_bits(f: MmFlags) -> u32 {
 /// `None` for loads, stores and control instructions, and for a dtype the
 /// opcode does not allow (the verifier rejects those).
 pub fn resolve(instr: &Instr) -> Option<UbOp> {
+    resolve_with(instr, Simd::detect())
+}
+
+/// [`resolve`] with the handlers compiled for `simd` (see [`simd`]); every
+/// choice gives bit-identical results.
+pub fn resolve_with(instr: &Instr, simd: Simd) -> Option<UbOp> {
+    let s = simd;
     use Instr as I;
     let un = |dst, src, n| UbArgs {
         dst,
@@ -279,65 +289,65 @@ pub fn resolve(instr: &Instr) -> Option<UbOp> {
     };
     let (handler, args): (Handler, UbArgs) = match *instr {
         // ---- unary
-        I::Abs { dt, dst, src, n } => (num_h!(dt, unary::<_, Abs>), un(dst, src, n)),
-        I::Neg { dt, dst, src, n } => (num_h!(dt, unary::<_, Neg>), un(dst, src, n)),
-        I::Relu { dt, dst, src, n } => (num_h!(dt, unary::<_, Relu>), un(dst, src, n)),
-        I::Exp { dt, dst, src, n } => (float_h!(dt, unary::<_, Exp>), un(dst, src, n)),
-        I::Log { dt, dst, src, n } => (float_h!(dt, unary::<_, Log>), un(dst, src, n)),
-        I::Sqrt { dt, dst, src, n } => (float_h!(dt, unary::<_, Sqrt>), un(dst, src, n)),
-        I::Rsqrt { dt, dst, src, n } => (float_h!(dt, unary::<_, Rsqrt>), un(dst, src, n)),
-        I::Recip { dt, dst, src, n } => (float_h!(dt, unary::<_, Recip>), un(dst, src, n)),
-        I::Tanh { dt, dst, src, n } => (float_h!(dt, unary::<_, Tanh>), un(dst, src, n)),
-        I::Sigmoid { dt, dst, src, n } => (float_h!(dt, unary::<_, Sigmoid>), un(dst, src, n)),
-        I::GeluTanh { dt, dst, src, n } => (float_h!(dt, unary::<_, GeluTanh>), un(dst, src, n)),
-        I::GeluErf { dt, dst, src, n } => (float_h!(dt, unary::<_, GeluErf>), un(dst, src, n)),
-        I::Silu { dt, dst, src, n } => (float_h!(dt, unary::<_, Silu>), un(dst, src, n)),
-        I::Floor { dt, dst, src, n } => (float_h!(dt, unary::<_, Floor>), un(dst, src, n)),
-        I::Ceil { dt, dst, src, n } => (float_h!(dt, unary::<_, Ceil>), un(dst, src, n)),
-        I::Round { dt, dst, src, n } => (float_h!(dt, unary::<_, Round>), un(dst, src, n)),
-        I::Erf { dt, dst, src, n } => (float_h!(dt, unary::<_, Erf>), un(dst, src, n)),
-        I::Not { dt, dst, src, n } => (bool_h!(dt, unary::<_, Not>), un(dst, src, n)),
-        I::IsFinite { dt, dst, src, n } => (float_h!(dt, isfinite::<_>), un(dst, src, n)),
+        I::Abs { dt, dst, src, n } => (num_h!(s, dt, unary::<_, Abs>), un(dst, src, n)),
+        I::Neg { dt, dst, src, n } => (num_h!(s, dt, unary::<_, Neg>), un(dst, src, n)),
+        I::Relu { dt, dst, src, n } => (num_h!(s, dt, unary::<_, Relu>), un(dst, src, n)),
+        I::Exp { dt, dst, src, n } => (float_h!(s, dt, unary::<_, Exp>), un(dst, src, n)),
+        I::Log { dt, dst, src, n } => (float_h!(s, dt, unary::<_, Log>), un(dst, src, n)),
+        I::Sqrt { dt, dst, src, n } => (float_h!(s, dt, unary::<_, Sqrt>), un(dst, src, n)),
+        I::Rsqrt { dt, dst, src, n } => (float_h!(s, dt, unary::<_, Rsqrt>), un(dst, src, n)),
+        I::Recip { dt, dst, src, n } => (float_h!(s, dt, unary::<_, Recip>), un(dst, src, n)),
+        I::Tanh { dt, dst, src, n } => (float_h!(s, dt, unary::<_, Tanh>), un(dst, src, n)),
+        I::Sigmoid { dt, dst, src, n } => (float_h!(s, dt, unary::<_, Sigmoid>), un(dst, src, n)),
+        I::GeluTanh { dt, dst, src, n } => (float_h!(s, dt, unary::<_, GeluTanh>), un(dst, src, n)),
+        I::GeluErf { dt, dst, src, n } => (float_h!(s, dt, unary::<_, GeluErf>), un(dst, src, n)),
+        I::Silu { dt, dst, src, n } => (float_h!(s, dt, unary::<_, Silu>), un(dst, src, n)),
+        I::Floor { dt, dst, src, n } => (float_h!(s, dt, unary::<_, Floor>), un(dst, src, n)),
+        I::Ceil { dt, dst, src, n } => (float_h!(s, dt, unary::<_, Ceil>), un(dst, src, n)),
+        I::Round { dt, dst, src, n } => (float_h!(s, dt, unary::<_, Round>), un(dst, src, n)),
+        I::Erf { dt, dst, src, n } => (float_h!(s, dt, unary::<_, Erf>), un(dst, src, n)),
+        I::Not { dt, dst, src, n } => (bool_h!(s, dt, unary::<_, Not>), un(dst, src, n)),
+        I::IsFinite { dt, dst, src, n } => (float_h!(s, dt, isfinite::<_>), un(dst, src, n)),
         // ---- binary
-        I::Add { dt, dst, a, b, n } => (num_h!(dt, binary::<_, Add>), bin(dst, a, b, n)),
-        I::Sub { dt, dst, a, b, n } => (num_h!(dt, binary::<_, Sub>), bin(dst, a, b, n)),
-        I::Mul { dt, dst, a, b, n } => (num_h!(dt, binary::<_, Mul>), bin(dst, a, b, n)),
-        I::Div { dt, dst, a, b, n } => (num_h!(dt, binary::<_, Div>), bin(dst, a, b, n)),
-        I::Max { dt, dst, a, b, n } => (num_h!(dt, binary::<_, Max>), bin(dst, a, b, n)),
-        I::Min { dt, dst, a, b, n } => (num_h!(dt, binary::<_, Min>), bin(dst, a, b, n)),
-        I::Pow { dt, dst, a, b, n } => (float_h!(dt, binary::<_, Pow>), bin(dst, a, b, n)),
-        I::And { dt, dst, a, b, n } => (bool_h!(dt, binary::<_, And>), bin(dst, a, b, n)),
-        I::Or { dt, dst, a, b, n } => (bool_h!(dt, binary::<_, Or>), bin(dst, a, b, n)),
+        I::Add { dt, dst, a, b, n } => (num_h!(s, dt, binary::<_, Add>), bin(dst, a, b, n)),
+        I::Sub { dt, dst, a, b, n } => (num_h!(s, dt, binary::<_, Sub>), bin(dst, a, b, n)),
+        I::Mul { dt, dst, a, b, n } => (num_h!(s, dt, binary::<_, Mul>), bin(dst, a, b, n)),
+        I::Div { dt, dst, a, b, n } => (num_h!(s, dt, binary::<_, Div>), bin(dst, a, b, n)),
+        I::Max { dt, dst, a, b, n } => (num_h!(s, dt, binary::<_, Max>), bin(dst, a, b, n)),
+        I::Min { dt, dst, a, b, n } => (num_h!(s, dt, binary::<_, Min>), bin(dst, a, b, n)),
+        I::Pow { dt, dst, a, b, n } => (float_h!(s, dt, binary::<_, Pow>), bin(dst, a, b, n)),
+        I::And { dt, dst, a, b, n } => (bool_h!(s, dt, binary::<_, And>), bin(dst, a, b, n)),
+        I::Or { dt, dst, a, b, n } => (bool_h!(s, dt, binary::<_, Or>), bin(dst, a, b, n)),
         // ---- with scalar
-        I::AddS { dt, dst, a, n, imm } => (scalar_h!(dt, Add, false), sc(dst, a, n, imm)),
-        I::SubS { dt, dst, a, n, imm } => (scalar_h!(dt, Sub, false), sc(dst, a, n, imm)),
-        I::RSubS { dt, dst, a, n, imm } => (scalar_h!(dt, Sub, true), sc(dst, a, n, imm)),
-        I::MulS { dt, dst, a, n, imm } => (scalar_h!(dt, Mul, false), sc(dst, a, n, imm)),
-        I::DivS { dt, dst, a, n, imm } => (scalar_h!(dt, Div, false), sc(dst, a, n, imm)),
-        I::RDivS { dt, dst, a, n, imm } => (scalar_h!(dt, Div, true), sc(dst, a, n, imm)),
-        I::MaxS { dt, dst, a, n, imm } => (scalar_h!(dt, Max, false), sc(dst, a, n, imm)),
-        I::MinS { dt, dst, a, n, imm } => (scalar_h!(dt, Min, false), sc(dst, a, n, imm)),
+        I::AddS { dt, dst, a, n, imm } => (scalar_h!(s, dt, Add, false), sc(dst, a, n, imm)),
+        I::SubS { dt, dst, a, n, imm } => (scalar_h!(s, dt, Sub, false), sc(dst, a, n, imm)),
+        I::RSubS { dt, dst, a, n, imm } => (scalar_h!(s, dt, Sub, true), sc(dst, a, n, imm)),
+        I::MulS { dt, dst, a, n, imm } => (scalar_h!(s, dt, Mul, false), sc(dst, a, n, imm)),
+        I::DivS { dt, dst, a, n, imm } => (scalar_h!(s, dt, Div, false), sc(dst, a, n, imm)),
+        I::RDivS { dt, dst, a, n, imm } => (scalar_h!(s, dt, Div, true), sc(dst, a, n, imm)),
+        I::MaxS { dt, dst, a, n, imm } => (scalar_h!(s, dt, Max, false), sc(dst, a, n, imm)),
+        I::MinS { dt, dst, a, n, imm } => (scalar_h!(s, dt, Min, false), sc(dst, a, n, imm)),
         I::PowS { dt, dst, a, n, imm } => {
             let h = if imm.as_f32() == 2.0 {
-                float_h!(dt, scalar::<_, Square, false>)
+                float_h!(s, dt, scalar::<_, Square, false>)
             } else {
-                float_h!(dt, scalar::<_, Pow, false>)
+                float_h!(s, dt, scalar::<_, Pow, false>)
             };
             (h, sc(dst, a, n, imm))
         }
         // ---- comparisons and select
-        I::Eq { dt, dst, a, b, n } => (any_h!(dt, compare::<_, Eq>), bin(dst, a, b, n)),
-        I::Ne { dt, dst, a, b, n } => (any_h!(dt, compare::<_, Ne>), bin(dst, a, b, n)),
-        I::Lt { dt, dst, a, b, n } => (num_h!(dt, compare::<_, Lt>), bin(dst, a, b, n)),
-        I::Le { dt, dst, a, b, n } => (num_h!(dt, compare::<_, Le>), bin(dst, a, b, n)),
-        I::Gt { dt, dst, a, b, n } => (num_h!(dt, compare::<_, Gt>), bin(dst, a, b, n)),
-        I::Ge { dt, dst, a, b, n } => (num_h!(dt, compare::<_, Ge>), bin(dst, a, b, n)),
-        I::EqS { dt, dst, a, n, imm } => (num_h!(dt, compare_s::<_, Eq>), sc(dst, a, n, imm)),
-        I::NeS { dt, dst, a, n, imm } => (num_h!(dt, compare_s::<_, Ne>), sc(dst, a, n, imm)),
-        I::LtS { dt, dst, a, n, imm } => (num_h!(dt, compare_s::<_, Lt>), sc(dst, a, n, imm)),
-        I::LeS { dt, dst, a, n, imm } => (num_h!(dt, compare_s::<_, Le>), sc(dst, a, n, imm)),
-        I::GtS { dt, dst, a, n, imm } => (num_h!(dt, compare_s::<_, Gt>), sc(dst, a, n, imm)),
-        I::GeS { dt, dst, a, n, imm } => (num_h!(dt, compare_s::<_, Ge>), sc(dst, a, n, imm)),
+        I::Eq { dt, dst, a, b, n } => (any_h!(s, dt, compare::<_, Eq>), bin(dst, a, b, n)),
+        I::Ne { dt, dst, a, b, n } => (any_h!(s, dt, compare::<_, Ne>), bin(dst, a, b, n)),
+        I::Lt { dt, dst, a, b, n } => (num_h!(s, dt, compare::<_, Lt>), bin(dst, a, b, n)),
+        I::Le { dt, dst, a, b, n } => (num_h!(s, dt, compare::<_, Le>), bin(dst, a, b, n)),
+        I::Gt { dt, dst, a, b, n } => (num_h!(s, dt, compare::<_, Gt>), bin(dst, a, b, n)),
+        I::Ge { dt, dst, a, b, n } => (num_h!(s, dt, compare::<_, Ge>), bin(dst, a, b, n)),
+        I::EqS { dt, dst, a, n, imm } => (num_h!(s, dt, compare_s::<_, Eq>), sc(dst, a, n, imm)),
+        I::NeS { dt, dst, a, n, imm } => (num_h!(s, dt, compare_s::<_, Ne>), sc(dst, a, n, imm)),
+        I::LtS { dt, dst, a, n, imm } => (num_h!(s, dt, compare_s::<_, Lt>), sc(dst, a, n, imm)),
+        I::LeS { dt, dst, a, n, imm } => (num_h!(s, dt, compare_s::<_, Le>), sc(dst, a, n, imm)),
+        I::GtS { dt, dst, a, n, imm } => (num_h!(s, dt, compare_s::<_, Gt>), sc(dst, a, n, imm)),
+        I::GeS { dt, dst, a, n, imm } => (num_h!(s, dt, compare_s::<_, Ge>), sc(dst, a, n, imm)),
         I::Select {
             dt,
             dst,
@@ -346,7 +356,7 @@ pub fn resolve(instr: &Instr) -> Option<UbOp> {
             b,
             n,
         } => (
-            raw_h!(dt, select),
+            raw_h!(s, dt, select),
             UbArgs {
                 dst,
                 a: cond,
@@ -363,17 +373,17 @@ pub fn resolve(instr: &Instr) -> Option<UbOp> {
             dst,
             src,
             n,
-        } => (cast_handler(dt, to), un(dst, src, n)),
+        } => (cast_handler(s, dt, to), un(dst, src, n)),
         I::Copy { dt, dst, src, n } => (
             match dt.size() {
-                1 => copy::<1> as Handler,
-                2 => copy::<2>,
-                _ => copy::<4>,
+                1 => pick!(s, copy::<1>),
+                2 => pick!(s, copy::<2>),
+                _ => pick!(s, copy::<4>),
             },
             un(dst, src, n),
         ),
         I::Fill { dt, dst, n, imm } => (
-            any_h!(dt, fill::<_>),
+            any_h!(s, dt, fill::<_>),
             UbArgs {
                 dst,
                 n,
@@ -382,7 +392,7 @@ pub fn resolve(instr: &Instr) -> Option<UbOp> {
             },
         ),
         I::Iota { dt, dst, n, start } => (
-            num_h!(dt, iota::<_>),
+            num_h!(s, dt, iota::<_>),
             UbArgs {
                 dst,
                 n,
@@ -399,7 +409,7 @@ pub fn resolve(instr: &Instr) -> Option<UbOp> {
             rows,
             cols,
         } => (
-            reduce_h!(dt, axis, Sum),
+            reduce_h!(s, dt, axis, Sum),
             UbArgs {
                 flags: axis as u32,
                 ..tile(dst, src, rows, cols)
@@ -413,7 +423,7 @@ pub fn resolve(instr: &Instr) -> Option<UbOp> {
             rows,
             cols,
         } => (
-            reduce_h!(dt, axis, tile2d::Max),
+            reduce_h!(s, dt, axis, tile2d::Max),
             UbArgs {
                 flags: axis as u32,
                 ..tile(dst, src, rows, cols)
@@ -427,7 +437,7 @@ pub fn resolve(instr: &Instr) -> Option<UbOp> {
             rows,
             cols,
         } => (
-            reduce_h!(dt, axis, tile2d::Min),
+            reduce_h!(s, dt, axis, tile2d::Min),
             UbArgs {
                 flags: axis as u32,
                 ..tile(dst, src, rows, cols)
@@ -439,21 +449,21 @@ pub fn resolve(instr: &Instr) -> Option<UbOp> {
             src,
             rows,
             cols,
-        } => (raw_h!(dt, broadcast_row), tile(dst, src, rows, cols)),
+        } => (raw_h!(s, dt, broadcast_row), tile(dst, src, rows, cols)),
         I::BroadcastCol {
             dt,
             dst,
             src,
             rows,
             cols,
-        } => (raw_h!(dt, broadcast_col), tile(dst, src, rows, cols)),
+        } => (raw_h!(s, dt, broadcast_col), tile(dst, src, rows, cols)),
         I::Transpose {
             dt,
             dst,
             src,
             rows,
             cols,
-        } => (raw_h!(dt, transpose), tile(dst, src, rows, cols)),
+        } => (raw_h!(s, dt, transpose), tile(dst, src, rows, cols)),
         // ---- cube
         I::Matmul {
             dt,
@@ -466,7 +476,7 @@ pub fn resolve(instr: &Instr) -> Option<UbOp> {
             n,
             k,
         } => (
-            matmul_handler(dt, out)?,
+            matmul_handler(s, dt, out)?,
             UbArgs {
                 dst,
                 a,

@@ -10,7 +10,7 @@ use std::{format, vec};
 use dvm_isa::{Axis, DType, Instr, MmFlags, Opcode, Pipe, Scalar};
 use zerocopy::IntoBytes;
 
-use super::resolve;
+use super::{resolve, resolve_with, Simd};
 
 // ---- harness ----------------------------------------------------------------------
 
@@ -862,6 +862,26 @@ fn run_check(instr: &Instr, ub: &mut Ub, what: &str) {
     let before = ub.bytes().to_vec();
     let out = reference(instr, &before);
     op.run(ub.bytes());
+    // The baseline copy of the handler gives the same bits as the one for
+    // this CPU's extensions (AVX2 on most x86-64 hosts), up to the sign and
+    // payload of NaNs, which Rust leaves unspecified.
+    let mut base = before.clone();
+    resolve_with(instr, Simd::BASELINE)
+        .unwrap_or_else(|| panic!("{what}: no baseline handler"))
+        .run(&mut base);
+    for i in 0..out.want.len() {
+        let (b, w) = (
+            raw(out.dt, &base, out.off, i),
+            raw(out.dt, ub.bytes(), out.off, i),
+        );
+        let both_nan =
+            dec(out.dt, &base, out.off, i).is_nan() && dec(out.dt, ub.bytes(), out.off, i).is_nan();
+        assert!(
+            b == w || both_nan,
+            "{what}: element {i}: baseline handler {b:#x}, {:?} handler {w:#x}",
+            Simd::detect()
+        );
+    }
     let after = ub.bytes();
     let size = out.dt.size() as usize;
     let (lo, hi) = (out.off as usize, out.off as usize + out.want.len() * size);

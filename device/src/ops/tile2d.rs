@@ -141,6 +141,7 @@ fn fold_row<T: Elem, O: RedOp<T::C>, const L: usize>(row: &[T]) -> T::C {
 }
 
 /// Handler of a reduction along `axis = cols` (`rows × cols → rows × 1`).
+#[inline(always)]
 pub(crate) fn reduce_cols<T: Elem, O: RedOp<T::C>>(ub: &mut [u8], a: &UbArgs) {
     let (rows, cols) = (a.n as usize, a.cols as usize);
     let Some(elems) = rows.checked_mul(cols) else {
@@ -193,6 +194,7 @@ fn col_block<T: Elem, O: RedOp<T::C>, const W: usize>(
 }
 
 /// Handler of a reduction along `axis = rows` (`rows × cols → 1 × cols`).
+#[inline(always)]
 pub(crate) fn reduce_rows<T: Elem, O: RedOp<T::C>>(ub: &mut [u8], a: &UbArgs) {
     let (rows, cols) = (a.n as usize, a.cols as usize);
     let Some(elems) = rows.checked_mul(cols) else {
@@ -223,6 +225,7 @@ pub(crate) fn reduce_rows<T: Elem, O: RedOp<T::C>>(ub: &mut [u8], a: &UbArgs) {
 }
 
 /// Handler of `brcrow`: the `1 × cols` source repeated for `rows` rows.
+#[inline(always)]
 pub(crate) fn broadcast_row<U: Pod>(ub: &mut [u8], a: &UbArgs) {
     let (rows, cols) = (a.n as usize, a.cols as usize);
     let Some(elems) = rows.checked_mul(cols) else {
@@ -241,6 +244,7 @@ pub(crate) fn broadcast_row<U: Pod>(ub: &mut [u8], a: &UbArgs) {
 
 /// Handler of `brccol`: each element of the `rows × 1` source repeated
 /// across its row of `cols`.
+#[inline(always)]
 pub(crate) fn broadcast_col<U: Pod>(ub: &mut [u8], a: &UbArgs) {
     let (rows, cols) = (a.n as usize, a.cols as usize);
     let Some(elems) = rows.checked_mul(cols) else {
@@ -263,6 +267,7 @@ const TB: usize = 8;
 /// Handler of `transpose`: `dst` (`cols × rows`) = `srcᵀ` (`rows × cols`),
 /// in 8×8 blocks (two bounds checks per 8 elements; edge blocks element by
 /// element).
+#[inline(always)]
 pub(crate) fn transpose<U: Pod>(ub: &mut [u8], a: &UbArgs) {
     let (rows, cols) = (a.n as usize, a.cols as usize);
     let Some(elems) = rows.checked_mul(cols) else {

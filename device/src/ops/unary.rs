@@ -88,6 +88,7 @@ pub(crate) fn map1<T: Elem, K: Kern<T::C>>(ub: &mut [u8], dst: u32, src: u32, n:
 }
 
 /// Handler of a unary opcode.
+#[inline(always)]
 pub(crate) fn unary<T: Elem, K: Kern<T::C> + Default>(ub: &mut [u8], a: &UbArgs) {
     map1::<T, K>(ub, a.dst, a.a, a.n, K::default());
 }
@@ -116,6 +117,7 @@ impl<C: Copy, O: BinOp<C>, const REV: bool> Kern<C> for WithImm<C, O, REV> {
 
 /// Handler of a vector-with-scalar opcode: `dst = a op imm` (`REV`:
 /// `imm op a`).
+#[inline(always)]
 pub(crate) fn scalar<T: Elem, O: BinOp<T::C>, const REV: bool>(ub: &mut [u8], a: &UbArgs) {
     let k = WithImm::<T::C, O, REV>(T::imm(a.imm), PhantomData);
     map1::<T, _>(ub, a.dst, a.a, a.n, k);
