@@ -158,6 +158,49 @@ impl DevBuf {
     }
 }
 
+/// Where one buffer of a plan lives during a call.
+enum Mem<'a> {
+    /// A runtime device buffer (reused across calls).
+    Dev(DevBuf),
+    /// An input tensor's bytes, bound in place, read-only.
+    Input(&'a [u8]),
+    /// A fresh vector that becomes an output tensor.
+    Output(Vec<u8>),
+}
+
+impl Mem<'_> {
+    /// The buffer as a launch argument; input tensors are never writable.
+    fn raw(&mut self, writable: bool) -> RawBuf {
+        match self {
+            Mem::Dev(b) => RawBuf {
+                ptr: b.0.as_mut_ptr().cast::<u8>(),
+                len: b.1,
+                writable,
+            },
+            Mem::Input(s) => RawBuf::input(s),
+            Mem::Output(v) => RawBuf {
+                ptr: v.as_mut_ptr(),
+                len: v.len(),
+                writable,
+            },
+        }
+    }
+
+    fn bytes(&self) -> &[u8] {
+        match self {
+            Mem::Dev(b) => b.bytes(),
+            Mem::Input(s) => s,
+            Mem::Output(v) => v,
+        }
+    }
+}
+
+/// Whether `bytes` starts at the alignment of a device buffer (8 bytes,
+/// enough for every element type).
+fn aligned(bytes: &[u8]) -> bool {
+    bytes.as_ptr().align_offset(8) == 0
+}
+
 fn bytemuck_bytes(v: &mut [u64]) -> &mut [u8] {
     // SAFETY: u64 storage viewed as bytes; every bit pattern is a valid u8
     // and u8 has alignment 1; the length covers exactly the same memory.
@@ -343,42 +386,96 @@ impl Runtime {
         prepared: &Prepared,
         inputs: &[(&str, &Tensor)],
         explicit: &Bindings,
-        mut profile: Option<&mut Vec<(String, std::time::Duration)>>,
+        profile: Option<&mut Vec<(String, std::time::Duration)>>,
     ) -> Result<Vec<(String, Tensor)>, RunError> {
         let graph = &prepared.graph;
         let bindings = graph.bind_tensors(inputs, explicit)?;
         let (plan, kernels) = self.plan(prepared, &bindings)?;
-        let mut bufs: Vec<DevBuf> = plan
+        // Inputs are bound in place and outputs written straight into the
+        // tensors they become; only temporaries (and buffers whose memory
+        // is not aligned for the device) use the runtime's device buffers.
+        let mut mems: Vec<Mem<'_>> = plan
             .buffers
             .iter()
-            .map(|b| self.take_buf(b.bytes as usize))
+            .enumerate()
+            .map(|(i, info)| {
+                let bytes = info.bytes as usize;
+                if let Some(src) = initial_bytes(graph, info, inputs) {
+                    if matches!(info.kind, BufKind::Input(_)) && src.len() >= bytes && aligned(src)
+                    {
+                        return Mem::Input(&src[..bytes]);
+                    }
+                    let mut buf = self.take_buf(bytes);
+                    let dst = buf.bytes_mut();
+                    let n = dst.len().min(src.len());
+                    dst[..n].copy_from_slice(&src[..n]);
+                    return Mem::Dev(buf);
+                }
+                if plan.outputs.iter().any(|o| o.1 == i) {
+                    let v = vec![0u8; bytes];
+                    if aligned(&v) {
+                        return Mem::Output(v);
+                    }
+                }
+                Mem::Dev(self.take_buf(bytes))
+            })
             .collect();
-        for (buf, info) in bufs.iter_mut().zip(&plan.buffers) {
-            if let Some(src) = initial_bytes(graph, info, inputs) {
-                let dst = buf.bytes_mut();
-                let n = dst.len().min(src.len());
-                dst[..n].copy_from_slice(&src[..n]);
-            }
-        }
-        for (launch, kernel) in plan.launches.iter().zip(&kernels) {
+        let result = self.launch_all(&plan, &kernels, &mut mems, profile);
+        let outputs = result.and_then(|()| {
+            plan.outputs
+                .iter()
+                .enumerate()
+                .map(|(i, (name, b, dt, shape))| {
+                    let used_again = plan.outputs[i + 1..].iter().any(|o| o.1 == *b);
+                    let bytes = match &mut mems[*b] {
+                        Mem::Output(v) if !used_again => std::mem::take(v),
+                        m => m.bytes().to_vec(),
+                    };
+                    Tensor::new(*dt, shape.clone(), bytes)
+                        .map(|t| (name.clone(), t))
+                        .map_err(|e| {
+                            RunError::from(LowerError::Unsupported {
+                                node: name.clone(),
+                                what: e.to_string(),
+                            })
+                        })
+                })
+                .collect()
+        });
+        self.give_bufs(
+            mems.into_iter()
+                .filter_map(|m| match m {
+                    Mem::Dev(b) => Some(b),
+                    _ => None,
+                })
+                .collect(),
+        );
+        outputs
+    }
+
+    /// Runs the launches of `plan` over `mems`.
+    fn launch_all(
+        &self,
+        plan: &Plan,
+        kernels: &[Arc<ReadyKernel>],
+        mems: &mut [Mem<'_>],
+        mut profile: Option<&mut Vec<(String, std::time::Duration)>>,
+    ) -> Result<(), RunError> {
+        for (launch, kernel) in plan.launches.iter().zip(kernels) {
             let (args, writable) = plan.launch_args(launch);
             let raw: Vec<RawBuf> = args
                 .iter()
                 .zip(&writable)
-                .map(|(&b, &w)| {
-                    let buf = &mut bufs[b];
-                    RawBuf {
-                        ptr: buf.0.as_mut_ptr().cast::<u8>(),
-                        len: buf.1,
-                        writable: w,
-                    }
-                })
+                .map(|(&b, &w)| mems[b].raw(w))
                 .collect();
             let t0 = std::time::Instant::now();
-            // SAFETY: every buffer is a live allocation owned by this
-            // function and not otherwise accessed during the launch; a
-            // launch binds each buffer once, and the buffers it writes are
-            // temporaries distinct from every other buffer.
+            // SAFETY: every buffer is live for the launch: device buffers
+            // and output vectors owned by the caller's `mems`, input
+            // tensors borrowed for the whole call. None is otherwise
+            // accessed during the launch; a launch binds each buffer once;
+            // the buffers it writes are temporaries or outputs, distinct
+            // from every other buffer, and input tensors are bound
+            // read-only (`Mem::raw` never marks them writable).
             unsafe { self.pool.launch(&kernel.program, &raw) }.map_err(|error| {
                 RunError::Launch {
                     step: kernel.info.kernel.name.clone(),
@@ -389,23 +486,7 @@ impl Runtime {
                 p.push((kernel.info.kernel.name.clone(), t0.elapsed()));
             }
         }
-        let outputs = plan
-            .outputs
-            .iter()
-            .map(|(name, b, dt, shape)| {
-                let bytes = bufs[*b].bytes().to_vec();
-                Tensor::new(*dt, shape.clone(), bytes)
-                    .map(|t| (name.clone(), t))
-                    .map_err(|e| {
-                        RunError::from(LowerError::Unsupported {
-                            node: name.clone(),
-                            what: e.to_string(),
-                        })
-                    })
-            })
-            .collect();
-        self.give_bufs(bufs);
-        outputs
+        Ok(())
     }
 }
 
