@@ -8,7 +8,8 @@
 //!
 //! `cargo bench -p dvm-host --bench fusion [-- quick]` (`-- mix`: only
 //! gelu(x·w+b) fused against unfused, many repetitions; `-- decision`: only
-//! the fusion pass, in a loop, for profiling). Each fusion plan is
+//! the fusion decision table; `-- decision loop`: only the fusion pass, in a
+//! loop, for profiling). Each fusion plan is
 //! made once per workload on the symbolic graph; every length then only
 //! binds, hits the kernel cache and runs. Times are the best of a few calls:
 //! "call" is the whole `Runtime::run` (binding, lowering, cache lookups,
@@ -383,33 +384,11 @@ fn main() {
         return;
     }
     if std::env::args().any(|a| a == "decision") {
-        // Only the fusion pass, in a loop (for profiling).
-        let w = if std::env::var_os("DVM_PRIM").is_some() {
-            window30_primitive()
+        if std::env::args().any(|a| a == "loop") {
+            decision_loop();
         } else {
-            window30()
-        };
-        let d = decompose(&w).expect("decomposes");
-        let which: &[bool] = if std::env::var_os("DVM_FAST").is_some() {
-            &[false]
-        } else {
-            &[true, false]
-        };
-        for &reasons in which {
-            let opts = FuseOptions {
-                reasons,
-                ..FuseOptions::default()
-            };
-            let mut times = Vec::new();
-            for _ in 0..20_000 {
-                let t = Instant::now();
-                std::hint::black_box(FusionPlan::new(&d, &opts).expect("fuses"));
-                times.push(t.elapsed().as_secs_f64() * 1e6);
-            }
-            println!(
-                "fusion pass (reasons {reasons}) median {:.1} µs",
-                median(times)
-            );
+            let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+            decision_table(quick, cores);
         }
         return;
     }
@@ -517,6 +496,12 @@ fn main() {
         println!("{line}");
     }
 
+    decision_table(quick, cores);
+}
+
+/// The fusion decision for a window of 30 recorded operations, cold (no
+/// cache), and the eager API's per-flush decision on a repeating window.
+fn decision_table(quick: bool, cores: usize) {
     // The fusion decision for a window of 30 recorded operations, cold
     // (no cache): the fusion pass alone, as the eager API runs it (no
     // rejection reasons), and with reasons (as `dvm explain` runs it).
@@ -596,4 +581,47 @@ fn main() {
         st.decision_hits,
         st.flushes
     );
+}
+
+/// Only the fusion pass, in a loop, for profiling (`-- decision loop`):
+/// `DVM_PRIM` picks the primitive window, `DVM_FAST` only the pass without
+/// reasons, `DVM_PREP` decomposition + pass, `DVM_REPS` the repetitions.
+fn decision_loop() {
+    let w = if std::env::var_os("DVM_PRIM").is_some() {
+        window30_primitive()
+    } else {
+        window30()
+    };
+    let reps: usize = std::env::var("DVM_REPS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(20_000);
+    let d = decompose(&w).expect("decomposes");
+    let which: &[bool] = if std::env::var_os("DVM_FAST").is_some() {
+        &[false]
+    } else {
+        &[true, false]
+    };
+    let prep = std::env::var_os("DVM_PREP").is_some();
+    for &reasons in which {
+        let opts = FuseOptions {
+            reasons,
+            ..FuseOptions::default()
+        };
+        let mut times = Vec::with_capacity(reps);
+        for _ in 0..reps {
+            let t = Instant::now();
+            if prep {
+                std::hint::black_box(Prepared::with_options(&w, &opts).expect("prepares"));
+            } else {
+                std::hint::black_box(FusionPlan::new(&d, &opts).expect("fuses"));
+            }
+            times.push(t.elapsed().as_secs_f64() * 1e6);
+        }
+        println!(
+            "{} (reasons {reasons}) median {:.1} µs",
+            if prep { "decomposition + pass" } else { "fusion pass" },
+            median(times)
+        );
+    }
 }
