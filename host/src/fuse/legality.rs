@@ -634,10 +634,6 @@ impl Shapes {
     }
 
     fn relation(&self, scope: &SymbolScope, rel: Rel, a: u32, b: u32) -> bool {
-        if a == b {
-            // Equal expressions: equal and broadcast-compatible.
-            return true;
-        }
         let key = (u64::from(a) << 33) | (u64::from(b) << 1) | rel as u64;
         let mut memo = self.memo.borrow_mut();
         if let Some(&v) = memo.rel.get(&key) {
@@ -653,13 +649,16 @@ impl Shapes {
     }
 
     /// [`same_shape`] of shapes `a` and `b`.
+    #[inline]
     pub(crate) fn same(&self, scope: &SymbolScope, a: u32, b: u32) -> bool {
-        self.relation(scope, Rel::Same, a, b)
+        // Equal expressions are equal and broadcast-compatible.
+        a == b || self.relation(scope, Rel::Same, a, b)
     }
 
     /// [`broadcasts_into`] of shape `a` into shape `b`.
+    #[inline]
     pub(crate) fn broadcasts(&self, scope: &SymbolScope, a: u32, b: u32) -> bool {
-        self.relation(scope, Rel::Broadcasts, a, b)
+        a == b || self.relation(scope, Rel::Broadcasts, a, b)
     }
 
     /// Space `space` with `axis` set to 1 (the kept reduced shape), and

@@ -292,6 +292,13 @@ pub struct State<'g> {
     /// Scratch of [`State::merge`]: the merged member list and the value
     /// classes of a reduce group.
     merge_scratch: RefCell<(Vec<NodeId>, Vec<(NodeId, Class)>)>,
+    /// Member lists of merged-away groups, reused for new groups.
+    spare: RefCell<Vec<Vec<NodeId>>>,
+    /// The space (a shape id) of every group, once known.
+    space_id: Vec<u32>,
+    /// The groups and space of the last union [`State::merge`] accepted,
+    /// for [`State::apply`].
+    accepted: Cell<(usize, usize, u32)>,
 }
 
 impl<'g> State<'g> {
@@ -319,6 +326,9 @@ impl<'g> State<'g> {
             scratch: RefCell::new((vec![0; n], Vec::new())),
             epoch: Cell::new(0),
             merge_scratch: RefCell::new((Vec::new(), Vec::new())),
+            spare: RefCell::new(Vec::new()),
+            space_id: Vec::with_capacity(2 * n),
+            accepted: Cell::new((usize::MAX, usize::MAX, NONE)),
         };
         for i in 0..n {
             let id = NodeId(i);
@@ -343,6 +353,11 @@ impl<'g> State<'g> {
                 space: Vec::new(),
             });
             st.stack_of.push(NONE);
+            let space = match st.roles[i] {
+                Role::Reduce { .. } => st.shapes.of(g[id].operands[0]),
+                _ => st.shapes.of(id),
+            };
+            st.space_id.push(space);
         }
         st
     }
@@ -561,14 +576,19 @@ impl<'g> State<'g> {
                 }));
             }
         }
+        let space_id = space;
         let space = if self.opts.reasons {
             self.shapes.shape(space)
         } else {
             Vec::new()
         };
+        self.accepted.set((a, b, space_id));
+        let mut members = self.spare.borrow_mut().pop().unwrap_or_default();
+        members.clear();
+        members.extend_from_slice(nodes);
         Ok(Cluster {
             kind,
-            nodes: nodes.clone(),
+            nodes: members,
             space,
         })
     }
@@ -630,10 +650,14 @@ impl<'g> State<'g> {
                 for &n in &merged.nodes {
                     self.owner[n.0] = id as u32;
                 }
-                self.clusters[a].nodes.clear();
-                self.clusters[b].nodes.clear();
+                let spare = self.spare.get_mut();
+                spare.push(std::mem::take(&mut self.clusters[a].nodes));
+                spare.push(std::mem::take(&mut self.clusters[b].nodes));
                 self.clusters.push(merged);
                 self.stack_of.push(NONE);
+                let (pa, pb, space) = self.accepted.replace((usize::MAX, usize::MAX, NONE));
+                self.space_id
+                    .push(if (pa, pb) == (a, b) { space } else { NONE });
                 Some(id)
             }
             Patch::Stack { members } => {
@@ -963,7 +987,10 @@ impl FusionPlan {
             if cl.nodes.is_empty() || !cl.space.is_empty() {
                 continue;
             }
-            let space = st.space_of(&cl.nodes, c, c);
+            let space = match st.space_id[c] {
+                NONE => st.space_of(&cl.nodes, c, c),
+                id => st.shapes.shape(id),
+            };
             st.clusters[c].space = space;
         }
         // Compact: live groups numbered in order of their first unit.

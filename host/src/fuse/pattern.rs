@@ -160,6 +160,7 @@ impl Rule for Vertical {
     fn next(&mut self, st: &State<'_>, log: &mut Log) -> Option<Patch> {
         if !self.init {
             self.init = true;
+            self.tried.reserve(st.cluster_ids());
             // Producers' outgoing edges in graph order (each edge once).
             for m in (0..st.graph().nodes().len()).map(NodeId) {
                 let Some(cm) = st.owner(m) else { continue };

@@ -44,6 +44,12 @@ pub fn decompose(graph: &Graph) -> Result<Graph, GraphError> {
         scope: graph.scope.clone(),
         ..Graph::default()
     };
+    // Room for every node up front (a layer norm becomes 11 nodes): the
+    // nodes and the name index are not regrown while decomposing.
+    let composites = graph.nodes.iter().filter(|n| n.op.is_composite()).count();
+    let room = graph.nodes.len() + 11 * composites;
+    out.nodes.reserve(room);
+    out.names.reserve(room);
     let mut map: Vec<NodeId> = Vec::with_capacity(graph.nodes.len());
     for node in &graph.nodes {
         let operands: Vec<NodeId> = node.operands.iter().map(|o| map[o.0]).collect();

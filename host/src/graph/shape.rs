@@ -9,10 +9,10 @@ use crate::sym::{Dim, SymbolScope};
 use crate::tensor::{convert, numel};
 
 /// Operand facts needed by inference.
-pub(crate) struct Arg {
-    pub(crate) name: String,
+pub(crate) struct Arg<'a> {
+    pub(crate) name: &'a str,
     pub(crate) dtype: DType,
-    pub(crate) shape: Vec<Dim>,
+    pub(crate) shape: &'a [Dim],
 }
 
 /// The node being checked, for error messages.
@@ -136,9 +136,9 @@ impl Graph {
         for &id in operands {
             let n = self.check(id)?;
             args.push(Arg {
-                name: n.name.clone(),
+                name: &n.name,
                 dtype: n.dtype,
-                shape: n.shape.clone(),
+                shape: &n.shape,
             });
         }
         let cx = Ctx {
@@ -228,7 +228,7 @@ pub(crate) fn infer(
             } else {
                 a.dtype
             };
-            Ok((op, dt, a.shape.clone()))
+            Ok((op, dt, a.shape.to_vec()))
         }
         Op::Binary(code) => {
             need(2, "2")?;
@@ -261,7 +261,7 @@ pub(crate) fn infer(
                 },
                 other => other,
             };
-            Ok((op, dt, a.shape.clone()))
+            Ok((op, dt, a.shape.to_vec()))
         }
         Op::Where => {
             need(3, "3 (cond, a, b)")?;
@@ -275,7 +275,7 @@ pub(crate) fn infer(
         }
         Op::Cast => {
             need(1, "1")?;
-            Ok((Op::Cast, want_dtype()?, args[0].shape.clone()))
+            Ok((Op::Cast, want_dtype()?, args[0].shape.to_vec()))
         }
         Op::Reduce {
             op: rop,
@@ -312,7 +312,7 @@ pub(crate) fn infer(
             let a = &args[0];
             float_only(cx, 0, a)?;
             sorted_axes(cx, &[axis], a.shape.len())?;
-            Ok((op, a.dtype, a.shape.clone()))
+            Ok((op, a.dtype, a.shape.to_vec()))
         }
         Op::LayerNorm { eps } | Op::RmsNorm { eps } => {
             let is_ln = matches!(op, Op::LayerNorm { .. });
@@ -331,7 +331,7 @@ pub(crate) fn infer(
             };
             for w in &args[1..] {
                 same_dtype(cx, x, w)?;
-                let ok = matches!(w.shape.as_slice(), [d] if scope.prove_eq(d, last));
+                let ok = matches!(w.shape, [d] if scope.prove_eq(d, last));
                 if !ok {
                     let wd = w.shape.last().cloned().unwrap_or(Dim::ZERO);
                     return Err(cx.mismatch(
@@ -343,7 +343,7 @@ pub(crate) fn infer(
                     ));
                 }
             }
-            Ok((op, x.dtype, x.shape.clone()))
+            Ok((op, x.dtype, x.shape.to_vec()))
         }
         Op::MatMul { trans_a, trans_b } => {
             need(2, "2")?;
@@ -417,7 +417,7 @@ pub(crate) fn infer(
             ranges.sort_by_key(|t| t.0);
             let axes: Vec<usize> = ranges.iter().map(|t| t.0).collect();
             sorted_axes(cx, &axes, r)?;
-            let mut s = a.shape.clone();
+            let mut s = a.shape.to_vec();
             for &(axis, start, end, step) in &ranges {
                 if step < 1 {
                     return Err(cx.invalid(format!("axis {axis}: step must be >= 1, got {step}")));
@@ -450,7 +450,7 @@ pub(crate) fn infer(
                         x.shape.len()
                     )));
                 }
-                for (k, (d0, d)) in first.shape.iter().zip(&x.shape).enumerate() {
+                for (k, (d0, d)) in first.shape.iter().zip(x.shape).enumerate() {
                     if k != axis && !scope.prove_eq(d0, d) {
                         return Err(cx.mismatch(
                             &format!("axis {k} of operand 0 and operand {i} (`{}`):", x.name),
@@ -463,7 +463,7 @@ pub(crate) fn infer(
                 }
                 total += &x.shape[axis];
             }
-            let mut s = first.shape.clone();
+            let mut s = first.shape.to_vec();
             s[axis] = canon(&total);
             Ok((Op::Concat { axis }, first.dtype, s))
         }
