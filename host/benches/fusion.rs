@@ -620,7 +620,11 @@ fn decision_loop() {
         }
         println!(
             "{} (reasons {reasons}) median {:.1} µs",
-            if prep { "decomposition + pass" } else { "fusion pass" },
+            if prep {
+                "decomposition + pass"
+            } else {
+                "fusion pass"
+            },
             median(times)
         );
     }

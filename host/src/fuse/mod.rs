@@ -585,6 +585,8 @@ impl<'g> State<'g> {
         self.accepted.set((a, b, space_id));
         let mut members = self.spare.borrow_mut().pop().unwrap_or_default();
         members.clear();
+        // Room to grow: groups mostly grow one neighbour at a time.
+        members.reserve(n.next_power_of_two());
         members.extend_from_slice(nodes);
         Ok(Cluster {
             kind,
@@ -650,9 +652,11 @@ impl<'g> State<'g> {
                 for &n in &merged.nodes {
                     self.owner[n.0] = id as u32;
                 }
-                let spare = self.spare.get_mut();
-                spare.push(std::mem::take(&mut self.clusters[a].nodes));
-                spare.push(std::mem::take(&mut self.clusters[b].nodes));
+                // Keep the larger member list for a later group.
+                let va = std::mem::take(&mut self.clusters[a].nodes);
+                let vb = std::mem::take(&mut self.clusters[b].nodes);
+                let keep = if va.capacity() >= vb.capacity() { va } else { vb };
+                self.spare.get_mut().push(keep);
                 self.clusters.push(merged);
                 self.stack_of.push(NONE);
                 let (pa, pb, space) = self.accepted.replace((usize::MAX, usize::MAX, NONE));
@@ -873,7 +877,7 @@ impl FusionPlan {
             keep: opts.reasons,
             rejections: Vec::new(),
         };
-        let mut applied = Vec::new();
+        let mut applied = Vec::with_capacity(graph.nodes().len());
         let mut rules = pattern::rules(opts);
         let mut edges = Vec::new();
         // Every patch removes a group or stacks some: the loop terminates;

@@ -161,6 +161,7 @@ impl Rule for Vertical {
         if !self.init {
             self.init = true;
             self.tried.reserve(st.cluster_ids());
+            self.work.reserve(st.cluster_ids());
             // Producers' outgoing edges in graph order (each edge once).
             for m in (0..st.graph().nodes().len()).map(NodeId) {
                 let Some(cm) = st.owner(m) else { continue };
@@ -257,6 +258,8 @@ impl Rule for Siblings {
     fn next(&mut self, st: &State<'_>, log: &mut Log) -> Option<Patch> {
         if !self.init {
             self.init = true;
+            self.tried.reserve(st.cluster_ids());
+            self.work.reserve(st.cluster_ids());
             for x in 0..st.graph().nodes().len() {
                 self.queue_readers(st, NodeId(x), None);
             }
