@@ -655,7 +655,11 @@ impl<'g> State<'g> {
                 // Keep the larger member list for a later group.
                 let va = std::mem::take(&mut self.clusters[a].nodes);
                 let vb = std::mem::take(&mut self.clusters[b].nodes);
-                let keep = if va.capacity() >= vb.capacity() { va } else { vb };
+                let keep = if va.capacity() >= vb.capacity() {
+                    va
+                } else {
+                    vb
+                };
                 self.spare.get_mut().push(keep);
                 self.clusters.push(merged);
                 self.stack_of.push(NONE);

@@ -132,6 +132,20 @@ impl Graph {
             }
             None => self.fresh_name(&format!("{}_{}", op.name(), self.nodes.len())),
         };
+        self.add_named(name, op, operands, dtype, shape)
+    }
+
+    /// [`Graph::add_node`] with a name that is known to be valid and
+    /// unused (checked by the caller).
+    pub(crate) fn add_named(
+        &mut self,
+        name: String,
+        op: Op,
+        operands: &[NodeId],
+        dtype: Option<DType>,
+        shape: Option<&[Dim]>,
+    ) -> Result<NodeId, GraphError> {
+        debug_assert!(self.find(&name).is_none() && check_name("node", &name).is_ok());
         let mut args = Vec::with_capacity(operands.len());
         for &id in operands {
             let n = self.check(id)?;
