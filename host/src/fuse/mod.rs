@@ -269,6 +269,10 @@ impl Log {
 
 const NONE: u32 = u32::MAX;
 
+/// Scratch of [`State::merge`]: the merged member list and the value
+/// classes of a reduce group.
+type MergeScratch = (Vec<NodeId>, Vec<(NodeId, Class)>);
+
 /// The fuser's working state: groups over the graph's compute nodes.
 pub struct State<'g> {
     g: &'g Graph,
@@ -291,7 +295,7 @@ pub struct State<'g> {
     epoch: Cell<u32>,
     /// Scratch of [`State::merge`]: the merged member list and the value
     /// classes of a reduce group.
-    merge_scratch: RefCell<(Vec<NodeId>, Vec<(NodeId, Class)>)>,
+    merge_scratch: RefCell<MergeScratch>,
     /// Member lists of merged-away groups, reused for new groups.
     spare: RefCell<Vec<Vec<NodeId>>>,
     /// The space (a shape id) of every group, once known.

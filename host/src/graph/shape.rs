@@ -249,7 +249,7 @@ pub(crate) fn infer(
             check_kind(cx, code, OpcodeKind::Binary)?;
             same_dtype(cx, &args[0], &args[1])?;
             check_dtype(cx, code, 0, &args[0])?;
-            let s = broadcast(scope, cx, &args[0].shape, &args[1].shape)?;
+            let s = broadcast(scope, cx, args[0].shape, args[1].shape)?;
             let dt = if is_comparison(code) {
                 DType::Bool
             } else {
@@ -283,8 +283,8 @@ pub(crate) fn infer(
                 return Err(cx.dtype(0, &args[0], DType::Bool.set()));
             }
             same_dtype(cx, &args[1], &args[2])?;
-            let s = broadcast(scope, cx, &args[0].shape, &args[1].shape)?;
-            let s = broadcast(scope, cx, &s, &args[2].shape)?;
+            let s = broadcast(scope, cx, args[0].shape, args[1].shape)?;
+            let s = broadcast(scope, cx, &s, args[2].shape)?;
             Ok((Op::Where, args[1].dtype, s))
         }
         Op::Cast => {
@@ -310,7 +310,7 @@ pub(crate) fn infer(
                 return Err(cx.invalid("no axes to reduce (list every axis for a full reduction)"));
             }
             let axes = sorted_axes(cx, &axes, a.shape.len())?;
-            let s = reduced_shape(&a.shape, &axes, keepdims);
+            let s = reduced_shape(a.shape, &axes, keepdims);
             Ok((
                 Op::Reduce {
                     op: rop,
@@ -350,8 +350,8 @@ pub(crate) fn infer(
                     let wd = w.shape.last().cloned().unwrap_or(Dim::ZERO);
                     return Err(cx.mismatch(
                         &format!("weight `{}` must have shape [{last}]:", w.name),
-                        &x.shape,
-                        &w.shape,
+                        x.shape,
+                        w.shape,
                         last,
                         &wd,
                     ));
@@ -371,7 +371,7 @@ pub(crate) fn infer(
                     return Err(cx.invalid(format!(
                         "operand {i} (`{}`) has shape {}: matmul needs rank >= 2",
                         x.name,
-                        super::ShapeDisplay(&x.shape)
+                        super::ShapeDisplay(x.shape)
                     )));
                 }
             }
@@ -387,7 +387,7 @@ pub(crate) fn infer(
                 (&b.shape[rb - 2], &b.shape[rb - 1])
             };
             if !scope.prove_eq(ka, kb) {
-                return Err(cx.mismatch("contraction dims", &a.shape, &b.shape, ka, kb));
+                return Err(cx.mismatch("contraction dims", a.shape, b.shape, ka, kb));
             }
             let mut s = broadcast(scope, cx, &a.shape[..ra - 2], &b.shape[..rb - 2])?;
             s.push(canon(m));
@@ -402,7 +402,7 @@ pub(crate) fn infer(
         Op::Reshape => {
             need(1, "1")?;
             let a = &args[0];
-            let s = reshape(scope, cx, &a.shape, want_shape()?)?;
+            let s = reshape(scope, cx, a.shape, want_shape()?)?;
             Ok((Op::Reshape, a.dtype, s))
         }
         Op::Transpose { perm } => {
@@ -468,8 +468,8 @@ pub(crate) fn infer(
                     if k != axis && !scope.prove_eq(d0, d) {
                         return Err(cx.mismatch(
                             &format!("axis {k} of operand 0 and operand {i} (`{}`):", x.name),
-                            &first.shape,
-                            &x.shape,
+                            first.shape,
+                            x.shape,
                             d0,
                             d,
                         ));
@@ -484,7 +484,7 @@ pub(crate) fn infer(
         Op::Expand => {
             need(1, "1")?;
             let a = &args[0];
-            let s = expand(scope, cx, &a.shape, want_shape()?)?;
+            let s = expand(scope, cx, a.shape, want_shape()?)?;
             Ok((Op::Expand, a.dtype, s))
         }
         Op::Squeeze { axes } => {
@@ -495,7 +495,7 @@ pub(crate) fn infer(
                 if canon(&a.shape[ax]).as_const() != Some(1) {
                     return Err(cx.invalid(format!(
                         "axis {ax} of {} has extent `{}`, not 1",
-                        super::ShapeDisplay(&a.shape),
+                        super::ShapeDisplay(a.shape),
                         a.shape[ax]
                     )));
                 }
