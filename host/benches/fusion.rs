@@ -8,7 +8,8 @@
 //!
 //! `cargo bench -p dvm-host --bench fusion [-- quick]` (`-- mix`: only
 //! gelu(x·w+b) fused against unfused, many repetitions; `-- decision`: only
-//! the fusion pass, in a loop, for profiling). Each fusion plan is
+//! the fusion decision table; `-- decision loop`: only the fusion pass, in a
+//! loop, for profiling). Each fusion plan is
 //! made once per workload on the symbolic graph; every length then only
 //! binds, hits the kernel cache and runs. Times are the best of a few calls:
 //! "call" is the whole `Runtime::run` (binding, lowering, cache lookups,
@@ -18,6 +19,7 @@ use std::time::{Duration, Instant};
 
 use dvm_host::compile::{Group, GroupKind, Node, Target, View};
 use dvm_host::demo::data;
+use dvm_host::eager::LazyTensor;
 use dvm_host::fuse::{FuseOptions, FusionPlan};
 use dvm_host::graph::{decompose, Graph, NodeId};
 use dvm_host::kernel::build;
@@ -383,33 +385,11 @@ fn main() {
         return;
     }
     if std::env::args().any(|a| a == "decision") {
-        // Only the fusion pass, in a loop (for profiling).
-        let w = if std::env::var_os("DVM_PRIM").is_some() {
-            window30_primitive()
+        if std::env::args().any(|a| a == "loop") {
+            decision_loop();
         } else {
-            window30()
-        };
-        let d = decompose(&w).expect("decomposes");
-        let which: &[bool] = if std::env::var_os("DVM_FAST").is_some() {
-            &[false]
-        } else {
-            &[true, false]
-        };
-        for &reasons in which {
-            let opts = FuseOptions {
-                reasons,
-                ..FuseOptions::default()
-            };
-            let mut times = Vec::new();
-            for _ in 0..20_000 {
-                let t = Instant::now();
-                std::hint::black_box(FusionPlan::new(&d, &opts).expect("fuses"));
-                times.push(t.elapsed().as_secs_f64() * 1e6);
-            }
-            println!(
-                "fusion pass (reasons {reasons}) median {:.1} µs",
-                median(times)
-            );
+            let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+            decision_table(quick, cores);
         }
         return;
     }
@@ -517,6 +497,12 @@ fn main() {
         println!("{line}");
     }
 
+    decision_table(quick, cores);
+}
+
+/// The fusion decision for a window of 30 recorded operations, cold (no
+/// cache), and the eager API's per-flush decision on a repeating window.
+fn decision_table(quick: bool, cores: usize) {
     // The fusion decision for a window of 30 recorded operations, cold
     // (no cache): the fusion pass alone, as the eager API runs it (no
     // rejection reasons), and with reasons (as `dvm explain` runs it).
@@ -559,30 +545,11 @@ fn main() {
     // The eager API end to end on the same window (kernels cached after the
     // first flush): record 30 ops, read back.
     let ex = dvm_host::eager::Eager::new(cores);
-    let x = ex.tensor(tensor(&[64, 256], 1, 1.0));
-    let wt = ex.tensor(tensor(&[256, 256], 2, 0.06));
-    let bt = ex.tensor(tensor(&[256], 3, 1.0));
-    let gt = ex.tensor(tensor(&[256], 4, 1.0));
+    let ins = eager_inputs(&ex);
     let mut flush = Vec::new();
     for _ in 0..if quick { 20 } else { 200 } {
         let t = Instant::now();
-        let mut cur = x.clone();
-        for i in 0..30 {
-            cur = match i % 10 {
-                0 => cur.matmul(&wt),
-                1 => cur.add(&bt),
-                2 => cur.gelu(),
-                3 => cur.add(&x),
-                4 => cur.layer_norm(&gt, &bt, 1e-5),
-                5 => cur.scale(0.5),
-                6 => cur.softmax(-1),
-                7 => cur.mul(&x),
-                8 => cur.tanh(),
-                _ => cur.layer_norm(&gt, &bt, 1e-6),
-            }
-            .expect("records");
-        }
-        std::hint::black_box(cur.to_tensor().expect("runs"));
+        eager_window(&ins);
         flush.push(t.elapsed().as_secs_f64() * 1e6);
     }
     let st = ex.stats();
@@ -596,4 +563,98 @@ fn main() {
         st.decision_hits,
         st.flushes
     );
+    // The same window in a fresh context each time: every flush decides
+    // cold (signature, decomposition and the fusion pass).
+    let n = if quick { 5 } else { 20 };
+    let cold: Vec<f64> = (0..n)
+        .map(|_| {
+            let ex = dvm_host::eager::Eager::new(cores);
+            eager_window(&eager_inputs(&ex));
+            let st = ex.stats();
+            st.fuse_us / st.flushes as f64
+        })
+        .collect();
+    println!(
+        "eager, same window in a fresh context (no cached decision): decision median {:.1} µs per flush (min {:.1}, {n} contexts)",
+        median(cold.clone()),
+        cold.iter().cloned().fold(f64::MAX, f64::min)
+    );
+}
+
+/// The inputs of [`eager_window`]: x, w, b, g.
+fn eager_inputs(ex: &dvm_host::eager::Eager) -> [LazyTensor; 4] {
+    [
+        ex.tensor(tensor(&[64, 256], 1, 1.0)),
+        ex.tensor(tensor(&[256, 256], 2, 0.06)),
+        ex.tensor(tensor(&[256], 3, 1.0)),
+        ex.tensor(tensor(&[256], 4, 1.0)),
+    ]
+}
+
+/// Records the 30-op window of [`window30`] and reads it back.
+fn eager_window([x, wt, bt, gt]: &[LazyTensor; 4]) {
+    let mut cur = x.clone();
+    for i in 0..30 {
+        cur = match i % 10 {
+            0 => cur.matmul(wt),
+            1 => cur.add(bt),
+            2 => cur.gelu(),
+            3 => cur.add(x),
+            4 => cur.layer_norm(gt, bt, 1e-5),
+            5 => cur.scale(0.5),
+            6 => cur.softmax(-1),
+            7 => cur.mul(x),
+            8 => cur.tanh(),
+            _ => cur.layer_norm(gt, bt, 1e-6),
+        }
+        .expect("records");
+    }
+    std::hint::black_box(cur.to_tensor().expect("runs"));
+}
+
+/// Only the fusion pass, in a loop, for profiling (`-- decision loop`):
+/// `DVM_PRIM` picks the primitive window, `DVM_FAST` only the pass without
+/// reasons, `DVM_PREP` decomposition + pass, `DVM_REPS` the repetitions.
+fn decision_loop() {
+    let w = if std::env::var_os("DVM_PRIM").is_some() {
+        window30_primitive()
+    } else {
+        window30()
+    };
+    let reps: usize = std::env::var("DVM_REPS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(20_000);
+    let d = decompose(&w).expect("decomposes");
+    let which: &[bool] = if std::env::var_os("DVM_FAST").is_some() {
+        &[false]
+    } else {
+        &[true, false]
+    };
+    let prep = std::env::var_os("DVM_PREP").is_some();
+    for &reasons in which {
+        let opts = FuseOptions {
+            reasons,
+            ..FuseOptions::default()
+        };
+        let mut times = Vec::with_capacity(reps);
+        for _ in 0..reps {
+            let t = Instant::now();
+            if prep {
+                std::hint::black_box(Prepared::with_options(&w, &opts).expect("prepares"));
+            } else {
+                std::hint::black_box(FusionPlan::new(&d, &opts).expect("fuses"));
+            }
+            times.push(t.elapsed().as_secs_f64() * 1e6);
+        }
+        println!(
+            "{} (reasons {reasons}) median {:.1} µs",
+            if prep {
+                "decomposition + pass"
+            } else {
+                "fusion pass"
+            },
+            median(times)
+        );
+    }
 }

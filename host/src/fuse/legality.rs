@@ -12,12 +12,15 @@
 //! its kind and iteration space; the fusion rules call it on every candidate
 //! merge, and the consistency check calls it on every cluster a rewrite made.
 
+use std::cell::RefCell;
+use std::collections::HashMap;
 use std::fmt;
+use std::hash::BuildHasherDefault;
 
 use crate::graph::{Graph, NodeId, Op, ShapeDisplay};
 use crate::sym::{Dim, SymbolScope};
 
-use super::{ClusterKind, Role};
+use super::{ClusterKind, IdHasher, Role};
 
 /// Why a candidate fusion was rejected (printed by `dvm explain`).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -300,7 +303,7 @@ impl Facts<'_> {
 
 /// Value class of a node inside a reduce group.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Class {
+pub(crate) enum Class {
     Full,
     /// Reduced along the axis, kept as extent 1 (`true`) or dropped.
     Reduced(bool),
@@ -545,4 +548,291 @@ pub fn role_of(g: &Graph, n: NodeId) -> Role {
         | Op::LayerNorm { .. }
         | Op::RmsNorm { .. } => Role::Opaque,
     }
+}
+
+/// The shapes of a graph's nodes interned to small ids, with the symbolic
+/// relations [`validate`] asks about memoised per pair of shapes: the fuser
+/// asks the same questions (does this node's shape fit that space?) for
+/// every candidate merge, and a proof with the symbol scope costs far more
+/// than a table lookup. Two ids are equal exactly when the shapes are the
+/// same expressions; the relations are [`same_shape`] and
+/// [`broadcasts_into`] themselves, so the answers are exactly as strict.
+pub(crate) struct Shapes {
+    /// Shape id of every node.
+    of: Vec<u32>,
+    memo: RefCell<ShapeMemo>,
+}
+
+#[derive(Default)]
+struct ShapeMemo {
+    /// Distinct shapes (the nodes' and derived ones).
+    list: Vec<Vec<Dim>>,
+    /// `(a, b, relation)` → answer.
+    rel: HashMap<u64, bool, BuildHasherDefault<IdHasher>>,
+    /// `(space, axis)` → (the space with the axis set to 1, the space
+    /// without the axis).
+    derived: HashMap<u64, (u32, u32), BuildHasherDefault<IdHasher>>,
+}
+
+/// Above this many distinct shapes, [`ShapeMemo::intern`] hashes instead
+/// of scanning.
+const SCAN_SHAPES: usize = 32;
+
+impl ShapeMemo {
+    fn intern(&mut self, shape: &[Dim]) -> u32 {
+        let found = if self.list.len() <= SCAN_SHAPES {
+            self.list.iter().position(|s| s.as_slice() == shape)
+        } else {
+            self.list.iter().rposition(|s| s.as_slice() == shape)
+        };
+        match found {
+            Some(i) => i as u32,
+            None => {
+                self.list.push(shape.to_vec());
+                (self.list.len() - 1) as u32
+            }
+        }
+    }
+}
+
+/// Relations memoised by [`Shapes`].
+#[derive(Clone, Copy)]
+enum Rel {
+    Same = 0,
+    Broadcasts = 1,
+}
+
+impl Shapes {
+    /// Interns the shape of every node of `g`.
+    pub(crate) fn new(g: &Graph) -> Shapes {
+        let mut memo = ShapeMemo::default();
+        let mut of: Vec<u32> = Vec::with_capacity(g.nodes().len());
+        for node in g.nodes() {
+            // Most operators have the shape of an operand.
+            let id = node
+                .operands
+                .iter()
+                .filter_map(|o| of.get(o.0).copied())
+                .find(|&i| memo.list[i as usize] == node.shape)
+                .unwrap_or_else(|| memo.intern(&node.shape));
+            of.push(id);
+        }
+        Shapes {
+            of,
+            memo: RefCell::new(memo),
+        }
+    }
+
+    /// The shape id of node `n`.
+    pub(crate) fn of(&self, n: NodeId) -> u32 {
+        self.of[n.0]
+    }
+
+    /// The shape `id` (a copy).
+    pub(crate) fn shape(&self, id: u32) -> Vec<Dim> {
+        self.memo.borrow().list[id as usize].clone()
+    }
+
+    fn relation(&self, scope: &SymbolScope, rel: Rel, a: u32, b: u32) -> bool {
+        let key = (u64::from(a) << 33) | (u64::from(b) << 1) | rel as u64;
+        let mut memo = self.memo.borrow_mut();
+        if let Some(&v) = memo.rel.get(&key) {
+            return v;
+        }
+        let (x, y) = (&memo.list[a as usize], &memo.list[b as usize]);
+        let v = match rel {
+            Rel::Same => same_shape(scope, x, y).is_ok(),
+            Rel::Broadcasts => broadcasts_into(scope, x, y).is_ok(),
+        };
+        memo.rel.insert(key, v);
+        v
+    }
+
+    /// [`same_shape`] of shapes `a` and `b`.
+    #[inline]
+    pub(crate) fn same(&self, scope: &SymbolScope, a: u32, b: u32) -> bool {
+        // Equal expressions are equal and broadcast-compatible.
+        a == b || self.relation(scope, Rel::Same, a, b)
+    }
+
+    /// [`broadcasts_into`] of shape `a` into shape `b`.
+    #[inline]
+    pub(crate) fn broadcasts(&self, scope: &SymbolScope, a: u32, b: u32) -> bool {
+        a == b || self.relation(scope, Rel::Broadcasts, a, b)
+    }
+
+    /// Space `space` with `axis` set to 1 (the kept reduced shape), and
+    /// without `axis` (the dropped reduced shape).
+    fn reduced(&self, space: u32, axis: usize) -> (u32, u32) {
+        let key = (u64::from(space) << 32) | axis as u64;
+        let mut memo = self.memo.borrow_mut();
+        if let Some(&v) = memo.derived.get(&key) {
+            return v;
+        }
+        let full = memo.list[space as usize].clone();
+        let mut kept = full.clone();
+        kept[axis] = Dim::ONE;
+        let dropped: Vec<Dim> = full
+            .into_iter()
+            .enumerate()
+            .filter(|&(i, _)| i != axis)
+            .map(|(_, d)| d)
+            .collect();
+        let v = (memo.intern(&kept), memo.intern(&dropped));
+        memo.derived.insert(key, v);
+        v
+    }
+
+    /// The id of the rank-0 shape.
+    fn scalar(&self) -> u32 {
+        self.memo.borrow_mut().intern(&[])
+    }
+
+    /// The rank of shape `id`.
+    fn rank(&self, id: u32) -> usize {
+        self.memo.borrow().list[id as usize].len()
+    }
+}
+
+/// [`validate`] with the shape relations looked up in `shapes`: whether
+/// `nodes` form a group, and its kind and space (a shape id), or `None`
+/// exactly when [`validate`] returns an error (call it for the reason).
+/// The checks and their order are [`validate`]'s. `classes` is scratch.
+pub(crate) fn validate_fast<M: Fn(NodeId) -> bool>(
+    facts: &Facts<'_>,
+    shapes: &Shapes,
+    nodes: &[NodeId],
+    member: M,
+    classes: &mut Vec<(NodeId, Class)>,
+) -> Option<(ClusterKind, u32)> {
+    let g = facts.graph;
+    let scope = g.scope();
+    let materialized =
+        |n: NodeId| facts.is_output[n.0] || facts.users.of(n).iter().any(|&u| !member(u));
+    let mut matmul = None;
+    let mut first_reduce = None;
+    for &n in nodes {
+        match facts.roles[n.0] {
+            Role::Matmul => {
+                if matmul.is_some() {
+                    return None;
+                }
+                matmul = Some(n);
+            }
+            Role::Reduce { .. } => {
+                if first_reduce.is_none() {
+                    first_reduce = Some(n);
+                }
+            }
+            Role::Elementwise => {}
+            Role::Data | Role::Opaque => return None,
+        }
+    }
+    if matmul.is_some() && first_reduce.is_some() {
+        return None;
+    }
+    let fits = |n: NodeId, space: u32| {
+        let s = shapes.of(n);
+        shapes.broadcasts(scope, s, space) && (!materialized(n) || shapes.same(scope, s, space))
+    };
+
+    if let Some(mm) = matmul {
+        if g[mm].operands.iter().any(|&o| member(o)) {
+            return None;
+        }
+        let space = shapes.of(mm);
+        for &n in nodes {
+            if n != mm && !fits(n, space) {
+                return None;
+            }
+        }
+        return Some((ClusterKind::Matmul, space));
+    }
+
+    if let Some(r0) = first_reduce {
+        let Role::Reduce { axis, .. } = facts.roles[r0.0] else {
+            return None;
+        };
+        let space = shapes.of(g[r0].operands[0]);
+        let mut derived = None;
+        classes.clear();
+        let class_of = |classes: &[(NodeId, Class)], o: NodeId| -> Class {
+            classes
+                .binary_search_by_key(&o, |(m, _)| *m)
+                .map_or(Class::Full, |i| classes[i].1)
+        };
+        for &n in nodes {
+            let node = &g[n];
+            let class = match facts.roles[n.0] {
+                Role::Reduce { axis: a, keepdims } => {
+                    let x = node.operands[0];
+                    if a != axis || !shapes.same(scope, shapes.of(x), space) {
+                        return None;
+                    }
+                    if member(x) && class_of(classes, x) != Class::Full {
+                        return None;
+                    }
+                    Class::Reduced(keepdims)
+                }
+                _ => {
+                    let aligned = |keep: bool| keep || axis == 0;
+                    let mut full = false;
+                    let mut red: Option<bool> = None;
+                    let mut mixed = false;
+                    for &o in &node.operands {
+                        match if member(o) {
+                            class_of(classes, o)
+                        } else {
+                            Class::Full
+                        } {
+                            Class::Full => full = true,
+                            Class::Reduced(k) => {
+                                mixed |= red.is_some_and(|r| aligned(r) != aligned(k));
+                                red = Some(red.map_or(k, |r| r && k));
+                            }
+                        }
+                    }
+                    if full {
+                        if red.is_some_and(|k| !aligned(k)) || mixed || !fits(n, space) {
+                            return None;
+                        }
+                        Class::Full
+                    } else {
+                        if mixed {
+                            return None;
+                        }
+                        let (kept, dropped) =
+                            *derived.get_or_insert_with(|| shapes.reduced(space, axis));
+                        let s = shapes.of(n);
+                        if shapes.same(scope, s, kept) {
+                            Class::Reduced(true)
+                        } else if shapes.same(scope, s, dropped) {
+                            Class::Reduced(false)
+                        } else {
+                            return None;
+                        }
+                    }
+                }
+            };
+            classes.push((n, class));
+        }
+        return Some((ClusterKind::Reduce { axis }, space));
+    }
+
+    let anchor = nodes
+        .iter()
+        .copied()
+        .filter(|&n| materialized(n))
+        .max_by_key(|&n| (shapes.rank(shapes.of(n)), n.0))
+        .or_else(|| nodes.last().copied());
+    let Some(anchor) = anchor else {
+        return Some((ClusterKind::Elementwise, shapes.scalar()));
+    };
+    let space = shapes.of(anchor);
+    for &n in nodes {
+        if !fits(n, space) {
+            return None;
+        }
+    }
+    Some((ClusterKind::Elementwise, space))
 }

@@ -38,7 +38,7 @@ use std::hash::{BuildHasherDefault, Hasher};
 use crate::graph::{Graph, NodeId, ShapeDisplay};
 use crate::sym::Dim;
 
-use legality::{role_of, validate, Facts};
+use legality::{role_of, validate, validate_fast, Class, Facts, Shapes};
 pub use legality::{Reason, Users};
 
 /// How the fuser treats a graph node.
@@ -269,6 +269,10 @@ impl Log {
 
 const NONE: u32 = u32::MAX;
 
+/// Scratch of [`State::merge`]: the merged member list and the value
+/// classes of a reduce group.
+type MergeScratch = (Vec<NodeId>, Vec<(NodeId, Class)>);
+
 /// The fuser's working state: groups over the graph's compute nodes.
 pub struct State<'g> {
     g: &'g Graph,
@@ -278,13 +282,27 @@ pub struct State<'g> {
     /// Group of each node (`NONE` for data and opaque nodes).
     owner: Vec<u32>,
     /// Groups by id; merged-away groups are left empty (ids are never reused).
+    /// A group's `space` is only filled in when rewrites are described
+    /// ([`FuseOptions::reasons`]); the plan's groups always have it.
     clusters: Vec<Cluster>,
     /// Stack of each group (`NONE` when not stacked).
     stack_of: Vec<u32>,
     stacks: Vec<Vec<usize>>,
     opts: FuseOptions,
+    /// Interned node shapes and memoised shape relations.
+    shapes: Shapes,
     scratch: RefCell<(Vec<u32>, Vec<NodeId>)>,
     epoch: Cell<u32>,
+    /// Scratch of [`State::merge`]: the merged member list and the value
+    /// classes of a reduce group.
+    merge_scratch: RefCell<MergeScratch>,
+    /// Member lists of merged-away groups, reused for new groups.
+    spare: RefCell<Vec<Vec<NodeId>>>,
+    /// The space (a shape id) of every group, once known.
+    space_id: Vec<u32>,
+    /// The groups and space of the last union [`State::merge`] accepted,
+    /// for [`State::apply`].
+    accepted: Cell<(usize, usize, u32)>,
 }
 
 impl<'g> State<'g> {
@@ -308,8 +326,13 @@ impl<'g> State<'g> {
             stack_of: Vec::with_capacity(2 * n),
             stacks: Vec::new(),
             opts,
+            shapes: Shapes::new(g),
             scratch: RefCell::new((vec![0; n], Vec::new())),
             epoch: Cell::new(0),
+            merge_scratch: RefCell::new((Vec::new(), Vec::new())),
+            spare: RefCell::new(Vec::new()),
+            space_id: Vec::with_capacity(2 * n),
+            accepted: Cell::new((usize::MAX, usize::MAX, NONE)),
         };
         for i in 0..n {
             let id = NodeId(i);
@@ -320,22 +343,25 @@ impl<'g> State<'g> {
                 continue;
             }
             // A single operator is always a group: its space is its shape
-            // (a reduction's: its operand's).
-            let (kind, space) = match st.roles[i] {
-                Role::Reduce { axis, .. } => (
-                    ClusterKind::Reduce { axis },
-                    g[g[id].operands[0]].shape.clone(),
-                ),
-                Role::Matmul => (ClusterKind::Matmul, g[id].shape.clone()),
-                _ => (ClusterKind::Elementwise, g[id].shape.clone()),
+            // (a reduction's: its operand's). Spaces are filled in when the
+            // plan is made (see `Cluster::space` in `State::clusters`).
+            let kind = match st.roles[i] {
+                Role::Reduce { axis, .. } => ClusterKind::Reduce { axis },
+                Role::Matmul => ClusterKind::Matmul,
+                _ => ClusterKind::Elementwise,
             };
             st.owner[i] = st.clusters.len() as u32;
             st.clusters.push(Cluster {
                 kind,
                 nodes: vec![id],
-                space,
+                space: Vec::new(),
             });
             st.stack_of.push(NONE);
+            let space = match st.roles[i] {
+                Role::Reduce { .. } => st.shapes.of(g[id].operands[0]),
+                _ => st.shapes.of(id),
+            };
+            st.space_id.push(space);
         }
         st
     }
@@ -426,13 +452,9 @@ impl<'g> State<'g> {
         }
         let (aa, bb) = (a as u32, b as u32);
         // Epoch-stamped visited marks: no clearing between searches.
-        let epoch = self.epoch.get().wrapping_add(1);
-        self.epoch.set(epoch);
+        let epoch = self.next_epoch();
         let mut scratch = self.scratch.borrow_mut();
         let (seen, work) = &mut *scratch;
-        if epoch == 0 {
-            seen.iter_mut().for_each(|s| *s = 0);
-        }
         work.clear();
         for &m in &ca.nodes {
             for &u in self.users.of(m) {
@@ -479,24 +501,47 @@ impl<'g> State<'g> {
     /// # Errors
     /// The [`Reason`] they may not.
     pub fn try_merge(&self, a: usize, b: usize) -> Result<Cluster, Reason> {
+        match self.merge(a, b, true) {
+            Ok(mut c) => {
+                if c.space.is_empty() {
+                    c.space = self.space_of(&c.nodes, a, b);
+                }
+                Ok(c)
+            }
+            Err(r) => Err(r.unwrap_or(Reason::Stacked)),
+        }
+    }
+
+    /// [`State::try_merge`] for the rules: the union's `space` is filled in
+    /// only when rewrites are described, and the reason only when `reason`
+    /// is true (`Err(None)` otherwise).
+    pub(crate) fn merge(
+        &self,
+        a: usize,
+        b: usize,
+        reason: bool,
+    ) -> Result<Cluster, Option<Reason>> {
         if self.is_stacked(a) || self.is_stacked(b) {
-            return Err(Reason::Stacked);
+            return Err(Some(Reason::Stacked));
         }
         let (ca, cb) = (&self.clusters[a], &self.clusters[b]);
         let n = ca.nodes.len() + cb.nodes.len();
         if n > self.opts.max_nodes {
-            return Err(Reason::TooManyNodes {
+            return Err(Some(Reason::TooManyNodes {
                 n,
                 limit: self.opts.max_nodes,
-            });
+            }));
         }
         if let Some(via) = self.path_between(a, b, false) {
-            return Err(Reason::Cycle {
+            return Err(reason.then(|| Reason::Cycle {
                 via: self.g[via].name.clone(),
-            });
+            }));
         }
+        let mut scratch = self.merge_scratch.borrow_mut();
+        let (nodes, classes) = &mut *scratch;
         // Merge the two ascending member lists.
-        let mut nodes = Vec::with_capacity(n);
+        nodes.clear();
+        nodes.reserve(n);
         let (mut i, mut j) = (0, 0);
         while i < ca.nodes.len() && j < cb.nodes.len() {
             if ca.nodes[i] < cb.nodes[j] {
@@ -515,22 +560,92 @@ impl<'g> State<'g> {
             o == aa || o == bb
         };
         let facts = self.facts();
-        let (kind, space) = validate(&facts, &nodes, &member)?;
+        let Some((kind, space)) = validate_fast(&facts, &self.shapes, nodes, member, classes)
+        else {
+            return Err(reason.then(|| match validate(&facts, nodes, &member) {
+                Err(r) => r,
+                // Unreachable: the two validations agree.
+                Ok(_) => Reason::MatmulReduce,
+            }));
+        };
         // Every operand and every member at most: count only when that
         // bound exceeds the limit.
         let bound: usize = nodes.iter().map(|&m| self.g[m].operands.len() + 1).sum();
-        let params = if bound > self.opts.max_params {
-            count_params(&facts, &nodes, &member)
-        } else {
-            0
-        };
-        if params > self.opts.max_params {
-            return Err(Reason::TooManyParams {
-                n: params,
-                limit: self.opts.max_params,
-            });
+        if bound > self.opts.max_params {
+            let params = self.count_params(nodes, &member);
+            if params > self.opts.max_params {
+                return Err(Some(Reason::TooManyParams {
+                    n: params,
+                    limit: self.opts.max_params,
+                }));
+            }
         }
-        Ok(Cluster { kind, nodes, space })
+        let space_id = space;
+        let space = if self.opts.reasons {
+            self.shapes.shape(space)
+        } else {
+            Vec::new()
+        };
+        self.accepted.set((a, b, space_id));
+        let mut members = self.spare.borrow_mut().pop().unwrap_or_default();
+        members.clear();
+        // Room to grow: groups mostly grow one neighbour at a time.
+        members.reserve(n.next_power_of_two());
+        members.extend_from_slice(nodes);
+        Ok(Cluster {
+            kind,
+            nodes: members,
+            space,
+        })
+    }
+
+    /// The space of the group `nodes`, made of groups `a` and `b` (empty if
+    /// it is not a group).
+    fn space_of(&self, nodes: &[NodeId], a: usize, b: usize) -> Vec<Dim> {
+        let (aa, bb) = (a as u32, b as u32);
+        let member = |m: NodeId| {
+            let o = self.owner[m.0];
+            o == aa || o == bb
+        };
+        let mut scratch = self.merge_scratch.borrow_mut();
+        validate_fast(&self.facts(), &self.shapes, nodes, member, &mut scratch.1)
+            .map(|(_, s)| self.shapes.shape(s))
+            .unwrap_or_default()
+    }
+
+    /// [`count_params`] of a candidate group, with the visited marks of
+    /// [`State::path_from`] instead of a list of seen operands.
+    fn count_params(&self, nodes: &[NodeId], member: &dyn Fn(NodeId) -> bool) -> usize {
+        let epoch = self.next_epoch();
+        let mut scratch = self.scratch.borrow_mut();
+        let seen = &mut scratch.0;
+        let facts = self.facts();
+        let mut count = 0;
+        for &n in nodes {
+            for &o in &self.g[n].operands {
+                if !member(o) && seen[o.0] != epoch {
+                    seen[o.0] = epoch;
+                    count += 1;
+                }
+            }
+            if facts.materialized(n, member) {
+                count += 1;
+            }
+        }
+        count
+    }
+
+    /// A fresh epoch for the visited marks in `scratch.0` (cleared when the
+    /// counter wraps).
+    fn next_epoch(&self) -> u32 {
+        let epoch = self.epoch.get().wrapping_add(1);
+        self.epoch.set(epoch);
+        if epoch == 0 {
+            self.scratch.borrow_mut().0.iter_mut().for_each(|s| *s = 0);
+            self.epoch.set(1);
+            return 1;
+        }
+        epoch
     }
 
     /// Applies `patch`; returns the group it created (merges) or `None`.
@@ -541,10 +656,20 @@ impl<'g> State<'g> {
                 for &n in &merged.nodes {
                     self.owner[n.0] = id as u32;
                 }
-                self.clusters[a].nodes.clear();
-                self.clusters[b].nodes.clear();
+                // Keep the larger member list for a later group.
+                let va = std::mem::take(&mut self.clusters[a].nodes);
+                let vb = std::mem::take(&mut self.clusters[b].nodes);
+                let keep = if va.capacity() >= vb.capacity() {
+                    va
+                } else {
+                    vb
+                };
+                self.spare.get_mut().push(keep);
                 self.clusters.push(merged);
                 self.stack_of.push(NONE);
+                let (pa, pb, space) = self.accepted.replace((usize::MAX, usize::MAX, NONE));
+                self.space_id
+                    .push(if (pa, pb) == (a, b) { space } else { NONE });
                 Some(id)
             }
             Patch::Stack { members } => {
@@ -615,7 +740,7 @@ impl<'g> State<'g> {
             let member = |m: NodeId| self.owner[m.0] == c as u32;
             let (kind, space) = validate(&self.facts(), &cl.nodes, &member)
                 .map_err(|r| bad(format!("group {c} is invalid: {r}")))?;
-            if kind != cl.kind || space != cl.space {
+            if kind != cl.kind || (!cl.space.is_empty() && space != cl.space) {
                 return Err(bad(format!("group {c} has a stale kind or space")));
             }
         }
@@ -760,7 +885,7 @@ impl FusionPlan {
             keep: opts.reasons,
             rejections: Vec::new(),
         };
-        let mut applied = Vec::new();
+        let mut applied = Vec::with_capacity(graph.nodes().len());
         let mut rules = pattern::rules(opts);
         let mut edges = Vec::new();
         // Every patch removes a group or stacks some: the loop terminates;
@@ -868,6 +993,18 @@ impl FusionPlan {
             rule: "final",
             what,
         })?;
+        // The spaces of the groups that stay.
+        for c in 0..st.clusters.len() {
+            let cl = &st.clusters[c];
+            if cl.nodes.is_empty() || !cl.space.is_empty() {
+                continue;
+            }
+            let space = match st.space_id[c] {
+                NONE => st.space_of(&cl.nodes, c, c),
+                id => st.shapes.shape(id),
+            };
+            st.clusters[c].space = space;
+        }
         // Compact: live groups numbered in order of their first unit.
         let mut remap = vec![usize::MAX; st.clusters.len()];
         let mut clusters = Vec::new();

@@ -30,20 +30,22 @@ fn merge_or_reject(
     c: &Cand,
     via: Option<NodeId>,
 ) -> Option<Patch> {
-    match st.try_merge(c.a, c.b) {
+    match st.merge(c.a, c.b, log.keep) {
         Ok(merged) => Some(Patch::Merge {
             a: c.a,
             b: c.b,
             merged,
         }),
         Err(reason) => {
-            log.reject(Rejection {
-                rule,
-                a: c.na,
-                b: c.nb,
-                via,
-                reason,
-            });
+            if let Some(reason) = reason {
+                log.reject(Rejection {
+                    rule,
+                    a: c.na,
+                    b: c.nb,
+                    via,
+                    reason,
+                });
+            }
             None
         }
     }
@@ -158,9 +160,10 @@ impl Rule for Vertical {
     fn next(&mut self, st: &State<'_>, log: &mut Log) -> Option<Patch> {
         if !self.init {
             self.init = true;
-            let all: Vec<NodeId> = (0..st.graph().nodes().len()).map(NodeId).collect();
+            self.tried.reserve(st.cluster_ids());
+            self.work.reserve(st.cluster_ids());
             // Producers' outgoing edges in graph order (each edge once).
-            for &m in &all {
+            for m in (0..st.graph().nodes().len()).map(NodeId) {
                 let Some(cm) = st.owner(m) else { continue };
                 if !is(self.producer, &st.cluster(cm).kind) {
                     continue;
@@ -255,6 +258,8 @@ impl Rule for Siblings {
     fn next(&mut self, st: &State<'_>, log: &mut Log) -> Option<Patch> {
         if !self.init {
             self.init = true;
+            self.tried.reserve(st.cluster_ids());
+            self.work.reserve(st.cluster_ids());
             for x in 0..st.graph().nodes().len() {
                 self.queue_readers(st, NodeId(x), None);
             }
@@ -282,8 +287,7 @@ impl Rule for Siblings {
         if !self.init {
             return;
         }
-        let nodes = st.cluster(c).nodes.clone();
-        for m in nodes {
+        for &m in &st.cluster(c).nodes {
             for &o in &st.graph()[m].operands {
                 if st.owner(o) != Some(c) {
                     self.queue_readers(st, o, Some(c));

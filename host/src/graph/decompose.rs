@@ -16,7 +16,7 @@
 use dvm_isa::Opcode;
 
 use super::error::GraphError;
-use super::{Graph, Node, NodeId, Op, ReduceOp};
+use super::{check_name, Graph, Node, NodeId, Op, ReduceOp};
 use crate::sym::Dim;
 
 /// A copy of `graph` in which every composite ([`Op::is_composite`]) is
@@ -44,6 +44,12 @@ pub fn decompose(graph: &Graph) -> Result<Graph, GraphError> {
         scope: graph.scope.clone(),
         ..Graph::default()
     };
+    // Room for every node up front (a layer norm becomes 11 nodes): the
+    // nodes and the name index are not regrown while decomposing.
+    let composites = graph.nodes.iter().filter(|n| n.op.is_composite()).count();
+    let room = graph.nodes.len() + 11 * composites;
+    out.nodes.reserve(room);
+    out.names.reserve(room);
     let mut map: Vec<NodeId> = Vec::with_capacity(graph.nodes.len());
     for node in &graph.nodes {
         let operands: Vec<NodeId> = node.operands.iter().map(|o| map[o.0]).collect();
@@ -56,8 +62,11 @@ pub fn decompose(graph: &Graph) -> Result<Graph, GraphError> {
             .composite(node, &operands)?
         } else {
             out.push(Node {
+                op: node.op.clone(),
                 operands,
-                ..node.clone()
+                name: node.name.clone(),
+                dtype: node.dtype,
+                shape: node.shape.clone(),
             })
         };
         map.push(id);
@@ -80,13 +89,22 @@ struct Rewriter<'a> {
 
 impl Rewriter<'_> {
     fn node(&mut self, suffix: &str, op: Op, operands: &[NodeId]) -> Result<NodeId, GraphError> {
-        let base = format!("{}.{suffix}", self.name);
+        let mut base = String::with_capacity(self.name.len() + 1 + suffix.len());
+        base.push_str(self.name);
+        base.push('.');
+        base.push_str(suffix);
         let taken = |n: &str| self.g.find(n).is_some() || self.orig.find(n).is_some();
-        let name = std::iter::once(base.clone())
-            .chain((1..).map(|i| format!("{base}_{i}")))
-            .find(|n| !taken(n))
-            .unwrap_or(base);
-        self.g.add_node(Some(&name), op, operands, None, None)
+        let name = if taken(&base) {
+            (1..)
+                .map(|i| format!("{base}_{i}"))
+                .find(|n| !taken(n))
+                .unwrap_or(base)
+        } else {
+            base
+        };
+        // Unused (checked above); a valid name unless it grew too long.
+        check_name("node", &name)?;
+        self.g.add_named(name, op, operands, None, None)
     }
 
     fn last(&mut self, op: Op, operands: &[NodeId]) -> Result<NodeId, GraphError> {
@@ -126,7 +144,10 @@ impl Rewriter<'_> {
             axes: axes.to_vec(),
             keepdims,
         };
-        let s = self.node(&format!("{suffix}sum"), sum, &[x])?;
+        let mut name = String::with_capacity(suffix.len() + 3);
+        name.push_str(suffix);
+        name.push_str("sum");
+        let s = self.node(&name, sum, &[x])?;
         let div = match n.as_const() {
             Some(c) => Op::Scalar(Opcode::DivS, c as f64),
             None => Op::ScalarDim(Opcode::DivS, n),

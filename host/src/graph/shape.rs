@@ -9,10 +9,10 @@ use crate::sym::{Dim, SymbolScope};
 use crate::tensor::{convert, numel};
 
 /// Operand facts needed by inference.
-pub(crate) struct Arg {
-    pub(crate) name: String,
+pub(crate) struct Arg<'a> {
+    pub(crate) name: &'a str,
     pub(crate) dtype: DType,
-    pub(crate) shape: Vec<Dim>,
+    pub(crate) shape: &'a [Dim],
 }
 
 /// The node being checked, for error messages.
@@ -132,13 +132,27 @@ impl Graph {
             }
             None => self.fresh_name(&format!("{}_{}", op.name(), self.nodes.len())),
         };
+        self.add_named(name, op, operands, dtype, shape)
+    }
+
+    /// [`Graph::add_node`] with a name that is known to be valid and
+    /// unused (checked by the caller).
+    pub(crate) fn add_named(
+        &mut self,
+        name: String,
+        op: Op,
+        operands: &[NodeId],
+        dtype: Option<DType>,
+        shape: Option<&[Dim]>,
+    ) -> Result<NodeId, GraphError> {
+        debug_assert!(self.find(&name).is_none() && check_name("node", &name).is_ok());
         let mut args = Vec::with_capacity(operands.len());
         for &id in operands {
             let n = self.check(id)?;
             args.push(Arg {
-                name: n.name.clone(),
+                name: &n.name,
                 dtype: n.dtype,
-                shape: n.shape.clone(),
+                shape: &n.shape,
             });
         }
         let cx = Ctx {
@@ -228,14 +242,14 @@ pub(crate) fn infer(
             } else {
                 a.dtype
             };
-            Ok((op, dt, a.shape.clone()))
+            Ok((op, dt, a.shape.to_vec()))
         }
         Op::Binary(code) => {
             need(2, "2")?;
             check_kind(cx, code, OpcodeKind::Binary)?;
             same_dtype(cx, &args[0], &args[1])?;
             check_dtype(cx, code, 0, &args[0])?;
-            let s = broadcast(scope, cx, &args[0].shape, &args[1].shape)?;
+            let s = broadcast(scope, cx, args[0].shape, args[1].shape)?;
             let dt = if is_comparison(code) {
                 DType::Bool
             } else {
@@ -261,7 +275,7 @@ pub(crate) fn infer(
                 },
                 other => other,
             };
-            Ok((op, dt, a.shape.clone()))
+            Ok((op, dt, a.shape.to_vec()))
         }
         Op::Where => {
             need(3, "3 (cond, a, b)")?;
@@ -269,13 +283,13 @@ pub(crate) fn infer(
                 return Err(cx.dtype(0, &args[0], DType::Bool.set()));
             }
             same_dtype(cx, &args[1], &args[2])?;
-            let s = broadcast(scope, cx, &args[0].shape, &args[1].shape)?;
-            let s = broadcast(scope, cx, &s, &args[2].shape)?;
+            let s = broadcast(scope, cx, args[0].shape, args[1].shape)?;
+            let s = broadcast(scope, cx, &s, args[2].shape)?;
             Ok((Op::Where, args[1].dtype, s))
         }
         Op::Cast => {
             need(1, "1")?;
-            Ok((Op::Cast, want_dtype()?, args[0].shape.clone()))
+            Ok((Op::Cast, want_dtype()?, args[0].shape.to_vec()))
         }
         Op::Reduce {
             op: rop,
@@ -296,7 +310,7 @@ pub(crate) fn infer(
                 return Err(cx.invalid("no axes to reduce (list every axis for a full reduction)"));
             }
             let axes = sorted_axes(cx, &axes, a.shape.len())?;
-            let s = reduced_shape(&a.shape, &axes, keepdims);
+            let s = reduced_shape(a.shape, &axes, keepdims);
             Ok((
                 Op::Reduce {
                     op: rop,
@@ -312,7 +326,7 @@ pub(crate) fn infer(
             let a = &args[0];
             float_only(cx, 0, a)?;
             sorted_axes(cx, &[axis], a.shape.len())?;
-            Ok((op, a.dtype, a.shape.clone()))
+            Ok((op, a.dtype, a.shape.to_vec()))
         }
         Op::LayerNorm { eps } | Op::RmsNorm { eps } => {
             let is_ln = matches!(op, Op::LayerNorm { .. });
@@ -331,19 +345,19 @@ pub(crate) fn infer(
             };
             for w in &args[1..] {
                 same_dtype(cx, x, w)?;
-                let ok = matches!(w.shape.as_slice(), [d] if scope.prove_eq(d, last));
+                let ok = matches!(w.shape, [d] if scope.prove_eq(d, last));
                 if !ok {
                     let wd = w.shape.last().cloned().unwrap_or(Dim::ZERO);
                     return Err(cx.mismatch(
                         &format!("weight `{}` must have shape [{last}]:", w.name),
-                        &x.shape,
-                        &w.shape,
+                        x.shape,
+                        w.shape,
                         last,
                         &wd,
                     ));
                 }
             }
-            Ok((op, x.dtype, x.shape.clone()))
+            Ok((op, x.dtype, x.shape.to_vec()))
         }
         Op::MatMul { trans_a, trans_b } => {
             need(2, "2")?;
@@ -357,7 +371,7 @@ pub(crate) fn infer(
                     return Err(cx.invalid(format!(
                         "operand {i} (`{}`) has shape {}: matmul needs rank >= 2",
                         x.name,
-                        super::ShapeDisplay(&x.shape)
+                        super::ShapeDisplay(x.shape)
                     )));
                 }
             }
@@ -373,7 +387,7 @@ pub(crate) fn infer(
                 (&b.shape[rb - 2], &b.shape[rb - 1])
             };
             if !scope.prove_eq(ka, kb) {
-                return Err(cx.mismatch("contraction dims", &a.shape, &b.shape, ka, kb));
+                return Err(cx.mismatch("contraction dims", a.shape, b.shape, ka, kb));
             }
             let mut s = broadcast(scope, cx, &a.shape[..ra - 2], &b.shape[..rb - 2])?;
             s.push(canon(m));
@@ -388,7 +402,7 @@ pub(crate) fn infer(
         Op::Reshape => {
             need(1, "1")?;
             let a = &args[0];
-            let s = reshape(scope, cx, &a.shape, want_shape()?)?;
+            let s = reshape(scope, cx, a.shape, want_shape()?)?;
             Ok((Op::Reshape, a.dtype, s))
         }
         Op::Transpose { perm } => {
@@ -417,7 +431,7 @@ pub(crate) fn infer(
             ranges.sort_by_key(|t| t.0);
             let axes: Vec<usize> = ranges.iter().map(|t| t.0).collect();
             sorted_axes(cx, &axes, r)?;
-            let mut s = a.shape.clone();
+            let mut s = a.shape.to_vec();
             for &(axis, start, end, step) in &ranges {
                 if step < 1 {
                     return Err(cx.invalid(format!("axis {axis}: step must be >= 1, got {step}")));
@@ -450,12 +464,12 @@ pub(crate) fn infer(
                         x.shape.len()
                     )));
                 }
-                for (k, (d0, d)) in first.shape.iter().zip(&x.shape).enumerate() {
+                for (k, (d0, d)) in first.shape.iter().zip(x.shape).enumerate() {
                     if k != axis && !scope.prove_eq(d0, d) {
                         return Err(cx.mismatch(
                             &format!("axis {k} of operand 0 and operand {i} (`{}`):", x.name),
-                            &first.shape,
-                            &x.shape,
+                            first.shape,
+                            x.shape,
                             d0,
                             d,
                         ));
@@ -463,14 +477,14 @@ pub(crate) fn infer(
                 }
                 total += &x.shape[axis];
             }
-            let mut s = first.shape.clone();
+            let mut s = first.shape.to_vec();
             s[axis] = canon(&total);
             Ok((Op::Concat { axis }, first.dtype, s))
         }
         Op::Expand => {
             need(1, "1")?;
             let a = &args[0];
-            let s = expand(scope, cx, &a.shape, want_shape()?)?;
+            let s = expand(scope, cx, a.shape, want_shape()?)?;
             Ok((Op::Expand, a.dtype, s))
         }
         Op::Squeeze { axes } => {
@@ -481,7 +495,7 @@ pub(crate) fn infer(
                 if canon(&a.shape[ax]).as_const() != Some(1) {
                     return Err(cx.invalid(format!(
                         "axis {ax} of {} has extent `{}`, not 1",
-                        super::ShapeDisplay(&a.shape),
+                        super::ShapeDisplay(a.shape),
                         a.shape[ax]
                     )));
                 }

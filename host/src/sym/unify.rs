@@ -26,6 +26,10 @@ impl SymbolScope {
     /// `8 | S`; `8 * (S/8) == S` when `8 | S`), and symbols with a single
     /// possible value replaced by it.
     pub fn canonical(&self, dim: &Dim) -> Dim {
+        if dim.is_const() {
+            // A constant is its own canonical form.
+            return dim.clone();
+        }
         let leaf = |s: Symbol| self.subst.get(&s).map(|d| d.0.clone());
         let mut cur = ops::rebuild(&dim.0, self, &leaf);
         for _ in 1..FIXPOINT_ROUNDS {
