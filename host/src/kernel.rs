@@ -10,14 +10,14 @@
 use std::cell::RefCell;
 use std::sync::Arc;
 
-use dvm_device::predecode::{PredecodeError, Program};
+use dvm_device::predecode::{LoadError, PredecodeError, Program};
 use dvm_isa::builder::{
     write_module, BodyDef, CodeWriter, KernelDef, ModuleBuilder, ModuleParts, ParamDef,
 };
 use dvm_isa::meta::MetaWriter;
 use dvm_isa::module::{BodyEntry, KernelEntry, ParamEntry, SectionKind};
 use dvm_isa::VerifyError;
-use dvm_isa::{verify_kernel, DeviceLimits, KernelKind, Module, ParamAccess, ParseError};
+use dvm_isa::{DeviceLimits, KernelKind, Module, ParamAccess, ParseError};
 use zerocopy::little_endian::U32;
 
 use crate::compile::{compile_into, CompileError, Compiled, Group, Scratch, Target, BODY_WORDS};
@@ -282,11 +282,16 @@ fn finish(
     let limits = DeviceLimits {
         ub_bytes: target.ub_bytes,
     };
-    let verified = verify_kernel(&parsed, 0, &limits)?;
+    // One pass over the code: the verifier decodes each instruction and
+    // hands it to the predecoder, which keeps the program only if the whole
+    // kernel verifies.
     let mut slot = Box::<Program>::new_uninit();
-    Program::init(&mut slot)
-        .predecode(&verified)
-        .map_err(BuildError::Predecode)?;
+    let verified = Program::init(&mut slot)
+        .verify_and_predecode(&parsed, 0, &limits)
+        .map_err(|e| match e {
+            LoadError::Verify(e) => BuildError::Verify(e),
+            LoadError::Predecode(e) => BuildError::Predecode(e),
+        })?;
     // SAFETY: `Program::init` initialised the slot.
     let program = unsafe { slot.assume_init() };
     let info = KernelInfo {
@@ -342,5 +347,21 @@ pub(crate) fn paths_agree(group: &Group, name: &str, target: &Target) -> bool {
         target,
     )
     .expect("ready");
-    fast.module == slow.module && fast.info == slow.info && fast.name() == name
+    // The one-pass verify + predecode gives the program the separate
+    // passes give.
+    let parsed = Module::parse(&fast.module).expect("parses");
+    let limits = DeviceLimits {
+        ub_bytes: target.ub_bytes,
+    };
+    let verified = dvm_isa::verify_kernel(&parsed, 0, &limits).expect("verifies");
+    let mut slot = Box::<Program>::new_uninit();
+    Program::init(&mut slot)
+        .predecode(&verified)
+        .expect("predecodes");
+    // SAFETY: `Program::init` initialised the slot.
+    let two_pass = unsafe { slot.assume_init() };
+    fast.module == slow.module
+        && fast.info == slow.info
+        && fast.name() == name
+        && format!("{:?}", fast.program) == format!("{two_pass:?}")
 }
