@@ -108,7 +108,14 @@ impl<'a> MetaWriter<'a> {
             }
         }
         let digits = &buf[at..];
-        self.varint((prefix.len() + digits.len()) as u64);
+        let len = prefix.len() + digits.len();
+        if len < 0x80 {
+            // The common case: a one-byte length, one reservation.
+            self.out.reserve(1 + len);
+            self.out.push(len as u8);
+        } else {
+            self.varint(len as u64);
+        }
         self.out.extend_from_slice(prefix.as_bytes());
         self.out.extend_from_slice(digits);
     }

@@ -260,7 +260,7 @@ pub(super) fn peak_buffers(group: &Group, classes: &[Class], last: &[usize]) -> 
             }
         }
         // A node nobody reads is still stored; it dies after its store.
-        if last[i] <= i && !node_is_read(group, i) {
+        if !is_read(last, i) {
             match classes[i] {
                 Class::Full => full -= 1,
                 Class::Reduced => red -= 1,
@@ -270,11 +270,10 @@ pub(super) fn peak_buffers(group: &Group, classes: &[Class], last: &[usize]) -> 
     (peak_full.max(1), peak_red)
 }
 
-fn node_is_read(group: &Group, i: usize) -> bool {
-    group
-        .nodes
-        .iter()
-        .any(|(n, _)| n.operands().any(|o| o == i))
+/// Whether a later node reads node `i`, from [`last_uses`] (operands come
+/// before their users, so a read node's last use is after it).
+fn is_read(last: &[usize], i: usize) -> bool {
+    last[i] > i
 }
 
 fn choose_tile(
@@ -618,7 +617,7 @@ pub(super) fn emit_body(
                 ub.free(addr[o]);
             }
         }
-        if !node_is_read(group, i) {
+        if !is_read(last, i) {
             ub.free(result);
         }
     }
