@@ -24,4 +24,4 @@ pub use exec::{
     UbStorage, UB_DEFAULT_BYTES,
 };
 pub use gm::{BindError, GmBuf, GmFault, Launch, ParamSig, Prefetch};
-pub use predecode::{PredecodeError, Program, VInstr};
+pub use predecode::{LoadError, PredecodeError, Program, VInstr};

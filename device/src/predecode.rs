@@ -10,7 +10,10 @@
 
 use core::fmt;
 
-use dvm_isa::{GmKind, GmPattern, Instr, KernelKind, Opcode, PadMode, VerifiedKernel};
+use dvm_isa::{
+    verify_kernel_visit, DeviceLimits, GmKind, GmPattern, Head, Instr, KernelKind, Module, Opcode,
+    PadMode, VerifiedKernel, VerifyError,
+};
 
 use crate::gm::{pad_bits, ParamSig, STREAM_MIN_BYTES};
 use crate::ops::{self, UbOp};
@@ -112,6 +115,26 @@ impl fmt::Display for PredecodeError {
 
 impl core::error::Error for PredecodeError {}
 
+/// Why [`Program::verify_and_predecode`] failed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LoadError {
+    /// The kernel does not verify.
+    Verify(VerifyError),
+    /// The kernel verifies but does not fit the program.
+    Predecode(PredecodeError),
+}
+
+impl fmt::Display for LoadError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            LoadError::Verify(e) => write!(f, "{e}"),
+            LoadError::Predecode(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+impl core::error::Error for LoadError {}
+
 #[cfg(feature = "defmt")]
 impl defmt::Format for PredecodeError {
     fn format(&self, f: defmt::Formatter<'_>) {
@@ -194,59 +217,146 @@ impl<const N: usize, const B: usize> Program<N, B> {
         r
     }
 
+    /// Verifies kernel `index` of `module` (exactly [`verify_kernel`]'s
+    /// rules) and predecodes it from the same pass over the code, so every
+    /// instruction is decoded once. The program holds the kernel only when
+    /// both succeed; on any error it is left empty.
+    ///
+    /// # Errors
+    /// [`LoadError::Verify`] when the kernel does not verify (checked
+    /// first), else [`LoadError::Predecode`] as [`Program::predecode`].
+    ///
+    /// [`verify_kernel`]: dvm_isa::verify_kernel
+    pub fn verify_and_predecode<'m>(
+        &mut self,
+        module: &Module<'m>,
+        index: usize,
+        limits: &DeviceLimits,
+    ) -> Result<VerifiedKernel<'m>, LoadError> {
+        self.bodies.clear();
+        self.code.clear();
+        let mut starts = [0u32; B];
+        let mut failed: Option<PredecodeError> = None;
+        // Stores are lowered without the parameter sizes (known only once
+        // the whole kernel is verified); `finish` sets their `stream` flag.
+        let no_sizes = ParamSig::EMPTY;
+        let visit = |b: usize, word: u32, _: &Head, instr: &Instr| {
+            if failed.is_some() || b >= B {
+                return;
+            }
+            if word == 0 {
+                starts[b] = self.code.len() as u32;
+            }
+            if let Err(e) = self.push(b, word, instr, &no_sizes) {
+                failed = Some(e);
+            }
+        };
+        let r = match verify_kernel_visit(module, index, limits, visit) {
+            Err(e) => Err(LoadError::Verify(e)),
+            Ok(kernel) => {
+                let count = kernel.body_count();
+                if count > B {
+                    Err(LoadError::Predecode(PredecodeError::TooManyBodies {
+                        count,
+                        cap: B,
+                    }))
+                } else if let Some(e) = failed {
+                    Err(LoadError::Predecode(e))
+                } else {
+                    self.finish(&kernel, &starts);
+                    Ok(kernel)
+                }
+            }
+        };
+        if r.is_err() {
+            *self = Program::empty();
+        }
+        r
+    }
+
     fn fill(&mut self, kernel: &VerifiedKernel<'_>) -> Result<(), PredecodeError> {
         self.bodies.clear();
         self.code.clear();
-        self.kind = kernel.kind();
-        self.ub_bytes = kernel.ub_bytes();
-        self.params = ParamSig::of(kernel);
-        let params = self.params;
         let count = kernel.body_count();
         if count > B {
             return Err(PredecodeError::TooManyBodies { count, cap: B });
         }
-        for b in 0..count {
-            let start = self.code.len() as u32;
+        let params = ParamSig::of(kernel);
+        let mut starts = [0u32; B];
+        for (b, start) in starts.iter_mut().enumerate().take(count) {
+            *start = self.code.len() as u32;
             for (word, _head, instr) in kernel.instrs(b) {
-                let v = match lower(&instr, &params) {
-                    Lowered::V(v) => v,
-                    Lowered::Skip => continue,
-                    Lowered::Unsupported => {
-                        return Err(PredecodeError::Unsupported {
-                            body: b as u32,
-                            word,
-                            opcode: instr.opcode(),
-                        })
-                    }
-                };
-                self.code
-                    .push(v)
-                    .map_err(|_| PredecodeError::TooManyInstrs {
-                        body: b as u32,
-                        cap: N,
-                    })?;
+                self.push(b, word, &instr, &params)?;
             }
-            let grid = kernel.grid(b);
-            let code = &self.code[start as usize..];
+        }
+        self.finish(kernel, &starts);
+        Ok(())
+    }
+
+    /// Lowers `instr` (body `b`, word `word`) and appends it.
+    fn push(
+        &mut self,
+        b: usize,
+        word: u32,
+        instr: &Instr,
+        params: &ParamSig,
+    ) -> Result<(), PredecodeError> {
+        let v = match lower(instr, params) {
+            Lowered::V(v) => v,
+            Lowered::Skip => return Ok(()),
+            Lowered::Unsupported => {
+                return Err(PredecodeError::Unsupported {
+                    body: b as u32,
+                    word,
+                    opcode: instr.opcode(),
+                })
+            }
+        };
+        self.code
+            .push(v)
+            .map_err(|_| PredecodeError::TooManyInstrs {
+                body: b as u32,
+                cap: N,
+            })
+    }
+
+    /// Sets the header fields and the stores' `stream` flags from the
+    /// verified `kernel` and records its bodies, body `b`'s instructions
+    /// starting at `starts[b]` (the caller checked `body_count() <= B`).
+    fn finish(&mut self, kernel: &VerifiedKernel<'_>, starts: &[u32; B]) {
+        self.kind = kernel.kind();
+        self.ub_bytes = kernel.ub_bytes();
+        self.params = ParamSig::of(kernel);
+        let params = self.params;
+        for v in self.code.iter_mut() {
+            if let VInstr::Store { pattern, stream } = v {
+                *stream = params.required_bytes(pattern.buf as usize) >= STREAM_MIN_BYTES;
+            }
+        }
+        let count = kernel.body_count().min(B);
+        for b in 0..count {
+            let start = starts[b];
+            let end = if b + 1 < count {
+                starts[b + 1]
+            } else {
+                self.code.len() as u32
+            };
+            let code = &self.code[start as usize..end as usize];
             let has_load = code.iter().any(|v| matches!(v, VInstr::Load { .. }));
             let prefetch_at = code
                 .iter()
                 .rposition(|v| matches!(v, VInstr::Store { stream: true, .. }))
                 .filter(|_| has_load)
                 .map(|i| i as u32);
-            let info = BodyInfo {
-                grid,
+            // Cannot fail: at most `B` bodies.
+            let _ = self.bodies.push(BodyInfo {
+                grid: kernel.grid(b),
                 tiles: kernel.tiles(b),
                 prefetch_at,
                 start,
-                len: self.code.len() as u32 - start,
-            };
-            // Cannot fail: `count <= B` was checked.
-            self.bodies
-                .push(info)
-                .map_err(|_| PredecodeError::TooManyBodies { count, cap: B })?;
+                len: end - start,
+            });
         }
-        Ok(())
     }
 
     /// Kernel kind.

@@ -8,7 +8,7 @@ use dvm_device::exec::UB_DEFAULT_BYTES;
 use dvm_device::gm::{load_tile, store_add_tile, store_tile};
 use dvm_device::{
     run_all_blocks_sequentially, run_block, BindError, ExecError, GmBuf, GmFault, Launch,
-    NoBarrier, PredecodeError, Program, UbStorage,
+    LoadError, NoBarrier, PredecodeError, Program, UbStorage,
 };
 use dvm_isa::verify::LaunchError;
 use dvm_isa::{verify_kernel, DType, DeviceLimits, KernelKind, Module, ParamAccess, Scalar};
@@ -250,6 +250,67 @@ fn run_checks_are_typed_and_write_nothing() {
         assert!(!format!("{e}").is_empty());
     }
     assert!(b.f32s().iter().all(|x| *x == 0.0), "nothing written");
+}
+
+/// `verify_and_predecode` (one decode per instruction) gives what
+/// `verify_kernel` then `Program::new` give: the same program, the same
+/// errors, and an empty program on any error.
+#[test]
+fn verify_and_predecode_matches_the_two_passes() {
+    let bytes = copy_module();
+    let m = Module::parse(&bytes).unwrap();
+    for k in 0..2 {
+        let vk = verify_kernel(&m, k, &DeviceLimits::DEFAULT).unwrap();
+        let two: Program = Program::new(&vk).unwrap();
+        let mut one: Program = Program::empty();
+        let vk1 = one
+            .verify_and_predecode(&m, k, &DeviceLimits::DEFAULT)
+            .unwrap();
+        assert_eq!(format!("{two:?}"), format!("{one:?}"));
+        assert_eq!(vk1.required_bytes(1), vk.required_bytes(1));
+    }
+    // Verification errors come first and are the verifier's.
+    let small = DeviceLimits { ub_bytes: 512 };
+    let want = verify_kernel(&m, 0, &small).unwrap_err();
+    let mut p: Program = Program::empty();
+    p.verify_and_predecode(&m, 0, &DeviceLimits::DEFAULT)
+        .unwrap();
+    assert_eq!(
+        p.verify_and_predecode(&m, 0, &small).unwrap_err(),
+        LoadError::Verify(want)
+    );
+    assert_eq!((p.body_count(), p.instr_count()), (0, 0));
+    // Capacity errors as `Program::new`'s.
+    let mut p = Program::<1, 1>::empty();
+    assert_eq!(
+        p.verify_and_predecode(&m, 0, &DeviceLimits::DEFAULT)
+            .unwrap_err(),
+        LoadError::Predecode(PredecodeError::TooManyInstrs { body: 0, cap: 1 })
+    );
+    assert_eq!((p.body_count(), p.instr_count()), (0, 0));
+    let body = |buf: u8| {
+        let b = GmBox::new(DType::F32, buf, 1, 4);
+        ([1, 1, 1], vec![b.load()])
+    };
+    let bytes = build(vec![K {
+        kind: KernelKind::Parallel,
+        ub_bytes: 64,
+        params: vec![(DType::F32, R)],
+        bodies: vec![body(0), body(0), body(0)],
+    }]);
+    let m = Module::parse(&bytes).unwrap();
+    let mut p = Program::<8, 2>::empty();
+    assert_eq!(
+        p.verify_and_predecode(&m, 0, &DeviceLimits::DEFAULT)
+            .unwrap_err(),
+        LoadError::Predecode(PredecodeError::TooManyBodies { count: 3, cap: 2 })
+    );
+    assert_eq!((p.body_count(), p.instr_count()), (0, 0));
+    let mut p = Program::<8, 4>::empty();
+    p.verify_and_predecode(&m, 0, &DeviceLimits::DEFAULT)
+        .unwrap();
+    assert_eq!((p.body_count(), p.instr_count()), (3, 3));
+    assert_eq!(p.body_info(2).map(|b| b.tiles), Some(1));
 }
 
 #[test]

@@ -401,7 +401,7 @@ fn run(cli: Cli) -> Result<(), Failure> {
                 .map_err(|e| Failure(e.to_string(), 2))?;
             let mut builder = ModuleBuilder::new();
             for (launch, k) in plan.launches.iter().zip(&kernels) {
-                let mut def = k.info.kernel.clone();
+                let mut def = k.kernel_def().map_err(|e| Failure(e.to_string(), 2))?;
                 def.name = launch
                     .steps
                     .iter()

@@ -47,7 +47,7 @@ fn counts(g: &Graph, opts: &FuseOptions, binds: &[(&str, i64)]) -> (usize, usize
     (
         plan.steps.len(),
         plan.launches.len(),
-        kernels.iter().map(|k| k.info.kernel.kind).collect(),
+        kernels.iter().map(|k| k.info.kind).collect(),
     )
 }
 

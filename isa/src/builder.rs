@@ -82,6 +82,17 @@ impl CodeWriter {
     pub fn words(&self) -> &[u64] {
         &self.words
     }
+
+    /// Feature bits of the instructions pushed with [`CodeWriter::push`]
+    /// (words pushed raw are not included: see [`CodeWriter::has_raw`]).
+    pub fn features(&self) -> u64 {
+        self.features
+    }
+
+    /// Whether some words were pushed raw with [`CodeWriter::push_word`].
+    pub fn has_raw(&self) -> bool {
+        self.raw
+    }
 }
 
 /// A parameter declaration.
@@ -224,47 +235,111 @@ impl ModuleBuilder {
     /// Writes the module bytes.
     pub fn finish(&self) -> Vec<u8> {
         let meta = postcard::to_allocvec(&self.meta).unwrap_or_default();
-        let sections: [(SectionKind, &[u8]); 5] = [
-            (SectionKind::Kernels, self.kernels.as_bytes()),
-            (SectionKind::Bodies, self.bodies.as_bytes()),
-            (SectionKind::Params, self.params.as_bytes()),
-            (SectionKind::Code, self.code.as_bytes()),
-            (SectionKind::Meta, &meta),
-        ];
-        let table_len = sections.len() * core::mem::size_of::<SectionEntry>();
-        let mut offset = (HEADER_SIZE + table_len) as u64;
-        let mut out = Vec::with_capacity(
-            offset as usize + sections.iter().map(|s| s.1.len() + 8).sum::<usize>(),
+        let mut out = Vec::new();
+        write_module(
+            &mut out,
+            &ModuleParts {
+                features: self.features,
+                kernels: &self.kernels,
+                bodies: &self.bodies,
+                params: &self.params,
+                code: &[&self.code],
+                meta: &meta,
+            },
         );
-        let header = Header {
-            magic: MAGIC,
-            version_major: U16::new(VERSION_MAJOR),
-            version_minor: U16::new(VERSION_MINOR),
-            features: U64::new(self.features),
-            section_count: U32::new(sections.len() as u32),
-            header_size: U32::new(HEADER_SIZE as u32),
-            reserved: U64::new(0),
-        };
-        out.extend_from_slice(header.as_bytes());
-        for (kind, bytes) in &sections {
-            // Sections start on 8-byte boundaries so code words are aligned
-            // when the module itself is.
-            offset = offset.next_multiple_of(8);
-            out.extend_from_slice(
-                SectionEntry {
-                    kind: U32::new(*kind as u32),
-                    reserved: U32::new(0),
-                    offset: U64::new(offset),
-                    len: U64::new(bytes.len() as u64),
-                }
-                .as_bytes(),
-            );
-            offset += bytes.len() as u64;
-        }
-        for (_, bytes) in &sections {
-            out.resize(out.len().next_multiple_of(8), 0);
-            out.extend_from_slice(bytes);
-        }
         out
     }
+}
+
+/// The tables of a module, borrowed, for [`write_module`]: what
+/// [`ModuleBuilder`] collects, for callers that keep their own (reused)
+/// tables and write the module without building a [`KernelDef`].
+#[derive(Clone, Copy, Debug)]
+pub struct ModuleParts<'a> {
+    /// Feature bits for the header (every feature the code uses).
+    pub features: u64,
+    /// The kernel table.
+    pub kernels: &'a [KernelEntry],
+    /// The body table (`code_start` counts words from the start of the
+    /// code section, i.e. across every slice of `code`).
+    pub bodies: &'a [BodyEntry],
+    /// The parameter table.
+    pub params: &'a [ParamEntry],
+    /// The code section: these slices of words, concatenated.
+    pub code: &'a [&'a [u64]],
+    /// The metadata section: a postcard-encoded [`ModuleMeta`] (see
+    /// [`crate::meta::MetaWriter`]).
+    pub meta: &'a [u8],
+}
+
+/// Appends the module made of `parts` to `out`, reserving exactly the
+/// module's size first (an empty `out` is allocated once, at its final
+/// size). The bytes are those [`ModuleBuilder::finish`] writes for the same
+/// tables.
+pub fn write_module(out: &mut Vec<u8>, parts: &ModuleParts<'_>) {
+    let code_len: usize = parts.code.iter().map(|c| c.len() * 8).sum();
+    let lens = [
+        parts.kernels.as_bytes().len(),
+        parts.bodies.as_bytes().len(),
+        parts.params.as_bytes().len(),
+        code_len,
+        parts.meta.len(),
+    ];
+    let kinds = [
+        SectionKind::Kernels,
+        SectionKind::Bodies,
+        SectionKind::Params,
+        SectionKind::Code,
+        SectionKind::Meta,
+    ];
+    let table_len = kinds.len() * core::mem::size_of::<SectionEntry>();
+    let start = out.len();
+    // Offsets are relative to the module's first byte.
+    let mut offset = (HEADER_SIZE + table_len) as u64;
+    let mut end = offset;
+    for len in lens {
+        end = end.next_multiple_of(8) + len as u64;
+    }
+    out.reserve_exact(end as usize);
+    let header = Header {
+        magic: MAGIC,
+        version_major: U16::new(VERSION_MAJOR),
+        version_minor: U16::new(VERSION_MINOR),
+        features: U64::new(parts.features),
+        section_count: U32::new(kinds.len() as u32),
+        header_size: U32::new(HEADER_SIZE as u32),
+        reserved: U64::new(0),
+    };
+    out.extend_from_slice(header.as_bytes());
+    for (kind, len) in kinds.iter().zip(lens) {
+        // Sections start on 8-byte boundaries so code words are aligned
+        // when the module itself is.
+        offset = offset.next_multiple_of(8);
+        out.extend_from_slice(
+            SectionEntry {
+                kind: U32::new(*kind as u32),
+                reserved: U32::new(0),
+                offset: U64::new(offset),
+                len: U64::new(len as u64),
+            }
+            .as_bytes(),
+        );
+        offset += len as u64;
+    }
+    let pad = |out: &mut Vec<u8>| {
+        let to = start + (out.len() - start).next_multiple_of(8);
+        out.resize(to, 0);
+    };
+    pad(out);
+    out.extend_from_slice(parts.kernels.as_bytes());
+    pad(out);
+    out.extend_from_slice(parts.bodies.as_bytes());
+    pad(out);
+    out.extend_from_slice(parts.params.as_bytes());
+    pad(out);
+    for c in parts.code {
+        out.extend_from_slice(c.as_bytes());
+    }
+    pad(out);
+    out.extend_from_slice(parts.meta);
 }

@@ -48,6 +48,7 @@ pub use module::{KernelKind, KernelRef, Module, Param, ParamAccess};
 pub use operand::{Axis, GridDim, MmFlags, Operand, PadMode, Scalar};
 pub use table::layout_words;
 pub use verify::{
-    verify_kernel, verify_module, DeviceLimits, LaunchError, Rule, VerifiedKernel, VerifyError,
+    verify_kernel, verify_kernel_visit, verify_module, DeviceLimits, LaunchError, Rule,
+    VerifiedKernel, VerifyError,
 };
 pub use word::{Head, Packer, Pipe, Unpacker, WaitMask, MAX_INSTR_WORDS};

@@ -400,6 +400,23 @@ pub fn verify_kernel<'m>(
     index: usize,
     limits: &DeviceLimits,
 ) -> Result<VerifiedKernel<'m>, VerifyError> {
+    verify_kernel_visit(module, index, limits, |_, _, _, _| {})
+}
+
+/// [`verify_kernel`], calling `visit(body, word, head, instr)` for every
+/// instruction, in order, once it has passed its own checks: a consumer of
+/// the decoded instructions (the predecoder) gets them without decoding the
+/// code a second time. The kernel is verified only when this returns `Ok`:
+/// on an error the caller must discard whatever it built from the visits.
+///
+/// # Errors
+/// As [`verify_kernel`].
+pub fn verify_kernel_visit<'m>(
+    module: &Module<'m>,
+    index: usize,
+    limits: &DeviceLimits,
+    mut visit: impl FnMut(usize, u32, &Head, &Instr),
+) -> Result<VerifiedKernel<'m>, VerifyError> {
     let err = |body: usize, word: u32, rule: Rule| VerifyError {
         kernel: index as u32,
         body: body as u32,
@@ -461,6 +478,7 @@ pub fn verify_kernel<'m>(
                 Instr::decode(&code[at..]).map_err(|e| err(b, word, Rule::Decode(e)))?;
             check_instr(&head, &instr, &kernel, module.features(), grid, &mut v.need)
                 .map_err(|r| err(b, word, r))?;
+            visit(b, word, &head, &instr);
             match instr.opcode().pipe() {
                 Pipe::Vector => vector = true,
                 Pipe::Cube => cube = true,

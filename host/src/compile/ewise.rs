@@ -1,16 +1,17 @@
 //! Code generation for element-wise and reduce groups.
 
-use dvm_isa::builder::{BodyDef, CodeWriter, KernelDef, ParamDef};
+use dvm_isa::builder::{CodeWriter, ParamDef};
 use dvm_isa::{Axis, DType, Instr, KernelKind, Opcode, ParamAccess, WaitMask};
 
 use super::group::{Group, GroupKind, Node};
 use super::space::{coalesce_keep, grid_layout, BoxShape, Tiled};
 use super::ub_alloc::{UbAlloc, ALIGN};
-use super::{instr, scalar, CompileError, Compiled, Target};
+use super::view::MAX_RANK;
+use super::{instr, scalar, CompileError, Compiled, Scratch, Summary, Target};
 
 /// Value class of a node inside a tile.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum Class {
+pub(crate) enum Class {
     Full,
     Reduced,
 }
@@ -20,6 +21,18 @@ pub(super) enum Class {
 /// # Errors
 /// [`CompileError`] when the group is malformed or does not fit in UB.
 pub fn compile(group: &Group, name: &str, target: &Target) -> Result<Compiled, CompileError> {
+    if matches!(group.kind, GroupKind::Matmul { .. }) {
+        return Err(malformed("matmul group in ewise"));
+    }
+    super::compile(group, name, target)
+}
+
+/// [`compile`] into `sc` (see [`super::compile_into`]).
+pub(super) fn compile_into(
+    group: &Group,
+    target: &Target,
+    sc: &mut Scratch,
+) -> Result<Summary, CompileError> {
     let (shape, axis) = match &group.kind {
         GroupKind::Elementwise { shape } => (shape.as_slice(), None),
         GroupKind::Reduce { shape, axis } => (shape.as_slice(), Some(*axis)),
@@ -28,78 +41,82 @@ pub fn compile(group: &Group, name: &str, target: &Target) -> Result<Compiled, C
     if axis.is_some_and(|a| a >= shape.len()) {
         return Err(malformed("reduce axis out of range"));
     }
-    let classes = classify(group)?;
+    if shape.len() > MAX_RANK {
+        return Err(CompileError::TooLarge("the iteration space's rank".into()));
+    }
+    classify(group, &mut sc.classes)?;
+    let classes = &sc.classes;
 
     // Operand strides over the space: inputs, then outputs (reduced outputs
     // do not move along the axis).
-    let mut strides: Vec<Vec<u64>> = Vec::with_capacity(group.inputs.len() + group.outputs.len());
-    let mut offsets = Vec::with_capacity(strides.capacity());
+    let strides = &mut sc.strides;
+    strides.clear();
+    let t = &mut sc.tiled;
+    t.offsets.clear();
     for v in &group.inputs {
-        if v.shape.as_slice() != shape {
+        if v.shape.as_slice() != shape || v.strides.len() != shape.len() {
             return Err(malformed("input view not broadcast to the space"));
         }
-        strides.push(v.strides.clone());
-        offsets.push(v.offset);
+        strides.push(stride_array(&v.strides));
+        t.offsets.push(v.offset);
     }
     for (node, v) in &group.outputs {
-        if v.shape.len() != shape.len() {
+        if v.shape.len() != shape.len() || v.strides.len() != shape.len() {
             return Err(malformed("output rank differs from the space"));
         }
-        let mut s = v.strides.clone();
+        let mut s = stride_array(&v.strides);
         if classes.get(*node) == Some(&Class::Reduced) {
             if let Some(a) = axis {
                 s[a] = 0;
             }
         }
         strides.push(s);
-        offsets.push(v.offset);
+        t.offsets.push(v.offset);
     }
-    let (dims, cstrides, caxis) = coalesce_keep(shape, &strides, axis);
+    let caxis = coalesce_keep(shape, strides, axis, &mut t.dims, &mut t.strides)?;
 
     // Box: innermost dimension as columns; a reduce axis becomes the box's
     // columns when it is innermost, its rows otherwise.
-    let last = dims.len() - 1;
+    let last = t.dims.len() - 1;
     let (rdim, cdim, fold) = match caxis {
         Some(a) if a == last => (last.checked_sub(1), last, Some(Axis::Cols)),
         Some(a) => (Some(a), last, Some(Axis::Rows)),
         None => (last.checked_sub(1), last, None),
     };
-    let mut t = Tiled {
-        dims,
-        strides: cstrides,
-        offsets,
-        rdim,
-        cdim,
-        tr: 1,
-        tc: 1,
-        grid: Vec::new(),
-        body_dims: Vec::new(),
-    };
-    choose_tile(&mut t, group, &classes, fold, target)?;
-    grid_layout(&mut t);
+    t.rdim = rdim;
+    t.cdim = cdim;
+    t.tr = 1;
+    t.tc = 1;
+    last_uses(group, &mut sc.last);
+    choose_tile(t, group, classes, &sc.last, fold, target)?;
+    grid_layout(t);
 
-    let params = params(group);
-    if params.len() > 255 {
+    if group.inputs.len() + group.outputs.len() > 255 {
         return Err(CompileError::TooLarge("parameter count".into()));
     }
     let grid = t.grid3()?;
     let nbodies = t.bodies();
-    let mut bodies = Vec::with_capacity(nbodies as usize);
-    let mut ub = UbAlloc::default();
+    let n = usize::try_from(nbodies).map_err(|_| CompileError::TooLarge("bodies".into()))?;
+    sc.clear_bodies(n);
     let mut ub_bytes = 0;
-    for b in 0..nbodies {
-        let mut code = CodeWriter::with_capacity(128);
-        emit_body(
-            group, &t, &classes, fold, b, target, &mut ub, &mut code, None,
-        )?;
-        ub_bytes = ub_bytes.max(ub.high_water());
-        bodies.push(BodyDef { grid, code });
+    let cx = Ctx {
+        group,
+        t: &sc.tiled,
+        classes: &sc.classes,
+        last: &sc.last,
+        fold,
+        target,
+    };
+    for (b, code) in sc.bodies[..n].iter_mut().enumerate() {
+        emit_body(&cx, b as u64, &mut sc.ub, &mut sc.addr, code, None)?;
+        ub_bytes = ub_bytes.max(sc.ub.high_water());
     }
     let kind = if nbodies > 1 {
         KernelKind::Parallel
     } else {
         KernelKind::Vector
     };
+    let t = &sc.tiled;
     let tiles = nbodies * t.tiles_per_body();
     let bytes_moved = group
         .inputs
@@ -111,18 +128,22 @@ pub fn compile(group: &Group, name: &str, target: &Target) -> Result<Compiled, C
             .iter()
             .map(|(_, v)| v.numel() * v.dtype.size() as u64)
             .sum::<u64>();
-    Ok(Compiled {
-        kernel: KernelDef {
-            name: name.to_string(),
-            kind,
-            ub_bytes,
-            params,
-            bodies,
-        },
+    Ok(Summary {
+        kind,
+        ub_bytes,
+        bodies: n,
+        grid,
         tile: (t.tr, t.tc),
         tiles,
         bytes_moved,
     })
+}
+
+/// `strides` as a fixed array (the caller checked the rank).
+pub(super) fn stride_array(strides: &[u64]) -> [u64; MAX_RANK] {
+    let mut a = [0; MAX_RANK];
+    a[..strides.len()].copy_from_slice(strides);
+    a
 }
 
 /// The kernel parameters of a group: its inputs (read), then its outputs
@@ -154,8 +175,8 @@ fn malformed(what: &str) -> CompileError {
     CompileError::Malformed(what.to_string())
 }
 
-pub(super) fn classify(group: &Group) -> Result<Vec<Class>, CompileError> {
-    let mut classes: Vec<Class> = Vec::with_capacity(group.nodes.len());
+pub(super) fn classify(group: &Group, classes: &mut Vec<Class>) -> Result<(), CompileError> {
+    classes.clear();
     for (i, (node, _)) in group.nodes.iter().enumerate() {
         let mut class = Class::Full;
         let mut any_full = false;
@@ -186,18 +207,19 @@ pub(super) fn classify(group: &Group) -> Result<Vec<Class>, CompileError> {
         }
         classes.push(class);
     }
-    Ok(classes)
+    Ok(())
 }
 
-/// Last node (or output position, counted after all nodes) using each node.
-fn last_uses(group: &Group) -> Vec<usize> {
-    let mut last = vec![0usize; group.nodes.len()];
+/// Last node (or output position, counted after all nodes) using each
+/// node, written to `last`.
+pub(super) fn last_uses(group: &Group, last: &mut Vec<usize>) {
+    last.clear();
+    last.resize(group.nodes.len(), 0);
     for (i, (node, _)) in group.nodes.iter().enumerate() {
         for o in node.operands() {
             last[o] = last[o].max(i);
         }
     }
-    last
 }
 
 pub(super) fn max_elem_size(group: &Group) -> u64 {
@@ -211,8 +233,7 @@ pub(super) fn max_elem_size(group: &Group) -> u64 {
 }
 
 /// Peak number of live full and reduced buffers (including broadcast temps).
-pub(super) fn peak_buffers(group: &Group, classes: &[Class]) -> (u64, u64) {
-    let last = last_uses(group);
+pub(super) fn peak_buffers(group: &Group, classes: &[Class], last: &[usize]) -> (u64, u64) {
     let (mut full, mut red, mut peak_full, mut peak_red) = (0u64, 0u64, 0u64, 0u64);
     for (i, (node, _)) in group.nodes.iter().enumerate() {
         // Operands broadcast from reduced to full need a temporary.
@@ -239,7 +260,7 @@ pub(super) fn peak_buffers(group: &Group, classes: &[Class]) -> (u64, u64) {
             }
         }
         // A node nobody reads is still stored; it dies after its store.
-        if last[i] <= i && !node_is_read(group, i) {
+        if !is_read(last, i) {
             match classes[i] {
                 Class::Full => full -= 1,
                 Class::Reduced => red -= 1,
@@ -249,22 +270,22 @@ pub(super) fn peak_buffers(group: &Group, classes: &[Class]) -> (u64, u64) {
     (peak_full.max(1), peak_red)
 }
 
-fn node_is_read(group: &Group, i: usize) -> bool {
-    group
-        .nodes
-        .iter()
-        .any(|(n, _)| n.operands().any(|o| o == i))
+/// Whether a later node reads node `i`, from [`last_uses`] (operands come
+/// before their users, so a read node's last use is after it).
+fn is_read(last: &[usize], i: usize) -> bool {
+    last[i] > i
 }
 
 fn choose_tile(
     t: &mut Tiled,
     group: &Group,
     classes: &[Class],
+    last: &[usize],
     fold: Option<Axis>,
     target: &Target,
 ) -> Result<(), CompileError> {
     let es = max_elem_size(group);
-    let (nf, nr) = peak_buffers(group, classes);
+    let (nf, nr) = peak_buffers(group, classes, last);
     let ub = target.ub_bytes as u64;
     let (er, ec) = (t.er(), t.ec());
     let align = ALIGN as u64;
@@ -342,19 +363,54 @@ fn choose_tile(
 pub(super) type MatmulEmitter<'a> =
     &'a dyn Fn(&mut CodeWriter, &mut UbAlloc, u64) -> Result<u32, CompileError>;
 
+/// What every body of a kernel shares.
+pub(super) struct Ctx<'a> {
+    pub group: &'a Group,
+    pub t: &'a Tiled,
+    pub classes: &'a [Class],
+    /// [`last_uses`] of the group.
+    pub last: &'a [usize],
+    pub fold: Option<Axis>,
+    pub target: &'a Target,
+}
+
+/// Broadcast temporaries of one node (at most one per operand).
+#[derive(Default)]
+struct Temps {
+    addr: [u32; 3],
+    len: usize,
+}
+
+impl Temps {
+    fn push(&mut self, a: u32) {
+        if let Some(slot) = self.addr.get_mut(self.len) {
+            *slot = a;
+            self.len += 1;
+        }
+    }
+
+    fn as_slice(&self) -> &[u32] {
+        &self.addr[..self.len]
+    }
+}
+
 /// Emits one body: every node in order, stores of the outputs, `end`.
-#[allow(clippy::too_many_arguments)]
 pub(super) fn emit_body(
-    group: &Group,
-    t: &Tiled,
-    classes: &[Class],
-    fold: Option<Axis>,
+    cx: &Ctx<'_>,
     body: u64,
-    target: &Target,
     ub: &mut UbAlloc,
+    addr: &mut Vec<u32>,
     code: &mut CodeWriter,
     matmul: Option<MatmulEmitter<'_>>,
 ) -> Result<(), CompileError> {
+    let Ctx {
+        group,
+        t,
+        classes,
+        last,
+        fold,
+        target,
+    } = *cx;
     ub.reset();
     let es = max_elem_size(group);
     let full_elems = t.tr * t.tc;
@@ -377,9 +433,9 @@ pub(super) fn emit_body(
     };
     let limit = target.ub_bytes;
     let oom = || CompileError::DoesNotFit("the group's live tiles".into(), limit);
-    let last = last_uses(group);
     let n_in = group.inputs.len();
-    let mut addr: Vec<u32> = vec![u32::MAX; group.nodes.len()];
+    addr.clear();
+    addr.resize(group.nodes.len(), u32::MAX);
     let w = WaitMask::NONE;
     for (i, (node, dt)) in group.nodes.iter().enumerate() {
         let dt = *dt;
@@ -389,7 +445,7 @@ pub(super) fn emit_body(
             Class::Reduced => red_elems,
         };
         // Operands, broadcast to full where a full result meets reduced ones.
-        let mut temps: Vec<u32> = Vec::new();
+        let mut temps = Temps::default();
         let mut opnd =
             |o: usize, code: &mut CodeWriter, ub: &mut UbAlloc| -> Result<u32, CompileError> {
                 if class == Class::Full && classes[o] == Class::Reduced {
@@ -535,7 +591,7 @@ pub(super) fn emit_body(
             }
         }
         addr[i] = result;
-        for tmp in temps {
+        for &tmp in temps.as_slice() {
             ub.free(tmp);
         }
         // Store every output this node produces.
@@ -561,7 +617,7 @@ pub(super) fn emit_body(
                 ub.free(addr[o]);
             }
         }
-        if !node_is_read(group, i) {
+        if !is_read(last, i) {
             ub.free(result);
         }
     }

@@ -2,20 +2,35 @@
 //! unrolled in UB-sized chunks, then the element-wise epilogue on the
 //! accumulator tile (the mix kernel).
 
-use dvm_isa::builder::{BodyDef, CodeWriter, KernelDef};
+use dvm_isa::builder::CodeWriter;
 use dvm_isa::{DType, Instr, KernelKind, MmFlags, Pipe, WaitMask};
 
-use super::ewise::{classify, emit_body, max_elem_size, params, peak_buffers};
+use super::ewise::{
+    classify, emit_body, last_uses, max_elem_size, peak_buffers, stride_array, Ctx,
+};
 use super::group::{Group, GroupKind, Node};
-use super::space::{coalesce_keep, grid_layout, load_from, BoxShape, PatternFields, Tiled};
+use super::space::{coalesce_keep, grid_layout, load_from, BoxShape, PatternFields};
 use super::ub_alloc::{UbAlloc, ALIGN};
-use super::{CompileError, Compiled, Target};
+use super::view::MAX_RANK;
+use super::{CompileError, Compiled, Scratch, Summary, Target};
 
 /// Compiles a matmul group.
 ///
 /// # Errors
 /// [`CompileError`] when the group is malformed or does not fit in UB.
 pub fn compile(group: &Group, name: &str, target: &Target) -> Result<Compiled, CompileError> {
+    if !matches!(group.kind, GroupKind::Matmul { .. }) {
+        return Err(CompileError::Malformed("not a matmul group".into()));
+    }
+    super::compile(group, name, target)
+}
+
+/// [`compile`] into `sc` (see [`super::compile_into`]).
+pub(super) fn compile_into(
+    group: &Group,
+    target: &Target,
+    sc: &mut Scratch,
+) -> Result<Summary, CompileError> {
     let GroupKind::Matmul {
         batch,
         m,
@@ -33,71 +48,73 @@ pub fn compile(group: &Group, name: &str, target: &Target) -> Result<Compiled, C
     let (a, b) = (&group.inputs[0], &group.inputs[1]);
     let nb = batch.len();
     let rank = nb + 2;
-    if a.shape.len() != rank || b.shape.len() != rank {
+    if rank > MAX_RANK {
+        return Err(CompileError::TooLarge("the iteration space's rank".into()));
+    }
+    if a.shape.len() != rank
+        || b.shape.len() != rank
+        || a.strides.len() != rank
+        || b.strides.len() != rank
+    {
         return Err(CompileError::Malformed("operand rank".into()));
     }
     if a.shape[nb..] != [m, k] || b.shape[nb..] != [k, n] || a.dtype != b.dtype {
         return Err(CompileError::Malformed("operand shapes or dtypes".into()));
     }
-    let classes = classify(group)?;
+    classify(group, &mut sc.classes)?;
+    last_uses(group, &mut sc.last);
 
     // The output space [batch…, m, n]; A does not move along n, B not along m.
-    let mut space = batch.clone();
+    let space = &mut sc.space;
+    space.clear();
+    space.extend_from_slice(batch);
     space.push(m);
     space.push(n);
-    let mut strides: Vec<Vec<u64>> = Vec::new();
-    let mut offsets = Vec::new();
-    let mut sa = a.strides[..nb].to_vec();
-    sa.extend([a.strides[nb], 0]);
-    let mut sb = b.strides[..nb].to_vec();
-    sb.extend([0, b.strides[nb + 1]]);
+    let strides = &mut sc.strides;
+    strides.clear();
+    let t = &mut sc.tiled;
+    t.offsets.clear();
+    let mut sa = stride_array(&a.strides[..nb]);
+    sa[nb] = a.strides[nb];
+    let mut sb = stride_array(&b.strides[..nb]);
+    sb[nb + 1] = b.strides[nb + 1];
     strides.push(sa);
     strides.push(sb);
-    offsets.extend([a.offset, b.offset]);
+    t.offsets.extend([a.offset, b.offset]);
     for v in &group.inputs[2..] {
-        if v.shape != space {
+        if v.shape != *space || v.strides.len() != rank {
             return Err(CompileError::Malformed(
                 "epilogue input not over the output space".into(),
             ));
         }
-        strides.push(v.strides.clone());
-        offsets.push(v.offset);
+        strides.push(stride_array(&v.strides));
+        t.offsets.push(v.offset);
     }
     for (_, v) in &group.outputs {
-        if v.shape != space {
+        if v.shape != *space || v.strides.len() != rank {
             return Err(CompileError::Malformed(
                 "output not over the output space".into(),
             ));
         }
-        strides.push(v.strides.clone());
-        offsets.push(v.offset);
+        strides.push(stride_array(&v.strides));
+        t.offsets.push(v.offset);
     }
     // Coalesce the batch dimensions only: m and n stay the box.
-    let (mut dims, mut cstr, _) = coalesce_keep(
-        &space[..nb],
-        &strides.iter().map(|s| s[..nb].to_vec()).collect::<Vec<_>>(),
-        None,
-    );
-    if nb == 0 || (dims == [1] && space[..nb].iter().product::<u64>() == 1) {
-        dims.clear();
-        cstr.iter_mut().for_each(Vec::clear);
+    coalesce_keep(&space[..nb], strides, None, &mut t.dims, &mut t.strides)?;
+    if nb == 0 || (t.dims == [1] && space[..nb].iter().product::<u64>() == 1) {
+        t.dims.clear();
     }
-    dims.extend([m, n]);
-    for (c, s) in cstr.iter_mut().zip(&strides) {
-        c.extend([s[nb], s[nb + 1]]);
+    let r = t.dims.len();
+    t.dims.extend([m, n]);
+    for (c, s) in t.strides.iter_mut().zip(strides.iter()) {
+        c[r] = s[nb];
+        c[r + 1] = s[nb + 1];
     }
-    let r = dims.len() - 2;
-    let mut t = Tiled {
-        dims,
-        strides: cstr,
-        offsets,
-        rdim: Some(r),
-        cdim: r + 1,
-        tr: 1,
-        tc: 1,
-        grid: Vec::new(),
-        body_dims: Vec::new(),
-    };
+    t.rdim = Some(r);
+    t.cdim = r + 1;
+    t.tr = 1;
+    t.tc = 1;
+    let classes = &sc.classes;
 
     // Tile sizes: start from 64 × 128 × 256 and shrink until A, B and the
     // epilogue's live tiles fit. `nf` counts the accumulator itself (the
@@ -105,7 +122,7 @@ pub fn compile(group: &Group, name: &str, target: &Target) -> Result<Compiled, C
     // during the epilogue in the worst case (slots are reused by size).
     let es_in = a.dtype.size() as u64;
     let es = max_elem_size(group).max(acc.size() as u64);
-    let (nf, _) = peak_buffers(group, &classes);
+    let (nf, _) = peak_buffers(group, classes, &sc.last);
     let al = |x: u64| x.next_multiple_of(ALIGN as u64);
     let ub = target.ub_bytes as u64;
     let (mut tm, mut tn, mut tk) = (m.min(64), n.min(128), k.min(256));
@@ -133,21 +150,22 @@ pub fn compile(group: &Group, name: &str, target: &Target) -> Result<Compiled, C
     }
     t.tr = tm;
     t.tc = tn;
-    grid_layout(&mut t);
+    grid_layout(t);
 
     let trans_a = a.strides[nb + 1] != 1 && a.strides[nb] == 1 && m > 1;
     let trans_b = b.strides[nb + 1] != 1 && b.strides[nb] == 1 && n > 1;
     let (ka, kb) = (a.strides[nb + 1], b.strides[nb]);
     let in_dt = a.dtype;
 
-    let params = params(group);
-    if params.len() > 255 {
+    if group.inputs.len() + group.outputs.len() > 255 {
         return Err(CompileError::TooLarge("parameter count".into()));
     }
     let grid = t.grid3()?;
     let nbodies = t.bodies();
-    let mut bodies = Vec::with_capacity(nbodies as usize);
-    let mut alloc = UbAlloc::default();
+    let nbodies_usize =
+        usize::try_from(nbodies).map_err(|_| CompileError::TooLarge("bodies".into()))?;
+    sc.clear_bodies(nbodies_usize);
+    let t = &sc.tiled;
     let mut ub_bytes = 0;
     let limit = target.ub_bytes;
     let emit_mm =
@@ -192,21 +210,24 @@ pub fn compile(group: &Group, name: &str, target: &Target) -> Result<Compiled, C
             ubx.free(bbuf);
             Ok(c)
         };
-    for body in 0..nbodies {
-        let mut code = CodeWriter::with_capacity(128);
+    let cx = Ctx {
+        group,
+        t,
+        classes: &sc.classes,
+        last: &sc.last,
+        fold: None,
+        target,
+    };
+    for (body, code) in sc.bodies[..nbodies_usize].iter_mut().enumerate() {
         emit_body(
-            group,
-            &t,
-            &classes,
-            None,
-            body,
-            target,
-            &mut alloc,
-            &mut code,
+            &cx,
+            body as u64,
+            &mut sc.ub,
+            &mut sc.addr,
+            code,
             Some(&emit_mm),
         )?;
-        ub_bytes = ub_bytes.max(alloc.high_water());
-        bodies.push(BodyDef { grid, code });
+        ub_bytes = ub_bytes.max(sc.ub.high_water());
     }
     // The epilogue runs on the vector pipe: any node but the matmul and the
     // loads of its operands.
@@ -235,14 +256,11 @@ pub fn compile(group: &Group, name: &str, target: &Target) -> Result<Compiled, C
             .iter()
             .map(|(_, v)| io(v.dtype, v.numel()))
             .sum::<u64>();
-    Ok(Compiled {
-        kernel: KernelDef {
-            name: name.to_string(),
-            kind,
-            ub_bytes,
-            params,
-            bodies,
-        },
+    Ok(Summary {
+        kind,
+        ub_bytes,
+        bodies: nbodies_usize,
+        grid,
         tile: (tm, tn),
         tiles,
         bytes_moved,

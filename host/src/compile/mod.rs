@@ -16,8 +16,14 @@ pub mod space;
 pub mod ub_alloc;
 pub mod view;
 
-use dvm_isa::builder::KernelDef;
-use dvm_isa::{DType, Instr, Opcode, Scalar};
+use std::cell::RefCell;
+
+use dvm_isa::builder::{BodyDef, CodeWriter, KernelDef};
+use dvm_isa::{DType, Instr, KernelKind, Opcode, Scalar};
+
+use ewise::Class;
+use space::Tiled;
+use ub_alloc::UbAlloc;
 
 pub use group::{Group, GroupKind, Node, NodeId};
 pub use view::View;
@@ -72,11 +78,145 @@ pub struct Compiled {
 /// # Errors
 /// [`CompileError`] when the group is malformed or its tiles cannot fit.
 pub fn compile(group: &Group, name: &str, target: &Target) -> Result<Compiled, CompileError> {
+    with_scratch(|sc| {
+        let s = compile_into(group, target, sc)?;
+        Ok(Compiled {
+            kernel: KernelDef {
+                name: name.to_string(),
+                kind: s.kind,
+                ub_bytes: s.ub_bytes,
+                params: ewise::params(group),
+                bodies: sc.bodies[..s.bodies]
+                    .iter()
+                    .map(|code| BodyDef {
+                        grid: s.grid,
+                        code: code.clone(),
+                    })
+                    .collect(),
+            },
+            tile: s.tile,
+            tiles: s.tiles,
+            bytes_moved: s.bytes_moved,
+        })
+    })
+}
+
+/// What [`compile_into`] produced besides the code: the kernel's header
+/// fields and what `dvm explain` reports.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Summary {
+    /// Kernel kind.
+    pub kind: KernelKind,
+    /// UB bytes needed.
+    pub ub_bytes: u32,
+    /// Number of bodies: the code is `Scratch::bodies()[..bodies]`.
+    pub bodies: usize,
+    /// The tile grid of every body.
+    pub grid: [u32; 3],
+    /// Tile box rows × cols.
+    pub tile: (u64, u64),
+    /// Tiles over all bodies.
+    pub tiles: u64,
+    /// Bytes the kernel reads from and writes to global memory per launch.
+    pub bytes_moved: u64,
+}
+
+/// Buffers one compilation needs, kept from one compile to the next so a
+/// warm compile allocates nothing: operand strides, the tiling, node
+/// classes and UB addresses, the UB allocator and the bodies' code.
+#[derive(Debug, Default)]
+pub struct Scratch {
+    pub(crate) classes: Vec<Class>,
+    pub(crate) last: Vec<usize>,
+    pub(crate) addr: Vec<u32>,
+    /// Operand strides over the (uncoalesced) space.
+    pub(crate) strides: Vec<[u64; view::MAX_RANK]>,
+    /// The matmul output space.
+    pub(crate) space: Vec<u64>,
+    pub(crate) tiled: Tiled,
+    pub(crate) ub: UbAlloc,
+    /// Code of each body; the first [`Summary::bodies`] are the kernel's.
+    pub(crate) bodies: Vec<CodeWriter>,
+}
+
+impl Scratch {
+    /// An empty scratch with room for typical groups (up to 64 nodes and
+    /// 16 operands); it grows, once, for larger ones.
+    pub fn new() -> Scratch {
+        let mut s = Scratch {
+            classes: Vec::with_capacity(64),
+            last: Vec::with_capacity(64),
+            addr: Vec::with_capacity(64),
+            strides: Vec::with_capacity(16),
+            space: Vec::with_capacity(view::MAX_RANK),
+            ..Scratch::default()
+        };
+        s.tiled.dims.reserve(view::MAX_RANK);
+        s.tiled.strides.reserve(16);
+        s.tiled.offsets.reserve(16);
+        s.tiled.grid.reserve(view::MAX_RANK + 2);
+        s.tiled.body_dims.reserve(view::MAX_RANK);
+        s
+    }
+
+    /// The bodies' code written by the last [`compile_into`] (use the first
+    /// [`Summary::bodies`]).
+    pub fn bodies(&self) -> &[CodeWriter] {
+        &self.bodies
+    }
+
+    /// `n` cleared code writers. The first has room for the longest body
+    /// the executor runs ([`BODY_WORDS`]), so a kernel's code does not
+    /// grow the scratch whatever its shape; others start at 256 words.
+    pub(crate) fn clear_bodies(&mut self, n: usize) {
+        while self.bodies.len() < n {
+            let words = if self.bodies.is_empty() {
+                BODY_WORDS
+            } else {
+                256
+            };
+            self.bodies.push(CodeWriter::with_capacity(words));
+        }
+        for b in &mut self.bodies[..n] {
+            b.clear();
+        }
+    }
+}
+
+/// Words of the longest code a program holds: the executor's instruction
+/// capacity times the longest instruction.
+pub const BODY_WORDS: usize = dvm_device::predecode::DEFAULT_INSTRS * dvm_isa::MAX_INSTR_WORDS;
+
+thread_local! {
+    static SCRATCH: RefCell<Scratch> = RefCell::new(Scratch::new());
+}
+
+/// Runs `f` with this thread's compiler scratch (a fresh one if it is
+/// already in use further up the stack).
+pub fn with_scratch<R>(f: impl FnOnce(&mut Scratch) -> R) -> R {
+    SCRATCH.with(|cell| match cell.try_borrow_mut() {
+        Ok(mut sc) => f(&mut sc),
+        Err(_) => f(&mut Scratch::new()),
+    })
+}
+
+/// Compiles `group` for `target` into `scratch`: the code of each body ends
+/// up in [`Scratch::bodies`]; nothing is allocated once the scratch has
+/// grown to the group's size. The kernel's parameters are the group's
+/// inputs, then its outputs (see [`compile`]).
+///
+/// # Errors
+/// [`CompileError`] when the group is malformed or its tiles cannot fit.
+pub fn compile_into(
+    group: &Group,
+    target: &Target,
+    scratch: &mut Scratch,
+) -> Result<Summary, CompileError> {
     match group.kind {
         GroupKind::Elementwise { .. } | GroupKind::Reduce { .. } => {
-            ewise::compile(group, name, target)
+            ewise::compile_into(group, target, scratch)
         }
-        GroupKind::Matmul { .. } => matmul::compile(group, name, target),
+        GroupKind::Matmul { .. } => matmul::compile_into(group, target, scratch),
     }
 }
 

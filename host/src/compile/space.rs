@@ -11,7 +11,7 @@
 use dvm_isa::operand::GridDim;
 use dvm_isa::{DType, Instr, Opcode, PadMode, Scalar};
 
-use super::view::MAX_DIMS;
+use super::view::MAX_RANK;
 use super::CompileError;
 
 /// One grid dimension of the kernel.
@@ -37,12 +37,13 @@ pub enum BoxShape {
 }
 
 /// The tiled space of one kernel.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Default)]
 pub struct Tiled {
     /// Coalesced extents.
     pub dims: Vec<u64>,
-    /// Per operand, its stride along each coalesced dimension.
-    pub strides: Vec<Vec<u64>>,
+    /// Per operand, its stride along each coalesced dimension (entries past
+    /// `dims.len()` are unused).
+    pub strides: Vec<[u64; MAX_RANK]>,
     /// Per operand, its element offset.
     pub offsets: Vec<u64>,
     /// Box rows dimension, if any.
@@ -100,8 +101,8 @@ impl Tiled {
     }
 
     /// Index of body `b` along each body dimension.
-    fn body_index(&self, mut b: u64) -> [u64; MAX_DIMS] {
-        let mut idx = [0; MAX_DIMS];
+    fn body_index(&self, mut b: u64) -> [u64; MAX_RANK] {
+        let mut idx = [0; MAX_RANK];
         for &d in self.body_dims.iter().rev() {
             idx[d] = b % self.dims[d];
             b /= self.dims[d];
@@ -292,18 +293,26 @@ fn u32c(v: u64) -> Result<u32, CompileError> {
 }
 
 /// Coalesces `shape` over the operands' `strides`, never merging dimension
-/// `keep` with a neighbour (nor dropping it). Returns the coalesced extents,
-/// strides, and the new index of `keep`.
+/// `keep` with a neighbour (nor dropping it). Writes the coalesced extents
+/// to `dims` and each operand's coalesced strides to `out` (both cleared
+/// first, capacity kept); returns the new index of `keep`.
+///
+/// # Errors
+/// [`CompileError::TooLarge`] when `shape` has more than [`MAX_RANK`]
+/// dimensions.
 pub fn coalesce_keep(
     shape: &[u64],
-    strides: &[Vec<u64>],
+    strides: &[[u64; MAX_RANK]],
     keep: Option<usize>,
-) -> (Vec<u64>, Vec<Vec<u64>>, Option<usize>) {
-    let mut dims: Vec<u64> = Vec::with_capacity(shape.len());
-    let mut out: Vec<Vec<u64>> = strides
-        .iter()
-        .map(|_| Vec::with_capacity(shape.len()))
-        .collect();
+    dims: &mut Vec<u64>,
+    out: &mut Vec<[u64; MAX_RANK]>,
+) -> Result<Option<usize>, CompileError> {
+    if shape.len() > MAX_RANK {
+        return Err(CompileError::TooLarge("the iteration space's rank".into()));
+    }
+    dims.clear();
+    out.clear();
+    out.resize(strides.len(), [0; MAX_RANK]);
     let mut kept = None;
     let mut barrier = false;
     for (d, &ext) in shape.iter().enumerate() {
@@ -311,26 +320,23 @@ pub fn coalesce_keep(
         if ext == 1 && !is_keep {
             continue;
         }
+        let n = dims.len();
         let merge = !is_keep
             && !barrier
-            && !dims.is_empty()
+            && n > 0
             && out
                 .iter()
                 .zip(strides)
-                .all(|(o, s)| o.last().copied() == Some(s[d].saturating_mul(ext)));
+                .all(|(o, s)| o[n - 1] == s[d].saturating_mul(ext));
         if merge {
-            if let Some(e) = dims.last_mut() {
-                *e *= ext;
-            }
+            dims[n - 1] *= ext;
             for (o, s) in out.iter_mut().zip(strides) {
-                if let Some(v) = o.last_mut() {
-                    *v = s[d];
-                }
+                o[n - 1] = s[d];
             }
         } else {
             dims.push(ext);
             for (o, s) in out.iter_mut().zip(strides) {
-                o.push(s[d]);
+                o[n] = s[d];
             }
         }
         if is_keep {
@@ -340,27 +346,31 @@ pub fn coalesce_keep(
     }
     if dims.is_empty() {
         dims.push(1);
-        for o in &mut out {
-            o.push(0);
+        for o in out.iter_mut() {
+            o[0] = 0;
         }
     }
-    (dims, out, kept)
+    Ok(kept)
 }
 
 /// Chooses the grid and the body dimensions for a space whose box is
 /// `(rdim, cdim)`: the other dimensions in order, then row tiles, then column
 /// tiles, dropping axes of extent 1; beyond three, outermost axes go to bodies.
 pub fn grid_layout(t: &mut Tiled) {
-    let mut axes: Vec<GridAxis> = (0..t.dims.len())
-        .filter(|&d| Some(d) != t.rdim && d != t.cdim)
-        .map(GridAxis::Dim)
-        .collect();
+    let mut axes = core::mem::take(&mut t.grid);
+    axes.clear();
+    axes.extend(
+        (0..t.dims.len())
+            .filter(|&d| Some(d) != t.rdim && d != t.cdim)
+            .map(GridAxis::Dim),
+    );
     axes.push(GridAxis::Rows);
     axes.push(GridAxis::Cols);
     axes.retain(|&a| t.grid_extent(a) > 1);
     t.body_dims.clear();
-    while axes.len() > 3 {
-        if let GridAxis::Dim(d) = axes.remove(0) {
+    let extra = axes.len().saturating_sub(3);
+    for a in axes.drain(..extra) {
+        if let GridAxis::Dim(d) = a {
             t.body_dims.push(d);
         }
     }

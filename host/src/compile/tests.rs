@@ -11,6 +11,7 @@ use super::*;
 /// Compiles `group`, runs it on `blocks` blocks one after the other, returns
 /// the output buffers as f32.
 fn run(group: &Group, inputs: &[Vec<f32>], blocks: u32, target: &Target) -> Vec<Vec<f32>> {
+    assert!(crate::kernel::paths_agree(group, "k", target));
     let compiled = compile(group, "k", target).expect("compiles");
     let mut b = ModuleBuilder::new();
     b.add_kernel(compiled.kernel);
@@ -365,5 +366,25 @@ fn six_dim_broadcast_uses_several_bodies() {
         }
         let bi = idx[0] * 4 + idx[2] * 2 + idx[4];
         assert_eq!(*got, av[i] * bv[bi as usize]);
+    }
+}
+
+/// `kernel::build` (scratch, module written directly) and `compile` +
+/// `kernel::ready` (`KernelDef`, `ModuleBuilder`) give the same module.
+#[test]
+fn build_matches_compile_then_ready() {
+    for cores in [1, 2, 8] {
+        let target = Target {
+            cores,
+            ..Target::default()
+        };
+        for s in [1, 17, 128, 4096] {
+            for (name, g) in crate::demo::groups(s) {
+                assert!(
+                    crate::kernel::paths_agree(&g, name, &target),
+                    "{name} S={s}"
+                );
+            }
+        }
     }
 }

@@ -10,6 +10,10 @@ use dvm_isa::DType;
 /// Most dimensions a view may have.
 pub const MAX_DIMS: usize = 8;
 
+/// Most dimensions of an iteration space the compiler accepts (its scratch
+/// keeps each operand's strides in an array of this size).
+pub const MAX_RANK: usize = 16;
+
 /// A strided view of a parameter buffer, dimensions outermost first.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct View {

@@ -174,7 +174,7 @@ pub fn explain(
             LaunchKind::Sequence => "sequence",
         };
         let info = &k.info;
-        let mut name = info.kernel.name.clone();
+        let mut name = k.name().to_string();
         if name.len() > 24 {
             name.truncate(21);
             name.push_str("...");
@@ -182,11 +182,11 @@ pub fn explain(
         let _ = writeln!(
             out,
             "  {i:<3} {launch:<9} {:<9} {name:<24} {:<10} {:>6} {:>7} {:>9} {:>12}",
-            info.kernel.kind.name(),
+            info.kind.name(),
             format!("{}x{}", info.tile.0, info.tile.1),
             info.tiles,
-            info.kernel.bodies.len(),
-            info.kernel.ub_bytes,
+            info.bodies,
+            info.ub_bytes,
             bytes(info.bytes_moved)
         );
         for &s in &l.steps {

@@ -298,10 +298,7 @@ impl Runtime {
         )?;
         if prepared.options.sequence {
             let tiles: Vec<u64> = step_kernels.iter().map(|k| k.info.tiles).collect();
-            let bodies: Vec<usize> = step_kernels
-                .iter()
-                .map(|k| k.info.kernel.bodies.len())
-                .collect();
+            let bodies: Vec<usize> = step_kernels.iter().map(|k| k.info.bodies).collect();
             pack_sequences(
                 &mut plan,
                 &tiles,
@@ -478,12 +475,12 @@ impl Runtime {
             // read-only (`Mem::raw` never marks them writable).
             unsafe { self.pool.launch(&kernel.program, &raw) }.map_err(|error| {
                 RunError::Launch {
-                    step: kernel.info.kernel.name.clone(),
+                    step: kernel.name().to_string(),
                     error,
                 }
             })?;
             if let Some(p) = profile.as_deref_mut() {
-                p.push((kernel.info.kernel.name.clone(), t0.elapsed()));
+                p.push((kernel.name().to_string(), t0.elapsed()));
             }
         }
         Ok(())
