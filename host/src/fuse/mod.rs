@@ -311,8 +311,14 @@ pub struct State<'g> {
     /// Scratch of [`State::contract`]: the units found between the two
     /// contracted ones, behind and ahead, with their positions.
     window: (Vec<(u32, Unit)>, Vec<(u32, Unit)>, Vec<u32>),
-    /// The units the last patch created or moved, for [`State::check`].
+    /// The units the last patch moved, for [`State::check`].
     moved: Vec<Unit>,
+    /// The units the last complete search of [`State::path_from`] visited
+    /// (with their positions), and its two groups: when that search let
+    /// the merge through, [`State::contract`] takes them as the units
+    /// ahead instead of searching again.
+    visited: RefCell<Vec<(u32, Unit)>>,
+    visited_for: Cell<(usize, usize)>,
 }
 
 impl<'g> State<'g> {
@@ -346,6 +352,8 @@ impl<'g> State<'g> {
             pos: (0..n as u32).collect(),
             window: (Vec::new(), Vec::new(), Vec::new()),
             moved: Vec::new(),
+            visited: RefCell::new(Vec::new()),
+            visited_for: Cell::new((usize::MAX, usize::MAX)),
         };
         for i in 0..n {
             let id = NodeId(i);
@@ -470,6 +478,9 @@ impl<'g> State<'g> {
             return None;
         }
         let (aa, bb) = (a as u32, b as u32);
+        self.visited_for.set((usize::MAX, usize::MAX));
+        let mut visited = self.visited.borrow_mut();
+        visited.clear();
         // Epoch-stamped visited marks: no clearing between searches.
         let epoch = self.next_epoch();
         let mut scratch = self.scratch.borrow_mut();
@@ -492,7 +503,9 @@ impl<'g> State<'g> {
                 continue;
             }
             let mut hit = false;
-            self.for_members(self.unit(x), |m| {
+            let ux = self.unit(x);
+            visited.push((self.pos[x.0], ux));
+            self.for_members(ux, |m| {
                 if hit || seen[m.0] == epoch {
                     return;
                 }
@@ -512,6 +525,7 @@ impl<'g> State<'g> {
                 return Some(x);
             }
         }
+        self.visited_for.set((a, b));
         None
     }
 
@@ -552,8 +566,25 @@ impl<'g> State<'g> {
         ahead.clear();
         behind.clear();
         pool.clear();
+        // The merge's own cycle search already found the units ahead.
+        let cached = match (first, last) {
+            (Unit::Cluster(f), Unit::Cluster(l)) => self.visited_for.get() == (f, l),
+            _ => false,
+        };
+        self.visited_for.set((usize::MAX, usize::MAX));
+        if cached {
+            ahead.extend_from_slice(&self.visited.borrow());
+            if ahead.is_empty() {
+                // Nothing between them depends on the earlier unit: the
+                // merged unit can take the later one's place.
+                pool.push(hi);
+                self.window = (ahead, behind, pool);
+                return;
+            }
+        }
         if hi - lo > 1 {
-            for forward in [true, false] {
+            let dirs: &[bool] = if cached { &[false] } else { &[true, false] };
+            for &forward in dirs {
                 let epoch = self.next_epoch();
                 let mut scratch = self.scratch.borrow_mut();
                 let (seen, work) = &mut *scratch;
@@ -606,7 +637,9 @@ impl<'g> State<'g> {
             self.moved.push(u);
         }
         self.set_pos(merged, pool[behind.len()]);
-        self.moved.push(merged);
+        if let Unit::Stack(_) = merged {
+            self.moved.push(merged);
+        }
         let skip = pool.len() - ahead.len();
         for (i, &(_, u)) in ahead.iter().enumerate() {
             self.set_pos(u, pool[skip + i]);
@@ -615,8 +648,9 @@ impl<'g> State<'g> {
         self.window = (ahead, behind, pool);
     }
 
-    /// Edges of unit `u` that do not go forward in [`State::pos`]: a node
-    /// on one, or `None`.
+    /// Edges of unit `u` that go backward in [`State::pos`]: a node on one,
+    /// or `None`. (Positions shared by two units are caught by
+    /// [`State::check_all`].)
     fn misordered(&self, u: Unit) -> Option<NodeId> {
         // A group that joined a stack later in the same rewrite.
         let u = match u {
@@ -626,18 +660,11 @@ impl<'g> State<'g> {
         let p = self.unit_pos(u);
         let mut bad = None;
         self.for_members(u, |m| {
-            if bad.is_some() {
-                return;
+            if let Some(&o) = self.g[m].operands.iter().find(|o| self.pos[o.0] > p) {
+                bad = Some(o);
             }
-            for &o in &self.g[m].operands {
-                if self.unit(o) != u && self.pos[o.0] >= p {
-                    bad = Some(o);
-                }
-            }
-            for &v in self.users.of(m) {
-                if self.unit(v) != u && self.pos[v.0] <= p {
-                    bad = Some(v);
-                }
+            if let Some(&v) = self.users.of(m).iter().find(|v| self.pos[v.0] < p) {
+                bad = Some(v);
             }
         });
         bad
@@ -847,12 +874,12 @@ impl<'g> State<'g> {
     /// The consistency check run after every rewrite, on what it touched:
     /// the new group is sorted and owns exactly its members; a new stack
     /// holds live groups with no edge between them; and every edge of the
-    /// units the rewrite created or renumbered goes forward in the units'
-    /// topological numbering, so the units stay acyclic (no cycle between
-    /// kernels: edges of the other units kept their positions, and an
-    /// edge between two stacked groups through other units would be a
-    /// cycle through the stack). (The merged group was validated by
-    /// [`State::try_merge`] in the same rewrite.) Builds with debug
+    /// units the rewrite renumbered (and of a new stack) still goes forward
+    /// in the units' topological numbering. (The merged group was
+    /// validated by [`State::try_merge`] in the same rewrite, whose search
+    /// for a path between the two groups is exact: the merge creates no
+    /// cycle between kernels. An edge between two stacked groups through
+    /// other units would be a cycle through the stack.) Builds with debug
     /// assertions (the tests) also run [`State::check_all`], which
     /// re-validates every group and the whole order, after every rewrite.
     fn check(&self, rule: &'static str, created: Option<usize>) -> Result<(), FuseError> {
@@ -943,7 +970,7 @@ impl<'g> State<'g> {
             for &v in self.users.of(NodeId(i)) {
                 if self.unit(v) != u && self.pos[v.0] <= p {
                     return Err(bad(format!(
-                        "`{}` is numbered before its operand `{}`",
+                        "`{}` is numbered before its operand `{}`: a cycle between kernels",
                         self.g[v].name,
                         self.g[NodeId(i)].name
                     )));
