@@ -273,6 +273,10 @@ const NONE: u32 = u32::MAX;
 /// classes of a reduce group.
 type MergeScratch = (Vec<NodeId>, Vec<(NodeId, Class)>);
 
+/// Scratch of [`State::contract`]: the units ahead and behind (with their
+/// positions) and the positions they and the two contracted units hold.
+type Window = (Vec<(u32, Unit)>, Vec<(u32, Unit)>, Vec<u32>);
+
 /// The fuser's working state: groups over the graph's compute nodes.
 pub struct State<'g> {
     g: &'g Graph,
@@ -310,7 +314,7 @@ pub struct State<'g> {
     pos: Vec<u32>,
     /// Scratch of [`State::contract`]: the units found between the two
     /// contracted ones, behind and ahead, with their positions.
-    window: (Vec<(u32, Unit)>, Vec<(u32, Unit)>, Vec<u32>),
+    window: Window,
     /// The units the last patch moved, for [`State::check`].
     moved: Vec<Unit>,
     /// The units the last complete search of [`State::path_from`] visited
