@@ -273,6 +273,10 @@ const NONE: u32 = u32::MAX;
 /// classes of a reduce group.
 type MergeScratch = (Vec<NodeId>, Vec<(NodeId, Class)>);
 
+/// Scratch of [`State::contract`]: the units ahead and behind (with their
+/// positions) and the positions they and the two contracted units hold.
+type Window = (Vec<(u32, Unit)>, Vec<(u32, Unit)>, Vec<u32>);
+
 /// The fuser's working state: groups over the graph's compute nodes.
 pub struct State<'g> {
     g: &'g Graph,
@@ -303,6 +307,22 @@ pub struct State<'g> {
     /// The groups and space of the last union [`State::merge`] accepted,
     /// for [`State::apply`].
     accepted: Cell<(usize, usize, u32)>,
+    /// Position of every node's unit in a topological order of the units
+    /// (all members of a group or stack share it; distinct units have
+    /// distinct positions). Starts as the node ids (the graph's order) and
+    /// is kept valid across merges and stacks by [`State::contract`].
+    pos: Vec<u32>,
+    /// Scratch of [`State::contract`]: the units found between the two
+    /// contracted ones, behind and ahead, with their positions.
+    window: Window,
+    /// The units the last patch moved, for [`State::check`].
+    moved: Vec<Unit>,
+    /// The units the last complete search of [`State::path_from`] visited
+    /// (with their positions), and its two groups: when that search let
+    /// the merge through, [`State::contract`] takes them as the units
+    /// ahead instead of searching again.
+    visited: RefCell<Vec<(u32, Unit)>>,
+    visited_for: Cell<(usize, usize)>,
 }
 
 impl<'g> State<'g> {
@@ -333,6 +353,11 @@ impl<'g> State<'g> {
             spare: RefCell::new(Vec::new()),
             space_id: Vec::with_capacity(2 * n),
             accepted: Cell::new((usize::MAX, usize::MAX, NONE)),
+            pos: (0..n as u32).collect(),
+            window: (Vec::new(), Vec::new(), Vec::new()),
+            moved: Vec::new(),
+            visited: RefCell::new(Vec::new()),
+            visited_for: Cell::new((usize::MAX, usize::MAX)),
         };
         for i in 0..n {
             let id = NodeId(i);
@@ -441,16 +466,25 @@ impl<'g> State<'g> {
             .or_else(|| self.path_from(b, a, direct))
     }
 
-    /// With `a == b`: a node on a path that leaves group `a` and comes back
-    /// (a cycle through it).
+    /// A node on a path from group `a` to group `b` (`a != b`, neither
+    /// stacked) through other units, or along a direct edge when `direct`.
+    ///
+    /// Units are numbered in a topological order ([`State::pos`]): a path
+    /// from `a` to `b` only visits units numbered between theirs, so the
+    /// search never leaves that window. (Node ids would not do: a path can
+    /// enter a group or stack at a late member and leave it from an early
+    /// one.)
     fn path_from(&self, a: usize, b: usize, direct: bool) -> Option<NodeId> {
         let (ca, cb) = (&self.clusters[a], &self.clusters[b]);
-        let max_b = cb.nodes.last()?.0;
-        let min_a = ca.nodes.first()?.0;
-        if min_a > max_b {
+        let pb = self.pos[cb.nodes.first()?.0];
+        let pa = self.pos[ca.nodes.first()?.0];
+        if pa > pb {
             return None;
         }
         let (aa, bb) = (a as u32, b as u32);
+        self.visited_for.set((usize::MAX, usize::MAX));
+        let mut visited = self.visited.borrow_mut();
+        visited.clear();
         // Epoch-stamped visited marks: no clearing between searches.
         let epoch = self.next_epoch();
         let mut scratch = self.scratch.borrow_mut();
@@ -459,11 +493,11 @@ impl<'g> State<'g> {
         for &m in &ca.nodes {
             for &u in self.users.of(m) {
                 let o = self.owner[u.0];
-                if o == bb && (a != b || direct) {
-                    if direct && a != b {
+                if o == bb {
+                    if direct {
                         return Some(m);
                     }
-                } else if o != aa && o != bb && u.0 <= max_b {
+                } else if o != aa && self.pos[u.0] < pb {
                     work.push(u);
                 }
             }
@@ -473,7 +507,9 @@ impl<'g> State<'g> {
                 continue;
             }
             let mut hit = false;
-            self.for_members(self.unit(x), |m| {
+            let ux = self.unit(x);
+            visited.push((self.pos[x.0], ux));
+            self.for_members(ux, |m| {
                 if hit || seen[m.0] == epoch {
                     return;
                 }
@@ -484,7 +520,7 @@ impl<'g> State<'g> {
                         hit = true;
                         return;
                     }
-                    if o != aa && u.0 <= max_b && seen[u.0] != epoch {
+                    if o != aa && self.pos[u.0] < pb && seen[u.0] != epoch {
                         work.push(u);
                     }
                 }
@@ -493,7 +529,149 @@ impl<'g> State<'g> {
                 return Some(x);
             }
         }
+        self.visited_for.set((a, b));
         None
+    }
+
+    /// The position of unit `u` ([`State::pos`]).
+    fn unit_pos(&self, u: Unit) -> u32 {
+        match u {
+            Unit::Node(n) => self.pos[n.0],
+            Unit::Cluster(c) => self.pos[self.clusters[c].nodes[0].0],
+            Unit::Stack(s) => self.pos[self.clusters[self.stacks[s][0]].nodes[0].0],
+        }
+    }
+
+    /// Gives every member of unit `u` position `p`.
+    fn set_pos(&mut self, u: Unit, p: u32) {
+        let (pos, clusters) = (&mut self.pos, &self.clusters);
+        match u {
+            Unit::Node(n) => pos[n.0] = p,
+            Unit::Cluster(c) => clusters[c].nodes.iter().for_each(|n| pos[n.0] = p),
+            Unit::Stack(s) => {
+                for &c in &self.stacks[s] {
+                    clusters[c].nodes.iter().for_each(|n| pos[n.0] = p);
+                }
+            }
+        }
+    }
+
+    /// First half of contracting units `x` and `y` into one (a merge, or a
+    /// group joining a stack), before the ownership changes: finds the
+    /// units numbered strictly between them that the earlier one reaches
+    /// (ahead) and that reach the later one (behind), as in Pearce and
+    /// Kelly's dynamic topological order. The two sets are disjoint when
+    /// the contraction creates no cycle. [`State::renumber`] finishes.
+    fn contract(&mut self, x: Unit, y: Unit) {
+        let (px, py) = (self.unit_pos(x), self.unit_pos(y));
+        let (lo, hi) = if px < py { (px, py) } else { (py, px) };
+        let (first, last) = if px < py { (x, y) } else { (y, x) };
+        let (mut ahead, mut behind, mut pool) = std::mem::take(&mut self.window);
+        ahead.clear();
+        behind.clear();
+        pool.clear();
+        // The merge's own cycle search already found the units ahead.
+        let cached = match (first, last) {
+            (Unit::Cluster(f), Unit::Cluster(l)) => self.visited_for.get() == (f, l),
+            _ => false,
+        };
+        self.visited_for.set((usize::MAX, usize::MAX));
+        if cached {
+            ahead.extend_from_slice(&self.visited.borrow());
+            if ahead.is_empty() {
+                // Nothing between them depends on the earlier unit: the
+                // merged unit can take the later one's place.
+                pool.push(hi);
+                self.window = (ahead, behind, pool);
+                return;
+            }
+        }
+        if hi - lo > 1 {
+            let dirs: &[bool] = if cached { &[false] } else { &[true, false] };
+            for &forward in dirs {
+                let epoch = self.next_epoch();
+                let mut scratch = self.scratch.borrow_mut();
+                let (seen, work) = &mut *scratch;
+                work.clear();
+                let out = if forward { &mut ahead } else { &mut behind };
+                let step = |m: NodeId, work: &mut Vec<NodeId>| {
+                    let next: &[NodeId] = if forward {
+                        self.users.of(m)
+                    } else {
+                        &self.g[m].operands
+                    };
+                    for &v in next {
+                        let p = self.pos[v.0];
+                        if p > lo && p < hi {
+                            work.push(v);
+                        }
+                    }
+                };
+                self.for_members(if forward { first } else { last }, |m| step(m, work));
+                while let Some(v) = work.pop() {
+                    if seen[v.0] == epoch {
+                        continue;
+                    }
+                    let u = self.unit(v);
+                    out.push((self.pos[v.0], u));
+                    self.for_members(u, |m| seen[m.0] = epoch);
+                    self.for_members(u, |m| step(m, work));
+                }
+            }
+        }
+        pool.push(lo);
+        pool.push(hi);
+        pool.extend(ahead.iter().chain(behind.iter()).map(|e| e.0));
+        pool.sort_unstable();
+        ahead.sort_unstable_by_key(|e| e.0);
+        behind.sort_unstable_by_key(|e| e.0);
+        self.window = (ahead, behind, pool);
+    }
+
+    /// Second half of [`State::contract`], once `merged` is the contracted
+    /// unit: the units behind keep their order and come first, then
+    /// `merged`, then the units ahead in their order, on the positions the
+    /// window used (one fewer unit: its last free position is dropped).
+    /// Units behind only move down and units ahead only move up, so every
+    /// edge that leaves the window still goes forward.
+    fn renumber(&mut self, merged: Unit) {
+        let (ahead, behind, pool) = std::mem::take(&mut self.window);
+        for (i, &(_, u)) in behind.iter().enumerate() {
+            self.set_pos(u, pool[i]);
+            self.moved.push(u);
+        }
+        self.set_pos(merged, pool[behind.len()]);
+        if let Unit::Stack(_) = merged {
+            self.moved.push(merged);
+        }
+        let skip = pool.len() - ahead.len();
+        for (i, &(_, u)) in ahead.iter().enumerate() {
+            self.set_pos(u, pool[skip + i]);
+            self.moved.push(u);
+        }
+        self.window = (ahead, behind, pool);
+    }
+
+    /// Edges of unit `u` that go backward in [`State::pos`]: a node on one,
+    /// or `None`. (Positions shared by two units are caught by
+    /// [`State::check_all`].)
+    fn misordered(&self, u: Unit) -> Option<NodeId> {
+        // A group that joined a stack later in the same rewrite.
+        let u = match u {
+            Unit::Cluster(c) if self.stack_of[c] != NONE => Unit::Stack(self.stack_of[c] as usize),
+            u => u,
+        };
+        let p = self.unit_pos(u);
+        let mut bad = None;
+        self.for_members(u, |m| {
+            if let Some(&o) = self.g[m].operands.iter().find(|o| self.pos[o.0] > p) {
+                bad = Some(o);
+            }
+            if let Some(&v) = self.users.of(m).iter().find(|v| self.pos[v.0] < p) {
+                bad = Some(v);
+            }
+        });
+        bad
     }
 
     /// Checks that groups `a` and `b` may merge and returns the union.
@@ -652,6 +830,8 @@ impl<'g> State<'g> {
     fn apply(&mut self, patch: Patch) -> Option<usize> {
         match patch {
             Patch::Merge { a, b, merged } => {
+                self.moved.clear();
+                self.contract(Unit::Cluster(a), Unit::Cluster(b));
                 let id = self.clusters.len();
                 for &n in &merged.nodes {
                     self.owner[n.0] = id as u32;
@@ -670,24 +850,40 @@ impl<'g> State<'g> {
                 let (pa, pb, space) = self.accepted.replace((usize::MAX, usize::MAX, NONE));
                 self.space_id
                     .push(if (pa, pb) == (a, b) { space } else { NONE });
+                self.renumber(Unit::Cluster(id));
                 Some(id)
             }
             Patch::Stack { members } => {
-                let s = self.stacks.len() as u32;
+                // The stack grows one group at a time, each a contraction.
+                self.moved.clear();
+                let s = self.stacks.len();
+                self.stacks.push(Vec::with_capacity(members.len()));
                 for &c in &members {
-                    self.stack_of[c] = s;
+                    if self.stacks[s].is_empty() {
+                        self.stacks[s].push(c);
+                        self.stack_of[c] = s as u32;
+                        self.moved.push(Unit::Stack(s));
+                        continue;
+                    }
+                    self.contract(Unit::Stack(s), Unit::Cluster(c));
+                    self.stacks[s].push(c);
+                    self.stack_of[c] = s as u32;
+                    self.renumber(Unit::Stack(s));
                 }
-                self.stacks.push(members);
                 None
             }
         }
     }
 
     /// The consistency check run after every rewrite, on what it touched:
-    /// the new group is sorted and owns exactly its members, and no path
-    /// leaves it and comes back (no cycle between kernels); a new stack holds
-    /// live, pairwise independent groups. (The merged group was validated by
-    /// [`State::try_merge`] in the same rewrite.) Builds with debug
+    /// the new group is sorted and owns exactly its members; a new stack
+    /// holds live groups with no edge between them; and every edge of the
+    /// units the rewrite renumbered (and of a new stack) still goes forward
+    /// in the units' topological numbering. (The merged group was
+    /// validated by [`State::try_merge`] in the same rewrite, whose search
+    /// for a path between the two groups is exact: the merge creates no
+    /// cycle between kernels. An edge between two stacked groups through
+    /// other units would be a cycle through the stack.) Builds with debug
     /// assertions (the tests) also run [`State::check_all`], which
     /// re-validates every group and the whole order, after every rewrite.
     fn check(&self, rule: &'static str, created: Option<usize>) -> Result<(), FuseError> {
@@ -700,22 +896,30 @@ impl<'g> State<'g> {
             if let Some(n) = cl.nodes.iter().find(|n| self.owner[n.0] != c as u32) {
                 return Err(bad(format!("node `{}` has a stale owner", self.g[*n].name)));
             }
-            if let Some(via) = self.path_from(c, c, false) {
+        } else if let Some(members) = self.stacks.last() {
+            let s = (self.stacks.len() - 1) as u32;
+            for &a in members {
+                let cl = &self.clusters[a];
+                if cl.nodes.is_empty() || self.stack_of[a] != s {
+                    return Err(bad("a stack holds a dead or foreign group".into()));
+                }
+                let dependent = cl.nodes.iter().any(|&m| {
+                    self.users.of(m).iter().any(|&u| {
+                        let o = self.owner[u.0];
+                        o != a as u32 && o != NONE && self.stack_of[o as usize] == s
+                    })
+                });
+                if dependent {
+                    return Err(bad("a stack holds dependent groups".into()));
+                }
+            }
+        }
+        for &u in &self.moved {
+            if let Some(via) = self.misordered(u) {
                 return Err(bad(format!(
-                    "group {c} is part of a cycle through `{}`",
+                    "{u:?} is part of a cycle through `{}`",
                     self.g[via].name
                 )));
-            }
-        } else if let Some(members) = self.stacks.last() {
-            for (i, &a) in members.iter().enumerate() {
-                if self.clusters[a].nodes.is_empty() {
-                    return Err(bad("a stack holds a dead group".into()));
-                }
-                for &b in &members[i + 1..] {
-                    if self.path_between(a, b, true).is_some() {
-                        return Err(bad("a stack holds dependent groups".into()));
-                    }
-                }
             }
         }
         if cfg!(debug_assertions) {
@@ -756,6 +960,24 @@ impl<'g> State<'g> {
             for &c in members {
                 if self.clusters[c].nodes.is_empty() || self.stack_of[c] != s as u32 {
                     return Err(bad(format!("stack {s} holds a dead or foreign group")));
+                }
+            }
+        }
+        // The units' numbering: one position per unit, distinct between
+        // units, increasing along every edge.
+        let mut unit_at: std::collections::HashMap<u32, Unit> = Default::default();
+        for i in 0..self.owner.len() {
+            let (u, p) = (self.unit(NodeId(i)), self.pos[i]);
+            if *unit_at.entry(p).or_insert(u) != u {
+                return Err(bad(format!("two units share position {p}")));
+            }
+            for &v in self.users.of(NodeId(i)) {
+                if self.unit(v) != u && self.pos[v.0] <= p {
+                    return Err(bad(format!(
+                        "`{}` is numbered before its operand `{}`: a cycle between kernels",
+                        self.g[v].name,
+                        self.g[NodeId(i)].name
+                    )));
                 }
             }
         }

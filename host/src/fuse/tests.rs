@@ -414,3 +414,134 @@ fn rejection_names_are_readable() {
     // They still share one parallel launch: stacking needs no equal shapes.
     assert_eq!(p.stacks, vec![vec![0, 1]]);
 }
+
+/// x → p = exp(x) → b = neg(p); x → a = relu(x) → q = a + x. With p and q
+/// one group X = {p, q} (siblings through x), a reaches b through X: X is
+/// entered at q (after a) and left from p (before b), so node ids alone
+/// never see the path a → X → b, and merging a with b would be a cycle.
+fn reentry_graph() -> (Graph, [NodeId; 4]) {
+    let (mut g, x, _) = seq(8);
+    let p = g.unary(Opcode::Exp, x).unwrap();
+    let b = g.unary(Opcode::Neg, p).unwrap();
+    let a = g.unary(Opcode::Relu, x).unwrap();
+    let q = g.binary(Opcode::Add, a, x).unwrap();
+    g.output("b", b).unwrap();
+    g.output("q", q).unwrap();
+    (g, [p, b, a, q])
+}
+
+#[test]
+fn a_path_reentering_a_group_at_a_lower_id_is_a_cycle() {
+    let (g, [p, b, a, q]) = reentry_graph();
+    let mut st = State::new(&g, FuseOptions::default());
+    let (cp, cq) = (st.owner(p).unwrap(), st.owner(q).unwrap());
+    let merged = st.try_merge(cp, cq).unwrap();
+    let x = st
+        .apply(Patch::Merge {
+            a: cp,
+            b: cq,
+            merged,
+        })
+        .unwrap();
+    st.check("test", Some(x)).unwrap();
+    let (ca, cb) = (st.owner(a).unwrap(), st.owner(b).unwrap());
+    assert!(st.path_between(ca, cb, false).is_some());
+    assert!(
+        matches!(st.try_merge(ca, cb), Err(Reason::Cycle { .. })),
+        "{:?}",
+        st.try_merge(ca, cb)
+    );
+    // The same through a stack: p and q stacked instead of merged.
+    let mut st = State::new(&g, FuseOptions::default());
+    let (cp, cq) = (st.owner(p).unwrap(), st.owner(q).unwrap());
+    assert!(st
+        .apply(Patch::Stack {
+            members: vec![cp, cq]
+        })
+        .is_none());
+    st.check("test", None).unwrap();
+    let (ca, cb) = (st.owner(a).unwrap(), st.owner(b).unwrap());
+    assert!(matches!(st.try_merge(ca, cb), Err(Reason::Cycle { .. })));
+    // A forced merge anyway is caught by the consistency check.
+    let bogus = Cluster {
+        kind: ClusterKind::Elementwise,
+        nodes: vec![b, a],
+        space: Vec::new(),
+    };
+    let c = st.apply(Patch::Merge {
+        a: ca,
+        b: cb,
+        merged: bogus,
+    });
+    let err = st.check("bogus-rule", c).unwrap_err();
+    assert!(err.what.contains("cycle"), "{err}");
+}
+
+#[test]
+fn groups_entered_late_and_left_early_fuse_without_a_fallback() {
+    let (g, _) = reentry_graph();
+    for opts in [
+        FuseOptions::default(),
+        FuseOptions {
+            reasons: false,
+            ..FuseOptions::default()
+        },
+        FuseOptions {
+            stack: false,
+            ..FuseOptions::default()
+        },
+    ] {
+        let p = FusionPlan::new(&decompose(&g).unwrap(), &opts).unwrap();
+        assert!(p.kernel_groups() < 4, "{:?}", p.clusters);
+    }
+}
+
+/// A random graph of element-wise, reduce, matmul and view operators over
+/// `[S, 8]`-like shapes, from a list of choices.
+fn random_graph(steps: &[(u8, u8, u8)]) -> Graph {
+    let (mut g, x, _) = seq(8);
+    let y = g.input("y", DType::F32, &[c(8)]).unwrap();
+    let w = g.input("w", DType::F32, &[c(8), c(8)]).unwrap();
+    let mut pool = vec![x, y, w];
+    for (i, &(op, i0, i1)) in steps.iter().enumerate() {
+        let a = pool[pool.len() - 1 - (i0 as usize % pool.len().min(6))];
+        let b = pool[pool.len() - 1 - (i1 as usize % pool.len().min(6))];
+        let r = match op % 10 {
+            0 => g.unary(Opcode::Exp, a),
+            1 => g.unary(Opcode::Neg, a),
+            2 | 3 => g.binary(Opcode::Add, a, b),
+            4 => g.binary(Opcode::Mul, a, b),
+            5 => g.sum(a, &[-1], true),
+            6 => g.softmax(a, -1),
+            7 => g.matmul(a, b, false, false),
+            8 => g.transpose(a, &[1, 0]),
+            _ => g.scalar(Opcode::MulS, a, 0.5),
+        };
+        if let Ok(n) = r {
+            pool.push(n);
+            if op >= 200 {
+                let _ = g.output(&format!("o{i}"), n);
+            }
+        }
+    }
+    g.output("out", *pool.last().unwrap()).unwrap();
+    g
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(256))]
+    /// The pass never makes a plan that fails its own consistency check.
+    #[test]
+    fn fusion_plans_of_random_graphs_are_consistent(
+        steps in proptest::collection::vec((0u8..=255, 0u8..6, 0u8..6), 1..40),
+        max_nodes in 2usize..64,
+        stack in proptest::bool::ANY,
+    ) {
+        let g = decompose(&random_graph(&steps)).unwrap();
+        for reasons in [false, true] {
+            let opts = FuseOptions { max_nodes, stack, reasons, ..FuseOptions::default() };
+            let p = FusionPlan::new(&g, &opts);
+            proptest::prop_assert!(p.is_ok(), "{:?}", p.err());
+        }
+    }
+}
