@@ -195,6 +195,22 @@ impl Mem<'_> {
     }
 }
 
+/// A zeroed vector for an output tensor, its pages already faulted in
+/// (a large allocation is fresh memory from the OS; faulting it page by
+/// page inside a kernel would stall the kernel's stores).
+fn fresh_output(bytes: usize) -> Vec<u8> {
+    const PAGE: usize = 4096;
+    let mut v = vec![0u8; bytes];
+    if bytes >= 256 * PAGE {
+        for i in (0..bytes).step_by(PAGE) {
+            // SAFETY: `i < bytes = v.len()`; a volatile write so that the
+            // store of a zero into zeroed memory is not optimised away.
+            unsafe { std::ptr::write_volatile(v.as_mut_ptr().add(i), 0) };
+        }
+    }
+    v
+}
+
 /// Whether `bytes` starts at the alignment of a device buffer (8 bytes,
 /// enough for every element type).
 fn aligned(bytes: &[u8]) -> bool {
@@ -409,7 +425,7 @@ impl Runtime {
                     return Mem::Dev(buf);
                 }
                 if plan.outputs.iter().any(|o| o.1 == i) {
-                    let v = vec![0u8; bytes];
+                    let v = fresh_output(bytes);
                     if aligned(&v) {
                         return Mem::Output(v);
                     }
