@@ -22,6 +22,53 @@ use crate::sym::{Dim, SymbolScope};
 
 use super::{ClusterKind, IdHasher, Role};
 
+/// The operands of a non-reduce member of a reduce group, by class: whether
+/// any is full-size, whether every reduced one kept its axis, and whether
+/// the reduced ones disagree on how they broadcast back.
+#[derive(Clone, Copy, Debug)]
+struct OperandMix {
+    full: bool,
+    reduced: Option<bool>,
+    mixed: bool,
+}
+
+impl OperandMix {
+    /// Classifies `operands` (`class` gives each one's class in the group).
+    fn of(operands: &[NodeId], axis: usize, class: impl Fn(NodeId) -> Class) -> OperandMix {
+        let mut m = OperandMix {
+            full: false,
+            reduced: None,
+            mixed: false,
+        };
+        for &o in operands {
+            match class(o) {
+                Class::Full => m.full = true,
+                Class::Reduced(k) => {
+                    m.mixed |= m
+                        .reduced
+                        .is_some_and(|r| realigns(r, axis) != realigns(k, axis));
+                    m.reduced = Some(m.reduced.map_or(k, |r| r && k));
+                }
+            }
+        }
+        m
+    }
+
+    /// Whether the member cannot be computed in the group: reduced operands
+    /// that broadcast back differently, or, for a full-size result, one
+    /// that does not broadcast back along the axis at all.
+    fn drops_axis(&self, axis: usize) -> bool {
+        self.mixed || (self.full && self.reduced.is_some_and(|k| !realigns(k, axis)))
+    }
+}
+
+/// Whether a value reduced along `axis` broadcasts back along it: its axis
+/// is kept, or dropped from the front (NumPy's right alignment re-inserts a
+/// leading axis).
+fn realigns(keepdims: bool, axis: usize) -> bool {
+    keepdims || axis == 0
+}
+
 /// Why a candidate fusion was rejected (printed by `dvm explain`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Reason {
@@ -427,28 +474,15 @@ pub fn validate(
                     Class::Reduced(keepdims)
                 }
                 _ => {
-                    // A reduced value broadcasts back along the axis when its
-                    // axis is kept, or dropped from the front (NumPy's
-                    // right alignment re-inserts a leading axis).
-                    let aligned = |keep: bool| keep || axis == 0;
-                    let mut full = false;
-                    let mut red: Option<bool> = None;
-                    let mut mixed = false;
-                    for &o in &node.operands {
-                        match if member(o) {
+                    let mix = OperandMix::of(&node.operands, axis, |o| {
+                        if member(o) {
                             class_of(&classes, o)
                         } else {
                             Class::Full
-                        } {
-                            Class::Full => full = true,
-                            Class::Reduced(k) => {
-                                mixed |= red.is_some_and(|r| aligned(r) != aligned(k));
-                                red = Some(red.map_or(k, |r| r && k));
-                            }
                         }
-                    }
-                    if full {
-                        if red.is_some_and(|k| !aligned(k)) || mixed {
+                    });
+                    if mix.full {
+                        if mix.drops_axis(axis) {
                             return Err(Reason::DroppedAxis {
                                 node: facts.name(n),
                             });
@@ -458,7 +492,7 @@ pub fn validate(
                         stored_over(n, &space)?;
                         Class::Full
                     } else {
-                        if mixed {
+                        if mix.drops_axis(axis) {
                             return Err(Reason::DroppedAxis {
                                 node: facts.name(n),
                             });
@@ -775,30 +809,20 @@ pub(crate) fn validate_fast<M: Fn(NodeId) -> bool>(
                     Class::Reduced(keepdims)
                 }
                 _ => {
-                    let aligned = |keep: bool| keep || axis == 0;
-                    let mut full = false;
-                    let mut red: Option<bool> = None;
-                    let mut mixed = false;
-                    for &o in &node.operands {
-                        match if member(o) {
+                    let mix = OperandMix::of(&node.operands, axis, |o| {
+                        if member(o) {
                             class_of(classes, o)
                         } else {
                             Class::Full
-                        } {
-                            Class::Full => full = true,
-                            Class::Reduced(k) => {
-                                mixed |= red.is_some_and(|r| aligned(r) != aligned(k));
-                                red = Some(red.map_or(k, |r| r && k));
-                            }
                         }
-                    }
-                    if full {
-                        if red.is_some_and(|k| !aligned(k)) || mixed || !fits(n, space) {
+                    });
+                    if mix.full {
+                        if mix.drops_axis(axis) || !fits(n, space) {
                             return None;
                         }
                         Class::Full
                     } else {
-                        if mixed {
+                        if mix.drops_axis(axis) {
                             return None;
                         }
                         let (kept, dropped) =
