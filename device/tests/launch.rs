@@ -288,16 +288,7 @@ fn verify_and_predecode_matches_the_two_passes() {
         LoadError::Predecode(PredecodeError::TooManyInstrs { body: 0, cap: 1 })
     );
     assert_eq!((p.body_count(), p.instr_count()), (0, 0));
-    let body = |buf: u8| {
-        let b = GmBox::new(DType::F32, buf, 1, 4);
-        ([1, 1, 1], vec![b.load()])
-    };
-    let bytes = build(vec![K {
-        kind: KernelKind::Parallel,
-        ub_bytes: 64,
-        params: vec![(DType::F32, R)],
-        bodies: vec![body(0), body(0), body(0)],
-    }]);
+    let bytes = three_body_module();
     let m = Module::parse(&bytes).unwrap();
     let mut p = Program::<8, 2>::empty();
     assert_eq!(
@@ -324,16 +315,7 @@ fn program_capacity_is_a_typed_error() {
     assert_eq!(ok.instr_count(), 2);
     assert_eq!(ok.total_tiles(), 4);
 
-    let body = |buf: u8| {
-        let b = GmBox::new(DType::F32, buf, 1, 4);
-        ([1, 1, 1], vec![b.load()])
-    };
-    let bytes = build(vec![K {
-        kind: KernelKind::Parallel,
-        ub_bytes: 64,
-        params: vec![(DType::F32, R)],
-        bodies: vec![body(0), body(0), body(0)],
-    }]);
+    let bytes = three_body_module();
     let m = Module::parse(&bytes).unwrap();
     let vk = verify_kernel(&m, 0, &DeviceLimits::DEFAULT).unwrap();
     let e = Program::<8, 2>::new(&vk).unwrap_err();
@@ -514,4 +496,18 @@ fn ub_storage_is_aligned_and_default_sized() {
     assert_eq!(u.as_mut_slice().as_ptr() as usize % 64, 0);
     let mut small = UbStorage::<100>::new();
     assert_eq!(small.as_mut_slice().as_ptr() as usize % 64, 0);
+}
+
+/// A parallel kernel of three one-load bodies over one buffer.
+fn three_body_module() -> Vec<u8> {
+    let body = || {
+        let b = GmBox::new(DType::F32, 0, 1, 4);
+        ([1, 1, 1], vec![b.load()])
+    };
+    build(vec![K {
+        kind: KernelKind::Parallel,
+        ub_bytes: 64,
+        params: vec![(DType::F32, R)],
+        bodies: vec![body(), body(), body()],
+    }])
 }

@@ -62,6 +62,14 @@ impl OperandMix {
     }
 }
 
+/// The class of member `o` in `classes` (sorted by node); full-size when
+/// it has none yet.
+fn class_of(classes: &[(NodeId, Class)], o: NodeId) -> Class {
+    classes
+        .binary_search_by_key(&o, |(m, _)| *m)
+        .map_or(Class::Full, |i| classes[i].1)
+}
+
 /// Whether a value reduced along `axis` broadcasts back along it: its axis
 /// is kept, or dropped from the front (NumPy's right alignment re-inserts a
 /// leading axis).
@@ -447,11 +455,6 @@ pub fn validate(
         reduced[axis] = Dim::ONE;
         let mut classes: Vec<(NodeId, Class)> = Vec::with_capacity(nodes.len());
         // Members are ascending, so `classes` is sorted by node.
-        let class_of = |classes: &[(NodeId, Class)], o: NodeId| -> Class {
-            classes
-                .binary_search_by_key(&o, |(m, _)| *m)
-                .map_or(Class::Full, |i| classes[i].1)
-        };
         for &n in nodes {
             let node = &g[n];
             let class = match facts.roles[n.0] {
@@ -790,11 +793,6 @@ pub(crate) fn validate_fast<M: Fn(NodeId) -> bool>(
         let space = shapes.of(g[r0].operands[0]);
         let mut derived = None;
         classes.clear();
-        let class_of = |classes: &[(NodeId, Class)], o: NodeId| -> Class {
-            classes
-                .binary_search_by_key(&o, |(m, _)| *m)
-                .map_or(Class::Full, |i| classes[i].1)
-        };
         for &n in nodes {
             let node = &g[n];
             let class = match facts.roles[n.0] {
