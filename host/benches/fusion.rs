@@ -9,7 +9,8 @@
 //! `cargo bench -p dvm-host --bench fusion [-- quick]` (`-- mix`: only
 //! gelu(x·w+b) fused against unfused, many repetitions; `-- decision`: only
 //! the fusion decision table; `-- decision loop`: only the fusion pass, in a
-//! loop, for profiling). Each fusion plan is
+//! loop, for profiling; `DVM_BENCH_WORKLOADS=softmax,row-sum`: only those
+//! workloads, no encoder or decision tables). Each fusion plan is
 //! made once per workload on the symbolic graph; every length then only
 //! binds, hits the kernel cache and runs. Times are the best of a few calls:
 //! "call" is the whole `Runtime::run` (binding, lowering, cache lookups,
@@ -419,7 +420,15 @@ fn main() {
         "GB/s f",
         "%copy"
     );
+    // `DVM_BENCH_WORKLOADS=softmax,row-sum` runs only those workloads.
+    let only = std::env::var("DVM_BENCH_WORKLOADS").ok();
     for w in workloads(quick) {
+        if only
+            .as_deref()
+            .is_some_and(|o| !o.split(',').any(|n| n == w.name))
+        {
+            continue;
+        }
         let fused = Prepared::new(&w.graph).expect("prepares");
         let unfused = Prepared::with_options(&w.graph, &FuseOptions::off()).expect("prepares");
         for &s in &w.lens {
@@ -461,6 +470,9 @@ fn main() {
         }
     }
 
+    if only.is_some() {
+        return;
+    }
     // The encoder block: fused with stacking (parallel q/k/v, sequence
     // launches of small kernels), fused without stacking, unfused.
     let cfg = EncoderConfig::default();
