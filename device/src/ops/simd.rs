@@ -3,50 +3,97 @@
 //! The handlers are plain Rust loops that the compiler vectorises for the
 //! build's target. On x86-64 the baseline target has only SSE2 (4 `f32`
 //! lanes); [`resolve_with`](super::resolve_with) can instead pick copies of
-//! the same handlers compiled with AVX2 enabled (8 lanes), when
-//! [`Simd::detect`] finds the CPU supports it. Only the lane width changes:
-//! the code is the same, nothing is contracted into FMA and no float
-//! operation is reassociated, so both copies give bit-identical results
-//! (checked by a test), up to the sign and payload of NaNs, which Rust
-//! leaves unspecified. Other targets (the aarch64 firmware) have one copy.
+//! the same handlers compiled with AVX2 enabled (8 lanes) or with AVX-512
+//! (F, BW, VL, DQ: 16 lanes), when [`Simd::detect`] finds the CPU supports
+//! them. Only the lane width changes: the code is the same, nothing is
+//! contracted into FMA (Rust never contracts) and no float operation is
+//! reassociated, so every copy gives bit-identical results (checked by a
+//! test for every tier the CPU has), up to the sign and payload of NaNs,
+//! which Rust leaves unspecified. Other targets (the aarch64 firmware) have
+//! one copy.
 
-/// The vector extensions handlers may use. Only [`Simd::detect`] enables
+/// The vector extensions handlers may use, as a tier: each includes the
+/// ones below it. Only [`Simd::detect`] and [`Simd::supported`] enable
 /// extensions, so a `Simd` never promises more than the CPU has.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Simd {
-    avx2: bool,
+    tier: Tier,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Tier {
+    Baseline,
+    Avx2,
+    Avx512,
 }
 
 #[cfg(target_arch = "x86_64")]
 cpufeatures::new!(cpuid_avx2, "avx2");
+#[cfg(target_arch = "x86_64")]
+cpufeatures::new!(cpuid_avx512, "avx512f", "avx512bw", "avx512vl", "avx512dq");
 
 impl Simd {
     /// The build target's baseline (no run-time extension).
-    pub const BASELINE: Simd = Simd { avx2: false };
+    pub const BASELINE: Simd = Simd {
+        tier: Tier::Baseline,
+    };
 
-    /// What this CPU supports (cached after the first call).
+    /// The widest tier this CPU supports (cached after the first call).
     pub fn detect() -> Simd {
+        let mut best = Simd::BASELINE;
+        for s in Simd::supported() {
+            best = best.max(s);
+        }
+        best
+    }
+
+    /// Every tier this CPU supports, the baseline first (for tests and
+    /// benchmarks that compare them).
+    pub fn supported() -> impl Iterator<Item = Simd> {
         #[cfg(target_arch = "x86_64")]
-        {
-            Simd {
-                avx2: cpuid_avx2::get(),
-            }
-        }
+        let has = [true, cpuid_avx2::get(), cpuid_avx512::get()];
         #[cfg(not(target_arch = "x86_64"))]
-        {
-            Simd::BASELINE
-        }
+        let has = [true, false, false];
+        [Tier::Baseline, Tier::Avx2, Tier::Avx512]
+            .into_iter()
+            .zip(has)
+            .filter(|&(_, h)| h)
+            .map(|(tier, _)| Simd { tier })
     }
 
     /// Whether handlers compiled for AVX2 may run.
     pub fn avx2(self) -> bool {
-        self.avx2
+        self.tier >= Tier::Avx2
+    }
+
+    /// Whether handlers compiled for AVX-512 (F, BW, VL, DQ) may run.
+    pub fn avx512(self) -> bool {
+        self.tier >= Tier::Avx512
+    }
+
+    /// This tier, but at most AVX2: for handlers whose AVX-512 copy was
+    /// measured slower than their AVX2 copy (the fold along columns, whose
+    /// per-row lane fold is a call LLVM compiles without the extensions).
+    pub fn at_most_avx2(self) -> Simd {
+        Simd {
+            tier: self.tier.min(Tier::Avx2),
+        }
+    }
+
+    /// The tier's name, for reports.
+    pub fn name(self) -> &'static str {
+        match self.tier {
+            Tier::Baseline => "baseline",
+            Tier::Avx2 => "AVX2",
+            Tier::Avx512 => "AVX-512",
+        }
     }
 }
 
-/// `$h` (a handler path) as a [`Handler`](super::Handler): on x86-64 with
-/// `$simd.avx2()`, a copy of it compiled with AVX2 enabled (the handler and
-/// everything it inlines), otherwise the baseline function.
+/// `$h` (a handler path) as a [`Handler`](super::Handler): on x86-64, a
+/// copy of it compiled with AVX-512 when `$simd.avx512()`, or with AVX2
+/// when `$simd.avx2()` (the handler and everything it inlines), otherwise
+/// the baseline function.
 macro_rules! pick {
     ($simd:ident, $($h:tt)+) => {{
         #[cfg(target_arch = "x86_64")]
@@ -57,11 +104,21 @@ macro_rules! pick {
             }
             fn shim(ub: &mut [u8], a: &UbArgs) {
                 // SAFETY: `shim` is only chosen below when `Simd::avx2()`
-                // is true, which only `Simd::detect` sets, after checking
-                // that this CPU supports AVX2.
+                // is true, which only `Simd::detect`/`Simd::supported` set,
+                // after checking that this CPU supports AVX2.
                 unsafe { wide(ub, a) }
             }
-            if $simd.avx2() {
+            #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq")]
+            unsafe fn wide512(ub: &mut [u8], a: &UbArgs) {
+                $($h)+(ub, a)
+            }
+            fn shim512(ub: &mut [u8], a: &UbArgs) {
+                // SAFETY: as for `shim`, with AVX-512 F/BW/VL/DQ checked.
+                unsafe { wide512(ub, a) }
+            }
+            if $simd.avx512() {
+                shim512 as Handler
+            } else if $simd.avx2() {
                 shim as Handler
             } else {
                 $($h)+ as Handler

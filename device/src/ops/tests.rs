@@ -862,14 +862,14 @@ fn run_check(instr: &Instr, ub: &mut Ub, what: &str) {
     let before = ub.bytes().to_vec();
     let out = reference(instr, &before);
     op.run(ub.bytes());
-    // The baseline copy of the handler gives the same bits as the one for
-    // this CPU's extensions (AVX2 on most x86-64 hosts), up to the sign and
-    // payload of NaNs, which Rust leaves unspecified. (Without extensions,
-    // e.g. on aarch64, both are the same handler.)
-    if Simd::detect() != Simd::BASELINE {
+    // Every copy of the handler this CPU can run (baseline, AVX2, AVX-512)
+    // gives the same bits as the one for its widest extensions, up to the
+    // sign and payload of NaNs, which Rust leaves unspecified. (Without
+    // extensions, e.g. on aarch64, there is one copy.)
+    for simd in Simd::supported().filter(|&s| s != Simd::detect()) {
         let mut base = before.clone();
-        resolve_with(instr, Simd::BASELINE)
-            .unwrap_or_else(|| panic!("{what}: no baseline handler"))
+        resolve_with(instr, simd)
+            .unwrap_or_else(|| panic!("{what}: no {} handler", simd.name()))
             .run(&mut base);
         for i in 0..out.want.len() {
             let (b, w) = (
@@ -879,8 +879,9 @@ fn run_check(instr: &Instr, ub: &mut Ub, what: &str) {
             let nan = |u: &[u8]| dec(out.dt, u, out.off, i).is_nan();
             assert!(
                 b == w || (nan(&base) && nan(ub.bytes())),
-                "{what}: element {i}: baseline handler {b:#x}, {:?} handler {w:#x}",
-                Simd::detect()
+                "{what}: element {i}: {} handler {b:#x}, {} handler {w:#x}",
+                simd.name(),
+                Simd::detect().name()
             );
         }
     }
