@@ -343,7 +343,15 @@ fn run_tiles<const N: usize, const B: usize>(
         tile,
         fault,
     };
+    let forward = info.forward.filter(|f| f.fits(code, bufs));
     while t < end {
+        if let Some(f) = &forward {
+            if f.run_tile(code, bufs, c, ub.len(), (b, t))? {
+                t += 1;
+                c = next_coord(c, g1, g2);
+                continue;
+            }
+        }
         for (i, v) in code.iter().enumerate() {
             match v {
                 VInstr::Ub(op) => op.run(ub),

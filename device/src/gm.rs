@@ -376,8 +376,10 @@ pub fn pad_bits(dtype: DType, padv: Scalar) -> u32 {
     }
 }
 
-/// The box of one tile, checked against the buffer and the UB.
-struct Geom {
+/// The box of one tile, checked against the buffer and the UB (only
+/// [`Geom::new`] builds one).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Geom {
     /// Valid rows and columns.
     re: usize,
     ce: usize,
@@ -394,8 +396,15 @@ struct Geom {
 }
 
 impl Geom {
+    /// The box of `p` at tile `coord`, checked against a buffer of `gm_len`
+    /// bytes and a UB of `ub_len` bytes.
     #[inline]
-    fn new(p: &GmPattern, coord: [u32; 3], gm_len: usize, ub_len: usize) -> Result<Geom, GmFault> {
+    pub(crate) fn new(
+        p: &GmPattern,
+        coord: [u32; 3],
+        gm_len: usize,
+        ub_len: usize,
+    ) -> Result<Geom, GmFault> {
         let size = p.dtype.size() as u64;
         let (re, ce) = p.extent(coord);
         let (re, ce) = (re as u64, ce as u64);
@@ -445,6 +454,58 @@ impl Geom {
     #[inline(always)]
     fn contiguous(&self) -> bool {
         self.cs == 1 && (self.re == 1 || (self.rs == self.ce && self.pitch == self.ce))
+    }
+
+    /// True when the box is `n` valid elements in one run on both sides:
+    /// no tail, no padding.
+    #[inline(always)]
+    pub(crate) fn full_run(&self, n: usize) -> bool {
+        self.contiguous() && self.re * self.ce == n && self.rows * self.pitch == n
+    }
+
+    /// The bytes of a [`Geom::full_run`] box (elements of `size` bytes) in
+    /// `buf`, or `None` for another box.
+    #[inline(always)]
+    pub(crate) fn gm_run<'b>(&self, buf: &'b GmBuf<'_>, size: usize) -> Option<&'b [u8]> {
+        if !self.full_run(self.re * self.ce) {
+            return None;
+        }
+        // SAFETY: `Geom::new` checked that the box's elements (one run of
+        // `re·ce` from the origin) lie inside `buf`, which is valid for
+        // reads for its lifetime (`GmBuf` contract); nothing writes them
+        // while the slice lives (the caller's exclusivity of `buf`'s writes).
+        Some(unsafe {
+            core::slice::from_raw_parts(buf.ptr.add(self.origin * size), self.re * self.ce * size)
+        })
+    }
+
+    /// [`Geom::gm_run`], writable; `None` for a read-only buffer.
+    ///
+    /// # Safety
+    /// While the slice lives, nothing else reads or writes its bytes: no
+    /// other slice from this or another buffer overlaps it (buffers may
+    /// alias), and other blocks do not touch them (the `GmBuf` contract).
+    // A `GmBuf` is a raw-pointer handle (writes go through its pointer,
+    // never through a Rust borrow of it), so the slice borrows the handle
+    // only for its lifetime; exclusivity is the caller's promise above.
+    #[allow(clippy::mut_from_ref)]
+    #[inline(always)]
+    pub(crate) unsafe fn gm_run_mut<'b>(
+        &self,
+        buf: &'b GmBuf<'_>,
+        size: usize,
+    ) -> Option<&'b mut [u8]> {
+        if !buf.writable || !self.full_run(self.re * self.ce) {
+            return None;
+        }
+        // SAFETY: inside `buf` as for `gm_run`; `buf` is writable, so valid
+        // for writes; the caller guarantees exclusivity.
+        Some(unsafe {
+            core::slice::from_raw_parts_mut(
+                buf.ptr.add(self.origin * size),
+                self.re * self.ce * size,
+            )
+        })
     }
 }
 

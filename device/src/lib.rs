@@ -10,10 +10,12 @@
 //! - [`gm`]: global-memory buffers, the launch binding, load / store / store_add.
 //! - [`predecode`]: verified kernel → [`Program`] of virtual instructions.
 //! - [`exec`]: the tile loop ([`run_block`]), block partition, UB storage.
+//! - [`forward`]: lone element-wise bodies run straight over global memory.
 #![no_std]
 #![warn(missing_docs)]
 
 pub mod exec;
+pub mod forward;
 pub mod gm;
 pub mod math;
 pub mod ops;

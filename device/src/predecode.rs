@@ -15,6 +15,7 @@ use dvm_isa::{
     PadMode, VerifiedKernel, VerifyError,
 };
 
+use crate::forward::{self, Forward};
 use crate::gm::{pad_bits, ParamSig, STREAM_MIN_BYTES};
 use crate::ops::{self, UbOp};
 
@@ -59,6 +60,9 @@ pub struct BodyInfo {
     /// Index of the streaming store that prefetches the next tile's loads
     /// (the body's last streaming store), if any.
     pub prefetch_at: Option<u32>,
+    /// Whether the body runs its full tiles straight over global memory
+    /// ([`crate::forward`]).
+    pub forward: Option<Forward>,
     start: u32,
     len: u32,
 }
@@ -353,6 +357,7 @@ impl<const N: usize, const B: usize> Program<N, B> {
                 grid: kernel.grid(b),
                 tiles: kernel.tiles(b),
                 prefetch_at,
+                forward: forward::plan(code),
                 start,
                 len: end - start,
             });
@@ -400,6 +405,14 @@ impl<const N: usize, const B: usize> Program<N, B> {
     /// Virtual instructions over all bodies.
     pub fn instr_count(&self) -> usize {
         self.code.len()
+    }
+
+    /// Runs every tile through UB, forwarding none ([`crate::forward`]):
+    /// the same results, for comparisons and benchmarks.
+    pub fn disable_forwarding(&mut self) {
+        for b in self.bodies.iter_mut() {
+            b.forward = None;
+        }
     }
 }
 

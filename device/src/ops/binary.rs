@@ -5,7 +5,7 @@
 //! the UB slices, other dtypes through stack buffers of [`CHUNK`] compute
 //! values (each chunk is read completely before it is written).
 
-use super::ub::{range_of, view_mut, Elem, Split, TSrc, CHUNK};
+use super::ub::{range_of, view, view_mut, Elem, Split, TSrc, CHUNK};
 use super::UbArgs;
 use crate::math;
 
@@ -50,6 +50,32 @@ pub(crate) fn binary<T: Elem, O: BinOp<T::C>>(ub: &mut [u8], args: &UbArgs) {
     let Some(d) = view_mut::<T>(sp.dst) else {
         return;
     };
+    binary_core::<T, O>(d, a, b);
+}
+
+/// [`binary`] with its operands in global memory: `dst`, `a` and `b` are
+/// `n` elements each, disjoint (a load-forwarded body, see
+/// `crate::predecode`). Does nothing when a length or alignment is off.
+#[inline(always)]
+pub(crate) fn binary_gm<T: Elem, O: BinOp<T::C>>(
+    dst: &mut [u8],
+    a: &[u8],
+    b: &[u8],
+    args: &UbArgs,
+) {
+    let n = args.n as usize;
+    let (Some(d), Some(a), Some(b)) = (view_mut::<T>(dst), view::<T>(a), view::<T>(b)) else {
+        return;
+    };
+    if d.len() != n || a.len() != n || b.len() != n {
+        return;
+    }
+    binary_core::<T, O>(d, TSrc::Slice(a), TSrc::Slice(b));
+}
+
+/// `d = a op b` over equal-length slices (a source may be `d` itself).
+#[inline(always)]
+fn binary_core<T: Elem, O: BinOp<T::C>>(d: &mut [T], a: TSrc<'_, T>, b: TSrc<'_, T>) {
     if let Some(dc) = T::direct_mut(d) {
         direct::<T, O>(dc, a, b);
         return;

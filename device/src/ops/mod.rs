@@ -50,7 +50,7 @@ mod tests;
 
 use dvm_isa::{Axis, DType, Instr, MmFlags};
 
-use self::binary::{binary, Add, And, Div, Max, Min, Mul, Or, Pow, Square, Sub};
+use self::binary::{binary, binary_gm, Add, And, Div, Max, Min, Mul, Or, Pow, Square, Sub};
 use self::cast::{cast, copy, fill, iota};
 use self::compare::{compare, compare_s, isfinite, select, Eq, Ge, Gt, Le, Lt, Ne};
 use self::matmul::matmul;
@@ -59,8 +59,8 @@ pub use self::simd::Simd;
 use self::tile2d::{broadcast_col, broadcast_row, reduce_cols, reduce_rows, transpose, Sum};
 use self::ub::{Bf16, Bool, F16};
 use self::unary::{
-    scalar, unary, Abs, Ceil, Erf, Exp, Floor, GeluErf, GeluTanh, Log, Neg, Not, Recip, Relu,
-    Round, Rsqrt, Sigmoid, Silu, Sqrt, Tanh,
+    scalar, scalar_gm, unary, unary_gm, Abs, Ceil, Erf, Exp, Floor, GeluErf, GeluTanh, Log, Neg,
+    Not, Recip, Relu, Round, Rsqrt, Sigmoid, Silu, Sqrt, Tanh,
 };
 
 /// Operands of a UB-only instruction, in byte offsets and element counts.
@@ -94,6 +94,25 @@ pub struct UbArgs {
 /// memory outside `ub` if that were not so — they do nothing instead.
 pub type Handler = fn(ub: &mut [u8], args: &UbArgs);
 
+/// An element-wise handler whose operands are in global memory: `dst`
+/// (written) and the sources `a` and `b` (`b` unused by one-source ops),
+/// `args.n` elements each, disjoint. For load-forwarded bodies (see
+/// [`crate::predecode`]); the same arithmetic as the UB handler, so the
+/// same bytes. Does nothing when a length or alignment is off.
+pub type GmHandler = fn(dst: &mut [u8], a: &[u8], b: &[u8], args: &UbArgs);
+
+/// A [`GmHandler`] and how many sources it reads (`args.a`, then
+/// `args.b`).
+#[derive(Clone, Copy)]
+pub struct GmOp {
+    /// The handler.
+    pub handler: GmHandler,
+    /// 1 (`a`) or 2 (`a`, `b`).
+    pub sources: u8,
+    /// Bytes per element of every operand.
+    pub size: u8,
+}
+
 /// A UB-only instruction resolved to its handler.
 #[derive(Clone, Copy)]
 pub struct UbOp {
@@ -101,6 +120,9 @@ pub struct UbOp {
     pub handler: Handler,
     /// Its operands.
     pub args: UbArgs,
+    /// The same operation over global memory, for the element-wise unary,
+    /// binary and with-scalar opcodes over numeric dtypes ([`resolve_gm`]).
+    pub gm: Option<GmOp>,
 }
 
 impl core::fmt::Debug for UbOp {
@@ -138,6 +160,26 @@ macro_rules! num_h {
             DType::I32 => pick!($s, $f::<i32 $(, $g)*>),
             DType::I8 => pick!($s, $f::<i8 $(, $g)*>),
             d => float_h!($s, d, $f::<_ $(, $g)*>),
+        }
+    };
+}
+
+/// [`GmHandler`] for the float (`float`) or numeric (`num`) dtypes, or
+/// `None` for another dtype.
+macro_rules! gm_h {
+    (float, $s:ident, $dt:expr, $f:ident :: < _ $(, $g:tt)* >) => {
+        match $dt {
+            DType::F32 => Some(pick!(@gm $s, $f::<f32 $(, $g)*>)),
+            DType::F16 => Some(pick!(@gm $s, $f::<F16 $(, $g)*>)),
+            DType::BF16 => Some(pick!(@gm $s, $f::<Bf16 $(, $g)*>)),
+            _ => None,
+        }
+    };
+    (num, $s:ident, $dt:expr, $f:ident :: < _ $(, $g:tt)* >) => {
+        match $dt {
+            DType::I32 => Some(pick!(@gm $s, $f::<i32 $(, $g)*>)),
+            DType::I8 => Some(pick!(@gm $s, $f::<i8 $(, $g)*>)),
+            d => gm_h!(float, $s, d, $f::<_ $(, $g)*>),
         }
     };
 }
@@ -498,5 +540,65 @@ pub fn resolve_with(instr: &Instr, simd: Simd) -> Option<UbOp> {
         | I::Barrier { .. }
         | I::End { .. } => return None,
     };
-    Some(UbOp { handler, args })
+    Some(UbOp {
+        handler,
+        args,
+        gm: resolve_gm(instr, simd),
+    })
+}
+
+/// The [`GmHandler`] of an element-wise unary, binary or with-scalar
+/// instruction over numeric dtypes (copies of it as [`resolve_with`]
+/// chooses them); `None` for every other instruction.
+pub fn resolve_gm(instr: &Instr, simd: Simd) -> Option<GmOp> {
+    let s = simd;
+    use Instr as I;
+    let op = |sources: u8, dt: DType, h: Option<GmHandler>| {
+        h.map(|handler| GmOp {
+            handler,
+            sources,
+            size: dt.size() as u8,
+        })
+    };
+    let one = |dt, h| op(1, dt, h);
+    let two = |dt, h| op(2, dt, h);
+    match *instr {
+        I::Abs { dt, .. } => one(dt, gm_h!(num, s, dt, unary_gm::<_, Abs>)),
+        I::Neg { dt, .. } => one(dt, gm_h!(num, s, dt, unary_gm::<_, Neg>)),
+        I::Relu { dt, .. } => one(dt, gm_h!(num, s, dt, unary_gm::<_, Relu>)),
+        I::Exp { dt, .. } => one(dt, gm_h!(float, s, dt, unary_gm::<_, Exp>)),
+        I::Log { dt, .. } => one(dt, gm_h!(float, s, dt, unary_gm::<_, Log>)),
+        I::Sqrt { dt, .. } => one(dt, gm_h!(float, s, dt, unary_gm::<_, Sqrt>)),
+        I::Rsqrt { dt, .. } => one(dt, gm_h!(float, s, dt, unary_gm::<_, Rsqrt>)),
+        I::Recip { dt, .. } => one(dt, gm_h!(float, s, dt, unary_gm::<_, Recip>)),
+        I::Tanh { dt, .. } => one(dt, gm_h!(float, s, dt, unary_gm::<_, Tanh>)),
+        I::Sigmoid { dt, .. } => one(dt, gm_h!(float, s, dt, unary_gm::<_, Sigmoid>)),
+        I::GeluTanh { dt, .. } => one(dt, gm_h!(float, s, dt, unary_gm::<_, GeluTanh>)),
+        I::GeluErf { dt, .. } => one(dt, gm_h!(float, s, dt, unary_gm::<_, GeluErf>)),
+        I::Silu { dt, .. } => one(dt, gm_h!(float, s, dt, unary_gm::<_, Silu>)),
+        I::Floor { dt, .. } => one(dt, gm_h!(float, s, dt, unary_gm::<_, Floor>)),
+        I::Ceil { dt, .. } => one(dt, gm_h!(float, s, dt, unary_gm::<_, Ceil>)),
+        I::Round { dt, .. } => one(dt, gm_h!(float, s, dt, unary_gm::<_, Round>)),
+        I::Erf { dt, .. } => one(dt, gm_h!(float, s, dt, unary_gm::<_, Erf>)),
+        I::Add { dt, .. } => two(dt, gm_h!(num, s, dt, binary_gm::<_, Add>)),
+        I::Sub { dt, .. } => two(dt, gm_h!(num, s, dt, binary_gm::<_, Sub>)),
+        I::Mul { dt, .. } => two(dt, gm_h!(num, s, dt, binary_gm::<_, Mul>)),
+        I::Div { dt, .. } => two(dt, gm_h!(num, s, dt, binary_gm::<_, Div>)),
+        I::Max { dt, .. } => two(dt, gm_h!(num, s, dt, binary_gm::<_, Max>)),
+        I::Min { dt, .. } => two(dt, gm_h!(num, s, dt, binary_gm::<_, Min>)),
+        I::Pow { dt, .. } => two(dt, gm_h!(float, s, dt, binary_gm::<_, Pow>)),
+        I::AddS { dt, .. } => one(dt, gm_h!(num, s, dt, scalar_gm::<_, Add, false>)),
+        I::SubS { dt, .. } => one(dt, gm_h!(num, s, dt, scalar_gm::<_, Sub, false>)),
+        I::RSubS { dt, .. } => one(dt, gm_h!(num, s, dt, scalar_gm::<_, Sub, true>)),
+        I::MulS { dt, .. } => one(dt, gm_h!(num, s, dt, scalar_gm::<_, Mul, false>)),
+        I::DivS { dt, .. } => one(dt, gm_h!(num, s, dt, scalar_gm::<_, Div, false>)),
+        I::RDivS { dt, .. } => one(dt, gm_h!(num, s, dt, scalar_gm::<_, Div, true>)),
+        I::MaxS { dt, .. } => one(dt, gm_h!(num, s, dt, scalar_gm::<_, Max, false>)),
+        I::MinS { dt, .. } => one(dt, gm_h!(num, s, dt, scalar_gm::<_, Min, false>)),
+        I::PowS { dt, imm, .. } if imm.as_f32() == 2.0 => {
+            one(dt, gm_h!(float, s, dt, scalar_gm::<_, Square, false>))
+        }
+        I::PowS { dt, .. } => one(dt, gm_h!(float, s, dt, scalar_gm::<_, Pow, false>)),
+        _ => None,
+    }
 }

@@ -93,41 +93,48 @@ impl Simd {
 /// `$h` (a handler path) as a [`Handler`](super::Handler): on x86-64, a
 /// copy of it compiled with AVX-512 when `$simd.avx512()`, or with AVX2
 /// when `$simd.avx2()` (the handler and everything it inlines), otherwise
-/// the baseline function.
+/// the baseline function. `pick!(@gm $simd, $h)` does the same for a
+/// [`GmHandler`](super::GmHandler).
 macro_rules! pick {
-    ($simd:ident, $($h:tt)+) => {{
+    ($simd:ident, $($h:tt)+) => {
+        pick!(@as Handler [ub: &mut [u8], a: &UbArgs] $simd, $($h)+)
+    };
+    (@gm $simd:ident, $($h:tt)+) => {
+        pick!(@as GmHandler [d: &mut [u8], x: &[u8], y: &[u8], a: &UbArgs] $simd, $($h)+)
+    };
+    (@as $ty:ident [$($p:ident : $t:ty),*] $simd:ident, $($h:tt)+) => {{
         #[cfg(target_arch = "x86_64")]
         {
             #[target_feature(enable = "avx2")]
-            unsafe fn wide(ub: &mut [u8], a: &UbArgs) {
-                $($h)+(ub, a)
+            unsafe fn wide($($p: $t),*) {
+                $($h)+($($p),*)
             }
-            fn shim(ub: &mut [u8], a: &UbArgs) {
+            fn shim($($p: $t),*) {
                 // SAFETY: `shim` is only chosen below when `Simd::avx2()`
                 // is true, which only `Simd::detect`/`Simd::supported` set,
                 // after checking that this CPU supports AVX2.
-                unsafe { wide(ub, a) }
+                unsafe { wide($($p),*) }
             }
             #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq")]
-            unsafe fn wide512(ub: &mut [u8], a: &UbArgs) {
-                $($h)+(ub, a)
+            unsafe fn wide512($($p: $t),*) {
+                $($h)+($($p),*)
             }
-            fn shim512(ub: &mut [u8], a: &UbArgs) {
+            fn shim512($($p: $t),*) {
                 // SAFETY: as for `shim`, with AVX-512 F/BW/VL/DQ checked.
-                unsafe { wide512(ub, a) }
+                unsafe { wide512($($p),*) }
             }
             if $simd.avx512() {
-                shim512 as Handler
+                shim512 as $ty
             } else if $simd.avx2() {
-                shim as Handler
+                shim as $ty
             } else {
-                $($h)+ as Handler
+                $($h)+ as $ty
             }
         }
         #[cfg(not(target_arch = "x86_64"))]
         {
             let _ = $simd;
-            $($h)+ as Handler
+            $($h)+ as $ty
         }
     }};
 }

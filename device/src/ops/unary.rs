@@ -9,7 +9,7 @@
 use core::marker::PhantomData;
 
 use super::binary::BinOp;
-use super::ub::{range_of, view_mut, Elem, Split, TSrc, CHUNK};
+use super::ub::{range_of, view, view_mut, Elem, Split, TSrc, CHUNK};
 use super::UbArgs;
 use crate::math;
 
@@ -49,6 +49,26 @@ pub(crate) fn map1<T: Elem, K: Kern<T::C>>(ub: &mut [u8], dst: u32, src: u32, n:
     let Some(d) = view_mut::<T>(sp.dst) else {
         return;
     };
+    map1_core::<T, K>(d, src, k);
+}
+
+/// [`map1`] with its operands in global memory: `dst` and `src` are `n`
+/// elements each, disjoint (a load-forwarded body, see `crate::predecode`).
+/// Does nothing when a length or alignment is off.
+#[inline(always)]
+pub(crate) fn map1_gm<T: Elem, K: Kern<T::C>>(dst: &mut [u8], src: &[u8], n: u32, k: K) {
+    let (Some(d), Some(s)) = (view_mut::<T>(dst), view::<T>(src)) else {
+        return;
+    };
+    if d.len() != n as usize || s.len() != n as usize {
+        return;
+    }
+    map1_core::<T, K>(d, TSrc::Slice(s), k);
+}
+
+/// `d = k(src)` over equal-length slices (`src` may be `d` itself).
+#[inline(always)]
+fn map1_core<T: Elem, K: Kern<T::C>>(d: &mut [T], src: TSrc<'_, T>, k: K) {
     match src {
         TSrc::Alias => {
             if let Some(dc) = T::direct_mut(d) {
@@ -93,6 +113,17 @@ pub(crate) fn unary<T: Elem, K: Kern<T::C> + Default>(ub: &mut [u8], a: &UbArgs)
     map1::<T, K>(ub, a.dst, a.a, a.n, K::default());
 }
 
+/// [`unary`] over global memory (see [`map1_gm`]).
+#[inline(always)]
+pub(crate) fn unary_gm<T: Elem, K: Kern<T::C> + Default>(
+    dst: &mut [u8],
+    src: &[u8],
+    _b: &[u8],
+    a: &UbArgs,
+) {
+    map1_gm::<T, K>(dst, src, a.n, K::default());
+}
+
 /// A binary op with its second (or, `REV`, first) operand fixed to the
 /// instruction's immediate.
 pub(crate) struct WithImm<C, O, const REV: bool>(pub C, PhantomData<O>);
@@ -121,6 +152,18 @@ impl<C: Copy, O: BinOp<C>, const REV: bool> Kern<C> for WithImm<C, O, REV> {
 pub(crate) fn scalar<T: Elem, O: BinOp<T::C>, const REV: bool>(ub: &mut [u8], a: &UbArgs) {
     let k = WithImm::<T::C, O, REV>(T::imm(a.imm), PhantomData);
     map1::<T, _>(ub, a.dst, a.a, a.n, k);
+}
+
+/// [`scalar`] over global memory (see [`map1_gm`]).
+#[inline(always)]
+pub(crate) fn scalar_gm<T: Elem, O: BinOp<T::C>, const REV: bool>(
+    dst: &mut [u8],
+    src: &[u8],
+    _b: &[u8],
+    a: &UbArgs,
+) {
+    let k = WithImm::<T::C, O, REV>(T::imm(a.imm), PhantomData);
+    map1_gm::<T, _>(dst, src, a.n, k);
 }
 
 macro_rules! kern {

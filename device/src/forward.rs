@@ -1,0 +1,183 @@
+//! Load-forwarded bodies: one element-wise instruction run straight over
+//! global memory.
+//!
+//! The compiler's kernel for a lone element-wise operator (an unfused
+//! `add`, `exp`, `muls`, …) is `load a; [load b;] op; store`: the tile goes
+//! to UB and back for one pass of arithmetic. On a CPU that staging costs
+//! more than the arithmetic when the tensors come from DRAM: the loads, the
+//! op and the store run one after the other, so the core has only one
+//! memory stream in flight at a time. When a body has exactly that form,
+//! [`plan`] records it, and for every full tile (no tail, no padding)
+//! [`run_tile`] calls the op's [`GmHandler`](crate::ops::GmHandler) on the
+//! global-memory boxes themselves: the same arithmetic on the same bytes,
+//! so the same result, with every stream in flight at once. Tail tiles run
+//! through UB as usual. The UB is left untouched by forwarded tiles; no
+//! instruction of the body reads it after them.
+//!
+//! A body is forwarded only when the buffer it stores to is not one it
+//! loads from, and, at launch ([`Forward::fits`]), overlaps none of them.
+
+use crate::exec::ExecError;
+use crate::gm::{Geom, GmBuf, GmFault};
+use crate::predecode::VInstr;
+
+/// A forwarded body: the indices of its instructions.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Forward {
+    /// The load of the op's first source.
+    a: u8,
+    /// The load of the op's second source, for binary ops.
+    b: Option<u8>,
+    /// The element-wise op.
+    op: u8,
+    /// The store of its result.
+    store: u8,
+}
+
+/// The forwarding plan of a body, or `None` when it is not `load a;
+/// [load b;] op; store` with each box exactly the op's operand (see the
+/// module docs).
+pub fn plan(code: &[VInstr]) -> Option<Forward> {
+    if !(3..=4).contains(&code.len()) {
+        return None;
+    }
+    let op_at = code.len() - 2;
+    let store_at = code.len() - 1;
+    let VInstr::Ub(op) = &code[op_at] else {
+        return None;
+    };
+    let gm = op.gm?;
+    let VInstr::Store { pattern: st, .. } = &code[store_at] else {
+        return None;
+    };
+    let n = op.args.n as u64;
+    // The box is exactly the op's `n` elements at UB `ub`, of its size.
+    let covers = |p: &dvm_isa::GmPattern, ub: u32| {
+        p.ub == ub && p.rows as u64 * p.pitch as u64 == n && p.dtype.size() == gm.size as u32
+    };
+    if !covers(st, op.args.dst) {
+        return None;
+    }
+    // The loads before the op, each feeding one of its sources.
+    let mut loads = [None::<(u8, &dvm_isa::GmPattern)>; 2];
+    for (i, v) in code[..op_at].iter().enumerate() {
+        let VInstr::Load { pattern, .. } = v else {
+            return None;
+        };
+        *loads.get_mut(i)? = Some((i as u8, pattern));
+    }
+    // The last load into a source's range is what the op reads.
+    let find = |ub: u32| {
+        loads
+            .iter()
+            .flatten()
+            .rev()
+            .find(|(_, p)| covers(p, ub))
+            .map(|&(i, p)| (i, p))
+    };
+    let (a, pa) = find(op.args.a)?;
+    let b = match gm.sources {
+        1 => None,
+        _ => Some(find(op.args.b)?),
+    };
+    // Every load feeds the op, and the stored buffer is not loaded.
+    let used = 1 + b.is_some_and(|(i, _)| i != a) as usize;
+    if used != op_at || pa.buf == st.buf || b.is_some_and(|(_, p)| p.buf == st.buf) {
+        return None;
+    }
+    Some(Forward {
+        a,
+        b: b.map(|(i, _)| i),
+        op: op_at as u8,
+        store: store_at as u8,
+    })
+}
+
+/// The pattern of the load or store at `i`.
+fn pattern(code: &[VInstr], i: u8) -> Option<&dvm_isa::GmPattern> {
+    match code.get(i as usize)? {
+        VInstr::Load { pattern, .. } | VInstr::Store { pattern, .. } => Some(pattern),
+        _ => None,
+    }
+}
+
+impl Forward {
+    /// Whether `bufs` allow forwarding: the stored buffer overlaps no
+    /// buffer the body loads from.
+    pub fn fits(&self, code: &[VInstr], bufs: &[GmBuf<'_>]) -> bool {
+        let range = |i: u8| {
+            let p = pattern(code, i)?;
+            let b = bufs.get(p.buf as usize)?;
+            let s = b.as_ptr() as usize;
+            Some((s, s.saturating_add(b.len())))
+        };
+        let Some((ws, we)) = range(self.store) else {
+            return false;
+        };
+        let apart = |i: u8| range(i).is_some_and(|(s, e)| e <= ws || we <= s || s == e);
+        apart(self.a) && self.b.is_none_or(apart)
+    }
+
+    /// Runs tile `coord` of the body `code` (body `body`, tile `t`) straight
+    /// over global memory. Returns `false`, having done nothing, when the
+    /// tile has a tail or padding: the caller runs it through UB.
+    ///
+    /// # Errors
+    /// [`ExecError::Fault`] when a box fails its bounds check (never for a
+    /// verified kernel under a checked launch); nothing is written then.
+    pub(crate) fn run_tile(
+        &self,
+        code: &[VInstr],
+        bufs: &[GmBuf<'_>],
+        coord: [u32; 3],
+        ub_len: usize,
+        (body, t): (usize, u32),
+    ) -> Result<bool, ExecError> {
+        let fault = |i: u8, fault: GmFault| ExecError::Fault {
+            body: body as u32,
+            instr: i as u32,
+            tile: t,
+            fault,
+        };
+        let Some(VInstr::Ub(op)) = code.get(self.op as usize) else {
+            return Ok(false);
+        };
+        let Some(gm) = op.gm else {
+            return Ok(false);
+        };
+        let n = op.args.n as usize;
+        // The box of instruction `i` and its buffer, checked.
+        let boxed = |i: u8| -> Result<(Geom, &GmBuf<'_>, usize), ExecError> {
+            let p = pattern(code, i).ok_or_else(|| fault(i, GmFault::Operand))?;
+            let buf = bufs
+                .get(p.buf as usize)
+                .ok_or_else(|| fault(i, GmFault::Operand))?;
+            let g = Geom::new(p, coord, buf.len(), ub_len).map_err(|e| fault(i, e))?;
+            Ok((g, buf, p.dtype.size() as usize))
+        };
+        let (ga, ba, sa) = boxed(self.a)?;
+        let b = self.b.map(boxed).transpose()?;
+        let (gs, bs, ss) = boxed(self.store)?;
+        if !ga.full_run(n) || !gs.full_run(n) || b.is_some_and(|(g, _, _)| !g.full_run(n)) {
+            return Ok(false);
+        }
+        let (Some(a), Some(bsrc)) = (
+            ga.gm_run(ba, sa),
+            match b {
+                Some((g, buf, s)) => g.gm_run(buf, s),
+                None => Some(&[][..]),
+            },
+        ) else {
+            return Ok(false);
+        };
+        // SAFETY: the stored buffer overlaps neither source buffer (`fits`,
+        // checked by the caller for this launch), so `a` and `bsrc` do not
+        // overlap it; other blocks write disjoint elements and read none of
+        // these (the `GmBuf` contract).
+        let Some(dst) = (unsafe { gs.gm_run_mut(bs, ss) }) else {
+            return Err(fault(self.store, GmFault::ReadOnly));
+        };
+        (gm.handler)(dst, a, bsrc, &op.args);
+        Ok(true)
+    }
+}

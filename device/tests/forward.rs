@@ -1,0 +1,281 @@
+//! Load-forwarded bodies (`dvm_device::forward`): a lone element-wise op
+//! between its loads and its store runs straight over global memory on full
+//! tiles and gives the same bytes as running through UB; bodies of any
+//! other form, tails and aliased buffers take the UB path.
+
+mod common;
+
+use common::*;
+use dvm_device::{run_all_blocks_sequentially, GmBuf, Launch, Program};
+use dvm_isa::{verify_kernel, DType, DeviceLimits, Instr, Module, ParamAccess, Scalar};
+
+const R: ParamAccess = ParamAccess::Read;
+const W: ParamAccess = ParamAccess::Write;
+
+/// `load a; [load b;] op; store` over `total` elements in tiles of `tile`
+/// (the last one a tail when `tile` does not divide `total`).
+fn module(dt: DType, tile: u32, total: u32, op: Instr, binary: bool) -> Vec<u8> {
+    let size = dt.size();
+    let bx = |buf: u8, ub: u32| {
+        GmBox::new(dt, buf, 1, tile)
+            .ub(ub)
+            .cols_tail(2, total)
+            .step([0, 0, tile as u64])
+    };
+    let (a, b) = (bx(0, 0), bx(1, tile * size));
+    let out = bx(if binary { 2 } else { 1 }, 2 * tile * size);
+    let mut code = vec![a.load()];
+    let mut params = vec![(dt, R)];
+    if binary {
+        code.push(b.load());
+        params.push((dt, R));
+    }
+    code.push(op);
+    code.push(out.store());
+    params.push((dt, W));
+    build(vec![K::vector(
+        3 * tile * size,
+        &params,
+        [1, 1, total.div_ceil(tile)],
+        code,
+    )])
+}
+
+/// Runs kernel 0 of `bytes` over `ins` into a zeroed output of `out_len`
+/// bytes, forwarded or not; also reports whether the body was forwarded.
+fn run(bytes: &[u8], ins: &[Buf], out_len: usize, forward: bool) -> (Buf, bool) {
+    let m = Module::parse(bytes).unwrap();
+    let vk = verify_kernel(&m, 0, &DeviceLimits::DEFAULT).unwrap();
+    let mut prog: Program = Program::new(&vk).unwrap();
+    let planned = prog.body_info(0).unwrap().forward.is_some();
+    if !forward {
+        prog.disable_forwarding();
+    }
+    let mut out = Buf::zeroed(out_len);
+    let mut gm: Vec<GmBuf<'_>> = ins.iter().map(|b| GmBuf::from_slice(b.bytes())).collect();
+    gm.push(GmBuf::from_mut_slice(out.bytes_mut()));
+    let launch = Launch::new(&vk, gm).unwrap();
+    let mut ub = ub();
+    run_all_blocks_sequentially(&prog, &launch, 3, ub.as_mut_slice()).unwrap();
+    drop(launch);
+    (out, planned)
+}
+
+#[test]
+fn forwarded_ops_match_the_ub_path() {
+    let mut rng = Rng(7);
+    let f32s = |rng: &mut Rng| Buf::from_f32(&rng.f32s(4099, -4.0, 4.0));
+    let (x, y) = (f32s(&mut rng), f32s(&mut rng));
+    let ints = |rng: &mut Rng| {
+        Buf::from_i32(
+            &(0..4099)
+                .map(|_| rng.next() as i32 % 1000)
+                .collect::<Vec<_>>(),
+        )
+    };
+    let (i, j) = (ints(&mut rng), ints(&mut rng));
+    let halves = Buf::from_u16(
+        &(0..4099)
+            .map(|k| half::f16::from_f32((k as f32 - 2000.0) / 300.0).to_bits())
+            .collect::<Vec<_>>(),
+    );
+    const F: DType = DType::F32;
+    for (what, dt, binary, ins) in [
+        ("add f32", F, true, vec![x.clone(), y.clone()]),
+        ("div f32", F, true, vec![x.clone(), y.clone()]),
+        ("max i32", DType::I32, true, vec![i.clone(), j.clone()]),
+        (
+            "sub f16",
+            DType::F16,
+            true,
+            vec![halves.clone(), halves.clone()],
+        ),
+        ("exp f32", F, false, vec![x.clone()]),
+        ("tanh f16", DType::F16, false, vec![halves.clone()]),
+        ("relu i32", DType::I32, false, vec![i.clone()]),
+        ("muls f32", F, false, vec![x.clone()]),
+        ("rsubs i32", DType::I32, false, vec![i.clone()]),
+        ("pows 2 f32", F, false, vec![x.clone()]),
+    ] {
+        let op = |tile: u32| -> Instr {
+            let s = dt.size();
+            let (dst, a, b) = (2 * tile * s, 0, tile * s);
+            match what {
+                "add f32" => Instr::Add {
+                    dt,
+                    dst,
+                    a,
+                    b,
+                    n: tile,
+                },
+                "div f32" => Instr::Div {
+                    dt,
+                    dst,
+                    a,
+                    b,
+                    n: tile,
+                },
+                "max i32" => Instr::Max {
+                    dt,
+                    dst,
+                    a,
+                    b,
+                    n: tile,
+                },
+                "sub f16" => Instr::Sub {
+                    dt,
+                    dst,
+                    a,
+                    b,
+                    n: tile,
+                },
+                "exp f32" => Instr::Exp {
+                    dt,
+                    dst,
+                    src: a,
+                    n: tile,
+                },
+                "tanh f16" => Instr::Tanh {
+                    dt,
+                    dst,
+                    src: a,
+                    n: tile,
+                },
+                "relu i32" => Instr::Relu {
+                    dt,
+                    dst,
+                    src: a,
+                    n: tile,
+                },
+                "muls f32" => Instr::MulS {
+                    dt,
+                    dst,
+                    a,
+                    n: tile,
+                    imm: Scalar::f32(0.5),
+                },
+                "rsubs i32" => Instr::RSubS {
+                    dt,
+                    dst,
+                    a,
+                    n: tile,
+                    imm: Scalar::i32(7),
+                },
+                _ => Instr::PowS {
+                    dt,
+                    dst,
+                    a,
+                    n: tile,
+                    imm: Scalar::f32(2.0),
+                },
+            }
+        };
+        check(dt, &op, binary, &ins, what);
+    }
+}
+
+/// Forwarded and staged runs of `op(tile)` agree byte for byte, with and
+/// without a tail tile.
+fn check(dt: DType, op: &dyn Fn(u32) -> Instr, binary: bool, ins: &[Buf], what: &str) {
+    let size = dt.size() as usize;
+    for (tile, total) in [(256, 1024), (256, 1000), (64, 37), (1024, 4099)] {
+        let bytes = module(dt, tile, total, op(tile), binary);
+        let ins: Vec<Buf> = ins
+            .iter()
+            .map(|b| Buf::from_bytes(&b.bytes()[..total as usize * size]))
+            .collect();
+        let (fwd, planned) = run(&bytes, &ins, total as usize * size, true);
+        let (staged, _) = run(&bytes, &ins, total as usize * size, false);
+        assert!(planned, "{what}: body not forwarded");
+        assert_eq!(fwd, staged, "{what}: tile {tile}, total {total}");
+    }
+}
+
+/// A one-source op reading `a`, writing `dst`, over `n` elements.
+fn exp(dst: u32, a: u32, n: u32) -> Instr {
+    Instr::Exp {
+        dt: DType::F32,
+        dst,
+        src: a,
+        n,
+    }
+}
+
+#[test]
+fn other_bodies_are_not_forwarded() {
+    let bx = |buf: u8, ub: u32| GmBox::new(DType::F32, buf, 1, 256).ub(ub).step([0, 0, 256]);
+    let params = [(DType::F32, R), (DType::F32, W)];
+    let planned = |code: Vec<Instr>| {
+        let bytes = build(vec![K::vector(4096, &params, [1, 1, 4], code)]);
+        program(&bytes, 0).body_info(0).unwrap().forward.is_some()
+    };
+    let (load, store) = (bx(0, 0).load(), bx(1, 1024).store());
+    assert!(planned(vec![load, exp(1024, 0, 256), store]));
+    // Two ops.
+    assert!(!planned(vec![
+        load,
+        exp(1024, 0, 256),
+        exp(1024, 1024, 256),
+        store
+    ]));
+    // The op does not read what was loaded, or writes elsewhere than stored.
+    assert!(!planned(vec![load, exp(1024, 2048, 256), store]));
+    assert!(!planned(vec![load, exp(2048, 0, 256), store]));
+    // The op covers part of the box.
+    assert!(!planned(vec![load, exp(1024, 0, 128), store]));
+    // A load the op does not read.
+    assert!(!planned(vec![
+        load,
+        bx(0, 3072).load(),
+        exp(1024, 0, 256),
+        store
+    ]));
+    // No element-wise GM handler (a reduction).
+    assert!(!planned(vec![
+        load,
+        Instr::ReduceSum {
+            dt: DType::F32,
+            axis: dvm_isa::Axis::Cols,
+            dst: 1024,
+            src: 0,
+            rows: 1,
+            cols: 256,
+        },
+        GmBox::new(DType::F32, 1, 1, 1)
+            .ub(1024)
+            .step([0, 0, 1])
+            .store(),
+    ]));
+}
+
+#[test]
+fn aliased_output_is_not_forwarded() {
+    let bx = |buf: u8, ub: u32| GmBox::new(DType::F32, buf, 1, 256).ub(ub).step([0, 0, 256]);
+    let params = [(DType::F32, R), (DType::F32, W)];
+    let bytes = build(vec![K::vector(
+        4096,
+        &params,
+        [1, 1, 4],
+        vec![bx(0, 0).load(), exp(1024, 0, 256), bx(1, 1024).store()],
+    )]);
+    let prog = program(&bytes, 0);
+    let fwd = prog.body_info(0).unwrap().forward.unwrap();
+    let mut x = Buf::from_f32(&Rng(3).f32s(1024, -2.0, 2.0));
+    let mut y = Buf::zeroed(4096);
+    let p = x.ptr();
+    // SAFETY: both views cover `x`'s 4096 bytes, used by this thread only
+    // while `aliased` lives (the `from_raw_parts` contract allows buffers
+    // of one launch to alias).
+    let aliased = unsafe {
+        [
+            GmBuf::from_raw_parts(p, 4096, false),
+            GmBuf::from_raw_parts(p, 4096, true),
+        ]
+    };
+    assert!(!fwd.fits(prog.body(0), &aliased));
+    let apart = [
+        GmBuf::from_slice(x.bytes()),
+        GmBuf::from_mut_slice(y.bytes_mut()),
+    ];
+    assert!(fwd.fits(prog.body(0), &apart));
+}
