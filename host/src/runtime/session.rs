@@ -225,12 +225,16 @@ fn bytemuck_bytes(v: &mut [u64]) -> &mut [u8] {
 
 impl Runtime {
     /// A runtime on `cores` cores with a cache of `cache_capacity` kernels.
+    /// It warms the compile path on the calling thread (see
+    /// [`crate::warm`]), so the first kernel it compiles there is as fast
+    /// as the next ones.
     pub fn new(cores: usize, cache_capacity: usize) -> Runtime {
         let pool = CpuPool::new(cores);
         let target = Target {
             cores: pool.cores() as u32,
             ..Target::default()
         };
+        crate::warm::warm_up(&target);
         Runtime {
             pool,
             cache: KernelCache::new(cache_capacity),

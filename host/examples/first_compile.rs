@@ -1,0 +1,69 @@
+//! The first compile in a fresh process, as a user sees it: optionally
+//! after creating a [`Runtime`], time one `build` of an operator instance
+//! and count the minor page faults it took (Linux `/proc/self/stat`).
+//!
+//! ```text
+//! cargo build --release -p dvm-host --example first_compile
+//! for i in 1 2 3; do target/release/examples/first_compile layernorm 512 runtime; done
+//! ```
+//!
+//! Arguments: op (`bias_add`, `softmax`, `layernorm`, `matmul+bias+gelu`),
+//! S (hidden is 768), and `runtime` to create a `Runtime` first (`bare`
+//! builds straight away).
+
+use std::time::Instant;
+
+use dvm_host::compile::Target;
+use dvm_host::demo::groups;
+use dvm_host::kernel::build;
+use dvm_host::runtime::Runtime;
+
+/// Minor page faults of this process so far (0 where `/proc` is missing).
+fn minor_faults() -> u64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    // Fields after the parenthesised command name; minflt is field 10.
+    stat.rsplit_once(')')
+        .and_then(|(_, rest)| rest.split_whitespace().nth(7))
+        .and_then(|f| f.parse().ok())
+        .unwrap_or(0)
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let op = args.get(1).map_or("layernorm", String::as_str);
+    let s: u64 = args.get(2).and_then(|a| a.parse().ok()).unwrap_or(512);
+    let with_runtime = args.get(3).is_some_and(|a| a == "runtime");
+    let Some((name, g)) = groups(s).into_iter().find(|(n, _)| *n == op) else {
+        eprintln!("unknown op `{op}`");
+        std::process::exit(2);
+    };
+    let (runtime, target) = if with_runtime {
+        let t = Instant::now();
+        let rt = Runtime::new(2, 64);
+        let us = t.elapsed().as_secs_f64() * 1e6;
+        let target = *rt.target();
+        (Some((rt, us)), target)
+    } else {
+        let target = Target {
+            cores: 2,
+            ..Target::default()
+        };
+        (None, target)
+    };
+    let mut times = [0f64; 3];
+    let mut faults = [0u64; 3];
+    for (t, f) in times.iter_mut().zip(&mut faults) {
+        let f0 = minor_faults();
+        let start = Instant::now();
+        std::hint::black_box(build(&g, name, &target).expect("builds"));
+        *t = start.elapsed().as_secs_f64() * 1e6;
+        *f = minor_faults() - f0;
+    }
+    let created = runtime.as_ref().map_or(String::new(), |(_, us)| {
+        format!(" (Runtime::new {us:.0} µs)")
+    });
+    println!(
+        "{op} S={s}{created}: first {:.1} µs ({} faults), then {:.1}, {:.1} µs",
+        times[0], faults[0], times[1], times[2]
+    );
+}
