@@ -41,6 +41,7 @@ macro_rules! define_isa {
             pub const ALL: &'static [Opcode] = &[ $(Opcode::$name),* ];
 
             /// Decodes an opcode byte.
+            #[inline]
             pub const fn from_u8(v: u8) -> Option<Opcode> {
                 match v {
                     $( $code => Some(Opcode::$name), )*
@@ -62,11 +63,13 @@ macro_rules! define_isa {
             }
 
             /// The pipe the instruction issues on.
+            #[inline]
             pub const fn pipe(self) -> $crate::word::Pipe {
                 match self { $( Opcode::$name => $crate::word::Pipe::$pipe, )* }
             }
 
             /// Encoded length in words, head included.
+            #[inline]
             pub const fn len_words(self) -> u8 {
                 // Each arm is a constant, evaluated at compile time.
                 match self {
@@ -93,6 +96,7 @@ macro_rules! define_isa {
 
         impl Instr {
             /// The opcode.
+            #[inline]
             pub const fn opcode(&self) -> Opcode {
                 match self { $( Instr::$name { .. } => Opcode::$name, )* }
             }
