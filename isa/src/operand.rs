@@ -29,6 +29,7 @@ pub trait Operand: Sized + Copy + PartialEq + fmt::Debug {
     fn parse_text(s: &str, ctx: Option<DType>) -> Option<Self>;
     /// The value from its raw field bits (as [`Operand::pack`] writes them);
     /// `None` when the bits are not a valid value.
+    #[inline]
     fn from_raw(bits: u64) -> Option<Self> {
         // Fields start at bit 32 of the head; a 64-bit field in the next word.
         let mut words = [zerocopy::little_endian::U64::new(0); 2];

@@ -33,7 +33,9 @@ use crate::access::{AccessKind, GmAccess, GmKind, GmPattern};
 use crate::dtype::{DType, DTypeSet};
 use crate::error::DecodeError;
 use crate::instr::{Instr, Opcode};
-use crate::module::{features, instr_features, KernelKind, KernelRef, Module, Param, ParamAccess};
+use crate::module::{
+    dtype_features, features, opcode_features, KernelKind, KernelRef, Module, Param, ParamAccess,
+};
 use crate::operand::GridDim;
 use crate::word::{Head, Pipe};
 
@@ -524,14 +526,12 @@ fn check_instr(
             mask: head.wait.bits(),
         });
     }
-    // Features.
-    let missing = instr_features(instr) & !declared;
-    if missing != 0 {
-        return Err(Rule::UndeclaredFeature(missing));
-    }
-    // Dtypes.
+    // Features (those of `instr_features`, gathered in the same pass over
+    // the dtype fields as their rules), then dtypes.
+    let mut needed = opcode_features(op);
     let mut bad = None;
     instr.dtype_rules(|field, dtype, allowed| {
+        needed |= dtype_features(dtype);
         if bad.is_none() && !allowed.contains(dtype) {
             bad = Some(Rule::DType {
                 opcode: op,
@@ -541,6 +541,10 @@ fn check_instr(
             });
         }
     });
+    let missing = needed & !declared;
+    if missing != 0 {
+        return Err(Rule::UndeclaredFeature(missing));
+    }
     if let Some(rule) = bad {
         return Err(rule);
     }
