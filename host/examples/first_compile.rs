@@ -8,8 +8,9 @@
 //! ```
 //!
 //! Arguments: op (`bias_add`, `softmax`, `layernorm`, `matmul+bias+gelu`),
-//! S (hidden is 768), and `runtime` to create a `Runtime` first (`bare`
-//! builds straight away).
+//! S (hidden is 768), and `runtime` to create a `Runtime` first, `warm` to
+//! call only [`dvm_host::warm::warm_up`] (timed), `bare` to build straight
+//! away.
 
 use std::time::Instant;
 
@@ -48,6 +49,11 @@ fn main() {
             cores: 2,
             ..Target::default()
         };
+        if args.get(3).is_some_and(|a| a == "warm") {
+            let t = Instant::now();
+            dvm_host::warm::warm_up(&target);
+            println!("warm_up: {:.0} µs", t.elapsed().as_secs_f64() * 1e6);
+        }
         (None, target)
     };
     let mut times = [0f64; 3];

@@ -144,11 +144,21 @@ impl BuildScratch {
             kernels: Vec::with_capacity(1),
             bodies: Vec::with_capacity(16),
             params: Vec::with_capacity(16),
-            // The code of any kernel the executor can hold.
-            code: Vec::with_capacity(BODY_WORDS),
+            // The code of any kernel the executor can hold, faulted in.
+            code: touched(BODY_WORDS),
             meta: Vec::with_capacity(1024),
         }
     }
+}
+
+/// An empty vector with room for `words` words, its memory written once so
+/// that filling it later does not page-fault.
+fn touched(words: usize) -> Vec<u64> {
+    // Not `vec![0; n]`: calloc may hand out fresh zero pages untouched.
+    let mut v = Vec::with_capacity(words);
+    v.resize(words, 0);
+    v.clear();
+    v
 }
 
 thread_local! {

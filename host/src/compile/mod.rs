@@ -156,6 +156,9 @@ impl Scratch {
         s.tiled.offsets.reserve(16);
         s.tiled.grid.reserve(view::MAX_RANK + 2);
         s.tiled.body_dims.reserve(view::MAX_RANK);
+        // The first body's writer now, its memory faulted in: the first
+        // long kernel then does not fault page by page.
+        s.clear_bodies(1);
         s
     }
 
@@ -175,7 +178,7 @@ impl Scratch {
             } else {
                 256
             };
-            self.bodies.push(CodeWriter::with_capacity(words));
+            self.bodies.push(CodeWriter::with_capacity_touched(words));
         }
         for b in &mut self.bodies[..n] {
             b.clear();
