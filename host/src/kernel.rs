@@ -144,21 +144,20 @@ impl BuildScratch {
             kernels: Vec::with_capacity(1),
             bodies: Vec::with_capacity(16),
             params: Vec::with_capacity(16),
-            // The code of any kernel the executor can hold, faulted in.
-            code: touched(BODY_WORDS),
+            // The code of any kernel the executor can hold.
+            code: Vec::with_capacity(BODY_WORDS),
             meta: Vec::with_capacity(1024),
         }
     }
-}
 
-/// An empty vector with room for `words` words, its memory written once so
-/// that filling it later does not page-fault.
-fn touched(words: usize) -> Vec<u64> {
-    // Not `vec![0; n]`: calloc may hand out fresh zero pages untouched.
-    let mut v = Vec::with_capacity(words);
-    v.resize(words, 0);
-    v.clear();
-    v
+    /// Faults in the buffers a long kernel fills (the module's code and the
+    /// compiler's first body), so the first one does not page-fault.
+    fn touch(&mut self) {
+        self.compile.touch();
+        self.code.clear();
+        self.code.resize(self.code.capacity(), 0);
+        self.code.clear();
+    }
 }
 
 thread_local! {
@@ -177,6 +176,16 @@ pub fn build(group: &Group, name: &str, target: &Target) -> Result<Arc<ReadyKern
         Ok(mut sc) => build_with(&mut sc, group, name, target),
         Err(_) => build_with(&mut BuildScratch::new(), group, name, target),
     })
+}
+
+/// Creates this thread's compile scratch if needed and faults in its
+/// buffers: part of [`crate::warm::warm_up`].
+pub(crate) fn touch_scratch() {
+    BUILD.with(|cell| {
+        if let Ok(mut sc) = cell.try_borrow_mut() {
+            sc.touch();
+        }
+    });
 }
 
 fn build_with(

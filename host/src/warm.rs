@@ -1,10 +1,11 @@
 //! Warming the compile path: a process's first compile is several times
 //! slower than the next ones (the compiler's code pages are faulted in, the
 //! per-thread scratch is allocated and grown, caches and branch predictors
-//! are cold). [`warm_up`] pays that once, up front: it compiles a small set
-//! of kernels that exercise the element-wise, reduce and matmul paths
-//! (tiling, encoding, verifying and predecoding the common instructions)
-//! on the calling thread and throws them away. [`crate::runtime::Runtime::new`]
+//! are cold). [`warm_up`] pays that once, up front: it faults in the
+//! calling thread's compile scratch, then compiles a small set of kernels
+//! that exercise the element-wise, reduce and matmul paths (tiling,
+//! encoding, verifying and predecoding the common instructions) and throws
+//! them away. Call it on any other thread that will compile. [`crate::runtime::Runtime::new`]
 //! calls it, so a user's first compile after creating a runtime is warm.
 
 use dvm_isa::{DType, Opcode};
@@ -21,6 +22,7 @@ const COLS: u64 = 320;
 /// them (nothing is cached). Failures are ignored: warming is an
 /// optimisation, and a target the warm-up groups do not fit still works.
 pub fn warm_up(target: &Target) {
+    crate::kernel::touch_scratch();
     for g in groups() {
         let _ = std::hint::black_box(build(&g, "warm_up", target));
     }

@@ -40,15 +40,13 @@ impl CodeWriter {
         }
     }
 
-    /// [`CodeWriter::with_capacity`] with the whole capacity written once
-    /// (then cleared), so the memory is faulted in now rather than page by
-    /// page as code is first written (for per-thread scratch writers that
-    /// compile-time-critical code reuses).
-    pub fn with_capacity_touched(words: usize) -> CodeWriter {
-        let mut w = CodeWriter::with_capacity(words);
-        w.words.resize(words, 0);
-        w.words.clear();
-        w
+    /// Clears the writer and writes its whole capacity once, so the memory
+    /// is faulted in now rather than page by page as code is first written
+    /// (for scratch writers that compile-time-critical code reuses).
+    pub fn clear_touched(&mut self) {
+        self.clear();
+        self.words.resize(self.words.capacity(), 0);
+        self.words.clear();
     }
 
     /// Clears the writer for reuse, keeping its allocation.

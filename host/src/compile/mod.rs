@@ -156,10 +156,15 @@ impl Scratch {
         s.tiled.offsets.reserve(16);
         s.tiled.grid.reserve(view::MAX_RANK + 2);
         s.tiled.body_dims.reserve(view::MAX_RANK);
-        // The first body's writer now, its memory faulted in: the first
-        // long kernel then does not fault page by page.
-        s.clear_bodies(1);
         s
+    }
+
+    /// Faults in the first body's code buffer (creating it), so the first
+    /// long kernel compiled with this scratch does not page-fault as its
+    /// code is written (see [`crate::warm`]).
+    pub fn touch(&mut self) {
+        self.clear_bodies(1);
+        self.bodies[0].clear_touched();
     }
 
     /// The bodies' code written by the last [`compile_into`] (use the first
@@ -178,7 +183,7 @@ impl Scratch {
             } else {
                 256
             };
-            self.bodies.push(CodeWriter::with_capacity_touched(words));
+            self.bodies.push(CodeWriter::with_capacity(words));
         }
         for b in &mut self.bodies[..n] {
             b.clear();
