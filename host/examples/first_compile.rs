@@ -1,6 +1,7 @@
 //! The first compile in a fresh process, as a user sees it: optionally
 //! after creating a [`Runtime`], time one `build` of an operator instance
-//! and count the minor page faults it took (Linux `/proc/self/stat`).
+//! and count the minor page faults taken meanwhile (Linux `/proc/self/stat`:
+//! the whole process, so a runtime's workers starting up count too).
 //!
 //! ```text
 //! cargo build --release -p dvm-host --example first_compile
@@ -20,7 +21,8 @@ use dvm_host::demo::groups;
 use dvm_host::kernel::build;
 use dvm_host::runtime::Runtime;
 
-/// Minor page faults of this process so far (0 where `/proc` is missing).
+/// Minor page faults of this process (every thread) so far (0 where
+/// `/proc` is missing).
 fn minor_faults() -> u64 {
     let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
     // Fields after the parenthesised command name; minflt is field 10.
