@@ -149,6 +149,15 @@ impl BuildScratch {
             meta: Vec::with_capacity(1024),
         }
     }
+
+    /// Faults in the buffers a long kernel fills (the module's code and the
+    /// compiler's first body), so the first one does not page-fault.
+    fn touch(&mut self) {
+        self.compile.touch();
+        self.code.clear();
+        self.code.resize(self.code.capacity(), 0);
+        self.code.clear();
+    }
 }
 
 thread_local! {
@@ -167,6 +176,16 @@ pub fn build(group: &Group, name: &str, target: &Target) -> Result<Arc<ReadyKern
         Ok(mut sc) => build_with(&mut sc, group, name, target),
         Err(_) => build_with(&mut BuildScratch::new(), group, name, target),
     })
+}
+
+/// Creates this thread's compile scratch if needed and faults in its
+/// buffers: part of [`crate::warm::warm_up`].
+pub(crate) fn touch_scratch() {
+    BUILD.with(|cell| {
+        if let Ok(mut sc) = cell.try_borrow_mut() {
+            sc.touch();
+        }
+    });
 }
 
 fn build_with(

@@ -12,6 +12,7 @@
 //! - [`lower`]: a graph at concrete shapes → buffers, views and kernel groups.
 //! - [`compile`]: the runtime operator compiler (group → bytecode).
 //! - [`kernel`]: group → verified, predecoded kernel.
+//! - [`warm`]: warming the compile path before the first real compile.
 //! - [`runtime`]: CPU worker pool, kernel cache, sessions, the QEMU device.
 //! - [`models`]: model graphs (the demo's encoder block).
 //! - [`demo`]: `dvm demo`.
@@ -29,3 +30,4 @@ pub mod reference;
 pub mod runtime;
 pub mod sym;
 pub mod tensor;
+pub mod warm;

@@ -4,6 +4,7 @@
 //! verifier, the simulator and the executor; nothing else re-derives them.
 
 use crate::dtype::DType;
+use crate::instr::MAX_UB_ACCESSES;
 use crate::operand::GridDim;
 
 /// Whether an access reads or writes.
@@ -38,6 +39,41 @@ impl UbAccess {
     /// One past the last byte, or `None` on overflow.
     pub fn end(&self) -> Option<u64> {
         (self.addr as u64).checked_add(self.bytes()?)
+    }
+}
+
+/// The UB ranges of one instruction (see [`crate::Instr::ub_accesses`]):
+/// a fixed-capacity list, [`MAX_UB_ACCESSES`] long, no allocation.
+#[derive(Clone, Copy, Debug)]
+pub struct UbAccesses {
+    items: [UbAccess; MAX_UB_ACCESSES],
+    len: usize,
+}
+
+impl UbAccesses {
+    const UNUSED: UbAccess = UbAccess {
+        kind: AccessKind::Read,
+        field: "",
+        addr: 0,
+        elems: 0,
+        dtype: DType::Bool,
+    };
+
+    /// The list holding one table row's accesses. A row longer than the
+    /// capacity does not compile, so no access is ever dropped.
+    #[inline]
+    pub(crate) fn from_row<const N: usize>(row: [UbAccess; N]) -> UbAccesses {
+        const { assert!(N <= MAX_UB_ACCESSES) };
+        let mut items = [UbAccesses::UNUSED; MAX_UB_ACCESSES];
+        items[..N].copy_from_slice(&row);
+        UbAccesses { items, len: N }
+    }
+
+    /// The accesses, in table order.
+    #[inline]
+    pub fn as_slice(&self) -> &[UbAccess] {
+        // `len <= MAX_UB_ACCESSES` by construction.
+        self.items.get(..self.len).unwrap_or(&[])
     }
 }
 

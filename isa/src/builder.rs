@@ -40,6 +40,15 @@ impl CodeWriter {
         }
     }
 
+    /// Clears the writer and writes its whole capacity once, so the memory
+    /// is faulted in now rather than page by page as code is first written
+    /// (for scratch writers that compile-time-critical code reuses).
+    pub fn clear_touched(&mut self) {
+        self.clear();
+        self.words.resize(self.words.capacity(), 0);
+        self.words.clear();
+    }
+
     /// Clears the writer for reuse, keeping its allocation.
     pub fn clear(&mut self) {
         self.words.clear();

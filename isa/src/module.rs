@@ -58,19 +58,31 @@ pub mod features {
 
 /// The feature bits an instruction needs.
 pub fn instr_features(instr: &crate::instr::Instr) -> u64 {
+    let mut f = opcode_features(instr.opcode());
+    instr.dtype_rules(|_, d, _| f |= dtype_features(d));
+    f
+}
+
+/// The feature bits an instruction needs for one of its dtype fields (the
+/// part of [`instr_features`] that depends on the dtypes).
+#[inline]
+pub const fn dtype_features(d: DType) -> u64 {
+    match d {
+        DType::F16 => features::F16,
+        DType::BF16 => features::BF16,
+        _ => 0,
+    }
+}
+
+/// The feature bits an opcode needs whatever its dtypes (the rest of
+/// [`instr_features`]).
+#[inline]
+pub const fn opcode_features(op: crate::instr::Opcode) -> u64 {
     use crate::instr::Opcode;
-    let mut f = 0;
-    instr.dtype_rules(|_, d, _| {
-        f |= match d {
-            DType::F16 => features::F16,
-            DType::BF16 => features::BF16,
-            _ => 0,
-        }
-    });
-    match instr.opcode() {
-        Opcode::Matmul => f | features::CUBE,
-        Opcode::StoreAdd => f | features::ATOMIC_ADD,
-        _ => f,
+    match op {
+        Opcode::Matmul => features::CUBE,
+        Opcode::StoreAdd => features::ATOMIC_ADD,
+        _ => 0,
     }
 }
 

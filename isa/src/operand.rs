@@ -29,6 +29,7 @@ pub trait Operand: Sized + Copy + PartialEq + fmt::Debug {
     fn parse_text(s: &str, ctx: Option<DType>) -> Option<Self>;
     /// The value from its raw field bits (as [`Operand::pack`] writes them);
     /// `None` when the bits are not a valid value.
+    #[inline]
     fn from_raw(bits: u64) -> Option<Self> {
         // Fields start at bit 32 of the head; a 64-bit field in the next word.
         let mut words = [zerocopy::little_endian::U64::new(0); 2];
@@ -57,9 +58,11 @@ macro_rules! int_operand {
     ($t:ty, $put:ident, $get:ident) => {
         impl Operand for $t {
             const BITS: u32 = <$t>::BITS;
+            #[inline(always)]
             fn pack(&self, p: &mut Packer) {
                 p.$put(*self);
             }
+            #[inline(always)]
             fn unpack(u: &mut Unpacker<'_>) -> Result<Self, DecodeError> {
                 u.$get()
             }
@@ -90,9 +93,11 @@ impl Operand for DType {
     fn sample(bits: u64) -> Self {
         DType::ALL[(bits % 6) as usize]
     }
+    #[inline(always)]
     fn pack(&self, p: &mut Packer) {
         p.put_u8(*self as u8);
     }
+    #[inline(always)]
     fn unpack(u: &mut Unpacker<'_>) -> Result<Self, DecodeError> {
         let v = u.get_u8()?;
         DType::from_u8(v).ok_or(DecodeError::BadDType(v))
@@ -137,9 +142,11 @@ impl Operand for Scalar {
     fn sample(bits: u64) -> Self {
         Scalar(bits as u32)
     }
+    #[inline(always)]
     fn pack(&self, p: &mut Packer) {
         p.put_u32(self.0);
     }
+    #[inline(always)]
     fn unpack(u: &mut Unpacker<'_>) -> Result<Self, DecodeError> {
         Ok(Scalar(u.get_u32()?))
     }
@@ -202,12 +209,14 @@ impl Operand for GridDim {
             d => GridDim::Dim(d as u8),
         }
     }
+    #[inline(always)]
     fn pack(&self, p: &mut Packer) {
         p.put_u8(match self {
             GridDim::None => 0xff,
             GridDim::Dim(d) => *d,
         });
     }
+    #[inline(always)]
     fn unpack(u: &mut Unpacker<'_>) -> Result<Self, DecodeError> {
         match u.get_u8()? {
             0xff => Ok(GridDim::None),
@@ -253,9 +262,11 @@ impl Operand for Axis {
             Axis::Cols
         }
     }
+    #[inline(always)]
     fn pack(&self, p: &mut Packer) {
         p.put_u8(*self as u8);
     }
+    #[inline(always)]
     fn unpack(u: &mut Unpacker<'_>) -> Result<Self, DecodeError> {
         match u.get_u8()? {
             0 => Ok(Axis::Rows),
@@ -300,9 +311,11 @@ impl Operand for PadMode {
             PadMode::Fill
         }
     }
+    #[inline(always)]
     fn pack(&self, p: &mut Packer) {
         p.put_u8(*self as u8);
     }
+    #[inline(always)]
     fn unpack(u: &mut Unpacker<'_>) -> Result<Self, DecodeError> {
         match u.get_u8()? {
             0 => Ok(PadMode::Keep),
@@ -356,9 +369,11 @@ impl Operand for MmFlags {
             accumulate: bits & 4 != 0,
         }
     }
+    #[inline(always)]
     fn pack(&self, p: &mut Packer) {
         p.put_u8(self.bits());
     }
+    #[inline(always)]
     fn unpack(u: &mut Unpacker<'_>) -> Result<Self, DecodeError> {
         let v = u.get_u8()?;
         if v > 0b111 {

@@ -41,6 +41,7 @@ macro_rules! define_isa {
             pub const ALL: &'static [Opcode] = &[ $(Opcode::$name),* ];
 
             /// Decodes an opcode byte.
+            #[inline]
             pub const fn from_u8(v: u8) -> Option<Opcode> {
                 match v {
                     $( $code => Some(Opcode::$name), )*
@@ -62,11 +63,13 @@ macro_rules! define_isa {
             }
 
             /// The pipe the instruction issues on.
+            #[inline]
             pub const fn pipe(self) -> $crate::word::Pipe {
                 match self { $( Opcode::$name => $crate::word::Pipe::$pipe, )* }
             }
 
             /// Encoded length in words, head included.
+            #[inline]
             pub const fn len_words(self) -> u8 {
                 // Each arm is a constant, evaluated at compile time.
                 match self {
@@ -84,6 +87,24 @@ macro_rules! define_isa {
             }
         }
 
+        /// Most UB ranges one instruction touches: the longest `ub` list of
+        /// the table, the capacity of [`UbAccesses`]($crate::access::UbAccesses).
+        pub const MAX_UB_ACCESSES: usize = {
+            let counts: &[usize] = &[ $( {
+                let fields: &[&str] = &[ $(stringify!($acc)),* ];
+                fields.len()
+            } ),* ];
+            let mut max = 0;
+            let mut i = 0;
+            while i < counts.len() {
+                if counts[i] > max {
+                    max = counts[i];
+                }
+                i += 1;
+            }
+            max
+        };
+
         /// A decoded instruction: opcode plus typed operands.
         #[derive(Clone, Copy, Debug, PartialEq)]
         #[allow(missing_docs)]
@@ -93,6 +114,7 @@ macro_rules! define_isa {
 
         impl Instr {
             /// The opcode.
+            #[inline]
             pub const fn opcode(&self) -> Opcode {
                 match self { $( Instr::$name { .. } => Opcode::$name, )* }
             }
@@ -185,6 +207,27 @@ macro_rules! define_isa {
                     } )*
                 }
                 Ok(())
+            }
+
+            /// The UB ranges the instruction reads or writes, in table order:
+            /// what [`Instr::for_each_ub`] visits, as a list the verifier can
+            /// index (its capacity is the table's longest row, so nothing is
+            /// ever dropped).
+            #[inline]
+            pub fn ub_accesses(&self) -> $crate::access::UbAccesses {
+                #[allow(unused_imports)]
+                use $crate::access::AccessKind::{Read as read, Write as write};
+                match *self {
+                    $( #[allow(unused_variables)] Instr::$name { $($field),* } => {
+                        $crate::access::UbAccesses::from_row([ $( $crate::access::UbAccess {
+                            kind: $acc,
+                            field: stringify!($addr),
+                            addr: $addr,
+                            elems: $elems,
+                            dtype: $adt,
+                        } ),* ])
+                    } )*
+                }
             }
 
             /// The global-memory access of a load or store.

@@ -33,7 +33,9 @@ use crate::access::{AccessKind, GmAccess, GmKind, GmPattern};
 use crate::dtype::{DType, DTypeSet};
 use crate::error::DecodeError;
 use crate::instr::{Instr, Opcode};
-use crate::module::{features, instr_features, KernelKind, KernelRef, Module, Param, ParamAccess};
+use crate::module::{
+    dtype_features, features, opcode_features, KernelKind, KernelRef, Module, Param, ParamAccess,
+};
 use crate::operand::GridDim;
 use crate::word::{Head, Pipe};
 
@@ -524,14 +526,12 @@ fn check_instr(
             mask: head.wait.bits(),
         });
     }
-    // Features.
-    let missing = instr_features(instr) & !declared;
-    if missing != 0 {
-        return Err(Rule::UndeclaredFeature(missing));
-    }
-    // Dtypes.
+    // Features (those of `instr_features`, gathered in the same pass over
+    // the dtype fields as their rules), then dtypes.
+    let mut needed = opcode_features(op);
     let mut bad = None;
     instr.dtype_rules(|field, dtype, allowed| {
+        needed |= dtype_features(dtype);
         if bad.is_none() && !allowed.contains(dtype) {
             bad = Some(Rule::DType {
                 opcode: op,
@@ -541,6 +541,10 @@ fn check_instr(
             });
         }
     });
+    let missing = needed & !declared;
+    if missing != 0 {
+        return Err(Rule::UndeclaredFeature(missing));
+    }
     if let Some(rule) = bad {
         return Err(rule);
     }
@@ -562,7 +566,9 @@ fn check_instr(
         return Err(Rule::ZeroExtent(field));
     }
     // UB ranges: aligned and inside the kernel's UB.
-    instr.for_each_ub(|a| {
+    let accesses = instr.ub_accesses();
+    let accesses = accesses.as_slice();
+    for a in accesses {
         let align = a.dtype.size();
         if a.addr % align != 0 {
             return Err(Rule::Misaligned {
@@ -580,39 +586,30 @@ fn check_instr(
                 ub_bytes: kernel.ub_bytes,
             });
         }
-        Ok(())
-    })?;
+    }
     // Every pair of ranges where one is written: disjoint, or identical for
     // element-wise instructions (a read and a write of the same elements).
-    // Pairs are enumerated by nesting the table's own iteration, so no
-    // fixed-capacity list can silently drop an access.
+    // The list holds every access of the table's row (its capacity is the
+    // longest row), so every pair is checked.
     let elementwise = is_elementwise(op);
-    let mut i = 0usize;
-    instr.for_each_ub(|x| {
-        let mut j = 0usize;
-        let pair = instr.for_each_ub(|y| {
-            let later = j > i;
-            j += 1;
-            if !later || (x.kind == AccessKind::Read && y.kind == AccessKind::Read) {
-                return Ok(());
+    for (i, x) in accesses.iter().enumerate() {
+        for y in &accesses[i + 1..] {
+            if x.kind == AccessKind::Read && y.kind == AccessKind::Read {
+                continue;
             }
             let (xs, xe) = (x.addr as u64, x.end().unwrap_or(u64::MAX));
             let (ys, ye) = (y.addr as u64, y.end().unwrap_or(u64::MAX));
             let disjoint = xe <= ys || ye <= xs;
             let identical = xs == ys && xe == ye && x.dtype.size() == y.dtype.size();
             let both_write = x.kind == AccessKind::Write && y.kind == AccessKind::Write;
-            if disjoint || (identical && elementwise && !both_write) {
-                Ok(())
-            } else {
-                Err(Rule::Overlap {
+            if !(disjoint || (identical && elementwise && !both_write)) {
+                return Err(Rule::Overlap {
                     a: x.field,
                     b: y.field,
-                })
+                });
             }
-        });
-        i += 1;
-        pair
-    })?;
+        }
+    }
     // Global memory.
     if let Some(gm) = instr.gm() {
         check_gm(&gm, kernel, grid, need)?;

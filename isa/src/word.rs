@@ -214,6 +214,7 @@ impl Packer {
         }
     }
 
+    #[inline(always)]
     fn put(&mut self, value: u64, width: u32) {
         self.bit = self.bit.next_multiple_of(width);
         let word = (self.bit / 64) as usize;
@@ -225,18 +226,22 @@ impl Packer {
     }
 
     /// Appends an 8-bit field.
+    #[inline(always)]
     pub fn put_u8(&mut self, v: u8) {
         self.put(v as u64, 8);
     }
     /// Appends a 16-bit field.
+    #[inline(always)]
     pub fn put_u16(&mut self, v: u16) {
         self.put(v as u64, 16);
     }
     /// Appends a 32-bit field.
+    #[inline(always)]
     pub fn put_u32(&mut self, v: u32) {
         self.put(v as u64, 32);
     }
     /// Appends a 64-bit field.
+    #[inline(always)]
     pub fn put_u64(&mut self, v: u64) {
         self.put(v, 64);
     }
@@ -274,6 +279,7 @@ impl<'a> Unpacker<'a> {
         }
     }
 
+    #[inline(always)]
     fn get(&mut self, width: u32) -> Result<u64, DecodeError> {
         let aligned = self.bit.next_multiple_of(width);
         if aligned != self.bit {
@@ -318,6 +324,7 @@ impl<'a> Unpacker<'a> {
     ///
     /// # Errors
     /// [`DecodeError::OperandsTruncated`] past the instruction's end.
+    #[inline(always)]
     pub fn get_u8(&mut self) -> Result<u8, DecodeError> {
         Ok(self.get(8)? as u8)
     }
@@ -325,6 +332,7 @@ impl<'a> Unpacker<'a> {
     ///
     /// # Errors
     /// [`DecodeError::OperandsTruncated`] past the instruction's end.
+    #[inline(always)]
     pub fn get_u16(&mut self) -> Result<u16, DecodeError> {
         Ok(self.get(16)? as u16)
     }
@@ -332,6 +340,7 @@ impl<'a> Unpacker<'a> {
     ///
     /// # Errors
     /// [`DecodeError::OperandsTruncated`] past the instruction's end.
+    #[inline(always)]
     pub fn get_u32(&mut self) -> Result<u32, DecodeError> {
         Ok(self.get(32)? as u32)
     }
@@ -339,6 +348,7 @@ impl<'a> Unpacker<'a> {
     ///
     /// # Errors
     /// [`DecodeError::OperandsTruncated`] past the instruction's end.
+    #[inline(always)]
     pub fn get_u64(&mut self) -> Result<u64, DecodeError> {
         self.get(64)
     }

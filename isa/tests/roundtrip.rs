@@ -41,6 +41,30 @@ fn opcodes_and_mnemonics_are_unique() {
     }
 }
 
+/// The verifier's list of UB accesses is exactly what the table's own walk
+/// visits, for every opcode, and its capacity is the longest row.
+#[test]
+fn ub_access_list_matches_the_table_walk() {
+    let mut longest = 0;
+    for (i, &op) in Opcode::ALL.iter().enumerate() {
+        let mut bits = 0x9e37_79b9_7f4a_7c15u64.wrapping_mul(i as u64 + 1);
+        let instr = Instr::sample(op, &mut || {
+            bits = bits.rotate_left(13).wrapping_add(0x6a09_e667);
+            bits
+        });
+        let mut walked = Vec::new();
+        instr
+            .for_each_ub(|a| {
+                walked.push(a);
+                Ok::<(), ()>(())
+            })
+            .unwrap();
+        assert_eq!(instr.ub_accesses().as_slice(), walked.as_slice(), "{op:?}");
+        longest = longest.max(walked.len());
+    }
+    assert_eq!(dvm_isa::instr::MAX_UB_ACCESSES, longest);
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(64))]
 

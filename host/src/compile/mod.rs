@@ -159,6 +159,14 @@ impl Scratch {
         s
     }
 
+    /// Faults in the first body's code buffer (creating it), so the first
+    /// long kernel compiled with this scratch does not page-fault as its
+    /// code is written (see [`crate::warm`]).
+    pub fn touch(&mut self) {
+        self.clear_bodies(1);
+        self.bodies[0].clear_touched();
+    }
+
     /// The bodies' code written by the last [`compile_into`] (use the first
     /// [`Summary::bodies`]).
     pub fn bodies(&self) -> &[CodeWriter] {

@@ -60,6 +60,8 @@ struct Shared {
     stats_tiles: AtomicU64,
     stats_instrs: AtomicU64,
     shutdown: AtomicU32,
+    /// Workers that have finished starting up (their UB allocated).
+    ready: AtomicUsize,
 }
 
 #[derive(Clone, Copy)]
@@ -136,6 +138,7 @@ impl CpuPool {
             stats_tiles: AtomicU64::new(0),
             stats_instrs: AtomicU64::new(0),
             shutdown: AtomicU32::new(0),
+            ready: AtomicUsize::new(0),
         });
         let workers = (1..cores)
             .map(|idx| {
@@ -152,6 +155,21 @@ impl CpuPool {
             ub: Mutex::new(Box::default()),
             launch_lock: Mutex::new(()),
         }
+    }
+
+    /// Waits (yielding, at most `limit`) until every worker has started
+    /// and allocated its UB, so their start-up (page faults included) does
+    /// not run alongside what the caller does next. Returns whether they
+    /// all did in time; a pool works either way.
+    pub fn wait_ready(&self, limit: Duration) -> bool {
+        let start = Instant::now();
+        while self.shared.ready.load(Ordering::Acquire) < self.workers.len() {
+            if start.elapsed() >= limit {
+                return false;
+            }
+            std::thread::yield_now();
+        }
+        true
     }
 
     /// Participants (blocks a launch can use at once).
@@ -259,6 +277,7 @@ fn run_one(
 
 fn worker(shared: Arc<Shared>, idx: u32) {
     let mut ub: Box<UbStorage> = Box::default();
+    shared.ready.fetch_add(1, Ordering::Release);
     let mut seen = 0u64;
     loop {
         // Spin for a while on the generation, then park on the condvar.

@@ -225,12 +225,17 @@ fn bytemuck_bytes(v: &mut [u64]) -> &mut [u8] {
 
 impl Runtime {
     /// A runtime on `cores` cores with a cache of `cache_capacity` kernels.
+    /// It waits (at most 100 ms) for the workers to start, then warms the
+    /// compile path on the calling thread (see [`crate::warm`]), last, so
+    /// the first kernel it compiles there is as fast as the next ones.
     pub fn new(cores: usize, cache_capacity: usize) -> Runtime {
         let pool = CpuPool::new(cores);
         let target = Target {
             cores: pool.cores() as u32,
             ..Target::default()
         };
+        pool.wait_ready(std::time::Duration::from_millis(100));
+        crate::warm::warm_up(&target);
         Runtime {
             pool,
             cache: KernelCache::new(cache_capacity),
