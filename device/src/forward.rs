@@ -1,9 +1,10 @@
-//! Load-forwarded bodies: one element-wise instruction run straight over
-//! global memory.
+//! Load-forwarded bodies: one element-wise instruction, or one fold along
+//! the columns, run straight over global memory.
 //!
 //! The compiler's kernel for a lone element-wise operator (an unfused
-//! `add`, `exp`, `muls`, …) is `load a; [load b;] op; store`: the tile goes
-//! to UB and back for one pass of arithmetic. On a CPU that staging costs
+//! `add`, `exp`, `muls`, …) is `load a; [load b;] op; store`, and for a
+//! row reduction `load x; rsum; store`: the tile goes to UB and back for
+//! one pass of arithmetic. On a CPU that staging costs
 //! more than the arithmetic when the tensors come from DRAM: the loads, the
 //! op and the store run one after the other, so the core has only one
 //! memory stream in flight at a time. When a body has exactly that form,
@@ -50,12 +51,12 @@ pub fn plan(code: &[VInstr]) -> Option<Forward> {
     let VInstr::Store { pattern: st, .. } = &code[store_at] else {
         return None;
     };
-    let n = op.args.n as u64;
-    // The box is exactly the op's `n` elements at UB `ub`, of its size.
-    let covers = |p: &dvm_isa::GmPattern, ub: u32| {
+    let (n_src, n_dst) = gm.shape.elems(&op.args);
+    // The box is exactly `n` of the op's elements at UB `ub`.
+    let covers = |p: &dvm_isa::GmPattern, ub: u32, n: u64| {
         p.ub == ub && p.rows as u64 * p.pitch as u64 == n && p.dtype.size() == gm.size as u32
     };
-    if !covers(st, op.args.dst) {
+    if !covers(st, op.args.dst, n_dst) {
         return None;
     }
     // The loads before the op, each feeding one of its sources.
@@ -72,7 +73,7 @@ pub fn plan(code: &[VInstr]) -> Option<Forward> {
             .iter()
             .flatten()
             .rev()
-            .find(|(_, p)| covers(p, ub))
+            .find(|(_, p)| covers(p, ub, n_src))
             .map(|&(i, p)| (i, p))
     };
     let (a, pa) = find(op.args.a)?;
@@ -145,7 +146,8 @@ impl Forward {
         let Some(gm) = op.gm else {
             return Ok(false);
         };
-        let n = op.args.n as usize;
+        let (n_src, n_dst) = gm.shape.elems(&op.args);
+        let (n_src, n_dst) = (n_src as usize, n_dst as usize);
         // The box of instruction `i` and its buffer, checked.
         let boxed = |i: u8| -> Result<(Geom, &GmBuf<'_>, usize), ExecError> {
             let p = pattern(code, i).ok_or_else(|| fault(i, GmFault::Operand))?;
@@ -158,7 +160,10 @@ impl Forward {
         let (ga, ba, sa) = boxed(self.a)?;
         let b = self.b.map(boxed).transpose()?;
         let (gs, bs, ss) = boxed(self.store)?;
-        if !ga.full_run(n) || !gs.full_run(n) || b.is_some_and(|(g, _, _)| !g.full_run(n)) {
+        if !ga.full_run(n_src)
+            || !gs.full_run(n_dst)
+            || b.is_some_and(|(g, _, _)| !g.full_run(n_src))
+        {
             return Ok(false);
         }
         let (Some(a), Some(bsrc)) = (

@@ -230,21 +230,18 @@ fn other_bodies_are_not_forwarded() {
         exp(1024, 0, 256),
         store
     ]));
-    // No element-wise GM handler (a reduction).
+    // No GM handler (a fold along rows).
     assert!(!planned(vec![
         load,
         Instr::ReduceSum {
             dt: DType::F32,
-            axis: dvm_isa::Axis::Cols,
+            axis: dvm_isa::Axis::Rows,
             dst: 1024,
             src: 0,
             rows: 1,
             cols: 256,
         },
-        GmBox::new(DType::F32, 1, 1, 1)
-            .ub(1024)
-            .step([0, 0, 1])
-            .store(),
+        store,
     ]));
 }
 
@@ -278,4 +275,78 @@ fn aliased_output_is_not_forwarded() {
         GmBuf::from_mut_slice(y.bytes_mut()),
     ];
     assert!(fwd.fits(prog.body(0), &apart));
+}
+
+/// A row fold: `load x (rows × cols); rsum/rmax cols; store (rows × 1)`
+/// over `total` rows (the last tile a tail when `rows` does not divide it).
+fn fold_module(dt: DType, rows: u32, cols: u32, total: u32, max: bool) -> Vec<u8> {
+    let s = dt.size();
+    let x = GmBox::new(dt, 0, rows, cols)
+        .rows_tail(2, total)
+        .step([0, 0, (rows * cols) as u64]);
+    let out = GmBox::new(dt, 1, rows, 1)
+        .ub(rows * cols * s)
+        .rows_tail(2, total)
+        .step([0, 0, rows as u64]);
+    let (dst, src) = (rows * cols * s, 0);
+    let axis = dvm_isa::Axis::Cols;
+    let op = if max {
+        Instr::ReduceMax {
+            dt,
+            axis,
+            dst,
+            src,
+            rows,
+            cols,
+        }
+    } else {
+        Instr::ReduceSum {
+            dt,
+            axis,
+            dst,
+            src,
+            rows,
+            cols,
+        }
+    };
+    build(vec![K::vector(
+        (rows * cols + rows) * s,
+        &[(dt, R), (dt, W)],
+        [1, 1, total.div_ceil(rows)],
+        vec![x.load(), op, out.store()],
+    )])
+}
+
+#[test]
+fn forwarded_row_folds_match_the_ub_path() {
+    let mut rng = Rng(11);
+    for (dt, what) in [
+        (DType::F32, "f32"),
+        (DType::I32, "i32"),
+        (DType::F16, "f16"),
+    ] {
+        for (rows, cols, total) in [(8, 768, 64), (21, 768, 100), (3, 5, 7), (16, 200, 16)] {
+            let n = (total * cols) as usize;
+            let x = match dt {
+                DType::F32 => Buf::from_f32(&rng.f32s(n, -3.0, 3.0)),
+                DType::I32 => Buf::from_i32(&(0..n).map(|_| rng.next() as i32).collect::<Vec<_>>()),
+                _ => Buf::from_u16(
+                    &(0..n)
+                        .map(|_| half::f16::from_f32(rng.f32(-3.0, 3.0)).to_bits())
+                        .collect::<Vec<_>>(),
+                ),
+            };
+            for max in [false, true] {
+                let bytes = fold_module(dt, rows, cols, total, max);
+                let out = total as usize * dt.size() as usize;
+                let (fwd, planned) = run(&bytes, std::slice::from_ref(&x), out, true);
+                let (staged, _) = run(&bytes, std::slice::from_ref(&x), out, false);
+                assert!(planned, "{what} {rows}x{cols}: body not forwarded");
+                assert_eq!(
+                    fwd, staged,
+                    "{what} {rows}x{cols} over {total} rows, max={max}"
+                );
+            }
+        }
+    }
 }

@@ -56,7 +56,10 @@ use self::compare::{compare, compare_s, isfinite, select, Eq, Ge, Gt, Le, Lt, Ne
 use self::matmul::matmul;
 use self::simd::pick;
 pub use self::simd::Simd;
-use self::tile2d::{broadcast_col, broadcast_row, reduce_cols, reduce_rows, transpose, Sum};
+use self::tile2d::{
+    broadcast_col, broadcast_row, reduce_cols, reduce_cols_gm, reduce_rows, transpose,
+    Max as FoldMax, Min as FoldMin, Sum,
+};
 use self::ub::{Bf16, Bool, F16};
 use self::unary::{
     scalar, scalar_gm, unary, unary_gm, Abs, Ceil, Erf, Exp, Floor, GeluErf, GeluTanh, Log, Neg,
@@ -111,6 +114,29 @@ pub struct GmOp {
     pub sources: u8,
     /// Bytes per element of every operand.
     pub size: u8,
+    /// Element counts of the operands.
+    pub shape: GmShape,
+}
+
+/// Element counts of a [`GmOp`]'s operands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GmShape {
+    /// Element-wise: `args.n` elements each.
+    Ewise,
+    /// A fold along the columns: sources `args.n × args.cols`, destination
+    /// `args.n`.
+    FoldCols,
+}
+
+impl GmShape {
+    /// Elements of each source and of the destination under `args`.
+    pub fn elems(self, args: &UbArgs) -> (u64, u64) {
+        let n = args.n as u64;
+        match self {
+            GmShape::Ewise => (n, n),
+            GmShape::FoldCols => (n * args.cols as u64, n),
+        }
+    }
 }
 
 /// A UB-only instruction resolved to its handler.
@@ -121,7 +147,8 @@ pub struct UbOp {
     /// Its operands.
     pub args: UbArgs,
     /// The same operation over global memory, for the element-wise unary,
-    /// binary and with-scalar opcodes over numeric dtypes ([`resolve_gm`]).
+    /// binary and with-scalar opcodes and the folds along columns over
+    /// numeric dtypes ([`resolve_gm`]).
     pub gm: Option<GmOp>,
 }
 
@@ -548,21 +575,40 @@ pub fn resolve_with(instr: &Instr, simd: Simd) -> Option<UbOp> {
 }
 
 /// The [`GmHandler`] of an element-wise unary, binary or with-scalar
-/// instruction over numeric dtypes (copies of it as [`resolve_with`]
+/// instruction, or of a fold along the columns, over numeric dtypes (copies of it as [`resolve_with`]
 /// chooses them); `None` for every other instruction.
 pub fn resolve_gm(instr: &Instr, simd: Simd) -> Option<GmOp> {
     let s = simd;
     use Instr as I;
-    let op = |sources: u8, dt: DType, h: Option<GmHandler>| {
+    let op = |sources: u8, shape: GmShape, dt: DType, h: Option<GmHandler>| {
         h.map(|handler| GmOp {
             handler,
             sources,
             size: dt.size() as u8,
+            shape,
         })
     };
-    let one = |dt, h| op(1, dt, h);
-    let two = |dt, h| op(2, dt, h);
+    let one = |dt, h| op(1, GmShape::Ewise, dt, h);
+    let two = |dt, h| op(2, GmShape::Ewise, dt, h);
+    // As in `reduce_h!`: the fold along columns at most AVX2.
+    let r = s.at_most_avx2();
+    let fold = |dt, h| op(1, GmShape::FoldCols, dt, h);
     match *instr {
+        I::ReduceSum {
+            dt,
+            axis: Axis::Cols,
+            ..
+        } => fold(dt, gm_h!(num, r, dt, reduce_cols_gm::<_, Sum>)),
+        I::ReduceMax {
+            dt,
+            axis: Axis::Cols,
+            ..
+        } => fold(dt, gm_h!(num, r, dt, reduce_cols_gm::<_, FoldMax>)),
+        I::ReduceMin {
+            dt,
+            axis: Axis::Cols,
+            ..
+        } => fold(dt, gm_h!(num, r, dt, reduce_cols_gm::<_, FoldMin>)),
         I::Abs { dt, .. } => one(dt, gm_h!(num, s, dt, unary_gm::<_, Abs>)),
         I::Neg { dt, .. } => one(dt, gm_h!(num, s, dt, unary_gm::<_, Neg>)),
         I::Relu { dt, .. } => one(dt, gm_h!(num, s, dt, unary_gm::<_, Relu>)),

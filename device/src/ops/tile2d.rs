@@ -19,7 +19,7 @@
 //! Empty folds give the identity: 0 for sums, −inf / `MIN` for max, +inf /
 //! `MAX` for min. Float max/min propagate NaN.
 
-use super::ub::{range_of, Elem, Pod, Split};
+use super::ub::{range_of, view, view_mut, Elem, Pod, Split};
 use super::UbArgs;
 
 /// Independent accumulators per row for `axis = cols`.
@@ -150,6 +150,32 @@ pub(crate) fn reduce_cols<T: Elem, O: RedOp<T::C>>(ub: &mut [u8], a: &UbArgs) {
     let Some((src, dst)) = operands::<T, T>(ub, a, elems, rows) else {
         return;
     };
+    fold_cols::<T, O>(src, dst, cols);
+}
+
+/// [`reduce_cols`] with its operands in global memory: `src` is `rows ×
+/// cols` elements, `dst` `rows`, disjoint (a load-forwarded body, see
+/// `crate::forward`). Does nothing when a length or alignment is off.
+#[inline(always)]
+pub(crate) fn reduce_cols_gm<T: Elem, O: RedOp<T::C>>(
+    dst: &mut [u8],
+    src: &[u8],
+    _b: &[u8],
+    a: &UbArgs,
+) {
+    let (rows, cols) = (a.n as usize, a.cols as usize);
+    let (Some(d), Some(s)) = (view_mut::<T>(dst), view::<T>(src)) else {
+        return;
+    };
+    if d.len() != rows || Some(s.len()) != rows.checked_mul(cols) {
+        return;
+    }
+    fold_cols::<T, O>(s, d, cols);
+}
+
+/// `dst[r] = fold(src row r)` for a row-major `dst.len() × cols` source.
+#[inline(always)]
+fn fold_cols<T: Elem, O: RedOp<T::C>>(src: &[T], dst: &mut [T], cols: usize) {
     if cols == 0 {
         dst.fill(T::put(O::id()));
         return;
