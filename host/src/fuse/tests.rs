@@ -545,3 +545,115 @@ proptest::proptest! {
         }
     }
 }
+
+/// A generated graph with every composite the decomposition knows (for
+/// comparing plans across changes to the pass): `seed` drives a small LCG.
+fn generated_graph(seed: u64) -> Graph {
+    let mut r = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+    let mut next = |m: u64| {
+        r = r
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        (r >> 33) % m
+    };
+    let symbolic = next(2) == 0;
+    let mut g = Graph::new();
+    let rows: Dim = if symbolic {
+        g.symbol("S", 1, 4096).unwrap().into()
+    } else {
+        c(16)
+    };
+    let x = g.input("x", DType::F32, &[rows.clone(), c(8)]).unwrap();
+    let y = g.input("y", DType::F32, &[c(8)]).unwrap();
+    let w = g.input("w", DType::F32, &[c(8), c(8)]).unwrap();
+    let z = g.input("z", DType::F32, &[rows, c(8)]).unwrap();
+    let mut pool = vec![x, y, w, z];
+    let len = 1 + next(40);
+    for i in 0..len {
+        let pick = |k: u64| pool[pool.len() - 1 - (k as usize % pool.len().min(6))];
+        let (a, b) = (pick(next(6)), pick(next(6)));
+        let res = match next(16) {
+            0 => g.unary(Opcode::Exp, a),
+            1 => g.unary(Opcode::Tanh, a),
+            2 | 3 => g.binary(Opcode::Add, a, b),
+            4 => g.binary(Opcode::Mul, a, b),
+            5 => g.sum(a, &[-1], next(2) == 0),
+            6 => g.softmax(a, -1),
+            7 => g.log_softmax(a, if next(2) == 0 { -1 } else { 0 }),
+            8 => g.layer_norm(a, y, y, 1e-5),
+            9 => g.rms_norm(a, y, 1e-6),
+            10 => g.mean(a, &[-1], true),
+            11 => g.matmul(a, b, false, false),
+            12 => g.transpose(a, &[1, 0]),
+            13 => g.softmax(a, 0),
+            14 => g.reduce_max(a, &[0], true),
+            _ => g.scalar(Opcode::MulS, a, 0.5),
+        };
+        if let Ok(n) = res {
+            pool.push(n);
+            if next(5) == 0 {
+                let _ = g.output(&format!("o{i}"), n);
+            }
+        }
+    }
+    g.output("out", *pool.last().unwrap()).unwrap();
+    g
+}
+
+/// The groups, stacks and order of a plan, one line each.
+fn plan_text(g: &Graph, p: &FusionPlan) -> String {
+    use std::fmt::Write;
+    let mut s = String::new();
+    for cl in &p.clusters {
+        let _ = writeln!(
+            s,
+            "  {} {} {:?}",
+            cl.kind.describe(),
+            crate::graph::ShapeDisplay(&cl.space),
+            names(g, &cl.nodes)
+        );
+    }
+    let _ = writeln!(s, "  stacks {:?}", p.stacks);
+    let _ = writeln!(s, "  order {:?}", p.order);
+    s
+}
+
+/// Writes the plans of generated graphs to `$DVM_PLAN_DUMP` (compare two
+/// versions of the pass with `diff`): `cargo test --release -p dvm-host
+/// --lib dump_generated_plans -- --ignored`.
+#[test]
+#[ignore]
+fn dump_generated_plans() {
+    let Some(path) = std::env::var_os("DVM_PLAN_DUMP") else {
+        return;
+    };
+    let count: u64 = std::env::var("DVM_PLAN_COUNT")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(3000);
+    let mut out = String::new();
+    for seed in 0..count {
+        let g = generated_graph(seed);
+        for (k, (max_nodes, stack, reasons)) in
+            [(64, true, false), (64, false, true), (12, true, true)]
+                .into_iter()
+                .enumerate()
+        {
+            let opts = FuseOptions {
+                max_nodes,
+                stack,
+                reasons,
+                ..FuseOptions::default()
+            };
+            let prepared = crate::runtime::Prepared::with_options(&g, &opts).unwrap();
+            assert!(
+                prepared.fuse_error().is_none(),
+                "{:?}",
+                prepared.fuse_error()
+            );
+            out.push_str(&format!("graph {seed} options {k}\n"));
+            out.push_str(&plan_text(prepared.graph(), prepared.fusion()));
+        }
+    }
+    std::fs::write(path, out).unwrap();
+}
