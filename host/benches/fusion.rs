@@ -21,7 +21,7 @@ use dvm_host::compile::{Group, GroupKind, Node, Target, View};
 use dvm_host::demo::data;
 use dvm_host::eager::LazyTensor;
 use dvm_host::fuse::{FuseOptions, FusionPlan};
-use dvm_host::graph::{decompose, Graph, NodeId};
+use dvm_host::graph::{decompose_with_spans, Graph, NodeId};
 use dvm_host::kernel::build;
 use dvm_host::models::{encoder_block, EncoderConfig};
 use dvm_host::runtime::pool::RawBuf;
@@ -516,17 +516,20 @@ fn decision_table(quick: bool, cores: usize) {
         ("30 primitive ops", window30_primitive()),
         ("30 ops with 9 norms/softmaxes", window30()),
     ] {
-        let d = decompose(&w).expect("decomposes");
+        // As the eager API runs it: each composite starts as one group.
+        let (d, spans) = decompose_with_spans(&w).expect("decomposes");
         let mut fast = Vec::with_capacity(reps);
         let mut full = Vec::with_capacity(reps);
         let mut prep = Vec::with_capacity(reps);
-        let mut plan = FusionPlan::new(&d, &eager_opts).expect("fuses");
+        let mut plan = FusionPlan::with_composites(&d, &eager_opts, &spans).expect("fuses");
         for _ in 0..reps {
             let t = Instant::now();
-            plan = FusionPlan::new(&d, &eager_opts).expect("fuses");
+            plan = FusionPlan::with_composites(&d, &eager_opts, &spans).expect("fuses");
             fast.push(t.elapsed().as_secs_f64() * 1e6);
             let t = Instant::now();
-            std::hint::black_box(FusionPlan::new(&d, &FuseOptions::default()).expect("fuses"));
+            std::hint::black_box(
+                FusionPlan::with_composites(&d, &FuseOptions::default(), &spans).expect("fuses"),
+            );
             full.push(t.elapsed().as_secs_f64() * 1e6);
             let t = Instant::now();
             std::hint::black_box(Prepared::with_options(&w, &eager_opts).expect("prepares"));
@@ -625,7 +628,7 @@ fn decision_loop() {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(20_000);
-    let d = decompose(&w).expect("decomposes");
+    let (d, spans) = decompose_with_spans(&w).expect("decomposes");
     let which: &[bool] = if std::env::var_os("DVM_FAST").is_some() {
         &[false]
     } else {
@@ -643,7 +646,9 @@ fn decision_loop() {
             if prep {
                 std::hint::black_box(Prepared::with_options(&w, &opts).expect("prepares"));
             } else {
-                std::hint::black_box(FusionPlan::new(&d, &opts).expect("fuses"));
+                std::hint::black_box(
+                    FusionPlan::with_composites(&d, &opts, &spans).expect("fuses"),
+                );
             }
             times.push(t.elapsed().as_secs_f64() * 1e6);
         }

@@ -34,6 +34,7 @@ use std::cell::{Cell, RefCell};
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashSet};
 use std::hash::{BuildHasherDefault, Hasher};
+use std::ops::Range;
 
 use crate::graph::{Graph, NodeId, ShapeDisplay};
 use crate::sym::Dim;
@@ -323,10 +324,15 @@ pub struct State<'g> {
     /// ahead instead of searching again.
     visited: RefCell<Vec<(u32, Unit)>>,
     visited_for: Cell<(usize, usize)>,
+    /// The groups [`State::seed`] made from composites.
+    seeded: Vec<usize>,
 }
 
 impl<'g> State<'g> {
-    fn new(g: &'g Graph, opts: FuseOptions) -> State<'g> {
+    /// The initial state: every composite range of `composites` that forms
+    /// a group ([`State::seed`]) is one group, every other element-wise,
+    /// reduce and matmul operator a group of its own.
+    fn new(g: &'g Graph, opts: FuseOptions, composites: &[Range<usize>]) -> State<'g> {
         let n = g.nodes().len();
         let users = Users::new(g);
         let mut is_output = vec![false; n];
@@ -358,11 +364,22 @@ impl<'g> State<'g> {
             moved: Vec::new(),
             visited: RefCell::new(Vec::new()),
             visited_for: Cell::new((usize::MAX, usize::MAX)),
+            seeded: Vec::new(),
         };
-        for i in 0..n {
+        let mut spans = composites.iter().filter(|_| opts.fuse).peekable();
+        let mut i = 0;
+        while i < n {
+            while spans.next_if(|r| r.start < i).is_some() {}
+            if let Some(r) = spans.next_if(|r| r.start == i) {
+                if st.seed(r.clone()) {
+                    i = r.end;
+                    continue;
+                }
+            }
             let id = NodeId(i);
+            i += 1;
             if !matches!(
-                st.roles[i],
+                st.roles[id.0],
                 Role::Elementwise | Role::Reduce { .. } | Role::Matmul
             ) {
                 continue;
@@ -370,25 +387,68 @@ impl<'g> State<'g> {
             // A single operator is always a group: its space is its shape
             // (a reduction's: its operand's). Spaces are filled in when the
             // plan is made (see `Cluster::space` in `State::clusters`).
-            let kind = match st.roles[i] {
+            let kind = match st.roles[id.0] {
                 Role::Reduce { axis, .. } => ClusterKind::Reduce { axis },
                 Role::Matmul => ClusterKind::Matmul,
                 _ => ClusterKind::Elementwise,
             };
-            st.owner[i] = st.clusters.len() as u32;
+            st.owner[id.0] = st.clusters.len() as u32;
             st.clusters.push(Cluster {
                 kind,
                 nodes: vec![id],
                 space: Vec::new(),
             });
             st.stack_of.push(NONE);
-            let space = match st.roles[i] {
+            let space = match st.roles[id.0] {
                 Role::Reduce { .. } => st.shapes.of(g[id].operands[0]),
                 _ => st.shapes.of(id),
             };
             st.space_id.push(space);
         }
         st
+    }
+
+    /// Makes the nodes `r` (a decomposed composite) one group when they
+    /// form one: within the node and parameter limits and valid for every
+    /// binding ([`validate_fast`]). A contiguous range of compute nodes
+    /// lies on no cycle: every path that leaves it reaches only later
+    /// nodes. Returns whether it did.
+    fn seed(&mut self, r: Range<usize>) -> bool {
+        if r.len() < 2 || r.end > self.owner.len() || r.len() > self.opts.max_nodes {
+            return false;
+        }
+        let member = |m: NodeId| r.contains(&m.0);
+        let mut nodes = self.spare.get_mut().pop().unwrap_or_default();
+        nodes.clear();
+        nodes.reserve(r.len().next_power_of_two());
+        nodes.extend(r.clone().map(NodeId));
+        let mut classes = std::mem::take(&mut self.merge_scratch.get_mut().1);
+        let found = validate_fast(&self.facts(), &self.shapes, &nodes, member, &mut classes);
+        self.merge_scratch.get_mut().1 = classes;
+        let Some((kind, space)) = found else {
+            self.spare.get_mut().push(nodes);
+            return false;
+        };
+        let bound: usize = nodes.iter().map(|&m| self.g[m].operands.len() + 1).sum();
+        if bound > self.opts.max_params && self.count_params(&nodes, &member) > self.opts.max_params
+        {
+            self.spare.get_mut().push(nodes);
+            return false;
+        }
+        let id = self.clusters.len();
+        for &m in &nodes {
+            self.owner[m.0] = id as u32;
+            self.pos[m.0] = r.start as u32;
+        }
+        self.clusters.push(Cluster {
+            kind,
+            nodes,
+            space: Vec::new(),
+        });
+        self.stack_of.push(NONE);
+        self.space_id.push(space);
+        self.seeded.push(id);
+        true
     }
 
     /// The graph.
@@ -1102,12 +1162,49 @@ impl FusionPlan {
     /// [`FuseError`] if a rewrite broke the consistency check (a bug in a
     /// rule; the message names it).
     pub fn new(graph: &Graph, opts: &FuseOptions) -> Result<FusionPlan, FuseError> {
-        let mut st = State::new(graph, *opts);
+        Self::with_composites(graph, opts, &[])
+    }
+
+    /// [`FusionPlan::new`], starting from one group per decomposed
+    /// composite (`composites`: the node ranges of
+    /// [`crate::graph::decompose_with_spans`]) instead of one per operator.
+    /// A softmax or a norm always forms one reduce group, so the pass need
+    /// not rediscover it operator by operator; a range that does not form a
+    /// group (beyond [`FuseOptions::max_nodes`], a shape not provably
+    /// equal) starts as single operators. Each one taken is recorded as a
+    /// `composite` rewrite.
+    ///
+    /// # Errors
+    /// As [`FusionPlan::new`].
+    pub fn with_composites(
+        graph: &Graph,
+        opts: &FuseOptions,
+        composites: &[Range<usize>],
+    ) -> Result<FusionPlan, FuseError> {
+        let mut st = State::new(graph, *opts, composites);
         let mut log = Log {
             keep: opts.reasons,
             rejections: Vec::new(),
         };
         let mut applied = Vec::with_capacity(graph.nodes().len());
+        for &c in &st.seeded {
+            let text = if opts.reasons {
+                let cl = &st.clusters[c];
+                let space = st.shapes.shape(st.space_id[c]);
+                format!(
+                    "{{{}}} → {} over {}",
+                    names_of(&st, c),
+                    cl.kind.describe(),
+                    ShapeDisplay(&space)
+                )
+            } else {
+                String::new()
+            };
+            applied.push(("composite", text));
+        }
+        if cfg!(debug_assertions) && !st.seeded.is_empty() {
+            st.check_all("composite")?;
+        }
         let mut rules = pattern::rules(opts);
         let mut edges = Vec::new();
         // Every patch removes a group or stacks some: the loop terminates;
@@ -1145,7 +1242,7 @@ impl FusionPlan {
 
     /// One group per operator, no stacks (`--no-fuse`).
     pub fn unfused(graph: &Graph) -> FusionPlan {
-        let st = State::new(graph, FuseOptions::off());
+        let st = State::new(graph, FuseOptions::off(), &[]);
         let log = Log::default();
         match Self::finish(st, log, Vec::new()) {
             Ok(p) => p,
@@ -1345,15 +1442,18 @@ fn store_layouts(st: &State<'_>) -> Vec<Option<Vec<usize>>> {
     out
 }
 
+/// The member names of group `c`, comma-separated.
+fn names_of(st: &State<'_>, c: usize) -> String {
+    st.clusters[c]
+        .nodes
+        .iter()
+        .map(|n| st.g[*n].name.as_str())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 fn describe(st: &State<'_>, p: &Patch) -> String {
-    let names = |c: usize| {
-        st.clusters[c]
-            .nodes
-            .iter()
-            .map(|n| st.g[*n].name.as_str())
-            .collect::<Vec<_>>()
-            .join(", ")
-    };
+    let names = |c: usize| names_of(st, c);
     match p {
         Patch::Merge { a, b, merged } => format!(
             "{{{}}} + {{{}}} → {} over {}",

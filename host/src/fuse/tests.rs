@@ -236,7 +236,7 @@ fn the_consistency_check_catches_a_bad_rewrite() {
     let m = g.matmul(x, w, false, false).unwrap();
     let r = g.sum(m, &[-1], true).unwrap();
     g.output("r", r).unwrap();
-    let mut st = State::new(&g, FuseOptions::default());
+    let mut st = State::new(&g, FuseOptions::default(), &[]);
     let (a, b) = (st.owner(m).unwrap(), st.owner(r).unwrap());
     assert_eq!(st.try_merge(a, b), Err(Reason::MatmulReduce));
     // Force the merge anyway, with a wrong kind: the whole-state check
@@ -433,7 +433,7 @@ fn reentry_graph() -> (Graph, [NodeId; 4]) {
 #[test]
 fn a_path_reentering_a_group_at_a_lower_id_is_a_cycle() {
     let (g, [p, b, a, q]) = reentry_graph();
-    let mut st = State::new(&g, FuseOptions::default());
+    let mut st = State::new(&g, FuseOptions::default(), &[]);
     let (cp, cq) = (st.owner(p).unwrap(), st.owner(q).unwrap());
     let merged = st.try_merge(cp, cq).unwrap();
     let x = st
@@ -452,7 +452,7 @@ fn a_path_reentering_a_group_at_a_lower_id_is_a_cycle() {
         st.try_merge(ca, cb)
     );
     // The same through a stack: p and q stacked instead of merged.
-    let mut st = State::new(&g, FuseOptions::default());
+    let mut st = State::new(&g, FuseOptions::default(), &[]);
     let (cp, cq) = (st.owner(p).unwrap(), st.owner(q).unwrap());
     assert!(st
         .apply(Patch::Stack {

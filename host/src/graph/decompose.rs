@@ -13,6 +13,8 @@
 //! the composite (`y.max`, `y.exp`, …); the last one keeps its name, so
 //! outputs and later references are unchanged.
 
+use std::ops::Range;
+
 use dvm_isa::Opcode;
 
 use super::error::GraphError;
@@ -40,6 +42,19 @@ use crate::sym::Dim;
 /// Only if a rewritten node fails its shape checks, which would be a bug in
 /// the decomposition; the error names the node.
 pub fn decompose(graph: &Graph) -> Result<Graph, GraphError> {
+    decompose_with_spans(graph).map(|(g, _)| g)
+}
+
+/// [`decompose`], with the range of node ids each composite became
+/// (ascending, disjoint). The fuser takes each range as one candidate group
+/// ([`crate::fuse::FusionPlan::with_composites`]) instead of rediscovering
+/// it operator by operator.
+///
+/// # Errors
+///
+/// As [`decompose`].
+pub fn decompose_with_spans(graph: &Graph) -> Result<(Graph, Vec<Range<usize>>), GraphError> {
+    let mut spans = Vec::new();
     let mut out = Graph {
         scope: graph.scope.clone(),
         ..Graph::default()
@@ -54,12 +69,15 @@ pub fn decompose(graph: &Graph) -> Result<Graph, GraphError> {
     for node in &graph.nodes {
         let operands: Vec<NodeId> = node.operands.iter().map(|o| map[o.0]).collect();
         let id = if node.op.is_composite() {
-            Rewriter {
+            let lo = out.nodes.len();
+            let id = Rewriter {
                 g: &mut out,
                 orig: graph,
                 name: &node.name,
             }
-            .composite(node, &operands)?
+            .composite(node, &operands)?;
+            spans.push(lo..out.nodes.len());
+            id
         } else {
             out.push(Node {
                 op: node.op.clone(),
@@ -76,7 +94,7 @@ pub fn decompose(graph: &Graph) -> Result<Graph, GraphError> {
         .iter()
         .map(|(n, id)| (n.clone(), map[id.0]))
         .collect();
-    Ok(out)
+    Ok((out, spans))
 }
 
 struct Rewriter<'a> {
