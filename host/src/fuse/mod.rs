@@ -144,6 +144,10 @@ pub struct FuseOptions {
     /// Record why candidates were rejected and describe every rewrite (for
     /// `dvm explain`); the eager API turns it off to keep the decision cheap.
     pub reasons: bool,
+    /// Start each decomposed composite (softmax, norms, mean) as one group
+    /// when it forms one ([`FusionPlan::with_composites`]); `false`: every
+    /// operator starts alone and the rules rediscover them.
+    pub composites: bool,
 }
 
 impl Default for FuseOptions {
@@ -156,6 +160,7 @@ impl Default for FuseOptions {
             max_params: dvm_isa::verify::MAX_PARAMS,
             max_stack: 8,
             reasons: true,
+            composites: true,
         }
     }
 }
@@ -366,7 +371,10 @@ impl<'g> State<'g> {
             visited_for: Cell::new((usize::MAX, usize::MAX)),
             seeded: Vec::new(),
         };
-        let mut spans = composites.iter().filter(|_| opts.fuse).peekable();
+        let mut spans = composites
+            .iter()
+            .filter(|_| opts.fuse && opts.composites)
+            .peekable();
         let mut i = 0;
         while i < n {
             while spans.next_if(|r| r.start < i).is_some() {}

@@ -619,8 +619,11 @@ fn plan_text(g: &Graph, p: &FusionPlan) -> String {
 }
 
 /// Writes the plans of generated graphs to `$DVM_PLAN_DUMP` (compare two
-/// versions of the pass with `diff`): `cargo test --release -p dvm-host
-/// --lib dump_generated_plans -- --ignored`.
+/// versions of the pass with `diff`; `DVM_PLAN_NO_COMPOSITES` turns
+/// [`FuseOptions::composites`] off) and prints, per option set, how many
+/// plans differ with composites on and off and their kernels, launches and
+/// bytes moved at `S = 64`: `cargo test --release -p dvm-host --lib
+/// dump_generated_plans -- --ignored --nocapture`.
 #[test]
 #[ignore]
 fn dump_generated_plans() {
@@ -631,29 +634,63 @@ fn dump_generated_plans() {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(3000);
+    let composites = std::env::var_os("DVM_PLAN_NO_COMPOSITES").is_none();
+    let rt = crate::runtime::Runtime::new(1, 1 << 16);
+    let sets = [(64, true, false), (64, false, true), (12, true, true)];
+    // Per option set: plans that differ, better / worse (kernels, then
+    // bytes), and the totals with composites on and off.
+    let mut summary = [(0u64, 0u64, 0u64, [0u64; 3], [0u64; 3]); 3];
     let mut out = String::new();
     for seed in 0..count {
         let g = generated_graph(seed);
-        for (k, (max_nodes, stack, reasons)) in
-            [(64, true, false), (64, false, true), (12, true, true)]
-                .into_iter()
-                .enumerate()
-        {
+        let mut bindings = crate::sym::Bindings::new();
+        if let Some(s) = g.scope().lookup("S") {
+            bindings.set(s, 64);
+        }
+        for (k, &(max_nodes, stack, reasons)) in sets.iter().enumerate() {
             let opts = FuseOptions {
                 max_nodes,
                 stack,
                 reasons,
+                composites,
                 ..FuseOptions::default()
             };
-            let prepared = crate::runtime::Prepared::with_options(&g, &opts).unwrap();
-            assert!(
-                prepared.fuse_error().is_none(),
-                "{:?}",
-                prepared.fuse_error()
-            );
+            let prepare = |composites| {
+                let o = FuseOptions { composites, ..opts };
+                let p = crate::runtime::Prepared::with_options(&g, &o).unwrap();
+                assert!(p.fuse_error().is_none(), "{:?}", p.fuse_error());
+                p
+            };
+            let (on, off) = (prepare(true), prepare(false));
             out.push_str(&format!("graph {seed} options {k}\n"));
-            out.push_str(&plan_text(prepared.graph(), prepared.fusion()));
+            let dumped = if composites { &on } else { &off };
+            out.push_str(&plan_text(dumped.graph(), dumped.fusion()));
+            let t = |p: &crate::runtime::Prepared| {
+                let t = super::explain::totals(&rt, p, &bindings).unwrap();
+                [t.kernels as u64, t.launches as u64, t.bytes_moved]
+            };
+            let (a, b) = (t(&on), t(&off));
+            let s = &mut summary[k];
+            if plan_text(on.graph(), on.fusion()) != plan_text(off.graph(), off.fusion()) {
+                s.0 += 1;
+                let key = |x: &[u64; 3]| (x[0], x[2]);
+                if key(&a) < key(&b) {
+                    s.1 += 1;
+                } else if key(&a) > key(&b) {
+                    s.2 += 1;
+                }
+            }
+            for i in 0..3 {
+                s.3[i] += a[i];
+                s.4[i] += b[i];
+            }
         }
+    }
+    for (k, s) in summary.iter().enumerate() {
+        println!(
+            "options {:?}: {} of {count} plans differ with composites on (better {}, worse {}); kernels / launches / bytes: on {:?}, off {:?}",
+            sets[k], s.0, s.1, s.2, s.3, s.4
+        );
     }
     std::fs::write(path, out).unwrap();
 }
