@@ -526,6 +526,33 @@ impl<'g> State<'g> {
         }
     }
 
+    /// Marks, in `marks` (one per node), every node of every unit that group
+    /// `c` reaches and that is numbered at most `bound` ([`State::pos`]),
+    /// with `stamp`. A unit numbered after `bound` is never entered (a path
+    /// through it only reaches later units).
+    pub fn mark_reached(&self, c: usize, bound: u32, marks: &mut [u32], stamp: u32) {
+        let mut scratch = self.scratch.borrow_mut();
+        let work = &mut scratch.1;
+        work.clear();
+        for &m in &self.clusters[c].nodes {
+            work.extend_from_slice(self.users.of(m));
+        }
+        while let Some(x) = work.pop() {
+            if marks[x.0] == stamp || self.pos[x.0] > bound || self.owner[x.0] == c as u32 {
+                continue;
+            }
+            self.for_members(self.unit(x), |m| {
+                marks[m.0] = stamp;
+                work.extend_from_slice(self.users.of(m));
+            });
+        }
+    }
+
+    /// The position of group `c` in the units' topological numbering.
+    pub fn position(&self, c: usize) -> u32 {
+        self.unit_pos(Unit::Cluster(c))
+    }
+
     /// A node on a path from group `a` to group `b` (or back) that runs
     /// through other units (any path at all when `direct` is true), treating
     /// every group and stack as one unit.

@@ -303,6 +303,10 @@ impl Rule for Siblings {
 struct ParallelStack {
     max: usize,
     next_node: usize,
+    /// Per node: the stamp of the last search that reached it
+    /// ([`State::mark_reached`]).
+    marks: Vec<u32>,
+    stamp: u32,
 }
 
 impl Rule for ParallelStack {
@@ -326,16 +330,39 @@ impl Rule for ParallelStack {
                     }
                 }
             }
+            if cands.len() < 2 {
+                continue;
+            }
+            // Independent of every chosen group: not reached from one (the
+            // units the chosen groups reach are marked once, up to the
+            // last candidate), and reaching none (searched only towards
+            // chosen groups numbered after it).
+            if self.marks.len() != n {
+                self.marks = vec![0; n];
+                self.stamp = 0;
+            }
+            self.stamp = self.stamp.wrapping_add(1);
+            if self.stamp == 0 {
+                self.marks.iter_mut().for_each(|m| *m = 0);
+                self.stamp = 1;
+            }
+            let bound = cands.iter().map(|&c| st.position(c)).max().unwrap_or(0);
             let mut chosen: Vec<usize> = Vec::new();
             for c in cands {
                 if chosen.len() >= self.max {
                     break;
                 }
-                if chosen
-                    .iter()
-                    .all(|&d| st.path_between(c, d, true).is_none())
-                {
+                let first = st.cluster(c).nodes[0];
+                let reached = self.marks[first.0] == self.stamp;
+                let pc = st.position(c);
+                let reaches = || {
+                    chosen
+                        .iter()
+                        .any(|&d| pc < st.position(d) && st.path_between(c, d, true).is_some())
+                };
+                if !reached && !reaches() {
                     chosen.push(c);
+                    st.mark_reached(c, bound, &mut self.marks, self.stamp);
                 }
             }
             if chosen.len() >= 2 {
@@ -373,6 +400,8 @@ pub fn rules(opts: &FuseOptions) -> Vec<Box<dyn Rule>> {
         r.push(Box::new(ParallelStack {
             max: opts.max_stack,
             next_node: 0,
+            marks: Vec::new(),
+            stamp: 0,
         }));
     }
     r

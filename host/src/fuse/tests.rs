@@ -623,7 +623,8 @@ fn plan_text(g: &Graph, p: &FusionPlan) -> String {
 /// [`FuseOptions::composites`] off) and prints, per option set, how many
 /// plans differ with composites on and off and their kernels, launches and
 /// bytes moved at `S = 64`: `cargo test --release -p dvm-host --lib
-/// dump_generated_plans -- --ignored --nocapture`.
+/// dump_generated_plans -- --ignored --nocapture` with `DVM_PLAN_TOTALS`
+/// set (without it, only the plans are written).
 #[test]
 #[ignore]
 fn dump_generated_plans() {
@@ -635,6 +636,7 @@ fn dump_generated_plans() {
         .and_then(|s| s.parse().ok())
         .unwrap_or(3000);
     let composites = std::env::var_os("DVM_PLAN_NO_COMPOSITES").is_none();
+    let totals = std::env::var_os("DVM_PLAN_TOTALS").is_some();
     let rt = crate::runtime::Runtime::new(1, 1 << 16);
     let sets = [(64, true, false), (64, false, true), (12, true, true)];
     // Per option set: plans that differ, better / worse (kernels, then
@@ -661,8 +663,13 @@ fn dump_generated_plans() {
                 assert!(p.fuse_error().is_none(), "{:?}", p.fuse_error());
                 p
             };
-            let (on, off) = (prepare(true), prepare(false));
             out.push_str(&format!("graph {seed} options {k}\n"));
+            if !totals {
+                let p = prepare(composites);
+                out.push_str(&plan_text(p.graph(), p.fusion()));
+                continue;
+            }
+            let (on, off) = (prepare(true), prepare(false));
             let dumped = if composites { &on } else { &off };
             out.push_str(&plan_text(dumped.graph(), dumped.fusion()));
             let t = |p: &crate::runtime::Prepared| {
@@ -686,7 +693,7 @@ fn dump_generated_plans() {
             }
         }
     }
-    for (k, s) in summary.iter().enumerate() {
+    for (k, s) in summary.iter().enumerate().filter(|_| totals) {
         println!(
             "options {:?}: {} of {count} plans differ with composites on (better {}, worse {}); kernels / launches / bytes: on {:?}, off {:?}",
             sets[k], s.0, s.1, s.2, s.3, s.4
