@@ -310,9 +310,15 @@ pub struct State<'g> {
     spare: RefCell<Vec<Vec<NodeId>>>,
     /// The space (a shape id) of every group, once known.
     space_id: Vec<u32>,
-    /// The groups and space of the last union [`State::merge`] accepted,
+    /// The groups, space and parameter bound of the last union
+    /// [`State::merge`] accepted,
     /// for [`State::apply`].
-    accepted: Cell<(usize, usize, u32)>,
+    accepted: Cell<(usize, usize, u32, u32)>,
+    /// An upper bound of every group's buffer parameters ([`count_params`]):
+    /// a union needs at most the sum of its parts' (its external operands
+    /// and stored values are among theirs), so a merge counts exactly only
+    /// when that sum exceeds the limit.
+    params: Vec<u32>,
     /// Position of every node's unit in a topological order of the units
     /// (all members of a group or stack share it; distinct units have
     /// distinct positions). Starts as the node ids (the graph's order) and
@@ -363,7 +369,8 @@ impl<'g> State<'g> {
             merge_scratch: RefCell::new((Vec::new(), Vec::new())),
             spare: RefCell::new(Vec::new()),
             space_id: Vec::with_capacity(2 * n),
-            accepted: Cell::new((usize::MAX, usize::MAX, NONE)),
+            accepted: Cell::new((usize::MAX, usize::MAX, NONE, 0)),
+            params: Vec::with_capacity(2 * n),
             pos: (0..n as u32).collect(),
             window: (Vec::new(), Vec::new(), Vec::new()),
             moved: Vec::new(),
@@ -407,6 +414,7 @@ impl<'g> State<'g> {
                 space: Vec::new(),
             });
             st.stack_of.push(NONE);
+            st.params.push(g[id].operands.len() as u32 + 1);
             let space = match st.roles[id.0] {
                 Role::Reduce { .. } => st.shapes.of(g[id].operands[0]),
                 _ => st.shapes.of(id),
@@ -437,11 +445,13 @@ impl<'g> State<'g> {
             self.spare.get_mut().push(nodes);
             return false;
         };
-        let bound: usize = nodes.iter().map(|&m| self.g[m].operands.len() + 1).sum();
-        if bound > self.opts.max_params && self.count_params(&nodes, &member) > self.opts.max_params
-        {
-            self.spare.get_mut().push(nodes);
-            return false;
+        let mut bound: usize = nodes.iter().map(|&m| self.g[m].operands.len() + 1).sum();
+        if bound > self.opts.max_params {
+            bound = self.count_params(&nodes, &member);
+            if bound > self.opts.max_params {
+                self.spare.get_mut().push(nodes);
+                return false;
+            }
         }
         let id = self.clusters.len();
         for &m in &nodes {
@@ -454,6 +464,7 @@ impl<'g> State<'g> {
             space: Vec::new(),
         });
         self.stack_of.push(NONE);
+        self.params.push(bound as u32);
         self.space_id.push(space);
         self.seeded.push(id);
         true
@@ -841,14 +852,14 @@ impl<'g> State<'g> {
                 Ok(_) => Reason::MatmulReduce,
             }));
         };
-        // Every operand and every member at most: count only when that
+        // At most the parts' parameters together: count only when that
         // bound exceeds the limit.
-        let bound: usize = nodes.iter().map(|&m| self.g[m].operands.len() + 1).sum();
+        let mut bound = (self.params[a] + self.params[b]) as usize;
         if bound > self.opts.max_params {
-            let params = self.count_params(nodes, &member);
-            if params > self.opts.max_params {
+            bound = self.count_params(nodes, &member);
+            if bound > self.opts.max_params {
                 return Err(Some(Reason::TooManyParams {
-                    n: params,
+                    n: bound,
                     limit: self.opts.max_params,
                 }));
             }
@@ -859,7 +870,7 @@ impl<'g> State<'g> {
         } else {
             Vec::new()
         };
-        self.accepted.set((a, b, space_id));
+        self.accepted.set((a, b, space_id, bound as u32));
         let mut members = self.spare.borrow_mut().pop().unwrap_or_default();
         members.clear();
         // Room to grow: groups mostly grow one neighbour at a time.
@@ -942,9 +953,12 @@ impl<'g> State<'g> {
                 self.spare.get_mut().push(keep);
                 self.clusters.push(merged);
                 self.stack_of.push(NONE);
-                let (pa, pb, space) = self.accepted.replace((usize::MAX, usize::MAX, NONE));
-                self.space_id
-                    .push(if (pa, pb) == (a, b) { space } else { NONE });
+                let (pa, pb, space, params) =
+                    self.accepted.replace((usize::MAX, usize::MAX, NONE, 0));
+                let known = (pa, pb) == (a, b);
+                self.space_id.push(if known { space } else { NONE });
+                let bound = self.params[a] + self.params[b];
+                self.params.push(if known { params.min(bound) } else { bound });
                 self.renumber(Unit::Cluster(id));
                 Some(id)
             }
