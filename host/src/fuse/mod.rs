@@ -958,7 +958,8 @@ impl<'g> State<'g> {
                 let known = (pa, pb) == (a, b);
                 self.space_id.push(if known { space } else { NONE });
                 let bound = self.params[a] + self.params[b];
-                self.params.push(if known { params.min(bound) } else { bound });
+                self.params
+                    .push(if known { params.min(bound) } else { bound });
                 self.renumber(Unit::Cluster(id));
                 Some(id)
             }

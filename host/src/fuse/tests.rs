@@ -701,3 +701,48 @@ fn dump_generated_plans() {
     }
     std::fs::write(path, out).unwrap();
 }
+
+/// Every node of generated graphs, before and after decomposition, is what
+/// full shape inference makes of its operands (the builders take a quick
+/// path for common operators).
+#[test]
+fn quick_inference_agrees_with_full_inference() {
+    // Also a graph whose symbols are declared equal after its first nodes
+    // (full inference then writes the representative).
+    let late = |flip: bool| {
+        let mut g = Graph::new();
+        let s: Dim = g.symbol("S", 1, 64).unwrap().into();
+        let t: Dim = g.symbol("T", 1, 64).unwrap().into();
+        let x = g.input("x", DType::F32, &[s.clone(), c(8)]).unwrap();
+        let y = g.input("y", DType::F32, &[t.clone(), c(8)]).unwrap();
+        let (p, q) = if flip { (&t, &s) } else { (&s, &t) };
+        g.declare_equal(p, q).unwrap();
+        let a = g.binary(Opcode::Add, x, x).unwrap();
+        let b = g.binary(Opcode::Mul, a, y).unwrap();
+        let b = g.binary(Opcode::Sub, y, b).unwrap();
+        g.output("b", b).unwrap();
+        g
+    };
+    let graphs = (0..400)
+        .map(generated_graph)
+        .chain([late(false), late(true)]);
+    for (seed, g) in graphs.enumerate() {
+        let d = decompose(&g).unwrap();
+        for graph in [&g, &d] {
+            for i in 0..graph.nodes().len() {
+                let id = NodeId(i);
+                let node = &graph[id];
+                if matches!(node.op, crate::graph::Op::Input) {
+                    continue;
+                }
+                let (op, dtype, shape) = graph.reinfer(id).unwrap();
+                assert_eq!(
+                    (&op, dtype, &shape),
+                    (&node.op, node.dtype, &node.shape),
+                    "graph {seed}, node {}",
+                    node.name
+                );
+            }
+        }
+    }
+}

@@ -223,8 +223,17 @@ pub fn opcode_kind(code: Opcode) -> Option<OpcodeKind> {
 /// The dtypes the instruction set accepts for `code`'s element type (its
 /// `dt` field), read from the instruction table.
 pub fn opcode_dtypes(code: Opcode) -> Option<DTypeSet> {
-    let raw = vec![0u64; code.fields().len()];
-    let instr = Instr::from_raw(code, &raw)?;
+    // Zeroed operand words: on the stack for every opcode but the widest.
+    let n = code.fields().len();
+    let small = [0u64; 16];
+    let big;
+    let raw: &[u64] = if n <= small.len() {
+        &small[..n]
+    } else {
+        big = vec![0u64; n];
+        &big
+    };
+    let instr = Instr::from_raw(code, raw)?;
     let mut set = None;
     instr.dtype_rules(|field, _, allowed| {
         if field == "dt" {
