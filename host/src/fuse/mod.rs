@@ -545,17 +545,25 @@ impl<'g> State<'g> {
         let mut scratch = self.scratch.borrow_mut();
         let work = &mut scratch.1;
         work.clear();
+        let cc = c as u32;
+        let (pos, owner) = (&self.pos, &self.owner);
+        let push = |m: NodeId, work: &mut Vec<NodeId>, marks: &[u32]| {
+            for &u in self.users.of(m) {
+                if marks[u.0] != stamp && pos[u.0] <= bound && owner[u.0] != cc {
+                    work.push(u);
+                }
+            }
+        };
         for &m in &self.clusters[c].nodes {
-            work.extend_from_slice(self.users.of(m));
+            push(m, work, marks);
         }
         while let Some(x) = work.pop() {
-            if marks[x.0] == stamp || self.pos[x.0] > bound || self.owner[x.0] == c as u32 {
+            if marks[x.0] == stamp {
                 continue;
             }
-            self.for_members(self.unit(x), |m| {
-                marks[m.0] = stamp;
-                work.extend_from_slice(self.users.of(m));
-            });
+            let u = self.unit(x);
+            self.for_members(u, |m| marks[m.0] = stamp);
+            self.for_members(u, |m| push(m, work, marks));
         }
     }
 
