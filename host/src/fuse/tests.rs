@@ -704,7 +704,8 @@ fn dump_generated_plans() {
 
 /// Every node of generated graphs, before and after decomposition, is what
 /// full shape inference makes of its operands (the builders take a quick
-/// path for common operators).
+/// path for common operators), under a name of its own (decomposition
+/// skips name lookups when no name has a dot).
 #[test]
 fn quick_inference_agrees_with_full_inference() {
     // Also a graph whose symbols are declared equal after its first nodes
@@ -735,6 +736,7 @@ fn quick_inference_agrees_with_full_inference() {
                 if matches!(node.op, crate::graph::Op::Input) {
                     continue;
                 }
+                assert_eq!(graph.find(&node.name), Some(id), "names are unique");
                 let (op, dtype, shape) = graph.reinfer(id).unwrap();
                 assert_eq!(
                     (&op, dtype, &shape),

@@ -66,6 +66,10 @@ pub fn decompose_with_spans(graph: &Graph) -> Result<(Graph, Vec<Range<usize>>),
     out.nodes.reserve(room);
     out.names.reserve(room);
     let mut map: Vec<NodeId> = Vec::with_capacity(graph.nodes.len());
+    // Generated names are `composite.suffix`, the suffixes of one composite
+    // distinct and without dots: when no name of the graph has a dot, they
+    // clash with nothing and need no lookup.
+    let dotless = graph.nodes.iter().all(|n| !n.name.contains('.'));
     for node in &graph.nodes {
         let operands: Vec<NodeId> = node.operands.iter().map(|o| map[o.0]).collect();
         let id = if node.op.is_composite() {
@@ -74,6 +78,7 @@ pub fn decompose_with_spans(graph: &Graph) -> Result<(Graph, Vec<Range<usize>>),
                 g: &mut out,
                 orig: graph,
                 name: &node.name,
+                dotless,
             }
             .composite(node, &operands)?;
             spans.push(lo..out.nodes.len());
@@ -103,6 +108,8 @@ struct Rewriter<'a> {
     orig: &'a Graph,
     /// The composite's name: the final node takes it.
     name: &'a str,
+    /// No name of `orig` has a dot (generated names are then fresh).
+    dotless: bool,
 }
 
 impl Rewriter<'_> {
@@ -112,7 +119,7 @@ impl Rewriter<'_> {
         base.push('.');
         base.push_str(suffix);
         let taken = |n: &str| self.g.find(n).is_some() || self.orig.find(n).is_some();
-        let name = if taken(&base) {
+        let name = if !self.dotless && taken(&base) {
             (1..)
                 .map(|i| format!("{base}_{i}"))
                 .find(|n| !taken(n))
@@ -125,9 +132,11 @@ impl Rewriter<'_> {
         self.g.add_named(name, op, operands, None, None)
     }
 
+    /// The final node, named after the composite: a valid name of the
+    /// original graph, which no generated name takes.
     fn last(&mut self, op: Op, operands: &[NodeId]) -> Result<NodeId, GraphError> {
-        let name = self.name.to_owned();
-        self.g.add_node(Some(&name), op, operands, None, None)
+        self.g
+            .add_named(self.name.to_owned(), op, operands, None, None)
     }
 
     fn reduce(
