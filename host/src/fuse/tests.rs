@@ -24,7 +24,8 @@ fn seq(width: i64) -> (Graph, NodeId, Dim) {
 }
 
 fn plan(g: &Graph) -> FusionPlan {
-    FusionPlan::new(&decompose(g).unwrap(), &FuseOptions::default()).unwrap()
+    let (d, spans) = crate::graph::decompose_with_spans(g).unwrap();
+    FusionPlan::with_composites(&d, &FuseOptions::default(), &spans).unwrap()
 }
 
 fn names(g: &Graph, nodes: &[NodeId]) -> Vec<String> {
@@ -537,11 +538,18 @@ proptest::proptest! {
         max_nodes in 2usize..64,
         stack in proptest::bool::ANY,
     ) {
-        let g = decompose(&random_graph(&steps)).unwrap();
-        for reasons in [false, true] {
-            let opts = FuseOptions { max_nodes, stack, reasons, ..FuseOptions::default() };
-            let p = FusionPlan::new(&g, &opts);
+        let (g, spans) = crate::graph::decompose_with_spans(&random_graph(&steps)).unwrap();
+        for (reasons, composites) in [(false, false), (true, false), (false, true), (true, true)] {
+            let opts = FuseOptions { max_nodes, stack, reasons, composites, ..FuseOptions::default() };
+            let p = FusionPlan::with_composites(&g, &opts, &spans);
             proptest::prop_assert!(p.is_ok(), "{:?}", p.err());
+            // A softmax within the node limit is taken whole: one group.
+            if let (Ok(p), true) = (p, composites) {
+                for r in spans.iter().filter(|r| r.len() <= max_nodes) {
+                    let first = p.owner[r.start];
+                    proptest::prop_assert!(first.is_some() && r.clone().all(|i| p.owner[i] == first));
+                }
+            }
         }
     }
 }

@@ -248,24 +248,27 @@ fn quick_infer(op: &Op, args: &[Arg<'_>]) -> Option<(DType, Vec<Dim>)> {
 /// symbolic ([`broadcast`] puts those in canonical form, which may have
 /// changed since the operands were made).
 fn quick_broadcast(a: &[Dim], b: &[Dim]) -> Option<Vec<Dim>> {
-    if !a.iter().chain(b).all(Dim::is_const) {
-        return None;
+    if a == b {
+        return a.iter().all(Dim::is_const).then(|| a.to_vec());
     }
     let r = a.len().max(b.len());
-    let one = Dim::ONE;
-    (0..r)
-        .map(|i| {
-            let da = (i + a.len()).checked_sub(r).map_or(&one, |j| &a[j]);
-            let db = (i + b.len()).checked_sub(r).map_or(&one, |j| &b[j]);
-            if da == db || *db == one {
-                Some(da.clone())
-            } else if *da == one {
-                Some(db.clone())
-            } else {
-                None
-            }
-        })
-        .collect()
+    let at = |s: &[Dim], i: usize| {
+        (i + s.len())
+            .checked_sub(r)
+            .map_or(Some(1), |j| s[j].as_const())
+    };
+    let mut out = Vec::with_capacity(r);
+    for i in 0..r {
+        let (Some(da), Some(db)) = (at(a, i), at(b, i)) else {
+            return None;
+        };
+        out.push(Dim::from(match (da, db) {
+            _ if da == db || db == 1 => da,
+            (1, _) => db,
+            _ => return None,
+        }));
+    }
+    Some(out)
 }
 
 /// Checks `op` over `args` and computes the result's dtype and shape.
