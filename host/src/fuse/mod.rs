@@ -833,7 +833,10 @@ impl<'g> State<'g> {
         let (nodes, classes) = &mut *scratch;
         // Merge the two ascending member lists.
         nodes.clear();
-        nodes.reserve(n);
+        if nodes.capacity() < n {
+            // Room to grow: groups mostly grow one neighbour at a time.
+            *nodes = Vec::with_capacity(n.next_power_of_two());
+        }
         let (mut i, mut j) = (0, 0);
         while i < ca.nodes.len() && j < cb.nodes.len() {
             if ca.nodes[i] < cb.nodes[j] {
@@ -879,11 +882,10 @@ impl<'g> State<'g> {
             Vec::new()
         };
         self.accepted.set((a, b, space_id, bound as u32));
-        let mut members = self.spare.borrow_mut().pop().unwrap_or_default();
-        members.clear();
-        // Room to grow: groups mostly grow one neighbour at a time.
-        members.reserve(n.next_power_of_two());
-        members.extend_from_slice(nodes);
+        // The merged list becomes the group's; a spare list (the larger
+        // one a merge left) is the next scratch.
+        let spare = self.spare.borrow_mut().pop().unwrap_or_default();
+        let members = std::mem::replace(nodes, spare);
         Ok(Cluster {
             kind,
             nodes: members,
