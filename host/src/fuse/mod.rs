@@ -1125,35 +1125,35 @@ impl<'g> State<'g> {
             unit_at[k] = Some(u);
             of.push(k);
         }
-        // Edges between units, as a flat list (duplicates are harmless).
+        // In-degrees over the node edges between units (an edge counted once
+        // per node pair here and once when its unit is taken below).
         let mut indeg = vec![0usize; total];
-        let mut edges: Vec<(usize, usize)> = Vec::new();
         for (i, &ui) in of.iter().enumerate() {
             for &u in self.users.of(NodeId(i)) {
-                let uu = of[u.0];
-                if uu != ui {
-                    edges.push((ui, uu));
-                    indeg[uu] += 1;
+                if of[u.0] != ui {
+                    indeg[of[u.0]] += 1;
                 }
             }
         }
-        edges.sort_unstable();
         let mut heap: BinaryHeap<Reverse<(usize, usize)>> = (0..total)
             .filter(|&k| unit_at[k].is_some() && indeg[k] == 0)
             .map(|k| Reverse((first[k], k)))
             .collect();
-        let mut order = Vec::new();
+        let mut order = Vec::with_capacity(total);
         while let Some(Reverse((_, k))) = heap.pop() {
-            if let Some(u) = unit_at[k] {
-                order.push(u);
-            }
-            let lo = edges.partition_point(|e| e.0 < k);
-            for &(_, s) in edges[lo..].iter().take_while(|e| e.0 == k) {
-                indeg[s] -= 1;
-                if indeg[s] == 0 {
-                    heap.push(Reverse((first[s], s)));
+            let Some(u) = unit_at[k] else { continue };
+            order.push(u);
+            self.for_members(u, |m| {
+                for &v in self.users.of(m) {
+                    let s = of[v.0];
+                    if s != k {
+                        indeg[s] -= 1;
+                        if indeg[s] == 0 {
+                            heap.push(Reverse((first[s], s)));
+                        }
+                    }
                 }
-            }
+            });
         }
         let live = unit_at.iter().filter(|u| u.is_some()).count();
         if order.len() != live {
