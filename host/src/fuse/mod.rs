@@ -537,33 +537,34 @@ impl<'g> State<'g> {
         }
     }
 
-    /// Marks, in `marks` (one per node), every node of every unit that group
-    /// `c` reaches and that is numbered at most `bound` ([`State::pos`]),
-    /// with `stamp`. A unit numbered after `bound` is never entered (a path
-    /// through it only reaches later units).
-    pub fn mark_reached(&self, c: usize, bound: u32, marks: &mut [u32], stamp: u32) {
+    /// Sets, in `bits` (one bit per node, resized), every node of every unit
+    /// that group `c` reaches along edges (any path, direct ones included).
+    pub fn reached_from(&self, c: usize, bits: &mut Vec<u64>) {
+        bits.clear();
+        bits.resize(self.owner.len().div_ceil(64).max(1), 0);
+        let epoch = self.next_epoch();
         let mut scratch = self.scratch.borrow_mut();
-        let work = &mut scratch.1;
+        let (seen, work) = &mut *scratch;
         work.clear();
         let cc = c as u32;
-        let (pos, owner) = (&self.pos, &self.owner);
-        let push = |m: NodeId, work: &mut Vec<NodeId>, marks: &[u32]| {
-            for &u in self.users.of(m) {
-                if marks[u.0] != stamp && pos[u.0] <= bound && owner[u.0] != cc {
-                    work.push(u);
-                }
-            }
-        };
         for &m in &self.clusters[c].nodes {
-            push(m, work, marks);
+            seen[m.0] = epoch;
+        }
+        for &m in &self.clusters[c].nodes {
+            work.extend(self.users.of(m).iter().filter(|u| seen[u.0] != epoch));
         }
         while let Some(x) = work.pop() {
-            if marks[x.0] == stamp {
+            if seen[x.0] == epoch || self.owner[x.0] == cc {
                 continue;
             }
             let u = self.unit(x);
-            self.for_members(u, |m| marks[m.0] = stamp);
-            self.for_members(u, |m| push(m, work, marks));
+            self.for_members(u, |m| {
+                seen[m.0] = epoch;
+                bits[m.0 / 64] |= 1 << (m.0 % 64);
+            });
+            self.for_members(u, |m| {
+                work.extend(self.users.of(m).iter().filter(|v| seen[v.0] != epoch));
+            });
         }
     }
 
