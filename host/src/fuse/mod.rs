@@ -1,8 +1,10 @@
 //! The operator fuser: which graph operators share a kernel.
 //!
 //! The pass runs once on the symbolic (decomposed) graph, before any shape
-//! is bound. It starts with every element-wise, reduce and matmul operator in
-//! a group of its own and applies rewrite rules ([`pattern`]) until none
+//! is bound. It starts with each decomposed composite (softmax, norms,
+//! mean: [`FusionPlan::with_composites`]) that forms a group as one group
+//! and every other element-wise, reduce and matmul operator in a group of
+//! its own, and applies rewrite rules ([`pattern`]) until none
 //! applies (a fixed point), in the style of tract's optimiser: each rule
 //! looks at the current state and returns a [`Patch`] (merge two groups, or
 //! stack independent groups into one launch); the driver applies it and
