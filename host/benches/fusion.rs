@@ -22,7 +22,7 @@ use dvm_host::compile::{Group, GroupKind, Node, Target, View};
 use dvm_host::demo::data;
 use dvm_host::eager::LazyTensor;
 use dvm_host::fuse::{FuseOptions, FusionPlan};
-use dvm_host::graph::{decompose, Graph, NodeId};
+use dvm_host::graph::{decompose_with_spans, Graph, NodeId};
 use dvm_host::kernel::build;
 use dvm_host::models::{encoder_block, EncoderConfig};
 use dvm_host::runtime::pool::RawBuf;
@@ -528,17 +528,20 @@ fn decision_table(quick: bool, cores: usize) {
         ("30 primitive ops", window30_primitive()),
         ("30 ops with 9 norms/softmaxes", window30()),
     ] {
-        let d = decompose(&w).expect("decomposes");
+        // As the eager API runs it: each composite starts as one group.
+        let (d, spans) = decompose_with_spans(&w).expect("decomposes");
         let mut fast = Vec::with_capacity(reps);
         let mut full = Vec::with_capacity(reps);
         let mut prep = Vec::with_capacity(reps);
-        let mut plan = FusionPlan::new(&d, &eager_opts).expect("fuses");
+        let mut plan = FusionPlan::with_composites(&d, &eager_opts, &spans).expect("fuses");
         for _ in 0..reps {
             let t = Instant::now();
-            plan = FusionPlan::new(&d, &eager_opts).expect("fuses");
+            plan = FusionPlan::with_composites(&d, &eager_opts, &spans).expect("fuses");
             fast.push(t.elapsed().as_secs_f64() * 1e6);
             let t = Instant::now();
-            std::hint::black_box(FusionPlan::new(&d, &FuseOptions::default()).expect("fuses"));
+            std::hint::black_box(
+                FusionPlan::with_composites(&d, &FuseOptions::default(), &spans).expect("fuses"),
+            );
             full.push(t.elapsed().as_secs_f64() * 1e6);
             let t = Instant::now();
             std::hint::black_box(Prepared::with_options(&w, &eager_opts).expect("prepares"));
@@ -626,8 +629,24 @@ fn eager_window([x, wt, bt, gt]: &[LazyTensor; 4]) {
 
 /// Only the fusion pass, in a loop, for profiling (`-- decision loop`):
 /// `DVM_PRIM` picks the primitive window, `DVM_FAST` only the pass without
-/// reasons, `DVM_PREP` decomposition + pass, `DVM_REPS` the repetitions.
+/// reasons, `DVM_PREP` decomposition + pass, `DVM_EAGER` the eager window
+/// in a fresh context each time (its decision and run), `DVM_REPS` the
+/// repetitions.
 fn decision_loop() {
+    if std::env::var_os("DVM_EAGER").is_some() {
+        let reps: usize = std::env::var("DVM_REPS")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(200);
+        let mut us = Vec::with_capacity(reps);
+        for _ in 0..reps {
+            let ex = dvm_host::eager::Eager::new(1);
+            eager_window(&eager_inputs(&ex));
+            us.push(ex.stats().fuse_us);
+        }
+        println!("eager fresh-context decision median {:.1} µs", median(us));
+        return;
+    }
     let w = if std::env::var_os("DVM_PRIM").is_some() {
         window30_primitive()
     } else {
@@ -637,7 +656,7 @@ fn decision_loop() {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(20_000);
-    let d = decompose(&w).expect("decomposes");
+    let (d, spans) = decompose_with_spans(&w).expect("decomposes");
     let which: &[bool] = if std::env::var_os("DVM_FAST").is_some() {
         &[false]
     } else {
@@ -655,7 +674,9 @@ fn decision_loop() {
             if prep {
                 std::hint::black_box(Prepared::with_options(&w, &opts).expect("prepares"));
             } else {
-                std::hint::black_box(FusionPlan::new(&d, &opts).expect("fuses"));
+                std::hint::black_box(
+                    FusionPlan::with_composites(&d, &opts, &spans).expect("fuses"),
+                );
             }
             times.push(t.elapsed().as_secs_f64() * 1e6);
         }

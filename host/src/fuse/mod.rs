@@ -1,8 +1,10 @@
 //! The operator fuser: which graph operators share a kernel.
 //!
 //! The pass runs once on the symbolic (decomposed) graph, before any shape
-//! is bound. It starts with every element-wise, reduce and matmul operator in
-//! a group of its own and applies rewrite rules ([`pattern`]) until none
+//! is bound. It starts with each decomposed composite (softmax, norms,
+//! mean: [`FusionPlan::with_composites`]) that forms a group as one group
+//! and every other element-wise, reduce and matmul operator in a group of
+//! its own, and applies rewrite rules ([`pattern`]) until none
 //! applies (a fixed point), in the style of tract's optimiser: each rule
 //! looks at the current state and returns a [`Patch`] (merge two groups, or
 //! stack independent groups into one launch); the driver applies it and
@@ -34,6 +36,7 @@ use std::cell::{Cell, RefCell};
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashSet};
 use std::hash::{BuildHasherDefault, Hasher};
+use std::ops::Range;
 
 use crate::graph::{Graph, NodeId, ShapeDisplay};
 use crate::sym::Dim;
@@ -143,6 +146,10 @@ pub struct FuseOptions {
     /// Record why candidates were rejected and describe every rewrite (for
     /// `dvm explain`); the eager API turns it off to keep the decision cheap.
     pub reasons: bool,
+    /// Start each decomposed composite (softmax, norms, mean) as one group
+    /// when it forms one ([`FusionPlan::with_composites`]); `false`: every
+    /// operator starts alone and the rules rediscover them.
+    pub composites: bool,
 }
 
 impl Default for FuseOptions {
@@ -155,6 +162,7 @@ impl Default for FuseOptions {
             max_params: dvm_isa::verify::MAX_PARAMS,
             max_stack: 8,
             reasons: true,
+            composites: true,
         }
     }
 }
@@ -304,9 +312,15 @@ pub struct State<'g> {
     spare: RefCell<Vec<Vec<NodeId>>>,
     /// The space (a shape id) of every group, once known.
     space_id: Vec<u32>,
-    /// The groups and space of the last union [`State::merge`] accepted,
+    /// The groups, space and parameter bound of the last union
+    /// [`State::merge`] accepted,
     /// for [`State::apply`].
-    accepted: Cell<(usize, usize, u32)>,
+    accepted: Cell<(usize, usize, u32, u32)>,
+    /// An upper bound of every group's buffer parameters ([`count_params`]):
+    /// a union needs at most the sum of its parts' (its external operands
+    /// and stored values are among theirs), so a merge counts exactly only
+    /// when that sum exceeds the limit.
+    params: Vec<u32>,
     /// Position of every node's unit in a topological order of the units
     /// (all members of a group or stack share it; distinct units have
     /// distinct positions). Starts as the node ids (the graph's order) and
@@ -323,10 +337,15 @@ pub struct State<'g> {
     /// ahead instead of searching again.
     visited: RefCell<Vec<(u32, Unit)>>,
     visited_for: Cell<(usize, usize)>,
+    /// The groups [`State::seed`] made from composites.
+    seeded: Vec<usize>,
 }
 
 impl<'g> State<'g> {
-    fn new(g: &'g Graph, opts: FuseOptions) -> State<'g> {
+    /// The initial state: every composite range of `composites` that forms
+    /// a group ([`State::seed`]) is one group, every other element-wise,
+    /// reduce and matmul operator a group of its own.
+    fn new(g: &'g Graph, opts: FuseOptions, composites: &[Range<usize>]) -> State<'g> {
         let n = g.nodes().len();
         let users = Users::new(g);
         let mut is_output = vec![false; n];
@@ -352,17 +371,32 @@ impl<'g> State<'g> {
             merge_scratch: RefCell::new((Vec::new(), Vec::new())),
             spare: RefCell::new(Vec::new()),
             space_id: Vec::with_capacity(2 * n),
-            accepted: Cell::new((usize::MAX, usize::MAX, NONE)),
+            accepted: Cell::new((usize::MAX, usize::MAX, NONE, 0)),
+            params: Vec::with_capacity(2 * n),
             pos: (0..n as u32).collect(),
             window: (Vec::new(), Vec::new(), Vec::new()),
             moved: Vec::new(),
             visited: RefCell::new(Vec::new()),
             visited_for: Cell::new((usize::MAX, usize::MAX)),
+            seeded: Vec::new(),
         };
-        for i in 0..n {
+        let mut spans = composites
+            .iter()
+            .filter(|_| opts.fuse && opts.composites)
+            .peekable();
+        let mut i = 0;
+        while i < n {
+            while spans.next_if(|r| r.start < i).is_some() {}
+            if let Some(r) = spans.next_if(|r| r.start == i) {
+                if st.seed(r.clone()) {
+                    i = r.end;
+                    continue;
+                }
+            }
             let id = NodeId(i);
+            i += 1;
             if !matches!(
-                st.roles[i],
+                st.roles[id.0],
                 Role::Elementwise | Role::Reduce { .. } | Role::Matmul
             ) {
                 continue;
@@ -370,25 +404,72 @@ impl<'g> State<'g> {
             // A single operator is always a group: its space is its shape
             // (a reduction's: its operand's). Spaces are filled in when the
             // plan is made (see `Cluster::space` in `State::clusters`).
-            let kind = match st.roles[i] {
+            let kind = match st.roles[id.0] {
                 Role::Reduce { axis, .. } => ClusterKind::Reduce { axis },
                 Role::Matmul => ClusterKind::Matmul,
                 _ => ClusterKind::Elementwise,
             };
-            st.owner[i] = st.clusters.len() as u32;
+            st.owner[id.0] = st.clusters.len() as u32;
             st.clusters.push(Cluster {
                 kind,
                 nodes: vec![id],
                 space: Vec::new(),
             });
             st.stack_of.push(NONE);
-            let space = match st.roles[i] {
+            st.params.push(g[id].operands.len() as u32 + 1);
+            let space = match st.roles[id.0] {
                 Role::Reduce { .. } => st.shapes.of(g[id].operands[0]),
                 _ => st.shapes.of(id),
             };
             st.space_id.push(space);
         }
         st
+    }
+
+    /// Makes the nodes `r` (a decomposed composite) one group when they
+    /// form one: within the node and parameter limits and valid for every
+    /// binding ([`validate_fast`]). A contiguous range of compute nodes
+    /// lies on no cycle: every path that leaves it reaches only later
+    /// nodes. Returns whether it did.
+    fn seed(&mut self, r: Range<usize>) -> bool {
+        if r.len() < 2 || r.end > self.owner.len() || r.len() > self.opts.max_nodes {
+            return false;
+        }
+        let member = |m: NodeId| r.contains(&m.0);
+        let mut nodes = self.spare.get_mut().pop().unwrap_or_default();
+        nodes.clear();
+        nodes.reserve(r.len().next_power_of_two());
+        nodes.extend(r.clone().map(NodeId));
+        let mut classes = std::mem::take(&mut self.merge_scratch.get_mut().1);
+        let found = validate_fast(&self.facts(), &self.shapes, &nodes, member, &mut classes);
+        self.merge_scratch.get_mut().1 = classes;
+        let Some((kind, space)) = found else {
+            self.spare.get_mut().push(nodes);
+            return false;
+        };
+        let mut bound: usize = nodes.iter().map(|&m| self.g[m].operands.len() + 1).sum();
+        if bound > self.opts.max_params {
+            bound = self.count_params(&nodes, &member);
+            if bound > self.opts.max_params {
+                self.spare.get_mut().push(nodes);
+                return false;
+            }
+        }
+        let id = self.clusters.len();
+        for &m in &nodes {
+            self.owner[m.0] = id as u32;
+            self.pos[m.0] = r.start as u32;
+        }
+        self.clusters.push(Cluster {
+            kind,
+            nodes,
+            space: Vec::new(),
+        });
+        self.stack_of.push(NONE);
+        self.params.push(bound as u32);
+        self.space_id.push(space);
+        self.seeded.push(id);
+        true
     }
 
     /// The graph.
@@ -456,6 +537,42 @@ impl<'g> State<'g> {
                 }
             }
         }
+    }
+
+    /// Sets, in `bits` (one bit per node, resized), every node of every unit
+    /// that group `c` reaches along edges (any path, direct ones included).
+    pub fn reached_from(&self, c: usize, bits: &mut Vec<u64>) {
+        bits.clear();
+        bits.resize(self.owner.len().div_ceil(64).max(1), 0);
+        let epoch = self.next_epoch();
+        let mut scratch = self.scratch.borrow_mut();
+        let (seen, work) = &mut *scratch;
+        work.clear();
+        let cc = c as u32;
+        for &m in &self.clusters[c].nodes {
+            seen[m.0] = epoch;
+        }
+        for &m in &self.clusters[c].nodes {
+            work.extend(self.users.of(m).iter().filter(|u| seen[u.0] != epoch));
+        }
+        while let Some(x) = work.pop() {
+            if seen[x.0] == epoch || self.owner[x.0] == cc {
+                continue;
+            }
+            let u = self.unit(x);
+            self.for_members(u, |m| {
+                seen[m.0] = epoch;
+                bits[m.0 / 64] |= 1 << (m.0 % 64);
+            });
+            self.for_members(u, |m| {
+                work.extend(self.users.of(m).iter().filter(|v| seen[v.0] != epoch));
+            });
+        }
+    }
+
+    /// The position of group `c` in the units' topological numbering.
+    pub fn position(&self, c: usize) -> u32 {
+        self.unit_pos(Unit::Cluster(c))
     }
 
     /// A node on a path from group `a` to group `b` (or back) that runs
@@ -719,7 +836,10 @@ impl<'g> State<'g> {
         let (nodes, classes) = &mut *scratch;
         // Merge the two ascending member lists.
         nodes.clear();
-        nodes.reserve(n);
+        if nodes.capacity() < n {
+            // Room to grow: groups mostly grow one neighbour at a time.
+            *nodes = Vec::with_capacity(n.next_power_of_two());
+        }
         let (mut i, mut j) = (0, 0);
         while i < ca.nodes.len() && j < cb.nodes.len() {
             if ca.nodes[i] < cb.nodes[j] {
@@ -746,14 +866,14 @@ impl<'g> State<'g> {
                 Ok(_) => Reason::MatmulReduce,
             }));
         };
-        // Every operand and every member at most: count only when that
+        // At most the parts' parameters together: count only when that
         // bound exceeds the limit.
-        let bound: usize = nodes.iter().map(|&m| self.g[m].operands.len() + 1).sum();
+        let mut bound = (self.params[a] + self.params[b]) as usize;
         if bound > self.opts.max_params {
-            let params = self.count_params(nodes, &member);
-            if params > self.opts.max_params {
+            bound = self.count_params(nodes, &member);
+            if bound > self.opts.max_params {
                 return Err(Some(Reason::TooManyParams {
-                    n: params,
+                    n: bound,
                     limit: self.opts.max_params,
                 }));
             }
@@ -764,12 +884,11 @@ impl<'g> State<'g> {
         } else {
             Vec::new()
         };
-        self.accepted.set((a, b, space_id));
-        let mut members = self.spare.borrow_mut().pop().unwrap_or_default();
-        members.clear();
-        // Room to grow: groups mostly grow one neighbour at a time.
-        members.reserve(n.next_power_of_two());
-        members.extend_from_slice(nodes);
+        self.accepted.set((a, b, space_id, bound as u32));
+        // The merged list becomes the group's; a spare list (the larger
+        // one a merge left) is the next scratch.
+        let spare = self.spare.borrow_mut().pop().unwrap_or_default();
+        let members = std::mem::replace(nodes, spare);
         Ok(Cluster {
             kind,
             nodes: members,
@@ -847,9 +966,13 @@ impl<'g> State<'g> {
                 self.spare.get_mut().push(keep);
                 self.clusters.push(merged);
                 self.stack_of.push(NONE);
-                let (pa, pb, space) = self.accepted.replace((usize::MAX, usize::MAX, NONE));
-                self.space_id
-                    .push(if (pa, pb) == (a, b) { space } else { NONE });
+                let (pa, pb, space, params) =
+                    self.accepted.replace((usize::MAX, usize::MAX, NONE, 0));
+                let known = (pa, pb) == (a, b);
+                self.space_id.push(if known { space } else { NONE });
+                let bound = self.params[a] + self.params[b];
+                self.params
+                    .push(if known { params.min(bound) } else { bound });
                 self.renumber(Unit::Cluster(id));
                 Some(id)
             }
@@ -1005,35 +1128,35 @@ impl<'g> State<'g> {
             unit_at[k] = Some(u);
             of.push(k);
         }
-        // Edges between units, as a flat list (duplicates are harmless).
+        // In-degrees over the node edges between units (an edge counted once
+        // per node pair here and once when its unit is taken below).
         let mut indeg = vec![0usize; total];
-        let mut edges: Vec<(usize, usize)> = Vec::new();
         for (i, &ui) in of.iter().enumerate() {
             for &u in self.users.of(NodeId(i)) {
-                let uu = of[u.0];
-                if uu != ui {
-                    edges.push((ui, uu));
-                    indeg[uu] += 1;
+                if of[u.0] != ui {
+                    indeg[of[u.0]] += 1;
                 }
             }
         }
-        edges.sort_unstable();
         let mut heap: BinaryHeap<Reverse<(usize, usize)>> = (0..total)
             .filter(|&k| unit_at[k].is_some() && indeg[k] == 0)
             .map(|k| Reverse((first[k], k)))
             .collect();
-        let mut order = Vec::new();
+        let mut order = Vec::with_capacity(total);
         while let Some(Reverse((_, k))) = heap.pop() {
-            if let Some(u) = unit_at[k] {
-                order.push(u);
-            }
-            let lo = edges.partition_point(|e| e.0 < k);
-            for &(_, s) in edges[lo..].iter().take_while(|e| e.0 == k) {
-                indeg[s] -= 1;
-                if indeg[s] == 0 {
-                    heap.push(Reverse((first[s], s)));
+            let Some(u) = unit_at[k] else { continue };
+            order.push(u);
+            self.for_members(u, |m| {
+                for &v in self.users.of(m) {
+                    let s = of[v.0];
+                    if s != k {
+                        indeg[s] -= 1;
+                        if indeg[s] == 0 {
+                            heap.push(Reverse((first[s], s)));
+                        }
+                    }
                 }
-            }
+            });
         }
         let live = unit_at.iter().filter(|u| u.is_some()).count();
         if order.len() != live {
@@ -1102,12 +1225,49 @@ impl FusionPlan {
     /// [`FuseError`] if a rewrite broke the consistency check (a bug in a
     /// rule; the message names it).
     pub fn new(graph: &Graph, opts: &FuseOptions) -> Result<FusionPlan, FuseError> {
-        let mut st = State::new(graph, *opts);
+        Self::with_composites(graph, opts, &[])
+    }
+
+    /// [`FusionPlan::new`], starting from one group per decomposed
+    /// composite (`composites`: the node ranges of
+    /// [`crate::graph::decompose_with_spans`]) instead of one per operator.
+    /// A softmax or a norm always forms one reduce group, so the pass need
+    /// not rediscover it operator by operator; a range that does not form a
+    /// group (beyond [`FuseOptions::max_nodes`], a shape not provably
+    /// equal) starts as single operators. Each one taken is recorded as a
+    /// `composite` rewrite.
+    ///
+    /// # Errors
+    /// As [`FusionPlan::new`].
+    pub fn with_composites(
+        graph: &Graph,
+        opts: &FuseOptions,
+        composites: &[Range<usize>],
+    ) -> Result<FusionPlan, FuseError> {
+        let mut st = State::new(graph, *opts, composites);
         let mut log = Log {
             keep: opts.reasons,
             rejections: Vec::new(),
         };
         let mut applied = Vec::with_capacity(graph.nodes().len());
+        for &c in &st.seeded {
+            let text = if opts.reasons {
+                let cl = &st.clusters[c];
+                let space = st.shapes.shape(st.space_id[c]);
+                format!(
+                    "{{{}}} → {} over {}",
+                    names_of(&st, c),
+                    cl.kind.describe(),
+                    ShapeDisplay(&space)
+                )
+            } else {
+                String::new()
+            };
+            applied.push(("composite", text));
+        }
+        if cfg!(debug_assertions) && !st.seeded.is_empty() {
+            st.check_all("composite")?;
+        }
         let mut rules = pattern::rules(opts);
         let mut edges = Vec::new();
         // Every patch removes a group or stacks some: the loop terminates;
@@ -1145,7 +1305,7 @@ impl FusionPlan {
 
     /// One group per operator, no stacks (`--no-fuse`).
     pub fn unfused(graph: &Graph) -> FusionPlan {
-        let st = State::new(graph, FuseOptions::off());
+        let st = State::new(graph, FuseOptions::off(), &[]);
         let log = Log::default();
         match Self::finish(st, log, Vec::new()) {
             Ok(p) => p,
@@ -1345,15 +1505,18 @@ fn store_layouts(st: &State<'_>) -> Vec<Option<Vec<usize>>> {
     out
 }
 
+/// The member names of group `c`, comma-separated.
+fn names_of(st: &State<'_>, c: usize) -> String {
+    st.clusters[c]
+        .nodes
+        .iter()
+        .map(|n| st.g[*n].name.as_str())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 fn describe(st: &State<'_>, p: &Patch) -> String {
-    let names = |c: usize| {
-        st.clusters[c]
-            .nodes
-            .iter()
-            .map(|n| st.g[*n].name.as_str())
-            .collect::<Vec<_>>()
-            .join(", ")
-    };
+    let names = |c: usize| names_of(st, c);
     match p {
         Patch::Merge { a, b, merged } => format!(
             "{{{}}} + {{{}}} → {} over {}",

@@ -303,6 +303,34 @@ impl Rule for Siblings {
 struct ParallelStack {
     max: usize,
     next_node: usize,
+    /// Per group id: the nodes of the units it reaches, as bits
+    /// ([`State::reached_from`]; empty until asked). Valid until the state
+    /// changes (a stack or a merge).
+    reach: Vec<Vec<u64>>,
+}
+
+impl ParallelStack {
+    /// Whether group `c` reaches the unit of node `x`.
+    fn reaches(&mut self, st: &State<'_>, c: usize, x: NodeId) -> bool {
+        if self.reach.len() < st.cluster_ids() {
+            self.reach.resize_with(st.cluster_ids(), Vec::new);
+        }
+        if self.reach[c].is_empty() {
+            st.reached_from(c, &mut self.reach[c]);
+        }
+        self.reach[c][x.0 / 64] >> (x.0 % 64) & 1 == 1
+    }
+
+    /// Whether groups `c` and `d` depend on each other: the earlier one in
+    /// the units' topological numbering reaches the later one.
+    fn dependent(&mut self, st: &State<'_>, c: usize, d: usize) -> bool {
+        let (lo, hi) = if st.position(c) < st.position(d) {
+            (c, d)
+        } else {
+            (d, c)
+        };
+        self.reaches(st, lo, st.cluster(hi).nodes[0])
+    }
 }
 
 impl Rule for ParallelStack {
@@ -326,19 +354,28 @@ impl Rule for ParallelStack {
                     }
                 }
             }
+            if cands.len() < 2 {
+                continue;
+            }
             let mut chosen: Vec<usize> = Vec::new();
             for c in cands {
                 if chosen.len() >= self.max {
                     break;
                 }
-                if chosen
-                    .iter()
-                    .all(|&d| st.path_between(c, d, true).is_none())
-                {
+                let mut free = true;
+                for &d in &chosen {
+                    if self.dependent(st, c, d) {
+                        free = false;
+                        break;
+                    }
+                }
+                if free {
                     chosen.push(c);
                 }
             }
             if chosen.len() >= 2 {
+                // The stack changes the units: what reaches what.
+                self.reach.iter_mut().for_each(Vec::clear);
                 return Some(Patch::Stack { members: chosen });
             }
         }
@@ -348,6 +385,7 @@ impl Rule for ParallelStack {
     fn notify(&mut self, _st: &State<'_>, _c: usize, _edges: &[Cand]) {
         // Merges after stacking started restart the scan.
         self.next_node = 0;
+        self.reach.iter_mut().for_each(Vec::clear);
     }
 }
 
@@ -373,6 +411,7 @@ pub fn rules(opts: &FuseOptions) -> Vec<Box<dyn Rule>> {
         r.push(Box::new(ParallelStack {
             max: opts.max_stack,
             next_node: 0,
+            reach: Vec::new(),
         }));
     }
     r

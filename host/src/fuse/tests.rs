@@ -24,7 +24,8 @@ fn seq(width: i64) -> (Graph, NodeId, Dim) {
 }
 
 fn plan(g: &Graph) -> FusionPlan {
-    FusionPlan::new(&decompose(g).unwrap(), &FuseOptions::default()).unwrap()
+    let (d, spans) = crate::graph::decompose_with_spans(g).unwrap();
+    FusionPlan::with_composites(&d, &FuseOptions::default(), &spans).unwrap()
 }
 
 fn names(g: &Graph, nodes: &[NodeId]) -> Vec<String> {
@@ -236,7 +237,7 @@ fn the_consistency_check_catches_a_bad_rewrite() {
     let m = g.matmul(x, w, false, false).unwrap();
     let r = g.sum(m, &[-1], true).unwrap();
     g.output("r", r).unwrap();
-    let mut st = State::new(&g, FuseOptions::default());
+    let mut st = State::new(&g, FuseOptions::default(), &[]);
     let (a, b) = (st.owner(m).unwrap(), st.owner(r).unwrap());
     assert_eq!(st.try_merge(a, b), Err(Reason::MatmulReduce));
     // Force the merge anyway, with a wrong kind: the whole-state check
@@ -433,7 +434,7 @@ fn reentry_graph() -> (Graph, [NodeId; 4]) {
 #[test]
 fn a_path_reentering_a_group_at_a_lower_id_is_a_cycle() {
     let (g, [p, b, a, q]) = reentry_graph();
-    let mut st = State::new(&g, FuseOptions::default());
+    let mut st = State::new(&g, FuseOptions::default(), &[]);
     let (cp, cq) = (st.owner(p).unwrap(), st.owner(q).unwrap());
     let merged = st.try_merge(cp, cq).unwrap();
     let x = st
@@ -452,7 +453,7 @@ fn a_path_reentering_a_group_at_a_lower_id_is_a_cycle() {
         st.try_merge(ca, cb)
     );
     // The same through a stack: p and q stacked instead of merged.
-    let mut st = State::new(&g, FuseOptions::default());
+    let mut st = State::new(&g, FuseOptions::default(), &[]);
     let (cp, cq) = (st.owner(p).unwrap(), st.owner(q).unwrap());
     assert!(st
         .apply(Patch::Stack {
@@ -537,11 +538,221 @@ proptest::proptest! {
         max_nodes in 2usize..64,
         stack in proptest::bool::ANY,
     ) {
-        let g = decompose(&random_graph(&steps)).unwrap();
-        for reasons in [false, true] {
-            let opts = FuseOptions { max_nodes, stack, reasons, ..FuseOptions::default() };
-            let p = FusionPlan::new(&g, &opts);
+        let (g, spans) = crate::graph::decompose_with_spans(&random_graph(&steps)).unwrap();
+        for (reasons, composites) in [(false, false), (true, false), (false, true), (true, true)] {
+            let opts = FuseOptions { max_nodes, stack, reasons, composites, ..FuseOptions::default() };
+            let p = FusionPlan::with_composites(&g, &opts, &spans);
             proptest::prop_assert!(p.is_ok(), "{:?}", p.err());
+            // A softmax within the node limit is taken whole: one group.
+            if let (Ok(p), true) = (p, composites) {
+                for r in spans.iter().filter(|r| r.len() <= max_nodes) {
+                    let first = p.owner[r.start];
+                    proptest::prop_assert!(first.is_some() && r.clone().all(|i| p.owner[i] == first));
+                }
+            }
+        }
+    }
+}
+
+/// A generated graph with every composite the decomposition knows (for
+/// comparing plans across changes to the pass): `seed` drives a small LCG.
+fn generated_graph(seed: u64) -> Graph {
+    let mut r = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+    let mut next = |m: u64| {
+        r = r
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        (r >> 33) % m
+    };
+    let symbolic = next(2) == 0;
+    let mut g = Graph::new();
+    let rows: Dim = if symbolic {
+        g.symbol("S", 1, 4096).unwrap().into()
+    } else {
+        c(16)
+    };
+    let x = g.input("x", DType::F32, &[rows.clone(), c(8)]).unwrap();
+    let y = g.input("y", DType::F32, &[c(8)]).unwrap();
+    let w = g.input("w", DType::F32, &[c(8), c(8)]).unwrap();
+    let z = g.input("z", DType::F32, &[rows, c(8)]).unwrap();
+    let mut pool = vec![x, y, w, z];
+    let len = 1 + next(40);
+    for i in 0..len {
+        let pick = |k: u64| pool[pool.len() - 1 - (k as usize % pool.len().min(6))];
+        let (a, b) = (pick(next(6)), pick(next(6)));
+        let res = match next(16) {
+            0 => g.unary(Opcode::Exp, a),
+            1 => g.unary(Opcode::Tanh, a),
+            2 | 3 => g.binary(Opcode::Add, a, b),
+            4 => g.binary(Opcode::Mul, a, b),
+            5 => g.sum(a, &[-1], next(2) == 0),
+            6 => g.softmax(a, -1),
+            7 => g.log_softmax(a, if next(2) == 0 { -1 } else { 0 }),
+            8 => g.layer_norm(a, y, y, 1e-5),
+            9 => g.rms_norm(a, y, 1e-6),
+            10 => g.mean(a, &[-1], true),
+            11 => g.matmul(a, b, false, false),
+            12 => g.transpose(a, &[1, 0]),
+            13 => g.softmax(a, 0),
+            14 => g.reduce_max(a, &[0], true),
+            _ => g.scalar(Opcode::MulS, a, 0.5),
+        };
+        if let Ok(n) = res {
+            pool.push(n);
+            if next(5) == 0 {
+                let _ = g.output(&format!("o{i}"), n);
+            }
+        }
+    }
+    g.output("out", *pool.last().unwrap()).unwrap();
+    g
+}
+
+/// The groups, stacks and order of a plan, one line each.
+fn plan_text(g: &Graph, p: &FusionPlan) -> String {
+    use std::fmt::Write;
+    let mut s = String::new();
+    for cl in &p.clusters {
+        let _ = writeln!(
+            s,
+            "  {} {} {:?}",
+            cl.kind.describe(),
+            crate::graph::ShapeDisplay(&cl.space),
+            names(g, &cl.nodes)
+        );
+    }
+    let _ = writeln!(s, "  stacks {:?}", p.stacks);
+    let _ = writeln!(s, "  order {:?}", p.order);
+    s
+}
+
+/// Writes the plans of generated graphs to `$DVM_PLAN_DUMP` (compare two
+/// versions of the pass with `diff`; `DVM_PLAN_NO_COMPOSITES` turns
+/// [`FuseOptions::composites`] off) and prints, per option set, how many
+/// plans differ with composites on and off and their kernels, launches and
+/// bytes moved at `S = 64`: `cargo test --release -p dvm-host --lib
+/// dump_generated_plans -- --ignored --nocapture` with `DVM_PLAN_TOTALS`
+/// set (without it, only the plans are written).
+#[test]
+#[ignore]
+fn dump_generated_plans() {
+    let Some(path) = std::env::var_os("DVM_PLAN_DUMP") else {
+        return;
+    };
+    let count: u64 = std::env::var("DVM_PLAN_COUNT")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(3000);
+    let composites = std::env::var_os("DVM_PLAN_NO_COMPOSITES").is_none();
+    let totals = std::env::var_os("DVM_PLAN_TOTALS").is_some();
+    let rt = crate::runtime::Runtime::new(1, 1 << 16);
+    let sets = [(64, true, false), (64, false, true), (12, true, true)];
+    // Per option set: plans that differ, better / worse (kernels, then
+    // bytes), and the totals with composites on and off.
+    let mut summary = [(0u64, 0u64, 0u64, [0u64; 3], [0u64; 3]); 3];
+    let mut out = String::new();
+    for seed in 0..count {
+        let g = generated_graph(seed);
+        let mut bindings = crate::sym::Bindings::new();
+        if let Some(s) = g.scope().lookup("S") {
+            bindings.set(s, 64);
+        }
+        for (k, &(max_nodes, stack, reasons)) in sets.iter().enumerate() {
+            let opts = FuseOptions {
+                max_nodes,
+                stack,
+                reasons,
+                composites,
+                ..FuseOptions::default()
+            };
+            let prepare = |composites| {
+                let o = FuseOptions { composites, ..opts };
+                let p = crate::runtime::Prepared::with_options(&g, &o).unwrap();
+                assert!(p.fuse_error().is_none(), "{:?}", p.fuse_error());
+                p
+            };
+            out.push_str(&format!("graph {seed} options {k}\n"));
+            if !totals {
+                let p = prepare(composites);
+                out.push_str(&plan_text(p.graph(), p.fusion()));
+                continue;
+            }
+            let (on, off) = (prepare(true), prepare(false));
+            let dumped = if composites { &on } else { &off };
+            out.push_str(&plan_text(dumped.graph(), dumped.fusion()));
+            let t = |p: &crate::runtime::Prepared| {
+                let t = super::explain::totals(&rt, p, &bindings).unwrap();
+                [t.kernels as u64, t.launches as u64, t.bytes_moved]
+            };
+            let (a, b) = (t(&on), t(&off));
+            let s = &mut summary[k];
+            if plan_text(on.graph(), on.fusion()) != plan_text(off.graph(), off.fusion()) {
+                s.0 += 1;
+                let key = |x: &[u64; 3]| (x[0], x[2]);
+                if key(&a) < key(&b) {
+                    s.1 += 1;
+                } else if key(&a) > key(&b) {
+                    s.2 += 1;
+                }
+            }
+            for i in 0..3 {
+                s.3[i] += a[i];
+                s.4[i] += b[i];
+            }
+        }
+    }
+    for (k, s) in summary.iter().enumerate().filter(|_| totals) {
+        println!(
+            "options {:?}: {} of {count} plans differ with composites on (better {}, worse {}); kernels / launches / bytes: on {:?}, off {:?}",
+            sets[k], s.0, s.1, s.2, s.3, s.4
+        );
+    }
+    std::fs::write(path, out).unwrap();
+}
+
+/// Every node of generated graphs, before and after decomposition, is what
+/// full shape inference makes of its operands (the builders take a quick
+/// path for common operators), under a name of its own (decomposition
+/// skips name lookups when no name has a dot).
+#[test]
+fn quick_inference_agrees_with_full_inference() {
+    // Also a graph whose symbols are declared equal after its first nodes
+    // (full inference then writes the representative).
+    let late = |flip: bool| {
+        let mut g = Graph::new();
+        let s: Dim = g.symbol("S", 1, 64).unwrap().into();
+        let t: Dim = g.symbol("T", 1, 64).unwrap().into();
+        let x = g.input("x", DType::F32, &[s.clone(), c(8)]).unwrap();
+        let y = g.input("y", DType::F32, &[t.clone(), c(8)]).unwrap();
+        let (p, q) = if flip { (&t, &s) } else { (&s, &t) };
+        g.declare_equal(p, q).unwrap();
+        let a = g.binary(Opcode::Add, x, x).unwrap();
+        let b = g.binary(Opcode::Mul, a, y).unwrap();
+        let b = g.binary(Opcode::Sub, y, b).unwrap();
+        g.output("b", b).unwrap();
+        g
+    };
+    let graphs = (0..400)
+        .map(generated_graph)
+        .chain([late(false), late(true)]);
+    for (seed, g) in graphs.enumerate() {
+        let d = decompose(&g).unwrap();
+        for graph in [&g, &d] {
+            for i in 0..graph.nodes().len() {
+                let id = NodeId(i);
+                let node = &graph[id];
+                if matches!(node.op, crate::graph::Op::Input) {
+                    continue;
+                }
+                assert_eq!(graph.find(&node.name), Some(id), "names are unique");
+                let (op, dtype, shape) = graph.reinfer(id).unwrap();
+                assert_eq!(
+                    (&op, dtype, &shape),
+                    (&node.op, node.dtype, &node.shape),
+                    "graph {seed}, node {}",
+                    node.name
+                );
+            }
         }
     }
 }

@@ -13,6 +13,8 @@
 //! the composite (`y.max`, `y.exp`, …); the last one keeps its name, so
 //! outputs and later references are unchanged.
 
+use std::ops::Range;
+
 use dvm_isa::Opcode;
 
 use super::error::GraphError;
@@ -40,6 +42,19 @@ use crate::sym::Dim;
 /// Only if a rewritten node fails its shape checks, which would be a bug in
 /// the decomposition; the error names the node.
 pub fn decompose(graph: &Graph) -> Result<Graph, GraphError> {
+    decompose_with_spans(graph).map(|(g, _)| g)
+}
+
+/// [`decompose`], with the range of node ids each composite became
+/// (ascending, disjoint). The fuser takes each range as one candidate group
+/// ([`crate::fuse::FusionPlan::with_composites`]) instead of rediscovering
+/// it operator by operator.
+///
+/// # Errors
+///
+/// As [`decompose`].
+pub fn decompose_with_spans(graph: &Graph) -> Result<(Graph, Vec<Range<usize>>), GraphError> {
+    let mut spans = Vec::new();
     let mut out = Graph {
         scope: graph.scope.clone(),
         ..Graph::default()
@@ -51,15 +66,23 @@ pub fn decompose(graph: &Graph) -> Result<Graph, GraphError> {
     out.nodes.reserve(room);
     out.names.reserve(room);
     let mut map: Vec<NodeId> = Vec::with_capacity(graph.nodes.len());
+    // Generated names are `composite.suffix`, the suffixes of one composite
+    // distinct and without dots: when no name of the graph has a dot, they
+    // clash with nothing and need no lookup.
+    let dotless = graph.nodes.iter().all(|n| !n.name.contains('.'));
     for node in &graph.nodes {
         let operands: Vec<NodeId> = node.operands.iter().map(|o| map[o.0]).collect();
         let id = if node.op.is_composite() {
-            Rewriter {
+            let lo = out.nodes.len();
+            let id = Rewriter {
                 g: &mut out,
                 orig: graph,
                 name: &node.name,
+                dotless,
             }
-            .composite(node, &operands)?
+            .composite(node, &operands)?;
+            spans.push(lo..out.nodes.len());
+            id
         } else {
             out.push(Node {
                 op: node.op.clone(),
@@ -76,7 +99,7 @@ pub fn decompose(graph: &Graph) -> Result<Graph, GraphError> {
         .iter()
         .map(|(n, id)| (n.clone(), map[id.0]))
         .collect();
-    Ok(out)
+    Ok((out, spans))
 }
 
 struct Rewriter<'a> {
@@ -85,6 +108,8 @@ struct Rewriter<'a> {
     orig: &'a Graph,
     /// The composite's name: the final node takes it.
     name: &'a str,
+    /// No name of `orig` has a dot (generated names are then fresh).
+    dotless: bool,
 }
 
 impl Rewriter<'_> {
@@ -94,7 +119,7 @@ impl Rewriter<'_> {
         base.push('.');
         base.push_str(suffix);
         let taken = |n: &str| self.g.find(n).is_some() || self.orig.find(n).is_some();
-        let name = if taken(&base) {
+        let name = if !self.dotless && taken(&base) {
             (1..)
                 .map(|i| format!("{base}_{i}"))
                 .find(|n| !taken(n))
@@ -107,9 +132,11 @@ impl Rewriter<'_> {
         self.g.add_named(name, op, operands, None, None)
     }
 
+    /// The final node, named after the composite: a valid name of the
+    /// original graph, which no generated name takes.
     fn last(&mut self, op: Op, operands: &[NodeId]) -> Result<NodeId, GraphError> {
-        let name = self.name.to_owned();
-        self.g.add_node(Some(&name), op, operands, None, None)
+        self.g
+            .add_named(self.name.to_owned(), op, operands, None, None)
     }
 
     fn reduce(

@@ -221,10 +221,29 @@ pub fn opcode_kind(code: Opcode) -> Option<OpcodeKind> {
 }
 
 /// The dtypes the instruction set accepts for `code`'s element type (its
-/// `dt` field), read from the instruction table.
+/// `dt` field), read from the instruction table (once per process).
 pub fn opcode_dtypes(code: Opcode) -> Option<DTypeSet> {
-    let raw = vec![0u64; code.fields().len()];
-    let instr = Instr::from_raw(code, &raw)?;
+    static TABLE: std::sync::OnceLock<Vec<Option<DTypeSet>>> = std::sync::OnceLock::new();
+    TABLE.get_or_init(|| {
+        (0..=u8::MAX)
+            .map(|b| Opcode::from_u8(b).and_then(read_dtypes))
+            .collect()
+    })[code as usize]
+}
+
+/// [`opcode_dtypes`] read from the instruction table.
+fn read_dtypes(code: Opcode) -> Option<DTypeSet> {
+    // Zeroed operand words: on the stack for every opcode but the widest.
+    let n = code.fields().len();
+    let small = [0u64; 16];
+    let big;
+    let raw: &[u64] = if n <= small.len() {
+        &small[..n]
+    } else {
+        big = vec![0u64; n];
+        &big
+    };
+    let instr = Instr::from_raw(code, raw)?;
     let mut set = None;
     instr.dtype_rules(|field, _, allowed| {
         if field == "dt" {

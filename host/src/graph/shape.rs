@@ -155,11 +155,16 @@ impl Graph {
                 shape: &n.shape,
             });
         }
-        let cx = Ctx {
-            node: &name,
-            op: op.name(),
+        let (op, dtype, shape) = match quick_infer(&op, &args) {
+            Some((dt, s)) => (op, dt, s),
+            None => {
+                let cx = Ctx {
+                    node: &name,
+                    op: op.name(),
+                };
+                infer(&self.scope, &cx, op, &args, dtype, shape)?
+            }
         };
-        let (op, dtype, shape) = infer(&self.scope, &cx, op, &args, dtype, shape)?;
         Ok(self.push(Node {
             op,
             operands: operands.to_vec(),
@@ -171,6 +176,100 @@ impl Graph {
 }
 
 type Inferred = (Op, DType, Vec<Dim>);
+
+impl Graph {
+    /// Node `id` inferred again from its operands with [`infer`] alone
+    /// (for tests of the quick path).
+    #[cfg(test)]
+    pub(crate) fn reinfer(&self, id: NodeId) -> Result<Inferred, GraphError> {
+        let node = &self[id];
+        let args: Vec<Arg<'_>> = node
+            .operands
+            .iter()
+            .map(|&o| Arg {
+                name: &self[o].name,
+                dtype: self[o].dtype,
+                shape: &self[o].shape,
+            })
+            .collect();
+        let cx = Ctx {
+            node: &node.name,
+            op: node.op.name(),
+        };
+        let (dtype, shape) = match node.op {
+            Op::Input | Op::Constant(_) | Op::Cast => (Some(node.dtype), Some(&node.shape[..])),
+            Op::Reshape | Op::Expand => (None, Some(&node.shape[..])),
+            _ => (None, None),
+        };
+        infer(&self.scope, &cx, node.op.clone(), &args, dtype, shape)
+    }
+}
+
+/// [`infer`]'s answer for the common operators that need neither a proof
+/// nor an error path: element-wise (not comparisons) and reduce operators
+/// over operands of one float dtype the opcode accepts, binary ones over
+/// constant shapes that are equal or differ by 1s (right-aligned),
+/// reductions over sorted axes in range. `None` for anything else, which goes through
+/// [`infer`]; where this answers, [`infer`] answers the same (the graph
+/// tests re-infer every node of generated graphs).
+fn quick_infer(op: &Op, args: &[Arg<'_>]) -> Option<(DType, Vec<Dim>)> {
+    let a = args.first()?;
+    if !a.dtype.is_float() || args.iter().any(|b| b.dtype != a.dtype) {
+        return None;
+    }
+    let accepts = |code: Opcode, kind: OpcodeKind| {
+        opcode_kind(code) == Some(kind)
+            && !is_comparison(code)
+            && opcode_dtypes(code).is_none_or(|d| d.contains(a.dtype))
+    };
+    match (op, args) {
+        (Op::Unary(code), [_])
+            if *code != Opcode::IsFinite && accepts(*code, OpcodeKind::Unary) =>
+        {
+            Some((a.dtype, a.shape.to_vec()))
+        }
+        (Op::Scalar(code, _), [_]) if accepts(*code, OpcodeKind::Scalar) => {
+            Some((a.dtype, a.shape.to_vec()))
+        }
+        (Op::Binary(code), [_, b]) if accepts(*code, OpcodeKind::Binary) => {
+            quick_broadcast(a.shape, b.shape).map(|s| (a.dtype, s))
+        }
+        (Op::Reduce { axes, keepdims, .. }, [_]) => {
+            let sorted = axes.windows(2).all(|w| w[0] < w[1]);
+            let in_range = axes.last().is_some_and(|&l| l < a.shape.len());
+            (sorted && in_range).then(|| (a.dtype, reduced_shape(a.shape, axes, *keepdims)))
+        }
+        _ => None,
+    }
+}
+
+/// [`broadcast`] of constant shapes whose dimensions pair up as equal or
+/// 1 against anything; `None` when a pair does not, or a dimension is
+/// symbolic ([`broadcast`] puts those in canonical form, which may have
+/// changed since the operands were made).
+fn quick_broadcast(a: &[Dim], b: &[Dim]) -> Option<Vec<Dim>> {
+    if a == b {
+        return a.iter().all(Dim::is_const).then(|| a.to_vec());
+    }
+    let r = a.len().max(b.len());
+    let at = |s: &[Dim], i: usize| {
+        (i + s.len())
+            .checked_sub(r)
+            .map_or(Some(1), |j| s[j].as_const())
+    };
+    let mut out = Vec::with_capacity(r);
+    for i in 0..r {
+        let (Some(da), Some(db)) = (at(a, i), at(b, i)) else {
+            return None;
+        };
+        out.push(Dim::from(match (da, db) {
+            _ if da == db || db == 1 => da,
+            (1, _) => db,
+            _ => return None,
+        }));
+    }
+    Some(out)
+}
 
 /// Checks `op` over `args` and computes the result's dtype and shape.
 pub(crate) fn infer(

@@ -10,7 +10,7 @@ use super::pool::{CpuPool, RawBuf};
 use crate::compile::Target;
 use crate::fuse::stack::{launch_maps, pack_sequences, SequencePolicy};
 use crate::fuse::{FuseError, FuseOptions, FusionPlan};
-use crate::graph::{decompose, Graph, GraphError};
+use crate::graph::{decompose_with_spans, Graph, GraphError};
 use crate::kernel::{BuildError, ReadyKernel};
 use crate::lower::{lower_with, Buf, BufKind, Launch, LaunchKind, LowerError, Plan};
 use crate::sym::Bindings;
@@ -87,9 +87,9 @@ impl Prepared {
     /// # Errors
     /// [`GraphError`] from the decomposition.
     pub fn with_options(graph: &Graph, options: &FuseOptions) -> Result<Prepared, GraphError> {
-        let graph = decompose(graph)?;
+        let (graph, composites) = decompose_with_spans(graph)?;
         let (fusion, fuse_error) = if options.fuse || options.stack {
-            match FusionPlan::new(&graph, options) {
+            match FusionPlan::with_composites(&graph, options, &composites) {
                 Ok(f) => (f, None),
                 Err(e) => (FusionPlan::unfused(&graph), Some(e)),
             }
