@@ -915,21 +915,22 @@ fn dram(rows: &mut Vec<Row>, quick: bool) {
         eprintln!("dram: add kernel skipped (no add handler yet)");
         return;
     };
+    let run_add = |prog: &Program<256, 16>, c: &mut [f32], ub: &mut [u8]| {
+        let launch = Launch::new(
+            &vk,
+            [
+                GmBuf::from_slice(a.as_bytes()),
+                GmBuf::from_slice(b.as_bytes()),
+                GmBuf::from_mut_slice(c.as_mut_bytes()),
+            ],
+        )
+        .unwrap();
+        black_box(run_block(prog, &launch, 0, 1, ub, &NoBarrier).unwrap());
+    };
     let (vm, base, med) = paired(
         samples,
         &mut st,
-        |(c, ub)| {
-            let launch = Launch::new(
-                &vk,
-                [
-                    GmBuf::from_slice(a.as_bytes()),
-                    GmBuf::from_slice(b.as_bytes()),
-                    GmBuf::from_mut_slice(c.as_mut_bytes()),
-                ],
-            )
-            .unwrap();
-            black_box(run_block(&prog, &launch, 0, 1, ub, &NoBarrier).unwrap());
-        },
+        |(c, ub)| run_add(&prog, c, ub),
         |(c, _)| memcpy(c, &a),
     );
     let moved = 3.0 * (len * 4) as f64;
@@ -957,18 +958,7 @@ fn dram(rows: &mut Vec<Row>, quick: bool) {
     let (vm_s, base_s, med_s) = paired(
         samples,
         &mut st,
-        |(c, ub)| {
-            let launch = Launch::new(
-                &vk,
-                [
-                    GmBuf::from_slice(a.as_bytes()),
-                    GmBuf::from_slice(b.as_bytes()),
-                    GmBuf::from_mut_slice(c.as_mut_bytes()),
-                ],
-            )
-            .unwrap();
-            black_box(run_block(&staged, &launch, 0, 1, ub, &NoBarrier).unwrap());
-        },
+        |(c, ub)| run_add(&staged, c, ub),
         |(c, _)| memcpy(c, &a),
     );
     rows.push(Row {
