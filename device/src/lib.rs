@@ -9,6 +9,7 @@
 //! - [`ops`]: UB-only handlers (vector, 2-D tile, cube), resolved per instruction.
 //! - [`gm`]: global-memory buffers, the launch binding, load / store / store_add.
 //! - [`predecode`]: verified kernel → [`Program`] of virtual instructions.
+//! - [`peephole`]: instruction pairs fused into superinstructions at predecode.
 //! - [`exec`]: the tile loop ([`run_block`]), block partition, UB storage.
 //! - [`forward`]: lone element-wise bodies run straight over global memory.
 #![no_std]
@@ -19,6 +20,7 @@ pub mod forward;
 pub mod gm;
 pub mod math;
 pub mod ops;
+pub mod peephole;
 pub mod predecode;
 
 pub use exec::{

@@ -18,6 +18,7 @@ use dvm_isa::{
 use crate::forward::{self, Forward};
 use crate::gm::{pad_bits, ParamSig, STREAM_MIN_BYTES};
 use crate::ops::{self, UbOp};
+use crate::peephole;
 
 /// Default instruction capacity of a [`Program`] (all bodies together).
 pub const DEFAULT_INSTRS: usize = 256;
@@ -153,6 +154,7 @@ impl defmt::Format for PredecodeError {
 /// [`Program::empty`] and [`Program::predecode`] where the stack is small.
 #[derive(Clone, Debug)]
 pub struct Program<const N: usize = DEFAULT_INSTRS, const B: usize = DEFAULT_BODIES> {
+    peephole: bool,
     kind: KernelKind,
     ub_bytes: u32,
     params: ParamSig,
@@ -171,6 +173,7 @@ impl<const N: usize, const B: usize> Program<N, B> {
     /// [`Program::predecode`].
     pub const fn empty() -> Program<N, B> {
         Program {
+            peephole: true,
             kind: KernelKind::Vector,
             ub_bytes: 0,
             params: ParamSig::EMPTY,
@@ -188,6 +191,7 @@ impl<const N: usize, const B: usize> Program<N, B> {
         // into `slot` (no reference to uninitialised memory is formed), so
         // the program is fully initialised when the reference is created.
         unsafe {
+            core::ptr::addr_of_mut!((*p).peephole).write(true);
             core::ptr::addr_of_mut!((*p).kind).write(KernelKind::Vector);
             core::ptr::addr_of_mut!((*p).ub_bytes).write(0);
             core::ptr::addr_of_mut!((*p).params).write(ParamSig::EMPTY);
@@ -208,6 +212,14 @@ impl<const N: usize, const B: usize> Program<N, B> {
         Ok(p)
     }
 
+    /// Whether later predecodes fuse instruction pairs into
+    /// superinstructions ([`crate::peephole`]; on by default). Off, every
+    /// instruction keeps its own handler: the same results, for tests and
+    /// comparisons.
+    pub fn set_peephole(&mut self, on: bool) {
+        self.peephole = on;
+    }
+
     /// Replaces the program with the predecoded `kernel`. On error the
     /// program is left empty.
     ///
@@ -216,7 +228,7 @@ impl<const N: usize, const B: usize> Program<N, B> {
     pub fn predecode(&mut self, kernel: &VerifiedKernel<'_>) -> Result<(), PredecodeError> {
         let r = self.fill(kernel);
         if r.is_err() {
-            *self = Program::empty();
+            self.clear();
         }
         r
     }
@@ -273,9 +285,16 @@ impl<const N: usize, const B: usize> Program<N, B> {
             }
         };
         if r.is_err() {
-            *self = Program::empty();
+            self.clear();
         }
         r
+    }
+
+    /// Empties the program, keeping its options.
+    fn clear(&mut self) {
+        let peephole = self.peephole;
+        *self = Program::empty();
+        self.peephole = peephole;
     }
 
     fn fill(&mut self, kernel: &VerifiedKernel<'_>) -> Result<(), PredecodeError> {
@@ -338,6 +357,25 @@ impl<const N: usize, const B: usize> Program<N, B> {
             }
         }
         let count = kernel.body_count().min(B);
+        let body_end = |b: usize, len: usize| {
+            if b + 1 < count {
+                starts[b + 1] as usize
+            } else {
+                len
+            }
+        };
+        // Superinstructions, each body compacted in place.
+        let mut starts = *starts;
+        if self.peephole {
+            let (len, mut w) = (self.code.len(), 0);
+            let mut fused = [0u32; B];
+            for (b, f) in fused.iter_mut().enumerate().take(count) {
+                *f = w as u32;
+                w = peephole::fuse_body(&mut self.code, starts[b] as usize, body_end(b, len), w);
+            }
+            self.code.truncate(w);
+            starts = fused;
+        }
         for b in 0..count {
             let start = starts[b];
             let end = if b + 1 < count {

@@ -190,7 +190,9 @@ fn explain_shows_groups_reasons_and_kernels() {
     // The softmax and its scaling prologue form one reduce group; the two
     // matmuls stay apart, with the reason.
     assert!(
-        text.contains("reduce(axis 1)   [S, S]           scaled, p.max, p.sub, p.exp, p.sum, p"),
+        text.contains(
+            "reduce(axis 1)   [S, S]           scaled, p.max, p.sub, p.exp, p.sum, p.recip, p"
+        ),
         "{text}"
     );
     assert!(
@@ -201,7 +203,7 @@ fn explain_shows_groups_reasons_and_kernels() {
     );
     assert!(text.contains("total: 3 kernel(s)"), "{text}");
     assert!(
-        text.contains("unfused: 8 kernel(s) in 8 launch(es)"),
+        text.contains("unfused: 9 kernel(s) in 9 launch(es)"),
         "{text}"
     );
     assert!(text.contains("bytes moved"), "{text}");
@@ -213,7 +215,7 @@ fn explain_shows_groups_reasons_and_kernels() {
         .output()
         .unwrap();
     assert!(o.status.success());
-    assert!(String::from_utf8_lossy(&o.stdout).contains("total: 8 kernel(s) in 8 launch(es)"));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("total: 9 kernel(s) in 9 launch(es)"));
 
     // An unbound or out-of-range symbol is a user error naming it.
     for args in [&[][..], &["--bind", "S=0"]] {
@@ -306,7 +308,7 @@ fn explain_the_demo_encoder_block() {
         "matmul           [S, 1024]        matmul_31, add_32, gelu_tanh_33",
         "stack 0: parallel launch of g0 g1 g2",
         "total: 11 kernel(s)",
-        "unfused: 42 kernel(s)",
+        "unfused: 43 kernel(s)",
     ] {
         assert!(text.contains(want), "missing `{want}` in\n{text}");
     }

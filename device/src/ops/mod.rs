@@ -62,8 +62,8 @@ use self::tile2d::{
 };
 use self::ub::{Bf16, Bool, F16};
 use self::unary::{
-    scalar, scalar_gm, unary, unary_gm, Abs, Ceil, Erf, Exp, Floor, GeluErf, GeluTanh, Log, Neg,
-    Not, Recip, Relu, Round, Rsqrt, Sigmoid, Silu, Sqrt, Tanh,
+    binary_col, scalar, scalar_gm, unary, unary_gm, Abs, Ceil, Erf, Exp, Floor, GeluErf, GeluTanh,
+    Log, Neg, Not, Recip, Relu, Round, Rsqrt, Sigmoid, Silu, Sqrt, Tanh,
 };
 
 /// Operands of a UB-only instruction, in byte offsets and element counts.
@@ -150,6 +150,75 @@ pub struct UbOp {
     /// binary and with-scalar opcodes and the folds along columns over
     /// numeric dtypes ([`resolve_gm`]).
     pub gm: Option<GmOp>,
+    /// What the predecoder's peephole pass may fuse it with.
+    pub peep: Peep,
+    /// The UB bytes it reads (one hull over every read range) and writes.
+    pub foot: Footprint,
+}
+
+/// What the predecoder's peephole pass (`crate::peephole`) knows of an
+/// instruction.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Peep {
+    /// Nothing to fuse.
+    None,
+    /// `brccol` of elements of this dtype.
+    BroadcastCol(DType),
+    /// An element-wise binary op over numeric dtypes.
+    Binary(BinKind, DType),
+}
+
+/// The binary ops a column broadcast can feed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BinKind {
+    /// `a + b`.
+    Add,
+    /// `a − b`.
+    Sub,
+    /// `a · b`.
+    Mul,
+    /// `a / b`.
+    Div,
+    /// `max(a, b)`.
+    Max,
+    /// `min(a, b)`.
+    Min,
+}
+
+/// UB byte ranges `(start, end)` an instruction touches: `read` spans every
+/// range it reads (empty when none), `write` is the range it writes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Footprint {
+    /// Hull of the read ranges.
+    pub read: (u32, u32),
+    /// The written range.
+    pub write: (u32, u32),
+}
+
+impl Footprint {
+    /// The footprint of `instr` (from the instruction table's UB access
+    /// list; byte offsets saturate, which only widens the hull).
+    pub fn of(instr: &Instr) -> Footprint {
+        let mut f = Footprint {
+            read: (u32::MAX, 0),
+            write: (0, 0),
+        };
+        for acc in instr.ub_accesses().as_slice() {
+            let end = acc
+                .end()
+                .map_or(u32::MAX, |e| e.min(u32::MAX as u64) as u32);
+            match acc.kind {
+                dvm_isa::AccessKind::Read => {
+                    f.read = (f.read.0.min(acc.addr), f.read.1.max(end));
+                }
+                dvm_isa::AccessKind::Write => f.write = (acc.addr, end),
+            }
+        }
+        if f.read.0 > f.read.1 {
+            f.read = (0, 0);
+        }
+        f
+    }
 }
 
 impl core::fmt::Debug for UbOp {
@@ -567,10 +636,22 @@ pub fn resolve_with(instr: &Instr, simd: Simd) -> Option<UbOp> {
         | I::Barrier { .. }
         | I::End { .. } => return None,
     };
+    let peep = match *instr {
+        I::BroadcastCol { dt, .. } => Peep::BroadcastCol(dt),
+        I::Add { dt, .. } if dt != DType::Bool => Peep::Binary(BinKind::Add, dt),
+        I::Sub { dt, .. } if dt != DType::Bool => Peep::Binary(BinKind::Sub, dt),
+        I::Mul { dt, .. } if dt != DType::Bool => Peep::Binary(BinKind::Mul, dt),
+        I::Div { dt, .. } if dt != DType::Bool => Peep::Binary(BinKind::Div, dt),
+        I::Max { dt, .. } if dt != DType::Bool => Peep::Binary(BinKind::Max, dt),
+        I::Min { dt, .. } if dt != DType::Bool => Peep::Binary(BinKind::Min, dt),
+        _ => Peep::None,
+    };
     Some(UbOp {
         handler,
         args,
         gm: resolve_gm(instr, simd),
+        peep,
+        foot: Footprint::of(instr),
     })
 }
 
@@ -647,4 +728,28 @@ pub fn resolve_gm(instr: &Instr, simd: Simd) -> Option<GmOp> {
         I::PowS { dt, .. } => one(dt, gm_h!(float, s, dt, scalar_gm::<_, Pow, false>)),
         _ => None,
     }
+}
+
+/// The handler of `op` (a [`Peep::Binary`] of `dt`) with one operand a
+/// column broadcast across rows: the column is the second operand, or the
+/// first with `col_first` (`unary::binary_col`).
+pub fn binary_col_handler(simd: Simd, op: BinKind, dt: DType, col_first: bool) -> Option<Handler> {
+    let s = simd;
+    macro_rules! h {
+        ($o:ident) => {
+            if col_first {
+                num_h!(s, dt, binary_col::<_, $o, true>)
+            } else {
+                num_h!(s, dt, binary_col::<_, $o, false>)
+            }
+        };
+    }
+    Some(match op {
+        BinKind::Add => h!(Add),
+        BinKind::Sub => h!(Sub),
+        BinKind::Mul => h!(Mul),
+        BinKind::Div => h!(Div),
+        BinKind::Max => h!(Max),
+        BinKind::Min => h!(Min),
+    })
 }

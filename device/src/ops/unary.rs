@@ -166,6 +166,52 @@ pub(crate) fn scalar_gm<T: Elem, O: BinOp<T::C>, const REV: bool>(
     map1_gm::<T, _>(dst, src, a.n, k);
 }
 
+/// Handler of a binary op whose one operand is a column broadcast across
+/// the rows (what `brccol` then the binary op compute, without the
+/// broadcast tile): over `rows = a.n` rows of `a.cols`, `dst = src op v[r]`
+/// (`REV`: `v[r] op src`), `src` at `a.a` (identical to `dst` or disjoint),
+/// the column `v` (`rows` elements) at `a.b`, disjoint from both. The
+/// predecoder builds it (`crate::peephole`); the same arithmetic per
+/// element as the binary handler on the broadcast tile, so the same bytes.
+#[inline(always)]
+pub(crate) fn binary_col<T: Elem, O: BinOp<T::C>, const REV: bool>(ub: &mut [u8], a: &UbArgs) {
+    let (rows, cols) = (a.n as usize, a.cols as usize);
+    let Some(elems) = rows.checked_mul(cols) else {
+        return;
+    };
+    let (Some(rd), Some(rs), Some(rv)) = (
+        range_of::<T>(a.dst, elems),
+        range_of::<T>(a.a, elems),
+        range_of::<T>(a.b, rows),
+    ) else {
+        return;
+    };
+    let Some(sp) = Split::new(ub, rd) else { return };
+    let (Some(src), Some(TSrc::Slice(v))) = (
+        sp.src(rs).and_then(|s| s.typed::<T>()),
+        sp.src(rv).and_then(|s| s.typed::<T>()),
+    ) else {
+        return;
+    };
+    let Some(d) = view_mut::<T>(sp.dst) else {
+        return;
+    };
+    if cols == 0 {
+        return;
+    }
+    for (r, (dr, vr)) in d.chunks_exact_mut(cols).zip(v).enumerate() {
+        let k = WithImm::<T::C, O, REV>(vr.get(), PhantomData);
+        let sr = match src {
+            TSrc::Alias => TSrc::Alias,
+            TSrc::Slice(s) => match s.get(r * cols..(r + 1) * cols) {
+                Some(s) => TSrc::Slice(s),
+                None => return,
+            },
+        };
+        map1_core::<T, _>(dr, sr, k);
+    }
+}
+
 macro_rules! kern {
     ($(#[$m:meta])* $name:ident { $($c:ty => |$x:ident| $e:expr;)* }) => {
         $(#[$m])*

@@ -3,7 +3,7 @@
 //! | composite | primitives (PyTorch's formulation) |
 //! |---|---|
 //! | `mean(x, axes)` | `sum(x, axes) / n` with `n` the product of the reduced extents (`divs` by a constant, or [`Op::ScalarDim`] when symbolic) |
-//! | `softmax(x, a)` | `m = max(x, a)`, `e = exp(x − m)`, `e / sum(e, a)` |
+//! | `softmax(x, a)` | `m = max(x, a)`, `e = exp(x − m)`, `e · (1 / sum(e, a))` |
 //! | `log_softmax(x, a)` | `m = max(x, a)`, `d = x − m`, `d − log(sum(exp(d), a))` |
 //! | `layer_norm(x, g, b, ε)` | `μ = mean(x)`, `d = x − μ`, `v = mean(d·d)` (biased), `d · rsqrt(v + ε) · g + b` |
 //! | `rms_norm(x, g, ε)` | `x · rsqrt(mean(x·x) + ε) · g` |
@@ -28,7 +28,7 @@ use crate::sym::Dim;
 /// | composite | primitives (PyTorch's formulation) |
 /// |---|---|
 /// | `mean(x, axes)` | `sum(x, axes) / n` with `n` the product of the reduced extents (`divs` by a constant, or [`Op::ScalarDim`] when symbolic) |
-/// | `softmax(x, a)` | `m = max(x, a)`, `e = exp(x − m)`, `e / sum(e, a)` |
+/// | `softmax(x, a)` | `m = max(x, a)`, `e = exp(x − m)`, `e · (1 / sum(e, a))` |
 /// | `log_softmax(x, a)` | `m = max(x, a)`, `d = x − m`, `d − log(sum(exp(d), a))` |
 /// | `layer_norm(x, g, b, ε)` | `μ = mean(x)`, `d = x − μ`, `v = mean(d·d)` (biased), `d · rsqrt(v + ε) · g + b` |
 /// | `rms_norm(x, g, ε)` | `x · rsqrt(mean(x·x) + ε) · g` |
@@ -187,7 +187,7 @@ impl Rewriter<'_> {
     }
 
     fn composite(mut self, node: &Node, x: &[NodeId]) -> Result<NodeId, GraphError> {
-        use Opcode::{Add, Div, Exp, Log, Mul, Rsqrt, Sub};
+        use Opcode::{Add, Exp, Log, Mul, Recip, Rsqrt, Sub};
         match node.op {
             Op::Reduce {
                 op: ReduceOp::Mean,
@@ -199,7 +199,10 @@ impl Rewriter<'_> {
                 let d = self.node("sub", Op::Binary(Sub), &[x[0], m])?;
                 let e = self.node("exp", Op::Unary(Exp), &[d])?;
                 let s = self.reduce("sum", ReduceOp::Sum, e, &[axis])?;
-                self.last(Op::Binary(Div), &[e, s])
+                // One reciprocal per row and a multiply per element: a
+                // division per element costs several times a multiply.
+                let r = self.node("recip", Op::Unary(Recip), &[s])?;
+                self.last(Op::Binary(Mul), &[e, r])
             }
             Op::LogSoftmax { axis } => {
                 let m = self.reduce("max", ReduceOp::Max, x[0], &[axis])?;

@@ -1,0 +1,138 @@
+//! Predecode superinstructions: pairs of virtual instructions fused into
+//! one handler, with the same result.
+//!
+//! `brccol t ← v` followed by a binary op reading `t` (`x − t`, `x / t`,
+//! …) is how the compiler applies a per-row value (a softmax's max and sum,
+//! a norm's mean and scale) to a tile: the broadcast writes a whole tile
+//! only for the binary op to read it back. When nothing reads `t`
+//! afterwards, the pair becomes one handler that applies `v[r]` to row `r`
+//! directly ([`crate::ops::binary_col_handler`]): one pass instead of two,
+//! and a tile less of UB traffic. "Afterwards" is cyclic: the body runs
+//! again for the next tile, so `t` must be overwritten (or the kernel end)
+//! before any read, scanning to the end of the body and on from its start.
+
+use crate::ops::{binary_col_handler, Footprint, Peep, Simd, UbArgs, UbOp};
+use crate::predecode::VInstr;
+
+/// `(start, end)` byte ranges overlap.
+fn overlaps(a: (u32, u32), b: (u32, u32)) -> bool {
+    a.0 < b.1 && b.0 < a.1 && a.0 < a.1 && b.0 < b.1
+}
+
+/// What `v` does to the range `t`: reads some of it (`Some(true)`), writes
+/// all of it before reading any (`Some(false)`), or neither.
+fn touches(v: &VInstr, t: (u32, u32)) -> Option<bool> {
+    let boxed = |p: &dvm_isa::GmPattern| {
+        let len = p.rows as u64 * p.pitch as u64 * p.dtype.size() as u64;
+        (p.ub, (p.ub as u64 + len).min(u32::MAX as u64) as u32)
+    };
+    match v {
+        VInstr::Ub(op) => {
+            if overlaps(op.foot.read, t) {
+                Some(true)
+            } else {
+                // A write of part of it leaves the rest live: keep scanning.
+                (op.foot.write.0 <= t.0 && t.1 <= op.foot.write.1).then_some(false)
+            }
+        }
+        VInstr::Load { pattern, pad } => {
+            let b = boxed(pattern);
+            // Only a padded load writes its whole box on every tile.
+            (pad.is_some() && b.0 <= t.0 && t.1 <= b.1).then_some(false)
+        }
+        VInstr::Store { pattern, .. } | VInstr::StoreAdd(pattern) => {
+            overlaps(boxed(pattern), t).then_some(true)
+        }
+        VInstr::Barrier => None,
+    }
+}
+
+/// Whether range `t` is dead after the pair: scanning `after` (the rest of
+/// the body) and then `before` (the body's start, up to the pair), an
+/// instruction overwrites it before any reads it. Reaching the pair again
+/// means its broadcast overwrites it.
+fn dead(t: (u32, u32), after: &[VInstr], before: &[VInstr]) -> bool {
+    for v in after.iter().chain(before) {
+        match touches(v, t) {
+            Some(read) => return !read,
+            None => continue,
+        }
+    }
+    true
+}
+
+/// The fused op for `brc` (a `brccol`) then `bin` (a binary op), if `bin`
+/// reads the broadcast tile as exactly one operand and the column is
+/// disjoint from its destination.
+fn fuse(brc: &UbOp, bin: &UbOp, simd: Simd) -> Option<(UbOp, (u32, u32))> {
+    let (Peep::BroadcastCol(bdt), Peep::Binary(op, dt)) = (brc.peep, bin.peep) else {
+        return None;
+    };
+    let size = dt.size();
+    if bdt.size() != size {
+        return None;
+    }
+    let (rows, cols) = (brc.args.n, brc.args.cols);
+    let elems = rows.checked_mul(cols)?;
+    if bin.args.n != elems || cols < 2 {
+        return None;
+    }
+    let t = brc.args.dst;
+    let tr = (t, t.checked_add(elems.checked_mul(size)?)?);
+    let v = brc.args.a;
+    let vr = (v, v.checked_add(rows.checked_mul(size)?)?);
+    let (col_first, other) = match (bin.args.a == t, bin.args.b == t) {
+        (true, false) => (true, bin.args.b),
+        (false, true) => (false, bin.args.a),
+        _ => return None,
+    };
+    let dr = (bin.args.dst, bin.args.dst.checked_add(elems * size)?);
+    let or = (other, other.checked_add(elems * size)?);
+    if overlaps(vr, dr) {
+        return None;
+    }
+    let handler = binary_col_handler(simd, op, dt, col_first)?;
+    let fused = UbOp {
+        handler,
+        args: UbArgs {
+            dst: bin.args.dst,
+            a: other,
+            b: v,
+            n: rows,
+            cols,
+            ..UbArgs::default()
+        },
+        gm: None,
+        peep: Peep::None,
+        foot: Footprint {
+            read: (or.0.min(vr.0), or.1.max(vr.1)),
+            write: dr,
+        },
+    };
+    Some((fused, tr))
+}
+
+/// Fuses the pairs of body `code[start..end]`, writing the result from
+/// `code[to]` on (`to ≤ start`: in place), and returns where it ends.
+pub(crate) fn fuse_body(code: &mut [VInstr], start: usize, end: usize, to: usize) -> usize {
+    let simd = Simd::detect();
+    let (mut r, mut w) = (start, to);
+    while r < end {
+        let pair = match (code.get(r), code.get(r + 1)) {
+            (Some(VInstr::Ub(brc)), Some(VInstr::Ub(bin))) if r + 1 < end => fuse(brc, bin, simd),
+            _ => None,
+        };
+        if let Some((fused, t)) = pair {
+            if dead(t, &code[r + 2..end], &code[to..w]) {
+                code[w] = VInstr::Ub(fused);
+                w += 1;
+                r += 2;
+                continue;
+            }
+        }
+        code[w] = code[r];
+        w += 1;
+        r += 1;
+    }
+    w
+}
