@@ -77,8 +77,9 @@ fn fuse(brc: &UbOp, bin: &UbOp, simd: Simd) -> Option<(UbOp, (u32, u32))> {
     if bin.args.n != elems || cols < 2 {
         return None;
     }
+    let bytes = elems.checked_mul(size)?;
     let t = brc.args.dst;
-    let tr = (t, t.checked_add(elems.checked_mul(size)?)?);
+    let tr = (t, t.checked_add(bytes)?);
     let v = brc.args.a;
     let vr = (v, v.checked_add(rows.checked_mul(size)?)?);
     let (col_first, other) = match (bin.args.a == t, bin.args.b == t) {
@@ -86,8 +87,8 @@ fn fuse(brc: &UbOp, bin: &UbOp, simd: Simd) -> Option<(UbOp, (u32, u32))> {
         (false, true) => (false, bin.args.a),
         _ => return None,
     };
-    let dr = (bin.args.dst, bin.args.dst.checked_add(elems * size)?);
-    let or = (other, other.checked_add(elems * size)?);
+    let dr = (bin.args.dst, bin.args.dst.checked_add(bytes)?);
+    let or = (other, other.checked_add(bytes)?);
     if overlaps(vr, dr) {
         return None;
     }

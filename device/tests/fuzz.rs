@@ -189,6 +189,60 @@ fn seeds() -> Vec<Vec<u8>> {
             ],
         )],
     }]));
+    // Load-forwarded bodies: a lone element-wise op and a row fold, with
+    // tails (`dvm_device::forward`).
+    let a = GmBox::new(f, 0, 1, 256)
+        .cols_tail(2, 1000)
+        .step([0, 0, 256]);
+    out.push(build(vec![K::vector(
+        3072,
+        &[(f, R), (f, R), (f, W)],
+        [1, 1, 4],
+        vec![
+            a.load(),
+            GmBox {
+                buf: 1,
+                ub: 1024,
+                ..a
+            }
+            .load(),
+            Instr::Add {
+                dt: f,
+                dst: 2048,
+                a: 0,
+                b: 1024,
+                n: 256,
+            },
+            GmBox {
+                buf: 2,
+                ub: 2048,
+                ..a
+            }
+            .store(),
+        ],
+    )]));
+    let rows = GmBox::new(f, 0, 4, 64).rows_tail(2, 30).step([0, 0, 256]);
+    out.push(build(vec![K::vector(
+        1040,
+        &[(f, R), (f, W)],
+        [1, 1, 8],
+        vec![
+            rows.load(),
+            Instr::ReduceSum {
+                dt: f,
+                axis: Axis::Cols,
+                dst: 1024,
+                src: 0,
+                rows: 4,
+                cols: 64,
+            },
+            GmBox::new(f, 1, 4, 1)
+                .ub(1024)
+                .rows_tail(2, 30)
+                .step([0, 0, 4])
+                .store(),
+        ],
+    )]));
     // Parallel and sequence, other dtypes.
     let h = GmBox::new(DType::F16, 0, 2, 32)
         .rows_tail(0, 9)
@@ -356,7 +410,7 @@ proptest! {
     #![proptest_config(ProptestConfig::with_cases(1024))]
 
     #[test]
-    fn mutated_modules_never_panic_or_fault(which in 0usize..6, seed in any::<u64>(), count in 1u32..6) {
+    fn mutated_modules_never_panic_or_fault(which in 0usize..64, seed in any::<u64>(), count in 1u32..6) {
         let seeds = seeds();
         let mut bytes = seeds[which % seeds.len()].clone();
         mutate(&mut bytes, seed, count);

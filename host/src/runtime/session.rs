@@ -221,7 +221,10 @@ fn huge_pages(v: &mut [u8]) {
     {
         const HUGE: usize = 2 << 20;
         let start = v.as_mut_ptr() as usize;
-        let (lo, hi) = (start.next_multiple_of(HUGE), (start + v.len()) / HUGE * HUGE);
+        let (lo, hi) = (
+            start.next_multiple_of(HUGE),
+            (start + v.len()) / HUGE * HUGE,
+        );
         if lo < hi {
             // SAFETY: `lo..hi` lies inside `v`'s allocation, which this
             // function borrows mutably; MADV_HUGEPAGE changes only how the
