@@ -357,12 +357,14 @@ impl<const N: usize, const B: usize> Program<N, B> {
             }
         }
         let count = kernel.body_count().min(B);
-        let body_end = |b: usize, len: usize| {
-            if b + 1 < count {
+        // Body `b` is `starts[b]..starts[b + 1]`, the last one up to `len`.
+        let bounds = |starts: &[u32; B], b: usize, len: usize| {
+            let end = if b + 1 < count {
                 starts[b + 1] as usize
             } else {
                 len
-            }
+            };
+            (starts[b] as usize, end)
         };
         // Superinstructions, each body compacted in place.
         let mut starts = *starts;
@@ -371,18 +373,15 @@ impl<const N: usize, const B: usize> Program<N, B> {
             let mut fused = [0u32; B];
             for (b, f) in fused.iter_mut().enumerate().take(count) {
                 *f = w as u32;
-                w = peephole::fuse_body(&mut self.code, starts[b] as usize, body_end(b, len), w);
+                let (start, end) = bounds(&starts, b, len);
+                w = peephole::fuse_body(&mut self.code, start, end, w);
             }
             self.code.truncate(w);
             starts = fused;
         }
         for b in 0..count {
-            let start = starts[b];
-            let end = if b + 1 < count {
-                starts[b + 1]
-            } else {
-                self.code.len() as u32
-            };
+            let (start, end) = bounds(&starts, b, self.code.len());
+            let (start, end) = (start as u32, end as u32);
             let code = &self.code[start as usize..end as usize];
             let has_load = code.iter().any(|v| matches!(v, VInstr::Load { .. }));
             let prefetch_at = code
