@@ -594,6 +594,36 @@ fn decision_table(quick: bool, cores: usize) {
         median(cold.clone()),
         cold.iter().cloned().fold(f64::MAX, f64::min)
     );
+    // The same window at a new row count every flush (a dynamic sequence
+    // length): decided on the symbolic copy from the second length on.
+    let ex = dvm_host::eager::Eager::new(cores);
+    let lens = if quick { 10 } else { 60 };
+    let mut per = Vec::with_capacity(lens);
+    for i in 0..lens {
+        let s = 33 + 7 * i as u64;
+        let before = ex.stats().fuse_us;
+        eager_window(&eager_inputs_at(&ex, s));
+        per.push(ex.stats().fuse_us - before);
+    }
+    let st = ex.stats();
+    println!(
+        "eager, the same window at {lens} row counts (33, 40, …): decision median {:.1} µs per flush, first {:.1} µs, second {:.1} µs ({} of {} flushes reused a decision)",
+        median(per.clone()),
+        per[0],
+        per[1],
+        st.decision_hits,
+        st.flushes
+    );
+}
+
+/// [`eager_inputs`] with `rows` rows of x.
+fn eager_inputs_at(ex: &dvm_host::eager::Eager, rows: u64) -> [LazyTensor; 4] {
+    [
+        ex.tensor(tensor(&[rows, 256], 1, 1.0)),
+        ex.tensor(tensor(&[256, 256], 2, 0.06)),
+        ex.tensor(tensor(&[256], 3, 1.0)),
+        ex.tensor(tensor(&[256], 4, 1.0)),
+    ]
 }
 
 /// The inputs of [`eager_window`]: x, w, b, g.

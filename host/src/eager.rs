@@ -131,14 +131,71 @@ struct Inner {
 /// keyed by the window's structure: operators, wiring, shapes, dtypes and
 /// which values leave it. Inputs and outputs are named by position, so a
 /// window that repeats (a loop body) hits.
+///
+/// A window is first looked up by its concrete shapes, then by their
+/// classes ([`Extents::Classes`]): the second time a structure shows up at
+/// other lengths, it is decided on a copy whose extents are symbols
+/// ([`generalize`]), and that decision serves every later window of the
+/// same structure whose extents are equal where its were, whatever their
+/// values: a sequence length that changes every step does not pay the
+/// fusion pass again. A window whose symbolic copy does not check out
+/// (a reshape, slice or constant ties an extent to its value) is marked so
+/// and decided on its concrete shapes.
 #[derive(Default)]
 struct DecisionCache {
     map: std::collections::HashMap<u64, Vec<Decision>>,
     len: usize,
 }
 
-/// A window's signature and its prepared graph.
-type Decision = (Vec<u64>, Rc<Prepared>);
+/// A window's signature and what was decided for it.
+type Decision = (Vec<u64>, Decided);
+
+/// A cached decision.
+#[derive(Clone)]
+enum Decided {
+    /// The prepared graph (symbolic for a class signature).
+    Plan(Rc<Prepared>),
+    /// A class signature seen once: the next window with it, at other
+    /// lengths, is decided on the symbolic copy.
+    Seen,
+    /// The window's structure does not generalise: use its concrete shapes.
+    Concrete,
+}
+
+impl DecisionCache {
+    fn get(&self, key: u64, sig: &[u64]) -> Option<Decided> {
+        self.map
+            .get(&key)
+            .and_then(|b| b.iter().find(|(s, _)| s.as_slice() == sig))
+            .map(|(_, d)| d.clone())
+    }
+
+    /// Records `d` for `sig`, replacing what was recorded for it.
+    fn insert(&mut self, key: u64, sig: Vec<u64>, d: Decided) {
+        if let Some(e) = self
+            .map
+            .get_mut(&key)
+            .and_then(|b| b.iter_mut().find(|(s, _)| *s == sig))
+        {
+            e.1 = d;
+            return;
+        }
+        if self.len >= DECISIONS {
+            self.map.clear();
+            self.len = 0;
+        }
+        self.map.entry(key).or_default().push((sig, d));
+        self.len += 1;
+    }
+}
+
+/// The hash key of a signature.
+fn key_of(sig: &[u64]) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    sig.hash(&mut h);
+    h.finish()
+}
 
 /// Most cached decisions (the cache is cleared when it is full).
 const DECISIONS: usize = 256;
@@ -292,36 +349,7 @@ fn flush(inner: &mut Inner) -> Result<(), EagerError> {
         return Ok(());
     }
     let f0 = Instant::now();
-    let sig = signature(&graph);
-    let key = {
-        use std::hash::{Hash, Hasher};
-        let mut h = std::collections::hash_map::DefaultHasher::new();
-        sig.hash(&mut h);
-        h.finish()
-    };
-    let cached = inner
-        .decisions
-        .map
-        .get(&key)
-        .and_then(|b| b.iter().find(|(s, _)| *s == sig))
-        .map(|(_, p)| Rc::clone(p));
-    let prepared = match cached {
-        Some(p) => {
-            inner.stats.decision_hits += 1;
-            p
-        }
-        None => {
-            let p = Rc::new(Prepared::with_options(&graph, &inner.options)?);
-            let d = &mut inner.decisions;
-            if d.len >= DECISIONS {
-                d.map.clear();
-                d.len = 0;
-            }
-            d.map.entry(key).or_default().push((sig, Rc::clone(&p)));
-            d.len += 1;
-            p
-        }
-    };
+    let prepared = decide(inner, &graph)?;
     inner.stats.fuse_us += f0.elapsed().as_secs_f64() * 1e6;
     let named: Vec<(&str, &Tensor)> = feed.iter().map(|(n, t)| (n.as_str(), &**t)).collect();
     let result = (|| {
@@ -664,12 +692,144 @@ fn node_of(inner: &mut Inner, t: &LazyTensor) -> Result<NodeId, EagerError> {
 
 /// The structure of a window graph as words: per node its operator and
 /// attributes, operands, dtype and shape; then the outputs.
-fn signature(g: &Graph) -> Vec<u64> {
+/// The prepared graph for window `graph` (see [`DecisionCache`]): a cached
+/// decision for its concrete signature (a window that repeats exactly); else
+/// one for its class signature (the same structure at other lengths), made
+/// on the symbolic copy the second time a class signature is seen, so a
+/// window that never changes length never pays for the copy; else a new
+/// decision on the window itself.
+fn decide(inner: &mut Inner, graph: &Graph) -> Result<Rc<Prepared>, GraphError> {
+    let sig = signature(graph, Extents::Concrete);
+    let key = key_of(&sig);
+    if let Some(Decided::Plan(p)) = inner.decisions.get(key, &sig) {
+        inner.stats.decision_hits += 1;
+        return Ok(p);
+    }
+    let gsig = signature(graph, Extents::Classes);
+    let gkey = key_of(&gsig);
+    match inner.decisions.get(gkey, &gsig) {
+        Some(Decided::Plan(p)) => {
+            inner.stats.decision_hits += 1;
+            return Ok(p);
+        }
+        Some(Decided::Seen) => match generalize(graph) {
+            Some(general) => {
+                let p = Rc::new(Prepared::with_options(&general, &inner.options)?);
+                inner
+                    .decisions
+                    .insert(gkey, gsig, Decided::Plan(Rc::clone(&p)));
+                return Ok(p);
+            }
+            None => inner.decisions.insert(gkey, gsig, Decided::Concrete),
+        },
+        Some(Decided::Concrete) => {}
+        None => inner.decisions.insert(gkey, gsig, Decided::Seen),
+    }
+    let p = Rc::new(Prepared::with_options(graph, &inner.options)?);
+    inner
+        .decisions
+        .insert(key, sig, Decided::Plan(Rc::clone(&p)));
+    Ok(p)
+}
+
+/// Extents a window's constants fix: they keep their values in a class
+/// signature and in the symbolic copy.
+fn fixed_extents(g: &Graph) -> Vec<i64> {
+    use crate::graph::Op;
+    let mut fixed = Vec::new();
+    for node in g.nodes() {
+        if matches!(node.op, Op::Constant(_)) {
+            fixed.extend(node.shape.iter().filter_map(Dim::as_const));
+        }
+    }
+    fixed
+}
+
+/// `g` with every extent of at least 2 that no constant fixes replaced by
+/// a symbol (one per distinct value, in order of first appearance, each
+/// declared `>= 2`), or `None` when the copy does not check out: an
+/// operator infers a shape that is not the symbols' image of the window's
+/// (a reshape's or slice's extents follow from values, not from equality).
+/// Its fusion plan then holds for every window whose extents are equal
+/// where `g`'s are.
+fn generalize(g: &Graph) -> Option<Graph> {
+    use crate::graph::Op;
+    let fixed = fixed_extents(g);
+    let mut out = Graph::new();
+    let mut classes: Vec<(i64, Dim)> = Vec::new();
+    let mut sym = |d: &Dim, out: &mut Graph| -> Option<Dim> {
+        let v = d.as_const()?;
+        if v < 2 || fixed.contains(&v) {
+            return Some(d.clone());
+        }
+        if let Some((_, s)) = classes.iter().find(|(w, _)| *w == v) {
+            return Some(s.clone());
+        }
+        let s = Dim::from(
+            out.symbol(&format!("e{}", classes.len()), 2, i64::MAX)
+                .ok()?,
+        );
+        classes.push((v, s.clone()));
+        Some(s)
+    };
+    for node in g.nodes() {
+        let shape: Vec<Dim> = node
+            .shape
+            .iter()
+            .map(|d| sym(d, &mut out))
+            .collect::<Option<_>>()?;
+        let op = match &node.op {
+            Op::ScalarDim(c, d) => Op::ScalarDim(*c, sym(d, &mut out)?),
+            op => op.clone(),
+        };
+        let id = out
+            .add_node(
+                Some(&node.name),
+                op,
+                &node.operands,
+                Some(node.dtype),
+                Some(&shape),
+            )
+            .ok()?;
+        if out[id].shape != shape {
+            return None;
+        }
+    }
+    for (name, id) in g.outputs() {
+        out.output(name, *id).ok()?;
+    }
+    Some(out)
+}
+
+/// How a window's extents enter its signature.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Extents {
+    /// As their values.
+    Concrete,
+    /// Extents of at least 2 that no constant fixes as the index of their
+    /// value's class (first appearance first): windows equal but for such
+    /// values share the signature.
+    Classes,
+}
+
+fn signature(g: &Graph, extents: Extents) -> Vec<u64> {
     use crate::graph::Op;
     use std::hash::{Hash, Hasher};
     let mut w: Vec<u64> = Vec::with_capacity(8 * g.nodes().len());
-    let dim = |d: &Dim| -> u64 {
+    let fixed = match extents {
+        Extents::Concrete => Vec::new(),
+        Extents::Classes => fixed_extents(g),
+    };
+    let mut classes: Vec<i64> = Vec::new();
+    let mut dim = |d: &Dim| -> u64 {
         match d.as_const() {
+            Some(v) if extents == Extents::Classes && v >= 2 && !fixed.contains(&v) => {
+                let i = classes.iter().position(|&c| c == v).unwrap_or_else(|| {
+                    classes.push(v);
+                    classes.len() - 1
+                });
+                i as u64 | 1 << 62
+            }
             Some(v) => v as u64,
             None => {
                 let mut h = std::collections::hash_map::DefaultHasher::new();
@@ -727,7 +887,7 @@ fn signature(g: &Graph) -> Vec<u64> {
         w.push(node.operands.len() as u64);
         w.extend(node.operands.iter().map(|o| o.0 as u64));
         w.extend([node.dtype as u64, node.shape.len() as u64]);
-        w.extend(node.shape.iter().map(dim));
+        w.extend(node.shape.iter().map(&mut dim));
     }
     w.push(u64::MAX);
     w.extend(g.outputs().iter().map(|(_, id)| id.0 as u64));

@@ -584,6 +584,43 @@ mod eager {
         assert!(st.fuse_us > 0.0);
     }
 
+    /// The window of [`window`] at `s` rows.
+    fn window_at(ex: &Eager, s: u64) -> Result<(Tensor, Tensor), EagerError> {
+        let x = ex.tensor(tensor(&[s, 32], 30, 1.0));
+        let w = ex.tensor(tensor(&[32, 32], 31, 0.2));
+        let b = ex.tensor(tensor(&[32], 32, 1.0));
+        let h = x.matmul(&w)?.add(&b)?.gelu()?.add(&x)?;
+        let p = h.softmax(-1)?.scale(2.0)?;
+        let s = p.sum(&[-1], true)?;
+        Ok((p.to_tensor()?, s.to_tensor()?))
+    }
+
+    #[test]
+    fn a_changing_length_reuses_the_decision() {
+        let fused = Eager::new(2);
+        let unfused = Eager::with_options(2, FuseOptions::off(), 64);
+        let lens = [9u64, 10, 17, 33, 2, 100];
+        for &s in &lens {
+            let (p, r) = window_at(&fused, s).unwrap();
+            let (p2, r2) = window_at(&unfused, s).unwrap();
+            assert!(p.allclose(&p2, 1e-5, 1e-6).unwrap(), "S={s}");
+            assert!(r.allclose(&r2, 1e-5, 1e-6).unwrap(), "S={s}");
+        }
+        // Two decisions for all the lengths: the first window's own, then
+        // one on the symbolic copy when the structure shows up at another
+        // length, which every later length reuses.
+        let st = fused.stats();
+        assert_eq!(st.flushes, lens.len() as u64);
+        assert_eq!(st.decision_hits, lens.len() as u64 - 2, "{st:?}");
+        // S = 32 makes the rows as long as the hidden size: a new equality,
+        // so a new structure.
+        window_at(&fused, 32).unwrap();
+        assert_eq!(fused.stats().decision_hits, lens.len() as u64 - 2);
+        // The first length again: its own decision, exactly.
+        window_at(&fused, 9).unwrap();
+        assert_eq!(fused.stats().decision_hits, lens.len() as u64 - 1);
+    }
+
     #[test]
     fn host_control_flow_reads_values_back() {
         let ex = Eager::new(2);
