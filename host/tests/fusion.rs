@@ -552,13 +552,7 @@ mod eager {
 
     /// A small MLP-ish window: 2 · softmax(gelu(x·w + b) + x) and its row sums.
     fn window(ex: &Eager) -> Result<(Tensor, Tensor), EagerError> {
-        let x = ex.tensor(tensor(&[9, 32], 30, 1.0));
-        let w = ex.tensor(tensor(&[32, 32], 31, 0.2));
-        let b = ex.tensor(tensor(&[32], 32, 1.0));
-        let h = x.matmul(&w)?.add(&b)?.gelu()?.add(&x)?;
-        let p = h.softmax(-1)?.scale(2.0)?;
-        let s = p.sum(&[-1], true)?;
-        Ok((p.to_tensor()?, s.to_tensor()?))
+        window_at(ex, 9)
     }
 
     #[test]
@@ -584,7 +578,7 @@ mod eager {
         assert!(st.fuse_us > 0.0);
     }
 
-    /// The window of [`window`] at `s` rows.
+    /// The window of [`window`] with `s` rows of x.
     fn window_at(ex: &Eager, s: u64) -> Result<(Tensor, Tensor), EagerError> {
         let x = ex.tensor(tensor(&[s, 32], 30, 1.0));
         let w = ex.tensor(tensor(&[32, 32], 31, 0.2));
