@@ -12,8 +12,11 @@
 //! [`run_tile`] calls the op's [`GmHandler`](crate::ops::GmHandler) on the
 //! global-memory boxes themselves: the same arithmetic on the same bytes,
 //! so the same result, with every stream in flight at once. Tail tiles run
-//! through UB as usual. The UB is left untouched by forwarded tiles; no
-//! instruction of the body reads it after them.
+//! through UB as usual. The UB is left untouched by forwarded tiles, so a
+//! body is forwarded only when nothing reads what they would have left
+//! there: its loads pad their boxes (or never have a tail), and the
+//! kernel's other bodies write those ranges before they read them
+//! ([`Forward::independent`]).
 //!
 //! A body is forwarded only when the buffer it stores to is not one it
 //! loads from, and, at launch ([`Forward::fits`]), overlaps none of them.
@@ -62,9 +65,16 @@ pub fn plan(code: &[VInstr]) -> Option<Forward> {
     // The loads before the op, each feeding one of its sources.
     let mut loads = [None::<(u8, &dvm_isa::GmPattern)>; 2];
     for (i, v) in code[..op_at].iter().enumerate() {
-        let VInstr::Load { pattern, .. } = v else {
+        let VInstr::Load { pattern, pad } = v else {
             return None;
         };
+        // A tail tile runs through UB, where a load without padding leaves
+        // its padding lanes as the previous tile left them, and the
+        // previous tile may have been forwarded (not through UB): only a
+        // padded load, or one that never has a tail, keeps the bytes.
+        if pad.is_none() && has_tail(pattern) {
+            return None;
+        }
         *loads.get_mut(i)? = Some((i as u8, pattern));
     }
     // The last load into a source's range is what the op reads.
@@ -94,6 +104,14 @@ pub fn plan(code: &[VInstr]) -> Option<Forward> {
     })
 }
 
+/// Whether some tile of `p`'s grid is shorter than a full one.
+fn has_tail(p: &dvm_isa::GmPattern) -> bool {
+    let short = |dim: dvm_isa::GridDim, full: u32, total: u32| {
+        dim.index().is_some() && (full == 0 || !total.is_multiple_of(full))
+    };
+    short(p.row_dim, p.rows, p.row_total) || short(p.col_dim, p.cols, p.col_total)
+}
+
 /// The pattern of the load or store at `i`.
 fn pattern(code: &[VInstr], i: u8) -> Option<&dvm_isa::GmPattern> {
     match code.get(i as usize)? {
@@ -103,6 +121,25 @@ fn pattern(code: &[VInstr], i: u8) -> Option<&dvm_isa::GmPattern> {
 }
 
 impl Forward {
+    /// Whether the UB ranges the forwarded body `code` would leave stale
+    /// (its boxes) are written before they are read in every other body
+    /// of the kernel (bodies share one UB per core).
+    pub(crate) fn independent<'a>(
+        &self,
+        code: &[VInstr],
+        others: impl Iterator<Item = &'a [VInstr]> + Clone,
+    ) -> bool {
+        [Some(self.a), self.b, Some(self.store)]
+            .into_iter()
+            .flatten()
+            .filter_map(|i| pattern(code, i))
+            .all(|p| {
+                let len = p.rows as u64 * p.pitch as u64 * p.dtype.size() as u64;
+                let r = (p.ub, (p.ub as u64 + len).min(u32::MAX as u64) as u32);
+                others.clone().all(|o| crate::peephole::written_first(o, r))
+            })
+    }
+
     /// Whether `bufs` allow forwarding: the stored buffer overlaps no
     /// buffer the body loads from.
     pub fn fits(&self, code: &[VInstr], bufs: &[GmBuf<'_>]) -> bool {

@@ -47,6 +47,19 @@ fn touches(v: &VInstr, t: (u32, u32)) -> Option<bool> {
     }
 }
 
+/// Whether body `code` writes all of range `t` before it reads any of it
+/// (or never touches it): what another body of the kernel left there
+/// cannot reach its results.
+pub(crate) fn written_first(code: &[VInstr], t: (u32, u32)) -> bool {
+    for v in code {
+        match touches(v, t) {
+            Some(read) => return !read,
+            None => continue,
+        }
+    }
+    true
+}
+
 /// Whether range `t` is dead after the pair: scanning `after` (the rest of
 /// the body) and then `before` (the body's start, up to the pair), an
 /// instruction overwrites it before any reads it. Reaching the pair again
@@ -115,7 +128,15 @@ fn fuse(brc: &UbOp, bin: &UbOp, simd: Simd) -> Option<(UbOp, (u32, u32))> {
 
 /// Fuses the pairs of body `code[start..end]`, writing the result from
 /// `code[to]` on (`to ≤ start`: in place), and returns where it ends.
-pub(crate) fn fuse_body(code: &mut [VInstr], start: usize, end: usize, to: usize) -> usize {
+/// `others` are the ranges of `code` that hold the kernel's other bodies
+/// (which share the UB): a broadcast tile is dead only if each of them
+/// writes it before reading it.
+pub(crate) fn fuse_body(
+    code: &mut [VInstr],
+    (start, end): (usize, usize),
+    to: usize,
+    others: &[(usize, usize)],
+) -> usize {
     let simd = Simd::detect();
     let (mut r, mut w) = (start, to);
     while r < end {
@@ -124,7 +145,10 @@ pub(crate) fn fuse_body(code: &mut [VInstr], start: usize, end: usize, to: usize
             _ => None,
         };
         if let Some((fused, t)) = pair {
-            if dead(t, &code[r + 2..end], &code[to..w]) {
+            let elsewhere = others
+                .iter()
+                .all(|&(s, e)| code.get(s..e).is_some_and(|o| written_first(o, t)));
+            if elsewhere && dead(t, &code[r + 2..end], &code[to..w]) {
                 code[w] = VInstr::Ub(fused);
                 w += 1;
                 r += 2;

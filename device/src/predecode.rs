@@ -371,18 +371,39 @@ impl<const N: usize, const B: usize> Program<N, B> {
         if self.peephole {
             let (len, mut w) = (self.code.len(), 0);
             let mut fused = [0u32; B];
-            for (b, f) in fused.iter_mut().enumerate().take(count) {
-                *f = w as u32;
-                let (start, end) = bounds(&starts, b, len);
-                w = peephole::fuse_body(&mut self.code, start, end, w);
+            // Where each body is now: bodies before `b` compacted, the rest
+            // where they were.
+            let mut at = [(0usize, 0usize); B];
+            for (b, a) in at.iter_mut().enumerate().take(count) {
+                *a = bounds(&starts, b, len);
+            }
+            for b in 0..count {
+                fused[b] = w as u32;
+                let mut others = [(0usize, 0usize); B];
+                let mut n = 0;
+                for (o, &r) in at.iter().enumerate().take(count) {
+                    if o != b {
+                        others[n] = r;
+                        n += 1;
+                    }
+                }
+                let end = peephole::fuse_body(&mut self.code, at[b], w, &others[..n]);
+                at[b] = (w, end);
+                w = end;
             }
             self.code.truncate(w);
             starts = fused;
         }
+        let len = self.code.len();
         for b in 0..count {
-            let (start, end) = bounds(&starts, b, self.code.len());
+            let (start, end) = bounds(&starts, b, len);
+            let code = &self.code[start..end];
+            let others = (0..count)
+                .filter(move |&o| o != b)
+                .map(|o| bounds(&starts, o, len))
+                .map(|(s, e)| &self.code[s..e]);
+            let forward = forward::plan(code).filter(|f| f.independent(code, others));
             let (start, end) = (start as u32, end as u32);
-            let code = &self.code[start as usize..end as usize];
             let has_load = code.iter().any(|v| matches!(v, VInstr::Load { .. }));
             let prefetch_at = code
                 .iter()
@@ -394,7 +415,7 @@ impl<const N: usize, const B: usize> Program<N, B> {
                 grid: kernel.grid(b),
                 tiles: kernel.tiles(b),
                 prefetch_at,
-                forward: forward::plan(code),
+                forward,
                 start,
                 len: end - start,
             });

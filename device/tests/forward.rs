@@ -24,10 +24,10 @@ fn module(dt: DType, tile: u32, total: u32, op: Instr, binary: bool) -> Vec<u8> 
     };
     let (a, b) = (bx(0, 0), bx(1, tile * size));
     let out = bx(if binary { 2 } else { 1 }, 2 * tile * size);
-    let mut code = vec![a.load()];
+    let mut code = vec![a.load_fill(Scalar(0))];
     let mut params = vec![(dt, R)];
     if binary {
-        code.push(b.load());
+        code.push(b.load_fill(Scalar(0)));
         params.push((dt, R));
     }
     code.push(op);
@@ -246,6 +246,44 @@ fn other_bodies_are_not_forwarded() {
 }
 
 #[test]
+fn unpadded_loads_with_tails_are_not_forwarded() {
+    // On a tail tile a `pad=keep` load leaves the padding lanes as the
+    // previous tile left them, which a forwarded tile never wrote.
+    let params = [(DType::F32, R), (DType::F32, W)];
+    let planned = |load: Instr, store: Instr, tiles: u32| {
+        let bytes = build(vec![K::vector(
+            4096,
+            &params,
+            [1, 1, tiles],
+            vec![load, exp(1024, 0, 256), store],
+        )]);
+        program(&bytes, 0).body_info(0).unwrap().forward.is_some()
+    };
+    let tail = |buf: u8, ub: u32, total: u32| {
+        GmBox::new(DType::F32, buf, 1, 256)
+            .ub(ub)
+            .cols_tail(2, total)
+            .step([0, 0, 256])
+    };
+    assert!(!planned(
+        tail(0, 0, 1000).load(),
+        tail(1, 1024, 1000).store(),
+        4
+    ));
+    assert!(planned(
+        tail(0, 0, 1000).load_fill(Scalar(0)),
+        tail(1, 1024, 1000).store(),
+        4
+    ));
+    // No tail: every tile is forwarded, padding or not.
+    assert!(planned(
+        tail(0, 0, 1024).load(),
+        tail(1, 1024, 1024).store(),
+        4
+    ));
+}
+
+#[test]
 fn aliased_output_is_not_forwarded() {
     let bx = |buf: u8, ub: u32| GmBox::new(DType::F32, buf, 1, 256).ub(ub).step([0, 0, 256]);
     let params = [(DType::F32, R), (DType::F32, W)];
@@ -313,7 +351,7 @@ fn fold_module(dt: DType, rows: u32, cols: u32, total: u32, max: bool) -> Vec<u8
         (rows * cols + rows) * s,
         &[(dt, R), (dt, W)],
         [1, 1, total.div_ceil(rows)],
-        vec![x.load(), op, out.store()],
+        vec![x.load_fill(Scalar(0)), op, out.store()],
     )])
 }
 

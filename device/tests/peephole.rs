@@ -186,3 +186,85 @@ fn fused_broadcast_ops_match_the_pair() {
         }
     }
 }
+
+#[test]
+fn a_tile_another_body_reads_is_not_fused() {
+    // A sequence kernel: stage 0 broadcasts and subtracts, stage 1 stores
+    // the broadcast tile. Bodies share the UB, so the tile is live.
+    let dt = DType::F32;
+    let (rows, cols, total) = (4u32, 64u32, 16u32);
+    let tile = rows * cols * 4;
+    let (x, m, t) = (0, tile, tile + 64);
+    let bx = |buf: u8, ub: u32| {
+        GmBox::new(dt, buf, rows, cols)
+            .ub(ub)
+            .rows_tail(2, total)
+            .step([0, 0, (rows * cols) as u64])
+    };
+    let stage0 = vec![
+        bx(0, x).load_fill(dvm_isa::Scalar(0)),
+        Instr::ReduceMax {
+            dt,
+            axis: Axis::Cols,
+            dst: m,
+            src: x,
+            rows,
+            cols,
+        },
+        Instr::BroadcastCol {
+            dt,
+            dst: t,
+            src: m,
+            rows,
+            cols,
+        },
+        Instr::Sub {
+            dt,
+            dst: x,
+            a: x,
+            b: t,
+            n: rows * cols,
+        },
+        bx(1, x).store(),
+    ];
+    let stage1 = vec![bx(2, t).store()];
+    let grid = [1, 1, total / rows];
+    let bytes = build(vec![K {
+        kind: dvm_isa::KernelKind::Sequence,
+        ub_bytes: t + tile,
+        params: vec![(dt, R), (dt, W), (dt, W)],
+        bodies: vec![(grid, stage0), (grid, stage1)],
+    }]);
+    let x = Buf::from_f32(&Rng(9).f32s((total * cols) as usize, -2.0, 2.0));
+    let len = (total * cols * 4) as usize;
+    let (fused, nf) = run(&bytes, &x, 2, len, true);
+    let (pair, np) = run(&bytes, &x, 2, len, false);
+    assert_eq!(fused, pair);
+    assert_eq!(nf, np, "the pair must stay");
+}
+
+#[test]
+fn an_accumulating_matmul_reads_its_destination() {
+    let mm = |accumulate| Instr::Matmul {
+        dt: DType::F32,
+        out: DType::F32,
+        flags: dvm_isa::MmFlags {
+            trans_a: false,
+            trans_b: false,
+            accumulate,
+        },
+        dst: 4096,
+        a: 0,
+        b: 1024,
+        m: 16,
+        n: 16,
+        k: 16,
+    };
+    let f = dvm_device::ops::Footprint::of(&mm(true));
+    assert!(f.read.0 <= 4096 && f.read.1 >= 4096 + 1024, "{f:?}");
+    let f = dvm_device::ops::Footprint::of(&mm(false));
+    assert!(
+        f.read.1 <= 4096 && f.write == (4096, 4096 + 1024),
+        "{f:?}"
+    );
+}

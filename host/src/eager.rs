@@ -712,16 +712,20 @@ fn decide(inner: &mut Inner, graph: &Graph) -> Result<Rc<Prepared>, GraphError> 
             inner.stats.decision_hits += 1;
             return Ok(p);
         }
-        Some(Decided::Seen) => match generalize(graph) {
-            Some(general) => {
-                let p = Rc::new(Prepared::with_options(&general, &inner.options)?);
-                inner
-                    .decisions
-                    .insert(gkey, gsig, Decided::Plan(Rc::clone(&p)));
-                return Ok(p);
+        Some(Decided::Seen) => {
+            // A copy that does not check out, or that fails to prepare,
+            // leaves the structure to its concrete shapes.
+            match generalize(graph).map(|g| Prepared::with_options(&g, &inner.options)) {
+                Some(Ok(p)) => {
+                    let p = Rc::new(p);
+                    inner
+                        .decisions
+                        .insert(gkey, gsig, Decided::Plan(Rc::clone(&p)));
+                    return Ok(p);
+                }
+                Some(Err(_)) | None => inner.decisions.insert(gkey, gsig, Decided::Concrete),
             }
-            None => inner.decisions.insert(gkey, gsig, Decided::Concrete),
-        },
+        }
         Some(Decided::Concrete) => {}
         None => inner.decisions.insert(gkey, gsig, Decided::Seen),
     }
@@ -797,6 +801,26 @@ fn generalize(g: &Graph) -> Option<Graph> {
     }
     for (name, id) in g.outputs() {
         out.output(name, *id).ok()?;
+    }
+    // The copy must give back the window itself: its inputs bind every
+    // symbol, and every node's shape comes out as the window's.
+    let inputs: Vec<(&str, Vec<u64>)> = g
+        .inputs()
+        .iter()
+        .map(|&id| {
+            let n = &g[id];
+            let shape = n.shape.iter().map(|d| u64::try_from(d.as_const()?).ok());
+            Some((n.name.as_str(), shape.collect::<Option<Vec<u64>>>()?))
+        })
+        .collect::<Option<_>>()?;
+    let named: Vec<(&str, &[u64])> = inputs.iter().map(|(n, s)| (*n, s.as_slice())).collect();
+    let bindings = out.bind(&named, &crate::sym::Bindings::new()).ok()?;
+    for (i, node) in g.nodes().iter().enumerate() {
+        let want = node.shape.iter().map(|d| u64::try_from(d.as_const()?).ok());
+        let want: Vec<u64> = want.collect::<Option<_>>()?;
+        if out.concrete_shape(NodeId(i), &bindings).ok()? != want {
+            return None;
+        }
     }
     Some(out)
 }

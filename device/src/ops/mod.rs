@@ -214,6 +214,13 @@ impl Footprint {
                 dvm_isa::AccessKind::Write => f.write = (acc.addr, end),
             }
         }
+        // An accumulating matmul also reads what it writes (the table lists
+        // its destination as written only).
+        if let Instr::Matmul { flags, .. } = instr {
+            if flags.accumulate {
+                f.read = (f.read.0.min(f.write.0), f.read.1.max(f.write.1));
+            }
+        }
         if f.read.0 > f.read.1 {
             f.read = (0, 0);
         }
