@@ -263,8 +263,5 @@ fn an_accumulating_matmul_reads_its_destination() {
     let f = dvm_device::ops::Footprint::of(&mm(true));
     assert!(f.read.0 <= 4096 && f.read.1 >= 4096 + 1024, "{f:?}");
     let f = dvm_device::ops::Footprint::of(&mm(false));
-    assert!(
-        f.read.1 <= 4096 && f.write == (4096, 4096 + 1024),
-        "{f:?}"
-    );
+    assert!(f.read.1 <= 4096 && f.write == (4096, 4096 + 1024), "{f:?}");
 }
