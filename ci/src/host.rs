@@ -1,4 +1,4 @@
-//! Host steps with the rustup toolchain that runs this harness: fmt, clippy, tests, benches.
+//! Host steps with the rustup toolchain that runs this harness: fmt, clippy, docs, tests, benches.
 
 use xshell::cmd;
 
@@ -14,6 +14,12 @@ pub const FMT: Step = Step {
 pub const CLIPPY: Step = Step {
     name: "clippy",
     run: clippy,
+};
+/// `cargo doc --workspace --no-deps` with warnings as errors (broken
+/// intra-doc links)
+pub const DOC: Step = Step {
+    name: "doc",
+    run: doc,
 };
 /// `cargo test --workspace --profile ci`
 pub const TEST: Step = Step {
@@ -37,6 +43,13 @@ fn clippy(ctx: &Ctx) -> Result {
         "cargo clippy --workspace --all-targets -- -D warnings"
     )
     .run()?;
+    Ok(())
+}
+
+fn doc(ctx: &Ctx) -> Result {
+    cmd!(ctx.sh, "cargo doc --workspace --no-deps")
+        .env("RUSTDOCFLAGS", "-D warnings")
+        .run()?;
     Ok(())
 }
 

@@ -30,11 +30,12 @@ struct Task {
 const TASKS: &[Task] = &[
     Task {
         name: "test",
-        about: "everything CI checks: setup, fmt, clippy, host tests, aarch64 build, firmware, aarch64 unit tests, QEMU conformance",
+        about: "everything CI checks: setup, fmt, clippy, docs, host tests, aarch64 build, firmware, aarch64 unit tests, QEMU conformance",
         steps: &[
             setup::SETUP,
             host::FMT,
             host::CLIPPY,
+            host::DOC,
             host::TEST,
             cross::AARCH64,
             qemu::FIRMWARE,

@@ -9,14 +9,14 @@
 //! op and the store run one after the other, so the core has only one
 //! memory stream in flight at a time. When a body has exactly that form,
 //! [`plan`] records it, and for every full tile (no tail, no padding)
-//! [`run_tile`] calls the op's [`GmHandler`](crate::ops::GmHandler) on the
+//! `Forward::run_tile` calls the op's [`GmHandler`](crate::ops::GmHandler) on the
 //! global-memory boxes themselves: the same arithmetic on the same bytes,
 //! so the same result, with every stream in flight at once. Tail tiles run
 //! through UB as usual. The UB is left untouched by forwarded tiles, so a
 //! body is forwarded only when nothing reads what they would have left
 //! there: its loads pad their boxes (or never have a tail), and the
 //! kernel's other bodies write those ranges before they read them
-//! ([`Forward::independent`]).
+//! (`Forward::independent`).
 //!
 //! A body is forwarded only when the buffer it stores to is not one it
 //! loads from, and, at launch ([`Forward::fits`]), overlaps none of them.

@@ -1,5 +1,5 @@
 //! The job format between a host and the device firmware: what to run
-//! ([`Job`]) and what happened ([`JobReport`]).
+//! ([`Job`]) and what happened ([`ReportHeader`], read back as a [`Report`]).
 //!
 //! ```text
 //! JobHeader (32 bytes)        magic "DVMJ", version, total length, counts
