@@ -12,56 +12,90 @@ use dvm_isa::{verify_kernel, Axis, DType, DeviceLimits, Instr, Module, ParamAcce
 const R: ParamAccess = ParamAccess::Read;
 const W: ParamAccess = ParamAccess::Write;
 
-/// `load x; rmax → m; brccol t ← m; op; store` over `total` rows of `cols`
-/// in tiles of `rows` (a tail when `rows` does not divide `total`); `op`
-/// gets `(x, t)` UB offsets; `store_t` also stores the broadcast tile
-/// (so it is live and the pair must stay).
+/// A kernel's UB layout and boxes: `x` (the tile), `m` (its row maxima),
+/// `t` (their broadcast) over `total` rows of `cols` in tiles of `rows`.
+struct Layout {
+    dt: DType,
+    rows: u32,
+    cols: u32,
+    total: u32,
+    x: u32,
+    m: u32,
+    t: u32,
+    tile: u32,
+}
+
+impl Layout {
+    fn new(dt: DType, (rows, cols, total): (u32, u32, u32)) -> Layout {
+        let s = dt.size();
+        let tile = rows * cols * s;
+        Layout {
+            dt,
+            rows,
+            cols,
+            total,
+            x: 0,
+            m: tile,
+            t: tile + rows * s.max(4) * 16,
+            tile,
+        }
+    }
+
+    /// The `rows × cols` box of parameter `buf` at UB `ub`.
+    fn bx(&self, buf: u8, ub: u32) -> GmBox {
+        GmBox::new(self.dt, buf, self.rows, self.cols)
+            .ub(ub)
+            .rows_tail(2, self.total)
+            .step([0, 0, (self.rows * self.cols) as u64])
+    }
+
+    /// `load x; rmax → m; brccol t ← m`.
+    fn head(&self) -> Vec<Instr> {
+        let (dt, rows, cols) = (self.dt, self.rows, self.cols);
+        vec![
+            self.bx(0, self.x).load_fill(dvm_isa::Scalar(0)),
+            Instr::ReduceMax {
+                dt,
+                axis: Axis::Cols,
+                dst: self.m,
+                src: self.x,
+                rows,
+                cols,
+            },
+            Instr::BroadcastCol {
+                dt,
+                dst: self.t,
+                src: self.m,
+                rows,
+                cols,
+            },
+        ]
+    }
+
+    fn grid(&self) -> [u32; 3] {
+        [1, 1, self.total.div_ceil(self.rows)]
+    }
+}
+
+/// `load x; rmax → m; brccol t ← m; op; store` (a tail when `rows` does
+/// not divide `total`); `op` gets `(x, x, t)` UB offsets; `store_t` also
+/// stores the broadcast tile (so it is live and the pair must stay).
 fn module(
     dt: DType,
-    (rows, cols, total): (u32, u32, u32),
+    shape: (u32, u32, u32),
     op: impl Fn(u32, u32, u32) -> Instr,
     store_t: bool,
 ) -> Vec<u8> {
-    let s = dt.size();
-    let tile = rows * cols * s;
-    let (x, m, t) = (0, tile, tile + rows * s.max(4) * 16);
-    let bx = |buf: u8, ub: u32| {
-        GmBox::new(dt, buf, rows, cols)
-            .ub(ub)
-            .rows_tail(2, total)
-            .step([0, 0, (rows * cols) as u64])
-    };
+    let l = Layout::new(dt, shape);
     let mut params = vec![(dt, R), (dt, W)];
-    let mut code = vec![
-        bx(0, x).load_fill(dvm_isa::Scalar(0)),
-        Instr::ReduceMax {
-            dt,
-            axis: Axis::Cols,
-            dst: m,
-            src: x,
-            rows,
-            cols,
-        },
-        Instr::BroadcastCol {
-            dt,
-            dst: t,
-            src: m,
-            rows,
-            cols,
-        },
-        op(x, x, t),
-        bx(1, x).store(),
-    ];
+    let mut code = l.head();
+    code.push(op(l.x, l.x, l.t));
+    code.push(l.bx(1, l.x).store());
     if store_t {
         params.push((dt, W));
-        code.push(bx(2, t).store());
+        code.push(l.bx(2, l.t).store());
     }
-    build(vec![K::vector(
-        t + tile,
-        &params,
-        [1, 1, total.div_ceil(rows)],
-        code,
-    )])
+    build(vec![K::vector(l.t + l.tile, &params, l.grid(), code)])
 }
 
 /// Runs kernel 0 with the peephole on or off: outputs and instruction count.
@@ -192,49 +226,24 @@ fn a_tile_another_body_reads_is_not_fused() {
     // A sequence kernel: stage 0 broadcasts and subtracts, stage 1 stores
     // the broadcast tile. Bodies share the UB, so the tile is live.
     let dt = DType::F32;
-    let (rows, cols, total) = (4u32, 64u32, 16u32);
-    let tile = rows * cols * 4;
-    let (x, m, t) = (0, tile, tile + 64);
-    let bx = |buf: u8, ub: u32| {
-        GmBox::new(dt, buf, rows, cols)
-            .ub(ub)
-            .rows_tail(2, total)
-            .step([0, 0, (rows * cols) as u64])
-    };
-    let stage0 = vec![
-        bx(0, x).load_fill(dvm_isa::Scalar(0)),
-        Instr::ReduceMax {
-            dt,
-            axis: Axis::Cols,
-            dst: m,
-            src: x,
-            rows,
-            cols,
-        },
-        Instr::BroadcastCol {
-            dt,
-            dst: t,
-            src: m,
-            rows,
-            cols,
-        },
-        Instr::Sub {
-            dt,
-            dst: x,
-            a: x,
-            b: t,
-            n: rows * cols,
-        },
-        bx(1, x).store(),
-    ];
-    let stage1 = vec![bx(2, t).store()];
-    let grid = [1, 1, total / rows];
+    let l = Layout::new(dt, (4, 64, 16));
+    let mut stage0 = l.head();
+    stage0.push(Instr::Sub {
+        dt,
+        dst: l.x,
+        a: l.x,
+        b: l.t,
+        n: l.rows * l.cols,
+    });
+    stage0.push(l.bx(1, l.x).store());
+    let stage1 = vec![l.bx(2, l.t).store()];
     let bytes = build(vec![K {
         kind: dvm_isa::KernelKind::Sequence,
-        ub_bytes: t + tile,
+        ub_bytes: l.t + l.tile,
         params: vec![(dt, R), (dt, W), (dt, W)],
-        bodies: vec![(grid, stage0), (grid, stage1)],
+        bodies: vec![(l.grid(), stage0), (l.grid(), stage1)],
     }]);
+    let (total, cols) = (l.total, l.cols);
     let x = Buf::from_f32(&Rng(9).f32s((total * cols) as usize, -2.0, 2.0));
     let len = (total * cols * 4) as usize;
     let (fused, nf) = run(&bytes, &x, 2, len, true);
