@@ -259,6 +259,12 @@ proptest! {
         let inputs = [("x", &x), ("y", &y), ("gamma", &gamma)];
         let want = reference::run(&g, &inputs, &Bindings::new()).unwrap();
         let rt = Runtime::new(2, 64);
+        // A layernorm of a nearly constant row (a `y` broadcast along the
+        // row makes them) divides f32 rounding errors of `x − mean` by
+        // `sqrt(var + eps)`, up to 1/sqrt(1e-5) ≈ 316×: with values up to
+        // ~10 that is ~4e-4 from f32 itself against the f64 reference.
+        let ln = steps.iter().any(|s| matches!(s, DagStep::LayerNorm(_)));
+        let atol = if ln { 1e-3 } else { 1e-5 };
         let mut kernels = Vec::new();
         for opts in [FuseOptions::default(), FuseOptions::off()] {
             let prepared = Prepared::with_options(&g, &opts).unwrap();
@@ -270,7 +276,7 @@ proptest! {
             for ((_, w), (n, t)) in want.iter().zip(&got) {
                 prop_assert_eq!(w.shape(), t.shape());
                 let d = w.max_abs_diff(t).unwrap();
-                prop_assert!(w.allclose(t, 1e-4, 1e-5).unwrap(), "{} ({:?}): max diff {} for {:?}", n, opts.fuse, d, steps);
+                prop_assert!(w.allclose(t, 1e-4, atol).unwrap(), "{} ({:?}): max diff {} for {:?}", n, opts.fuse, d, steps);
             }
         }
         prop_assert!(kernels[0] <= kernels[1], "fused {} > unfused {}", kernels[0], kernels[1]);
