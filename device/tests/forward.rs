@@ -80,97 +80,92 @@ fn forwarded_ops_match_the_ub_path() {
             .collect::<Vec<_>>(),
     );
     const F: DType = DType::F32;
-    for (what, dt, binary, ins) in [
-        ("add f32", F, true, vec![x.clone(), y.clone()]),
-        ("div f32", F, true, vec![x.clone(), y.clone()]),
-        ("max i32", DType::I32, true, vec![i.clone(), j.clone()]),
+    // An op from `(dt, dst, a, b, n)` (one-source ops read `a`).
+    type Op = fn(DType, u32, u32, u32, u32) -> Instr;
+    let cases: [(&str, DType, Op, Vec<Buf>); 10] = [
+        (
+            "add f32",
+            F,
+            |dt, dst, a, b, n| Instr::Add { dt, dst, a, b, n },
+            vec![x.clone(), y.clone()],
+        ),
+        (
+            "div f32",
+            F,
+            |dt, dst, a, b, n| Instr::Div { dt, dst, a, b, n },
+            vec![x.clone(), y.clone()],
+        ),
+        (
+            "max i32",
+            DType::I32,
+            |dt, dst, a, b, n| Instr::Max { dt, dst, a, b, n },
+            vec![i.clone(), j.clone()],
+        ),
         (
             "sub f16",
             DType::F16,
-            true,
+            |dt, dst, a, b, n| Instr::Sub { dt, dst, a, b, n },
             vec![halves.clone(), halves.clone()],
         ),
-        ("exp f32", F, false, vec![x.clone()]),
-        ("tanh f16", DType::F16, false, vec![halves.clone()]),
-        ("relu i32", DType::I32, false, vec![i.clone()]),
-        ("muls f32", F, false, vec![x.clone()]),
-        ("rsubs i32", DType::I32, false, vec![i.clone()]),
-        ("pows 2 f32", F, false, vec![x.clone()]),
-    ] {
-        let op = |tile: u32| -> Instr {
-            let s = dt.size();
-            let (dst, a, b) = (2 * tile * s, 0, tile * s);
-            match what {
-                "add f32" => Instr::Add {
-                    dt,
-                    dst,
-                    a,
-                    b,
-                    n: tile,
-                },
-                "div f32" => Instr::Div {
-                    dt,
-                    dst,
-                    a,
-                    b,
-                    n: tile,
-                },
-                "max i32" => Instr::Max {
-                    dt,
-                    dst,
-                    a,
-                    b,
-                    n: tile,
-                },
-                "sub f16" => Instr::Sub {
-                    dt,
-                    dst,
-                    a,
-                    b,
-                    n: tile,
-                },
-                "exp f32" => Instr::Exp {
-                    dt,
-                    dst,
-                    src: a,
-                    n: tile,
-                },
-                "tanh f16" => Instr::Tanh {
-                    dt,
-                    dst,
-                    src: a,
-                    n: tile,
-                },
-                "relu i32" => Instr::Relu {
-                    dt,
-                    dst,
-                    src: a,
-                    n: tile,
-                },
-                "muls f32" => Instr::MulS {
-                    dt,
-                    dst,
-                    a,
-                    n: tile,
-                    imm: Scalar::f32(0.5),
-                },
-                "rsubs i32" => Instr::RSubS {
-                    dt,
-                    dst,
-                    a,
-                    n: tile,
-                    imm: Scalar::i32(7),
-                },
-                _ => Instr::PowS {
-                    dt,
-                    dst,
-                    a,
-                    n: tile,
-                    imm: Scalar::f32(2.0),
-                },
-            }
-        };
-        check(dt, &op, binary, &ins, what);
+        (
+            "exp f32",
+            F,
+            |dt, dst, a, _, n| Instr::Exp { dt, dst, src: a, n },
+            vec![x.clone()],
+        ),
+        (
+            "tanh f16",
+            DType::F16,
+            |dt, dst, a, _, n| Instr::Tanh { dt, dst, src: a, n },
+            vec![halves.clone()],
+        ),
+        (
+            "relu i32",
+            DType::I32,
+            |dt, dst, a, _, n| Instr::Relu { dt, dst, src: a, n },
+            vec![i.clone()],
+        ),
+        (
+            "muls f32",
+            F,
+            |dt, dst, a, _, n| Instr::MulS {
+                dt,
+                dst,
+                a,
+                n,
+                imm: Scalar::f32(0.5),
+            },
+            vec![x.clone()],
+        ),
+        (
+            "rsubs i32",
+            DType::I32,
+            |dt, dst, a, _, n| Instr::RSubS {
+                dt,
+                dst,
+                a,
+                n,
+                imm: Scalar::i32(7),
+            },
+            vec![i.clone()],
+        ),
+        (
+            "pows 2 f32",
+            F,
+            |dt, dst, a, _, n| Instr::PowS {
+                dt,
+                dst,
+                a,
+                n,
+                imm: Scalar::f32(2.0),
+            },
+            vec![x.clone()],
+        ),
+    ];
+    for (what, dt, make, ins) in cases {
+        let s = dt.size();
+        let op = |tile: u32| make(dt, 2 * tile * s, 0, tile * s, tile);
+        check(dt, &op, ins.len() == 2, &ins, what);
     }
 }
 

@@ -115,77 +115,33 @@ fn run(bytes: &[u8], x: &Buf, outs: usize, len: usize, peephole: bool) -> (Vec<B
     (out, prog.instr_count())
 }
 
-type Op = fn(DType, u32, u32, u32) -> Instr;
+/// A binary op from `(dt, dst, a, b, n)`.
+type Op = fn(DType, u32, u32, u32, u32) -> Instr;
 
 #[test]
 fn fused_broadcast_ops_match_the_pair() {
     let ops: [(&str, Op); 8] = [
-        ("x - t", |dt, dst, a, b| Instr::Sub {
-            dt,
-            dst,
-            a,
-            b,
-            n: 0,
-        }),
-        ("t - x", |dt, dst, a, b| Instr::Sub {
+        ("x - t", |dt, dst, a, b, n| Instr::Sub { dt, dst, a, b, n }),
+        ("t - x", |dt, dst, a, b, n| Instr::Sub {
             dt,
             dst,
             a: b,
             b: a,
-            n: 0,
+            n,
         }),
-        ("x / t", |dt, dst, a, b| Instr::Div {
-            dt,
-            dst,
-            a,
-            b,
-            n: 0,
-        }),
-        ("t / x", |dt, dst, a, b| Instr::Div {
+        ("x / t", |dt, dst, a, b, n| Instr::Div { dt, dst, a, b, n }),
+        ("t / x", |dt, dst, a, b, n| Instr::Div {
             dt,
             dst,
             a: b,
             b: a,
-            n: 0,
+            n,
         }),
-        ("x + t", |dt, dst, a, b| Instr::Add {
-            dt,
-            dst,
-            a,
-            b,
-            n: 0,
-        }),
-        ("x * t", |dt, dst, a, b| Instr::Mul {
-            dt,
-            dst,
-            a,
-            b,
-            n: 0,
-        }),
-        ("max", |dt, dst, a, b| Instr::Max {
-            dt,
-            dst,
-            a,
-            b,
-            n: 0,
-        }),
-        ("min", |dt, dst, a, b| Instr::Min {
-            dt,
-            dst,
-            a,
-            b,
-            n: 0,
-        }),
+        ("x + t", |dt, dst, a, b, n| Instr::Add { dt, dst, a, b, n }),
+        ("x * t", |dt, dst, a, b, n| Instr::Mul { dt, dst, a, b, n }),
+        ("max", |dt, dst, a, b, n| Instr::Max { dt, dst, a, b, n }),
+        ("min", |dt, dst, a, b, n| Instr::Min { dt, dst, a, b, n }),
     ];
-    let with_n = |i: Instr, n: u32| match i {
-        Instr::Sub { dt, dst, a, b, .. } => Instr::Sub { dt, dst, a, b, n },
-        Instr::Div { dt, dst, a, b, .. } => Instr::Div { dt, dst, a, b, n },
-        Instr::Add { dt, dst, a, b, .. } => Instr::Add { dt, dst, a, b, n },
-        Instr::Mul { dt, dst, a, b, .. } => Instr::Mul { dt, dst, a, b, n },
-        Instr::Max { dt, dst, a, b, .. } => Instr::Max { dt, dst, a, b, n },
-        Instr::Min { dt, dst, a, b, .. } => Instr::Min { dt, dst, a, b, n },
-        other => other,
-    };
     let mut rng = Rng(5);
     for dt in [DType::F32, DType::F16, DType::I32] {
         for shape in [(4, 96, 10), (3, 7, 3), (8, 256, 20)] {
@@ -206,7 +162,7 @@ fn fused_broadcast_ops_match_the_pair() {
             };
             let len = n * dt.size() as usize;
             for (what, op) in ops {
-                let op = |dst, a, b| with_n(op(dt, dst, a, b), rows * cols);
+                let op = |dst, a, b| op(dt, dst, a, b, rows * cols);
                 for store_t in [false, true] {
                     let bytes = module(dt, shape, op, store_t);
                     let outs = 1 + store_t as usize;
