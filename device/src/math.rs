@@ -51,11 +51,15 @@ fn pow2i(n: i32) -> f32 {
     f32::from_bits(((n + 127) as u32) << 23)
 }
 
-/// Horner evaluation of `c[0]·x^(N-1) + … + c[N-1]`.
+/// Horner evaluation of `c[0]·x^(N-1) + … + c[N-1]` (`N ≥ 1`).
+///
+/// It starts from `c[0]` rather than `0·x + c[0]`: without fast-math LLVM
+/// may not fold `0·x` (it is NaN for an infinite `x`), so the literal form
+/// costs a multiply and an add per call.
 #[inline(always)]
 fn horner<const N: usize>(x: f32, c: [f32; N]) -> f32 {
-    let mut p = 0.0;
-    let mut i = 0;
+    let mut p = c[0];
+    let mut i = 1;
     while i < N {
         p = p * x + c[i];
         i += 1;
