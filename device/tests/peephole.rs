@@ -230,3 +230,132 @@ fn an_accumulating_matmul_reads_its_destination() {
     let f = dvm_device::ops::Footprint::of(&mm(false));
     assert!(f.read.1 <= 4096 && f.write == (4096, 4096 + 1024), "{f:?}");
 }
+
+/// Where a softmax body's `exp` writes and its row sums go.
+#[derive(Clone, Copy, Debug)]
+enum Sums {
+    /// Over the row maxima (what the compiler emits).
+    OverMaxima,
+    /// Apart from everything.
+    Apart,
+    /// One element past the maxima: overlaps them, so row `r`'s sum would
+    /// clobber row `r + 1`'s maximum.
+    OneOff,
+    /// `exp` into another tile: not in place.
+    ExpElsewhere,
+}
+
+/// A softmax body: `load x; rmax m; brccol t ← m; x − t; exp; rsum s;
+/// recip s; brccol t ← s; · t; store`, with `exp` and the sums placed as
+/// `sums` says.
+fn softmax_module(dt: DType, shape: (u32, u32, u32), sums: Sums) -> Vec<u8> {
+    let l = Layout::new(dt, shape);
+    let (rows, cols, n) = (l.rows, l.cols, l.rows * l.cols);
+    let size = dt.size();
+    let y = l.t + l.tile;
+    let s = match sums {
+        Sums::OverMaxima | Sums::ExpElsewhere => l.m,
+        Sums::Apart => l.m + rows * size * 4,
+        Sums::OneOff => l.m + size,
+    };
+    let e = if matches!(sums, Sums::ExpElsewhere) {
+        y
+    } else {
+        l.x
+    };
+    let mut code = l.head();
+    code.extend([
+        Instr::Sub {
+            dt,
+            dst: l.x,
+            a: l.x,
+            b: l.t,
+            n,
+        },
+        Instr::Exp {
+            dt,
+            dst: e,
+            src: l.x,
+            n,
+        },
+        Instr::ReduceSum {
+            dt,
+            axis: Axis::Cols,
+            dst: s,
+            src: e,
+            rows,
+            cols,
+        },
+        Instr::Recip {
+            dt,
+            dst: s,
+            src: s,
+            n: rows,
+        },
+        Instr::BroadcastCol {
+            dt,
+            dst: l.t,
+            src: s,
+            rows,
+            cols,
+        },
+        Instr::Mul {
+            dt,
+            dst: l.x,
+            a: e,
+            b: l.t,
+            n,
+        },
+        l.bx(1, l.x).store(),
+    ]);
+    build(vec![K::vector(
+        y + l.tile,
+        &[(dt, R), (dt, W)],
+        l.grid(),
+        code,
+    )])
+}
+
+#[test]
+fn softmax_middle_fuses_with_the_same_bytes() {
+    let mut rng = Rng(11);
+    for dt in [DType::F32, DType::F16] {
+        for shape in [
+            (4, 96, 10),
+            (3, 7, 3),
+            (5, 200, 23),
+            (8, 256, 20),
+            (21, 768, 43),
+        ] {
+            let (_, cols, total) = shape;
+            let n = (total * cols) as usize;
+            let v = rng.f32s(n, -30.0, 30.0);
+            let x = match dt {
+                DType::F32 => Buf::from_f32(&v),
+                _ => Buf::from_u16(
+                    &v.iter()
+                        .map(|&f| half::f16::from_f32(f).to_bits())
+                        .collect::<Vec<_>>(),
+                ),
+            };
+            let len = n * dt.size() as usize;
+            for sums in [
+                Sums::OverMaxima,
+                Sums::Apart,
+                Sums::OneOff,
+                Sums::ExpElsewhere,
+            ] {
+                let bytes = softmax_module(dt, shape, sums);
+                let (fused, nf) = run(&bytes, &x, 1, len, true);
+                let (plain, np) = run(&bytes, &x, 1, len, false);
+                assert_eq!(fused, plain, "{dt:?} {shape:?} {sums:?}");
+                // The two broadcast pairs always fuse; the triple only in
+                // place, over f32, with the sums where they cannot clobber
+                // a maximum still to be read.
+                let triple = dt == DType::F32 && matches!(sums, Sums::OverMaxima | Sums::Apart);
+                let want = np - 2 - 2 * triple as usize;
+                assert_eq!(nf, want, "{dt:?} {shape:?} {sums:?}: {nf} of {np}");
+            }
+        }
+    }
+}

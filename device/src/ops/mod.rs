@@ -62,8 +62,8 @@ use self::tile2d::{
 };
 use self::ub::{Bf16, Bool, F16};
 use self::unary::{
-    binary_col, scalar, scalar_gm, unary, unary_gm, Abs, Ceil, Erf, Exp, Floor, GeluErf, GeluTanh,
-    Log, Neg, Not, Recip, Relu, Round, Rsqrt, Sigmoid, Silu, Sqrt, Tanh,
+    binary_col, col_map_fold, scalar, scalar_gm, unary, unary_gm, Abs, Ceil, Erf, Exp, Floor,
+    GeluErf, GeluTanh, Log, Neg, Not, Recip, Relu, Round, Rsqrt, Sigmoid, Silu, Sqrt, Tanh,
 };
 
 /// Operands of a UB-only instruction, in byte offsets and element counts.
@@ -166,6 +166,13 @@ pub enum Peep {
     BroadcastCol(DType),
     /// An element-wise binary op over numeric dtypes.
     Binary(BinKind, DType),
+    /// The superinstruction of a `brccol` and a binary op
+    /// ([`binary_col_handler`]); `true` when the column is the first operand.
+    BinaryCol(BinKind, DType, bool),
+    /// `exp` of this dtype.
+    Exp(DType),
+    /// A sum along columns of this dtype.
+    SumCols(DType),
 }
 
 /// The binary ops a column broadcast can feed.
@@ -651,6 +658,12 @@ pub fn resolve_with(instr: &Instr, simd: Simd) -> Option<UbOp> {
         I::Div { dt, .. } if dt != DType::Bool => Peep::Binary(BinKind::Div, dt),
         I::Max { dt, .. } if dt != DType::Bool => Peep::Binary(BinKind::Max, dt),
         I::Min { dt, .. } if dt != DType::Bool => Peep::Binary(BinKind::Min, dt),
+        I::Exp { dt, .. } => Peep::Exp(dt),
+        I::ReduceSum {
+            dt,
+            axis: Axis::Cols,
+            ..
+        } => Peep::SumCols(dt),
         _ => Peep::None,
     };
     Some(UbOp {
@@ -759,4 +772,16 @@ pub fn binary_col_handler(simd: Simd, op: BinKind, dt: DType, col_first: bool) -
         BinKind::Max => h!(Max),
         BinKind::Min => h!(Min),
     })
+}
+
+/// The handler of the softmax superinstruction (`unary::col_map_fold`):
+/// `binary_col` of `op` with the column second, `exp` in place, and a sum
+/// along columns, over `f32`. Only `x − v[r]` has one (`None` for other
+/// ops and dtypes): the row maximum's subtraction a softmax compiles to.
+pub fn col_exp_sum_handler(simd: Simd, op: BinKind, dt: DType, col_first: bool) -> Option<Handler> {
+    let s = simd;
+    match (op, dt, col_first) {
+        (BinKind::Sub, DType::F32, false) => Some(pick!(s, col_map_fold::<Sub, Exp, Sum, false>)),
+        _ => None,
+    }
 }

@@ -1584,3 +1584,120 @@ fn shrink(i: &mut Instr, rng: &mut Rng) {
         }
     }
 }
+
+// ---- superinstructions ---------------------------------------------------------------
+
+/// The softmax superinstruction (`x − v[r]`, `exp` in place, sum along
+/// columns) gives the bytes of the three handlers it replaces, in every
+/// tier this CPU has, with its sums over `v` or apart; with operands that
+/// break its rules (sums one element into `v`, misaligned, out of UB) it
+/// writes nothing.
+#[test]
+fn col_exp_sum_matches_its_three_handlers() {
+    use super::{binary_col_handler, col_exp_sum_handler, BinKind, UbArgs};
+    let mut rng = Rng(0x5f7);
+    for (rows, cols) in [(1, 1), (3, 7), (4, 96), (5, 200), (21, 768), (70, 33)] {
+        let tile = rows * cols * 4;
+        let (x, v) = (0u32, tile);
+        for s in [v, v + rows * 4 + 64] {
+            let mut ub = Ub::new((v + rows * 8 + 256) as usize);
+            for (i, b) in ub.bytes().chunks_exact_mut(4).enumerate() {
+                let u = (rng.next() >> 40) as f32 / (1u64 << 24) as f32;
+                let f = if (i as u32) < rows * cols {
+                    80.0 * u - 40.0
+                } else {
+                    6.0 * u - 3.0
+                };
+                b.copy_from_slice(&f.to_le_bytes());
+            }
+            let before = ub.bytes().to_vec();
+            // Aligned copies of the starting UB.
+            let copy = || {
+                let mut c = Ub::new(before.len());
+                c.bytes().copy_from_slice(&before);
+                c
+            };
+            // The three handlers.
+            let mut want = copy();
+            let want = want.bytes();
+            let bc = binary_col_handler(Simd::detect(), BinKind::Sub, DType::F32, false).unwrap();
+            bc(
+                want,
+                &UbArgs {
+                    dst: x,
+                    a: x,
+                    b: v,
+                    n: rows,
+                    cols,
+                    ..UbArgs::default()
+                },
+            );
+            let n = rows * cols;
+            resolve(&Instr::Exp {
+                dt: DType::F32,
+                dst: x,
+                src: x,
+                n,
+            })
+            .unwrap()
+            .run(want);
+            resolve(&Instr::ReduceSum {
+                dt: DType::F32,
+                axis: Axis::Cols,
+                dst: s,
+                src: x,
+                rows,
+                cols,
+            })
+            .unwrap()
+            .run(want);
+            let args = UbArgs {
+                dst: x,
+                a: x,
+                b: v,
+                c: s,
+                n: rows,
+                cols,
+                ..UbArgs::default()
+            };
+            for simd in Simd::supported() {
+                let h = col_exp_sum_handler(simd, BinKind::Sub, DType::F32, false).unwrap();
+                let mut got = copy();
+                h(got.bytes(), &args);
+                assert!(
+                    got.bytes() == &*want,
+                    "{rows}x{cols} sums at {s}: {} tier differs",
+                    simd.name()
+                );
+                // Rule breakers leave the UB alone.
+                let bad = [
+                    UbArgs { c: v + 4, ..args },
+                    UbArgs { c: v + 2, ..args },
+                    UbArgs { c: x, ..args },
+                    UbArgs { b: x, ..args },
+                    UbArgs {
+                        c: before.len() as u32,
+                        ..args
+                    },
+                    UbArgs {
+                        n: rows + 1000,
+                        ..args
+                    },
+                ];
+                for (k, b) in bad.iter().enumerate() {
+                    if rows == 1 && k == 0 {
+                        continue; // one row: v + 4 is past `v`, apart from it
+                    }
+                    let mut got = copy();
+                    h(got.bytes(), b);
+                    assert!(
+                        got.bytes() == &before[..],
+                        "{rows}x{cols}: bad operands {k} wrote"
+                    );
+                }
+            }
+        }
+    }
+    assert!(col_exp_sum_handler(Simd::detect(), BinKind::Add, DType::F32, false).is_none());
+    assert!(col_exp_sum_handler(Simd::detect(), BinKind::Sub, DType::F16, false).is_none());
+}

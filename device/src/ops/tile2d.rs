@@ -196,6 +196,21 @@ fn fold_cols<T: Elem, O: RedOp<T::C>>(src: &[T], dst: &mut [T], cols: usize) {
     }
 }
 
+/// The fold of one row of a [`reduce_cols`], in the same order (the same
+/// accumulator count for the row's length), for a superinstruction that
+/// folds each row right after writing it.
+#[inline(always)]
+pub(crate) fn fold_one<T: Elem, O: RedOp<T::C>>(row: &[T]) -> T::C {
+    let cols = row.len();
+    if cols >= 4 * LANES {
+        fold_row::<T, O, LANES>(row)
+    } else if cols >= 2 * LANES {
+        fold_row::<T, O, { LANES / 2 }>(row)
+    } else {
+        fold_row::<T, O, { LANES / 4 }>(row)
+    }
+}
+
 /// Folds columns `j0..j0 + W` down all rows (top to bottom, in order) with
 /// the accumulators in registers, and stores them to `d`.
 #[inline(always)]

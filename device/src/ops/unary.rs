@@ -212,6 +212,119 @@ pub(crate) fn binary_col<T: Elem, O: BinOp<T::C>, const REV: bool>(ub: &mut [u8]
     }
 }
 
+/// `B` after `A`: `x ↦ B(A(x))` with the intermediate kept as a compute
+/// value (the same bits as running `A` then `B` over a tile whose element
+/// type is the compute type).
+#[derive(Clone, Copy)]
+pub(crate) struct Then<A, B>(pub A, pub B);
+
+impl<C: Copy, A: Kern<C>, B: Kern<C>> Kern<C> for Then<A, B> {
+    #[inline(always)]
+    fn f(&self, x: C) -> C {
+        self.1.f(self.0.f(x))
+    }
+}
+
+/// Rows per chunk of [`col_map_fold`]: the column values and the folds of
+/// a chunk live on the stack.
+const FOLD_ROWS: usize = 64;
+
+/// Handler of the superinstruction a softmax's middle becomes
+/// (`crate::peephole`): over `rows = a.n` rows of `a.cols` `f32`s,
+/// `dst = K(src op v[r])` (`REV`: `K(v[r] op src)`), then `fold[r] = R`
+/// over row `r` of `dst`: the column-broadcast binary op, the in-place
+/// unary op and the fold along columns it replaces, one row at a time
+/// while the row is in L1, with the same arithmetic in the same order, so
+/// the same bytes. `src` at `a.a` (identical to `dst` or disjoint), `v`
+/// (`rows` values) at `a.b` and disjoint from `dst`, the fold's `rows`
+/// results at `a.c`, disjoint from `dst` and `src` and either disjoint
+/// from `v` or exactly `v` (row `r`'s value is read before its fold is
+/// written). Does nothing when the operands break these rules.
+#[inline(always)]
+pub(crate) fn col_map_fold<O, K, R, const REV: bool>(ub: &mut [u8], a: &UbArgs)
+where
+    O: BinOp<f32>,
+    K: Kern<f32> + Default,
+    R: super::tile2d::RedOp<f32>,
+{
+    let (rows, cols) = (a.n as usize, a.cols as usize);
+    let Some(elems) = rows.checked_mul(cols) else {
+        return;
+    };
+    let (Some(rd), Some(rs), Some(rv), Some(rf)) = (
+        range_of::<f32>(a.dst, elems),
+        range_of::<f32>(a.a, elems),
+        range_of::<f32>(a.b, rows),
+        range_of::<f32>(a.c, rows),
+    ) else {
+        return;
+    };
+    let apart = |x: &core::ops::Range<usize>, y: &core::ops::Range<usize>| {
+        x.end <= y.start || y.end <= x.start
+    };
+    let src_ok = rs == rd || apart(&rs, &rd);
+    let fold_ok = apart(&rf, &rd) && apart(&rf, &rs) && (rf == rv || apart(&rf, &rv));
+    let aligned = (ub.as_ptr() as usize).is_multiple_of(4)
+        && [a.dst, a.a, a.b, a.c].iter().all(|o| o.is_multiple_of(4));
+    if cols == 0
+        || !aligned
+        || !src_ok
+        || !apart(&rv, &rd)
+        || !fold_ok
+        || rd.end.max(rs.end) > ub.len()
+    {
+        return;
+    }
+    let (Some(_), Some(_)) = (ub.get(rv.clone()), ub.get(rf.clone())) else {
+        return;
+    };
+    let row_bytes = cols * 4;
+    let mut vals = [0f32; FOLD_ROWS];
+    let mut folds = [0f32; FOLD_ROWS];
+    let mut r0 = 0;
+    while r0 < rows {
+        let m = (rows - r0).min(FOLD_ROWS);
+        let at = |r: &core::ops::Range<usize>, first: usize, len: usize| {
+            r.start + first * len..r.start + (first + m) * len
+        };
+        let Some(v) = ub.get(at(&rv, r0, 4)).and_then(view::<f32>) else {
+            return;
+        };
+        vals[..m].copy_from_slice(v);
+        {
+            let Some(sp) = Split::new(ub, at(&rd, r0, row_bytes)) else {
+                return;
+            };
+            let Some(src) = sp
+                .src(at(&rs, r0, row_bytes))
+                .and_then(|s| s.typed::<f32>())
+            else {
+                return;
+            };
+            let Some(d) = view_mut::<f32>(sp.dst) else {
+                return;
+            };
+            for (i, dr) in d.chunks_exact_mut(cols).enumerate() {
+                let k = Then(WithImm::<f32, O, REV>(vals[i], PhantomData), K::default());
+                let sr = match src {
+                    TSrc::Alias => TSrc::Alias,
+                    TSrc::Slice(s) => match s.get(i * cols..(i + 1) * cols) {
+                        Some(s) => TSrc::Slice(s),
+                        None => return,
+                    },
+                };
+                map1_core::<f32, _>(dr, sr, k);
+                folds[i] = super::tile2d::fold_one::<f32, R>(dr);
+            }
+        }
+        let Some(f) = ub.get_mut(at(&rf, r0, 4)).and_then(view_mut::<f32>) else {
+            return;
+        };
+        f.copy_from_slice(&folds[..m]);
+        r0 += m;
+    }
+}
+
 macro_rules! kern {
     ($(#[$m:meta])* $name:ident { $($c:ty => |$x:ident| $e:expr;)* }) => {
         $(#[$m])*
