@@ -212,6 +212,9 @@ fn workloads(quick: bool) -> Vec<Workload> {
 
 struct Measured {
     call_ms: f64,
+    /// A call into output tensors kept from an earlier call
+    /// (`Runtime::run_into`).
+    into_ms: f64,
     kernel_ms: f64,
     bytes: u64,
     kernels: usize,
@@ -225,8 +228,8 @@ fn measure(rt: &Runtime, p: &Prepared, inputs: &[(&str, &Tensor)], reps: usize) 
         .expect("binds");
     let (plan, kernels) = rt.plan(p, &bindings).expect("plans");
     let bytes = kernels.iter().map(|k| k.info.bytes_moved).sum();
-    rt.run(p, inputs, &Bindings::new()).expect("warm-up run");
-    let (mut call, mut kern) = (f64::MAX, f64::MAX);
+    let mut kept = rt.run(p, inputs, &Bindings::new()).expect("warm-up run");
+    let (mut call, mut kern, mut into) = (f64::MAX, f64::MAX, f64::MAX);
     for _ in 0..reps {
         let mut prof: Vec<(String, Duration)> = Vec::new();
         let t = Instant::now();
@@ -236,9 +239,16 @@ fn measure(rt: &Runtime, p: &Prepared, inputs: &[(&str, &Tensor)], reps: usize) 
         call = call.min(t.elapsed().as_secs_f64() * 1e3);
         kern = kern.min(prof.iter().map(|(_, d)| d.as_secs_f64()).sum::<f64>() * 1e3);
         std::hint::black_box(out);
+        let mut outs: Vec<(&str, &mut Tensor)> =
+            kept.iter_mut().map(|(n, t)| (n.as_str(), t)).collect();
+        let t = Instant::now();
+        rt.run_into(p, inputs, &Bindings::new(), &mut outs)
+            .expect("runs into kept outputs");
+        into = into.min(t.elapsed().as_secs_f64() * 1e3);
     }
     Measured {
         call_ms: call,
+        into_ms: into,
         kernel_ms: kern,
         bytes,
         kernels: plan.steps.len(),
@@ -409,12 +419,13 @@ fn main() {
     );
 
     println!(
-        "\n{:<18} {:>6} {:>9} {:>9} {:>17} {:>17} {:>19} {:>8} {:>6}",
+        "\n{:<18} {:>6} {:>9} {:>9} {:>17} {:>9} {:>17} {:>19} {:>8} {:>6}",
         "workload",
         "S",
         "kernels",
         "launches",
         "call ms f / u",
+        "into ms f",
         "kernel ms f / u",
         "MiB moved f / u",
         "GB/s f",
@@ -451,7 +462,7 @@ fn main() {
             let gbs = f.bytes as f64 / (f.kernel_ms * 1e-3) / 1e9;
             let mib = |b: u64| b as f64 / (1u64 << 20) as f64;
             println!(
-                "{:<18} {:>6} {:>4} / {:<3} {:>3} / {:<3} {:>8.3} / {:<8.3} {:>8.3} / {:<8.3} {:>9.2} / {:<9.2} {:>8.1} {:>5.0}%",
+                "{:<18} {:>6} {:>4} / {:<3} {:>3} / {:<3} {:>8.3} / {:<8.3} {:>9.3} {:>8.3} / {:<8.3} {:>9.2} / {:<9.2} {:>8.1} {:>5.0}%",
                 w.name,
                 s,
                 f.kernels,
@@ -460,6 +471,7 @@ fn main() {
                 u.launches,
                 f.call_ms,
                 u.call_ms,
+                f.into_ms,
                 f.kernel_ms,
                 u.kernel_ms,
                 mib(f.bytes),

@@ -44,6 +44,15 @@ pub enum RunError {
         /// The failure.
         error: dvm_device::exec::ExecError,
     },
+    /// The output tensors given to [`Runtime::run_into`] do not match the
+    /// graph's outputs.
+    #[error("output `{name}`: {what}")]
+    Output {
+        /// The output's name.
+        name: String,
+        /// What is wrong.
+        what: String,
+    },
 }
 
 impl From<GraphError> for RunError {
@@ -166,6 +175,8 @@ enum Mem<'a> {
     Input(&'a [u8]),
     /// A fresh vector that becomes an output tensor.
     Output(Vec<u8>),
+    /// The bytes of an output tensor the caller gave, written in place.
+    Caller(&'a mut [u8]),
 }
 
 impl Mem<'_> {
@@ -183,6 +194,11 @@ impl Mem<'_> {
                 len: v.len(),
                 writable,
             },
+            Mem::Caller(s) => RawBuf {
+                ptr: s.as_mut_ptr(),
+                len: s.len(),
+                writable,
+            },
         }
     }
 
@@ -191,6 +207,7 @@ impl Mem<'_> {
             Mem::Dev(b) => b.bytes(),
             Mem::Input(s) => s,
             Mem::Output(v) => v,
+            Mem::Caller(s) => s,
         }
     }
 }
@@ -431,40 +448,119 @@ impl Runtime {
         explicit: &Bindings,
         profile: Option<&mut Vec<(String, std::time::Duration)>>,
     ) -> Result<Vec<(String, Tensor)>, RunError> {
+        match self.run_with(prepared, inputs, explicit, profile, None)? {
+            Outputs::Fresh(v) => Ok(v),
+            Outputs::Written => Ok(Vec::new()),
+        }
+    }
+
+    /// [`Runtime::run`] into tensors the caller owns: each of the graph's
+    /// outputs is written into the tensor of its name in `outputs`, in
+    /// place where its memory is aligned for the device (else through a
+    /// device buffer and one copy). A loop that calls a graph again and
+    /// again at one shape keeps its output tensors and skips allocating
+    /// and faulting in fresh memory for every call (at S = 32768, hidden
+    /// 768, that is most of a softmax's time outside its kernel).
+    ///
+    /// # Errors
+    /// As [`Runtime::run`]; [`RunError::Output`] when `outputs` misses one
+    /// of the graph's outputs, names one twice or one it does not have,
+    /// or gives a tensor of another dtype or shape than the output has at
+    /// these bindings (nothing is written then). Should a launch fail,
+    /// what the output tensors hold is unspecified.
+    pub fn run_into(
+        &self,
+        prepared: &Prepared,
+        inputs: &[(&str, &Tensor)],
+        explicit: &Bindings,
+        outputs: &mut [(&str, &mut Tensor)],
+    ) -> Result<(), RunError> {
+        self.run_with(prepared, inputs, explicit, None, Some(outputs))
+            .map(|_| ())
+    }
+
+    fn run_with<'a>(
+        &self,
+        prepared: &Prepared,
+        inputs: &[(&str, &'a Tensor)],
+        explicit: &Bindings,
+        profile: Option<&mut Vec<(String, std::time::Duration)>>,
+        caller: Option<&'a mut [(&str, &mut Tensor)]>,
+    ) -> Result<Outputs, RunError> {
         let graph = &prepared.graph;
         let bindings = graph.bind_tensors(inputs, explicit)?;
         let (plan, kernels) = self.plan(prepared, &bindings)?;
+        // The caller's tensor for each output, checked before anything runs.
+        let in_caller = caller.is_some();
+        let mut slots: Vec<Option<&'a mut [u8]>> = Vec::new();
+        let mut slot_of: Vec<usize> = Vec::new();
+        if let Some(outs) = caller {
+            slot_of = caller_slots(&plan, outs)?;
+            slots = outs.iter_mut().map(|(_, t)| Some(t.bytes_mut())).collect();
+        }
         // Inputs are bound in place and outputs written straight into the
         // tensors they become; only temporaries (and buffers whose memory
         // is not aligned for the device) use the runtime's device buffers.
-        let mut mems: Vec<Mem<'_>> = plan
-            .buffers
-            .iter()
-            .enumerate()
-            .map(|(i, info)| {
-                let bytes = info.bytes as usize;
-                if let Some(src) = initial_bytes(graph, info, inputs) {
-                    if matches!(info.kind, BufKind::Input(_)) && src.len() >= bytes && aligned(src)
-                    {
-                        return Mem::Input(&src[..bytes]);
-                    }
-                    let mut buf = self.take_buf(bytes);
-                    let dst = buf.bytes_mut();
-                    let n = dst.len().min(src.len());
-                    dst[..n].copy_from_slice(&src[..n]);
-                    return Mem::Dev(buf);
+        let mut mems: Vec<Mem<'_>> = Vec::with_capacity(plan.buffers.len());
+        for (i, info) in plan.buffers.iter().enumerate() {
+            let bytes = info.bytes as usize;
+            if let Some(src) = initial_bytes(graph, info, inputs) {
+                if matches!(info.kind, BufKind::Input(_)) && src.len() >= bytes && aligned(src) {
+                    mems.push(Mem::Input(&src[..bytes]));
+                    continue;
                 }
-                if plan.outputs.iter().any(|o| o.1 == i) {
+                let mut buf = self.take_buf(bytes);
+                let dst = buf.bytes_mut();
+                let n = dst.len().min(src.len());
+                dst[..n].copy_from_slice(&src[..n]);
+                mems.push(Mem::Dev(buf));
+                continue;
+            }
+            let first_out = plan.outputs.iter().position(|o| o.1 == i);
+            if let Some(k) = first_out {
+                if in_caller {
+                    let slot = &mut slots[slot_of[k]];
+                    if slot
+                        .as_deref()
+                        .is_some_and(|b| aligned(b) && b.len() == bytes)
+                    {
+                        if let Some(b) = slot.take() {
+                            mems.push(Mem::Caller(b));
+                            continue;
+                        }
+                    }
+                } else {
                     let v = fresh_output(bytes);
                     if aligned(&v) {
-                        return Mem::Output(v);
+                        mems.push(Mem::Output(v));
+                        continue;
                     }
                 }
-                Mem::Dev(self.take_buf(bytes))
-            })
-            .collect();
+            }
+            mems.push(Mem::Dev(self.take_buf(bytes)));
+        }
         let result = self.launch_all(&plan, &kernels, &mut mems, profile);
         let outputs = result.and_then(|()| {
+            if in_caller {
+                // Outputs not written in place: copied into their tensors.
+                for (k, (name, b, ..)) in plan.outputs.iter().enumerate() {
+                    if let Some(dst) = slots[slot_of[k]].as_deref_mut() {
+                        let src = mems[*b].bytes();
+                        if src.len() != dst.len() {
+                            return Err(RunError::Output {
+                                name: name.clone(),
+                                what: format!(
+                                    "its buffer holds {} bytes, the tensor {}",
+                                    src.len(),
+                                    dst.len()
+                                ),
+                            });
+                        }
+                        dst.copy_from_slice(src);
+                    }
+                }
+                return Ok(Outputs::Written);
+            }
             plan.outputs
                 .iter()
                 .enumerate()
@@ -483,7 +579,8 @@ impl Runtime {
                             })
                         })
                 })
-                .collect()
+                .collect::<Result<Vec<_>, _>>()
+                .map(Outputs::Fresh)
         });
         self.give_bufs(
             mems.into_iter()
@@ -531,6 +628,53 @@ impl Runtime {
         }
         Ok(())
     }
+}
+
+/// What a run gives back.
+enum Outputs {
+    /// New tensors, by name.
+    Fresh(Vec<(String, Tensor)>),
+    /// The caller's tensors were written.
+    Written,
+}
+
+/// For each of `plan`'s outputs, the index of the caller's tensor of its
+/// name in `outs`, after checking that every output has exactly one tensor
+/// of its dtype and shape and that no tensor names anything else.
+fn caller_slots(plan: &Plan, outs: &[(&str, &mut Tensor)]) -> Result<Vec<usize>, RunError> {
+    let bad = |name: &str, what: String| RunError::Output {
+        name: name.to_string(),
+        what,
+    };
+    for (i, (name, _)) in outs.iter().enumerate() {
+        if outs[..i].iter().any(|(n, _)| n == name) {
+            return Err(bad(name, "given twice".into()));
+        }
+        if !plan.outputs.iter().any(|o| o.0 == *name) {
+            return Err(bad(name, "the graph has no output of this name".into()));
+        }
+    }
+    plan.outputs
+        .iter()
+        .map(|(name, _, dt, shape)| {
+            let k = outs
+                .iter()
+                .position(|(n, _)| n == name)
+                .ok_or_else(|| bad(name, "no tensor given for it".into()))?;
+            let t = &outs[k].1;
+            if t.dtype() != *dt || t.shape() != shape.as_slice() {
+                return Err(bad(
+                    name,
+                    format!(
+                        "the graph writes {dt:?} {shape:?} here, the tensor given is {:?} {:?}",
+                        t.dtype(),
+                        t.shape()
+                    ),
+                ));
+            }
+            Ok(k)
+        })
+        .collect()
 }
 
 /// The bytes a buffer starts with: its input tensor or constant, if any.

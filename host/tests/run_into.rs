@@ -1,0 +1,115 @@
+//! `Runtime::run_into`: outputs written into the caller's tensors give the
+//! bytes `Runtime::run` returns, call after call; tensors that do not fit
+//! the graph's outputs are refused by name before anything runs.
+
+use dvm_host::demo::data;
+use dvm_host::graph::Graph;
+use dvm_host::runtime::{Prepared, RunError, Runtime};
+use dvm_host::sym::{Bindings, Dim};
+use dvm_host::tensor::Tensor;
+use dvm_isa::{DType, Opcode};
+
+fn tensor(shape: &[u64], seed: u32) -> Tensor {
+    let n: u64 = shape.iter().product();
+    Tensor::from_f32(shape, &data(n as usize, seed)).unwrap()
+}
+
+/// `p = softmax(x + b)`, `s = x + b`, and `x` itself (an input as output),
+/// over `[S, 64]`.
+fn graph() -> Graph {
+    let mut g = Graph::new();
+    let s = Dim::from(g.symbol("S", 1, 1 << 20).unwrap());
+    let x = g.input("x", DType::F32, &[s, Dim::from(64)]).unwrap();
+    let b = g.input("b", DType::F32, &[Dim::from(64)]).unwrap();
+    let y = g.binary(Opcode::Add, x, b).unwrap();
+    let p = g.softmax(y, -1).unwrap();
+    g.output("p", p).unwrap();
+    g.output("s", y).unwrap();
+    g.output("x", x).unwrap();
+    g
+}
+
+#[test]
+fn run_into_writes_what_run_returns() {
+    let g = graph();
+    let rt = Runtime::new(2, 16);
+    let prepared = Prepared::new(&g).unwrap();
+    let b = tensor(&[64], 2);
+    for rows in [1u64, 17, 300] {
+        let x = tensor(&[rows, 64], rows as u32);
+        let inputs = [("x", &x), ("b", &b)];
+        let want = rt.run(&prepared, &inputs, &Bindings::new()).unwrap();
+        let mut p = Tensor::full(DType::F32, &[rows, 64], 7.0).unwrap();
+        let mut s = Tensor::full(DType::F32, &[rows, 64], 7.0).unwrap();
+        let mut xo = Tensor::full(DType::F32, &[rows, 64], 7.0).unwrap();
+        // Twice into the same tensors: the second call overwrites the first.
+        for _ in 0..2 {
+            let mut outs = [("s", &mut s), ("x", &mut xo), ("p", &mut p)];
+            rt.run_into(&prepared, &inputs, &Bindings::new(), &mut outs)
+                .unwrap();
+        }
+        for (name, t) in &want {
+            let got = match name.as_str() {
+                "p" => &p,
+                "s" => &s,
+                _ => &xo,
+            };
+            assert_eq!(t.bytes(), got.bytes(), "S={rows} {name}");
+        }
+    }
+}
+
+#[test]
+fn tensors_that_do_not_fit_are_refused_by_name() {
+    let g = graph();
+    let rt = Runtime::new(1, 16);
+    let prepared = Prepared::new(&g).unwrap();
+    let (x, b) = (tensor(&[5, 64], 1), tensor(&[64], 2));
+    let inputs = [("x", &x), ("b", &b)];
+    let ok = || Tensor::full(DType::F32, &[5, 64], 3.0).unwrap();
+    let (mut p, mut s, mut xo) = (ok(), ok(), ok());
+    let mut wrong_shape = Tensor::full(DType::F32, &[6, 64], 3.0).unwrap();
+    let mut wrong_dtype = Tensor::full(DType::I32, &[5, 64], 3.0).unwrap();
+    let mut extra = ok();
+    let refused = |outs: &mut [(&str, &mut Tensor)]| {
+        rt.run_into(&prepared, &inputs, &Bindings::new(), outs)
+            .unwrap_err()
+    };
+    let e = refused(&mut [("p", &mut p), ("s", &mut s)]);
+    assert!(
+        matches!(&e, RunError::Output { name, .. } if name == "x"),
+        "{e}"
+    );
+    let e = refused(&mut [("p", &mut wrong_shape), ("s", &mut s), ("x", &mut xo)]);
+    assert!(
+        matches!(&e, RunError::Output { name, .. } if name == "p"),
+        "{e}"
+    );
+    let mut twice = ok();
+    let e = refused(&mut [
+        ("p", &mut p),
+        ("s", &mut s),
+        ("x", &mut xo),
+        ("s", &mut twice),
+    ]);
+    assert!(e.to_string().contains("given twice"), "{e}");
+    let e = refused(&mut [("p", &mut p), ("s", &mut wrong_dtype), ("x", &mut xo)]);
+    assert!(
+        e.to_string().contains("output `s`") && e.to_string().contains("I32"),
+        "{e}"
+    );
+    let e = refused(&mut [
+        ("p", &mut p),
+        ("s", &mut s),
+        ("x", &mut xo),
+        ("q", &mut extra),
+    ]);
+    assert!(
+        matches!(&e, RunError::Output { name, .. } if name == "q"),
+        "{e}"
+    );
+    // Nothing was written by the refused calls.
+    for t in [&p, &s, &xo, &extra, &twice] {
+        assert!(t.to_f32_vec().iter().all(|&v| v == 3.0));
+    }
+}
