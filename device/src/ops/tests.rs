@@ -1701,3 +1701,82 @@ fn col_exp_sum_matches_its_three_handlers() {
     assert!(col_exp_sum_handler(Simd::detect(), BinKind::Add, DType::F32, false).is_none());
     assert!(col_exp_sum_handler(Simd::detect(), BinKind::Sub, DType::F16, false).is_none());
 }
+
+/// Float max/min along columns split NaN tracking off the accumulator
+/// chain (`RedOp::SPLIT`): a NaN anywhere in a row (main part or tail, for
+/// every accumulator count) still makes the row's result NaN, infinities
+/// still win, and rows without NaN give the plain max/min.
+#[test]
+fn split_max_min_propagate_nan() {
+    let mut rng = Rng(0x4a4);
+    for cols in [5u32, 40, 64, 100, 128, 200, 768] {
+        let rows = 6u32;
+        let n = (rows * cols) as usize;
+        for (k, op) in [Opcode::ReduceMax, Opcode::ReduceMin]
+            .into_iter()
+            .enumerate()
+        {
+            let mut v: Vec<f32> = (0..n)
+                .map(|_| ((rng.next() >> 40) as f32 / (1u64 << 24) as f32) * 20.0 - 10.0)
+                .collect();
+            // Row 0 clean; row 1 NaN at its first element; row 2 at its
+            // last (a tail element when the row has one); row 3 an infinity
+            // of the winning sign; row 4 a NaN and that infinity; row 5 a
+            // NaN in the middle.
+            let c = cols as usize;
+            let win = if k == 0 {
+                f32::INFINITY
+            } else {
+                f32::NEG_INFINITY
+            };
+            v[c] = f32::NAN;
+            v[3 * c - 1] = f32::NAN;
+            v[3 * c + c / 2] = win;
+            v[4 * c + 1 % c] = win;
+            v[4 * c + c - 1] = f32::NAN;
+            v[5 * c + c / 2] = f32::NAN;
+            let src = region(n as u32);
+            let mut ub = Ub::new(src as usize + n * 4 + 64);
+            ub.bytes()[src as usize..src as usize + n * 4].copy_from_slice(v.as_bytes());
+            let instr = if k == 0 {
+                Instr::ReduceMax {
+                    dt: DType::F32,
+                    axis: Axis::Cols,
+                    dst: 0,
+                    src,
+                    rows,
+                    cols,
+                }
+            } else {
+                Instr::ReduceMin {
+                    dt: DType::F32,
+                    axis: Axis::Cols,
+                    dst: 0,
+                    src,
+                    rows,
+                    cols,
+                }
+            };
+            for simd in Simd::supported() {
+                let mut u = Ub::new(ub.0.len() * 64);
+                u.bytes()[..ub.bytes().len()].copy_from_slice(ub.bytes());
+                resolve_with(&instr, simd).unwrap().run(u.bytes());
+                for r in 0..rows as usize {
+                    let row = &v[r * c..(r + 1) * c];
+                    let got = f32::from_le_bytes(u.bytes()[r * 4..r * 4 + 4].try_into().unwrap());
+                    let what = format!("{op:?} {} {rows}x{cols} row {r}", simd.name());
+                    if row.iter().any(|x| x.is_nan()) {
+                        assert!(got.is_nan(), "{what}: {got}");
+                    } else {
+                        let want = if k == 0 {
+                            row.iter().cloned().fold(f32::NEG_INFINITY, f32::max)
+                        } else {
+                            row.iter().cloned().fold(f32::INFINITY, f32::min)
+                        };
+                        assert_eq!(got, want, "{what}");
+                    }
+                }
+            }
+        }
+    }
+}

@@ -35,10 +35,28 @@ pub(crate) trait RedOp<C> {
     fn id() -> C;
     /// One fold step.
     fn f(acc: C, x: C) -> C;
+    /// Whether [`fold_row`] splits the step in two independent chains:
+    /// [`RedOp::lean`] (the step without NaN propagation) and
+    /// [`RedOp::poison`] (the NaN, if any), merged with `f` at the end.
+    /// A NaN-propagating max is a compare, an unordered compare, an or and
+    /// a blend per step, all on the accumulator's chain; split, the chain
+    /// is one max instruction and the NaN chain one blend. The result is
+    /// the same for rows without NaN, and NaN for rows with one.
+    const SPLIT: bool = false;
+    /// The step for non-NaN `x` (only used when `SPLIT`).
+    #[inline(always)]
+    fn lean(acc: C, x: C) -> C {
+        Self::f(acc, x)
+    }
+    /// `x` if it is NaN, else `nan` (only used when `SPLIT`).
+    #[inline(always)]
+    fn poison(nan: C, _x: C) -> C {
+        nan
+    }
 }
 
 macro_rules! redop {
-    ($(#[$m:meta])* $name:ident { $($c:ty => ($id:expr, |$a:ident, $x:ident| $e:expr);)* }) => {
+    ($(#[$m:meta])* $name:ident { $($c:ty => ($id:expr, |$a:ident, $x:ident| $e:expr $(, split |$la:ident, $lx:ident| $le:expr)?);)* }) => {
         $(#[$m])*
         pub(crate) struct $name;
         $(
@@ -51,6 +69,17 @@ macro_rules! redop {
                 fn f($a: $c, $x: $c) -> $c {
                     $e
                 }
+                $(
+                    const SPLIT: bool = true;
+                    #[inline(always)]
+                    fn lean($la: $c, $lx: $c) -> $c {
+                        $le
+                    }
+                    #[inline(always)]
+                    fn poison(nan: $c, x: $c) -> $c {
+                        if x.is_nan() { x } else { nan }
+                    }
+                )?
             }
         )*
     };
@@ -66,14 +95,22 @@ redop!(
 redop!(
     /// Maximum (NaN-propagating for floats).
     Max {
-        f32 => (f32::NEG_INFINITY, |a, x| if x > a || x.is_nan() { x } else { a });
+        f32 => (
+            f32::NEG_INFINITY,
+            |a, x| if x > a || x.is_nan() { x } else { a },
+            split |a, x| if x > a { x } else { a }
+        );
         i32 => (i32::MIN, |a, x| a.max(x));
     }
 );
 redop!(
     /// Minimum (NaN-propagating for floats).
     Min {
-        f32 => (f32::INFINITY, |a, x| if x < a || x.is_nan() { x } else { a });
+        f32 => (
+            f32::INFINITY,
+            |a, x| if x < a || x.is_nan() { x } else { a },
+            split |a, x| if x < a { x } else { a }
+        );
         i32 => (i32::MAX, |a, x| a.min(x));
     }
 );
@@ -126,9 +163,24 @@ fn fold_lanes<C: Copy, O: RedOp<C>, const L: usize>(acc: &mut [C; L]) -> C {
 fn fold_row<T: Elem, O: RedOp<T::C>, const L: usize>(row: &[T]) -> T::C {
     let (main, tail) = row.split_at(row.len() / L * L);
     let mut acc = [O::id(); L];
-    for c in main.chunks_exact(L) {
-        for (a, x) in acc.iter_mut().zip(c) {
-            *a = O::f(*a, x.get());
+    if O::SPLIT {
+        let mut nan = [O::id(); L];
+        for c in main.chunks_exact(L) {
+            for (a, x) in acc.iter_mut().zip(c) {
+                *a = O::lean(*a, x.get());
+            }
+            for (n, x) in nan.iter_mut().zip(c) {
+                *n = O::poison(*n, x.get());
+            }
+        }
+        for (a, n) in acc.iter_mut().zip(nan) {
+            *a = O::f(*a, n);
+        }
+    } else {
+        for c in main.chunks_exact(L) {
+            for (a, x) in acc.iter_mut().zip(c) {
+                *a = O::f(*a, x.get());
+            }
         }
     }
     // A copy, so that the loop above keeps `acc` in registers.
