@@ -1738,25 +1738,25 @@ fn split_max_min_propagate_nan() {
             let src = region(n as u32);
             let mut ub = Ub::new(src as usize + n * 4 + 64);
             ub.bytes()[src as usize..src as usize + n * 4].copy_from_slice(v.as_bytes());
-            let instr = if k == 0 {
+            let (dt, axis, dst) = (DType::F32, Axis::Cols, 0);
+            let instr = [
                 Instr::ReduceMax {
-                    dt: DType::F32,
-                    axis: Axis::Cols,
-                    dst: 0,
+                    dt,
+                    axis,
+                    dst,
                     src,
                     rows,
                     cols,
-                }
-            } else {
+                },
                 Instr::ReduceMin {
-                    dt: DType::F32,
-                    axis: Axis::Cols,
-                    dst: 0,
+                    dt,
+                    axis,
+                    dst,
                     src,
                     rows,
                     cols,
-                }
-            };
+                },
+            ][k];
             for simd in Simd::supported() {
                 let mut u = Ub::new(ub.0.len() * 64);
                 u.bytes()[..ub.bytes().len()].copy_from_slice(ub.bytes());
