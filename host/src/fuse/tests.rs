@@ -628,7 +628,8 @@ fn plan_text(g: &Graph, p: &FusionPlan) -> String {
 
 /// Writes the plans of generated graphs to `$DVM_PLAN_DUMP` (compare two
 /// versions of the pass with `diff`; `DVM_PLAN_NO_COMPOSITES` turns
-/// [`FuseOptions::composites`] off) and prints, per option set, how many
+/// [`FuseOptions::composites`] off; `DVM_PLAN_GRAPHS` also writes each
+/// decomposed graph) and prints, per option set, how many
 /// plans differ with composites on and off and their kernels, launches and
 /// bytes moved at `S = 64`: `cargo test --release -p dvm-host --lib
 /// dump_generated_plans -- --ignored --nocapture` with `DVM_PLAN_TOTALS`
@@ -645,6 +646,7 @@ fn dump_generated_plans() {
         .unwrap_or(3000);
     let composites = std::env::var_os("DVM_PLAN_NO_COMPOSITES").is_none();
     let totals = std::env::var_os("DVM_PLAN_TOTALS").is_some();
+    let graphs = std::env::var_os("DVM_PLAN_GRAPHS").is_some();
     let rt = crate::runtime::Runtime::new(1, 1 << 16);
     let sets = [(64, true, false), (64, false, true), (12, true, true)];
     // Per option set: plans that differ, better / worse (kernels, then
@@ -674,6 +676,9 @@ fn dump_generated_plans() {
             out.push_str(&format!("graph {seed} options {k}\n"));
             if !totals {
                 let p = prepare(composites);
+                if graphs {
+                    out.push_str(&p.graph().to_string());
+                }
                 out.push_str(&plan_text(p.graph(), p.fusion()));
                 continue;
             }
