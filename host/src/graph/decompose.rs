@@ -60,11 +60,10 @@ pub fn decompose_with_spans(graph: &Graph) -> Result<(Graph, Vec<Range<usize>>),
         ..Graph::default()
     };
     // Room for every node up front (a layer norm becomes 11 nodes): the
-    // nodes and the name index are not regrown while decomposing.
+    // nodes are not regrown while decomposing.
     let composites = graph.nodes.iter().filter(|n| n.op.is_composite()).count();
     let room = graph.nodes.len() + 11 * composites;
     out.nodes.reserve(room);
-    out.names.reserve(room);
     let mut map: Vec<NodeId> = Vec::with_capacity(graph.nodes.len());
     // Generated names are `composite.suffix`, the suffixes of one composite
     // distinct and without dots: when no name of the graph has a dot, they
@@ -163,9 +162,18 @@ impl Rewriter<'_> {
         keepdims: bool,
         last: bool,
     ) -> Result<NodeId, GraphError> {
-        let shape = self.g[x].shape.clone();
-        let n: Dim = axes.iter().map(|&a| &shape[a]).product();
-        let n = self.g.scope().canonical(&n);
+        let shape = &self.g[x].shape;
+        let constant = axes.iter().try_fold(1i64, |acc, &a| {
+            shape[a].as_const().and_then(|c| acc.checked_mul(c))
+        });
+        let n = match constant {
+            // Constant extents: their product (canonical already).
+            Some(c) => Dim::val(c),
+            None => {
+                let n: Dim = axes.iter().map(|&a| &shape[a]).product();
+                self.g.scope().canonical(&n)
+            }
+        };
         let sum = Op::Reduce {
             op: ReduceOp::Sum,
             axes: axes.to_vec(),

@@ -58,6 +58,8 @@ mod tests;
 
 use std::collections::HashMap;
 use std::fmt;
+use std::hash::BuildHasherDefault;
+use std::sync::OnceLock;
 
 use dvm_isa::DType;
 
@@ -109,7 +111,94 @@ pub struct Graph {
     nodes: Vec<Node>,
     inputs: Vec<NodeId>,
     outputs: Vec<(String, NodeId)>,
-    names: HashMap<String, NodeId>,
+    /// Node names to ids, built on the first lookup and kept up to date
+    /// from then on: a graph that is never looked up by name (a
+    /// decomposed copy) does not pay for it.
+    names: OnceLock<NameIndex>,
+}
+
+/// An index of node names by a 64-bit hash of the name, so that it holds no
+/// copies of the names: an entry is confirmed against the node's own name,
+/// and the (practically never seen) names whose hash another name already
+/// holds are kept in a list.
+#[derive(Clone, Debug, Default)]
+struct NameIndex {
+    by_hash: HashMap<u64, NodeId, BuildHasherDefault<crate::fuse::IdHasher>>,
+    collided: Vec<NodeId>,
+}
+
+/// FNV-1a over the name's bytes, eight at a time.
+fn name_hash(name: &str) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    let mut chunks = name.as_bytes().chunks_exact(8);
+    for c in &mut chunks {
+        let mut w = [0u8; 8];
+        w.copy_from_slice(c);
+        h = (h ^ u64::from_le_bytes(w)).wrapping_mul(0x0000_0100_0000_01b3);
+        h ^= h >> 29;
+    }
+    for &b in chunks.remainder() {
+        h = (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h ^ (name.len() as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15)
+}
+
+impl NameIndex {
+    fn build(nodes: &[Node]) -> NameIndex {
+        let mut ix = NameIndex::default();
+        ix.by_hash.reserve(nodes.len());
+        for (i, n) in nodes.iter().enumerate() {
+            ix.insert(nodes, &n.name, NodeId(i));
+        }
+        ix
+    }
+
+    fn get(&self, nodes: &[Node], name: &str) -> Option<NodeId> {
+        let id = *self.by_hash.get(&name_hash(name))?;
+        if nodes.get(id.0).is_some_and(|n| n.name == name) {
+            return Some(id);
+        }
+        self.collided
+            .iter()
+            .copied()
+            .find(|c| nodes.get(c.0).is_some_and(|n| n.name == name))
+    }
+
+    /// Records `id` under `name` (`nodes[id]` may not exist yet).
+    fn insert(&mut self, nodes: &[Node], name: &str, id: NodeId) {
+        match self.by_hash.entry(name_hash(name)) {
+            std::collections::hash_map::Entry::Vacant(e) => {
+                e.insert(id);
+            }
+            std::collections::hash_map::Entry::Occupied(e) => {
+                let held = *e.get();
+                if nodes.get(held.0).is_some_and(|n| n.name == name) {
+                    // The same name again (a rename to itself).
+                    return;
+                }
+                self.collided.push(id);
+            }
+        }
+    }
+
+    /// Forgets `id`, listed under `name`.
+    fn remove(&mut self, nodes: &[Node], name: &str, id: NodeId) {
+        let h = name_hash(name);
+        if self.by_hash.get(&h) == Some(&id) {
+            self.by_hash.remove(&h);
+            // A collided name with the same hash takes the slot.
+            if let Some(k) = self
+                .collided
+                .iter()
+                .position(|c| nodes.get(c.0).is_some_and(|n| name_hash(&n.name) == h))
+            {
+                let c = self.collided.swap_remove(k);
+                self.by_hash.insert(h, c);
+            }
+        } else {
+            self.collided.retain(|&c| c != id);
+        }
+    }
 }
 
 /// Longest accepted node or output name, in bytes.
@@ -179,7 +268,26 @@ impl Graph {
 
     /// The node named `name`.
     pub fn find(&self, name: &str) -> Option<NodeId> {
-        self.names.get(name).copied()
+        self.name_index().get(&self.nodes, name)
+    }
+
+    /// The input named `name`: a scan of the inputs while the name index
+    /// is not built and they are few (binding a prepared graph's inputs
+    /// does not build it).
+    pub(crate) fn input_named(&self, name: &str) -> Option<NodeId> {
+        if self.names.get().is_none() && self.inputs.len() <= 32 {
+            return self
+                .inputs
+                .iter()
+                .copied()
+                .find(|&i| self.nodes[i.0].name == name);
+        }
+        self.find(name)
+            .filter(|&id| self.nodes[id.0].op == Op::Input)
+    }
+
+    fn name_index(&self) -> &NameIndex {
+        self.names.get_or_init(|| NameIndex::build(&self.nodes))
     }
 
     /// The node's shape printed as `[S, 768]` (empty string for a foreign id).
@@ -277,8 +385,8 @@ impl Graph {
     pub fn rename(&mut self, id: NodeId, name: &str) -> Result<(), GraphError> {
         self.check(id)?;
         check_name("node", name)?;
-        match self.names.get(name) {
-            Some(&other) if other == id => return Ok(()),
+        match self.find(name) {
+            Some(other) if other == id => return Ok(()),
             Some(_) => {
                 return Err(GraphError::DuplicateName {
                     kind: "node",
@@ -287,9 +395,14 @@ impl Graph {
             }
             None => {}
         }
-        let old = std::mem::replace(&mut self.nodes[id.0].name, name.to_owned());
-        self.names.remove(&old);
-        self.names.insert(name.to_owned(), id);
+        let mut ix = self
+            .names
+            .take()
+            .unwrap_or_else(|| NameIndex::build(&self.nodes));
+        ix.remove(&self.nodes, &self.nodes[id.0].name, id);
+        self.nodes[id.0].name = name.to_owned();
+        ix.insert(&self.nodes, name, id);
+        self.names = OnceLock::from(ix);
         Ok(())
     }
 
@@ -321,19 +434,21 @@ impl Graph {
 
     /// A fresh node name derived from `base` (`base`, else `base_1`, …).
     pub(crate) fn fresh_name(&self, base: &str) -> String {
-        if !self.names.contains_key(base) && check_name("node", base).is_ok() {
+        if self.find(base).is_none() && check_name("node", base).is_ok() {
             return base.to_owned();
         }
         (1..)
             .map(|i| format!("{base}_{i}"))
-            .find(|n| !self.names.contains_key(n))
+            .find(|n| self.find(n).is_none())
             .unwrap_or_else(|| base.to_owned())
     }
 
     /// Appends a node whose op, dtype and shape were already checked.
     fn push(&mut self, node: Node) -> NodeId {
         let id = NodeId(self.nodes.len());
-        self.names.insert(node.name.clone(), id);
+        if let Some(ix) = self.names.get_mut() {
+            ix.insert(&self.nodes, &node.name, id);
+        }
         if node.op == Op::Input {
             self.inputs.push(id);
         }

@@ -9,6 +9,7 @@ use crate::sym::{Dim, SymbolScope};
 use crate::tensor::{convert, numel};
 
 /// Operand facts needed by inference.
+#[derive(Clone, Copy)]
 pub(crate) struct Arg<'a> {
     pub(crate) name: &'a str,
     pub(crate) dtype: DType,
@@ -146,23 +147,40 @@ impl Graph {
         shape: Option<&[Dim]>,
     ) -> Result<NodeId, GraphError> {
         debug_assert!(self.find(&name).is_none() && check_name("node", &name).is_ok());
-        let mut args = Vec::with_capacity(operands.len());
-        for &id in operands {
-            let n = self.check(id)?;
-            args.push(Arg {
+        // The operands' facts: on the stack for up to four operands.
+        let arg = |id: NodeId| {
+            self.check(id).map(|n| Arg {
                 name: &n.name,
                 dtype: n.dtype,
                 shape: &n.shape,
-            });
-        }
-        let (op, dtype, shape) = match quick_infer(&op, &args) {
+            })
+        };
+        let mut few = [Arg {
+            name: "",
+            dtype: DType::F32,
+            shape: &[],
+        }; 4];
+        let many: Vec<Arg<'_>>;
+        let args: &[Arg<'_>] = if operands.len() <= few.len() {
+            for (slot, &id) in few.iter_mut().zip(operands) {
+                *slot = arg(id)?;
+            }
+            &few[..operands.len()]
+        } else {
+            many = operands
+                .iter()
+                .map(|&id| arg(id))
+                .collect::<Result<_, _>>()?;
+            &many
+        };
+        let (op, dtype, shape) = match quick_infer(&op, args) {
             Some((dt, s)) => (op, dt, s),
             None => {
                 let cx = Ctx {
                     node: &name,
                     op: op.name(),
                 };
-                infer(&self.scope, &cx, op, &args, dtype, shape)?
+                infer(&self.scope, &cx, op, args, dtype, shape)?
             }
         };
         Ok(self.push(Node {
