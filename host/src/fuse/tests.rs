@@ -761,3 +761,41 @@ fn quick_inference_agrees_with_full_inference() {
         }
     }
 }
+
+/// Decomposing a graph by value gives the graph, spans and plan that
+/// decomposing a reference does, on generated graphs (with and without
+/// dotted names, which take the copying path).
+#[test]
+fn owned_decomposition_equals_copying_decomposition() {
+    let dotted = || {
+        let mut g = Graph::new();
+        let x = g.input("x.in", DType::F32, &[c(4), c(8)]).unwrap();
+        let y = g.softmax(x, -1).unwrap();
+        g.rename(y, "y").unwrap();
+        g.output("y", y).unwrap();
+        g
+    };
+    let graphs = (0..400).map(generated_graph).chain([dotted()]);
+    for (seed, g) in graphs.enumerate() {
+        let (a, sa) = crate::graph::decompose_with_spans(&g).unwrap();
+        let (b, sb) = crate::graph::decompose_owned(g.clone()).unwrap();
+        assert_eq!(a.to_string(), b.to_string(), "graph {seed}");
+        assert_eq!(sa, sb, "graph {seed}");
+        assert_eq!(a.inputs(), b.inputs(), "graph {seed}");
+        assert_eq!(a.outputs(), b.outputs(), "graph {seed}");
+        assert_eq!(a.nodes(), b.nodes(), "graph {seed}");
+        for (i, n) in b.nodes().iter().enumerate() {
+            assert_eq!(b.find(&n.name), Some(NodeId(i)), "graph {seed}");
+        }
+        let opts = FuseOptions::default();
+        let (p, q) = (
+            crate::runtime::Prepared::with_options(&g, &opts).unwrap(),
+            crate::runtime::Prepared::from_graph(g, &opts).unwrap(),
+        );
+        assert_eq!(
+            plan_text(p.graph(), p.fusion()),
+            plan_text(q.graph(), q.fusion()),
+            "graph {seed}"
+        );
+    }
+}

@@ -75,7 +75,7 @@ pub fn decompose_with_spans(graph: &Graph) -> Result<(Graph, Vec<Range<usize>>),
             let lo = out.nodes.len();
             let id = Rewriter {
                 g: &mut out,
-                orig: graph,
+                orig: Some(graph),
                 name: &node.name,
                 dotless,
             }
@@ -101,10 +101,65 @@ pub fn decompose_with_spans(graph: &Graph) -> Result<(Graph, Vec<Range<usize>>),
     Ok((out, spans))
 }
 
+/// [`decompose_with_spans`] of a graph the caller gives up: the nodes
+/// that are not composites move into the result instead of being copied
+/// (the eager API decomposes its window this way). The result is equal to
+/// `decompose_with_spans(&graph)`.
+///
+/// # Errors
+///
+/// As [`decompose`].
+pub fn decompose_owned(mut graph: Graph) -> Result<(Graph, Vec<Range<usize>>), GraphError> {
+    let composites = graph.nodes.iter().filter(|n| n.op.is_composite()).count();
+    if composites == 0 {
+        return Ok((graph, Vec::new()));
+    }
+    // Generated names need lookups in the original graph when a name has
+    // a dot: copy then.
+    if graph.nodes.iter().any(|n| n.name.contains('.')) {
+        return decompose_with_spans(&graph);
+    }
+    let nodes = std::mem::take(&mut graph.nodes);
+    let mut spans = Vec::with_capacity(composites);
+    let mut out = Graph {
+        scope: std::mem::take(&mut graph.scope),
+        ..Graph::default()
+    };
+    out.nodes.reserve(nodes.len() + 11 * composites);
+    let mut map: Vec<NodeId> = Vec::with_capacity(nodes.len());
+    for mut node in nodes {
+        for o in node.operands.iter_mut() {
+            *o = map[o.0];
+        }
+        let id = if node.op.is_composite() {
+            let lo = out.nodes.len();
+            let operands = std::mem::take(&mut node.operands);
+            let id = Rewriter {
+                g: &mut out,
+                orig: None,
+                name: &node.name,
+                dotless: true,
+            }
+            .composite(&node, &operands)?;
+            spans.push(lo..out.nodes.len());
+            id
+        } else {
+            out.push(node)
+        };
+        map.push(id);
+    }
+    out.outputs = std::mem::take(&mut graph.outputs);
+    for (_, id) in out.outputs.iter_mut() {
+        *id = map[id.0];
+    }
+    Ok((out, spans))
+}
+
 struct Rewriter<'a> {
     g: &'a mut Graph,
-    /// The graph being decomposed: new names must not clash with its names.
-    orig: &'a Graph,
+    /// The graph being decomposed: new names must not clash with its names
+    /// (`None`: it has no name with a dot, `dotless`).
+    orig: Option<&'a Graph>,
     /// The composite's name: the final node takes it.
     name: &'a str,
     /// No name of `orig` has a dot (generated names are then fresh).
@@ -117,7 +172,8 @@ impl Rewriter<'_> {
         base.push_str(self.name);
         base.push('.');
         base.push_str(suffix);
-        let taken = |n: &str| self.g.find(n).is_some() || self.orig.find(n).is_some();
+        let taken =
+            |n: &str| self.g.find(n).is_some() || self.orig.is_some_and(|o| o.find(n).is_some());
         let name = if !self.dotless && taken(&base) {
             (1..)
                 .map(|i| format!("{base}_{i}"))

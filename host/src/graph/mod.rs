@@ -64,7 +64,7 @@ use std::sync::OnceLock;
 use dvm_isa::DType;
 
 pub use bind::ConcreteShapes;
-pub use decompose::{decompose, decompose_with_spans};
+pub use decompose::{decompose, decompose_owned, decompose_with_spans};
 pub use error::{DimsDisplay, GraphError, ShapeDisplay};
 pub use op::{is_comparison, opcode_dtypes, opcode_kind, result_dtype, Op, OpcodeKind, ReduceOp};
 
