@@ -30,6 +30,17 @@ impl SymbolScope {
             // A constant is its own canonical form.
             return dim.clone();
         }
+        if let Node::Sym(s) = dim.0 {
+            // What the rewrite below makes of a single symbol that no
+            // equality rewrites: its value when its range has one, else
+            // itself.
+            if !self.subst.contains_key(&s) {
+                return match self.range(s) {
+                    (lo, hi) if lo == hi => Dim::val(lo),
+                    _ => dim.clone(),
+                };
+            }
+        }
         let leaf = |s: Symbol| self.subst.get(&s).map(|d| d.0.clone());
         let mut cur = ops::rebuild(&dim.0, self, &leaf);
         for _ in 1..FIXPOINT_ROUNDS {
