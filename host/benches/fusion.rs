@@ -660,7 +660,8 @@ fn eager_window([x, wt, bt, gt]: &[LazyTensor; 4]) {
 /// Only the fusion pass, in a loop, for profiling (`-- decision loop`):
 /// `DVM_PRIM` picks the primitive window, `DVM_FAST` only the pass without
 /// reasons, `DVM_PREP` decomposition + pass, `DVM_EAGER` the eager window
-/// in a fresh context each time (its decision and run), `DVM_SECOND` the
+/// in a fresh context each time (its decision and run; `DVM_CORES` cores,
+/// default 1), `DVM_SECOND` the
 /// eager window at a second row count in a fresh context each time (the
 /// decision on the symbolic copy), `DVM_REPS` the repetitions.
 fn decision_loop() {
@@ -688,9 +689,13 @@ fn decision_loop() {
             .ok()
             .and_then(|s| s.parse().ok())
             .unwrap_or(200);
+        let cores: usize = std::env::var("DVM_CORES")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(1);
         let mut us = Vec::with_capacity(reps);
         for _ in 0..reps {
-            let ex = dvm_host::eager::Eager::new(1);
+            let ex = dvm_host::eager::Eager::new(cores);
             eager_window(&eager_inputs(&ex));
             us.push(ex.stats().fuse_us);
         }

@@ -18,7 +18,7 @@ use std::ops::Range;
 use dvm_isa::Opcode;
 
 use super::error::GraphError;
-use super::{check_name, Graph, Node, NodeId, Op, ReduceOp};
+use super::{check_name, Graph, Node, NodeId, Op, Operands, ReduceOp};
 use crate::sym::Dim;
 
 /// A copy of `graph` in which every composite ([`Op::is_composite`]) is
@@ -70,7 +70,7 @@ pub fn decompose_with_spans(graph: &Graph) -> Result<(Graph, Vec<Range<usize>>),
     // clash with nothing and need no lookup.
     let dotless = graph.nodes.iter().all(|n| !n.name.contains('.'));
     for node in &graph.nodes {
-        let operands: Vec<NodeId> = node.operands.iter().map(|o| map[o.0]).collect();
+        let operands: Operands = node.operands.iter().map(|o| map[o.0]).collect();
         let id = if node.op.is_composite() {
             let lo = out.nodes.len();
             let id = Rewriter {
@@ -299,7 +299,7 @@ impl Rewriter<'_> {
             }
             _ => {
                 let id = self.g.push(Node {
-                    operands: x.to_vec(),
+                    operands: Operands::from(x),
                     ..node.clone()
                 });
                 Ok(id)

@@ -87,6 +87,149 @@ impl fmt::Display for NodeId {
     }
 }
 
+/// The operand ids of a [`Node`]: a slice ([`Deref`](std::ops::Deref)),
+/// held inline for up to [`Operands::INLINE`] operands (every operator but a
+/// long concat), so that a node costs no allocation for them.
+#[derive(Clone)]
+pub struct Operands(OperandStore);
+
+#[derive(Clone)]
+enum OperandStore {
+    Inline(u8, [NodeId; Operands::INLINE]),
+    Heap(Vec<NodeId>),
+}
+
+impl Operands {
+    /// Most operands held inline.
+    pub const INLINE: usize = 3;
+
+    /// No operands.
+    pub const fn new() -> Operands {
+        Operands(OperandStore::Inline(0, [NodeId(0); Operands::INLINE]))
+    }
+
+    /// The ids as a slice.
+    pub fn as_slice(&self) -> &[NodeId] {
+        match &self.0 {
+            OperandStore::Inline(n, ids) => &ids[..usize::from(*n)],
+            OperandStore::Heap(v) => v,
+        }
+    }
+
+    /// The ids as a mutable slice.
+    pub fn as_mut_slice(&mut self) -> &mut [NodeId] {
+        match &mut self.0 {
+            OperandStore::Inline(n, ids) => &mut ids[..usize::from(*n)],
+            OperandStore::Heap(v) => v,
+        }
+    }
+}
+
+impl Default for Operands {
+    fn default() -> Operands {
+        Operands::new()
+    }
+}
+
+impl std::ops::Deref for Operands {
+    type Target = [NodeId];
+    fn deref(&self) -> &[NodeId] {
+        self.as_slice()
+    }
+}
+
+impl std::ops::DerefMut for Operands {
+    fn deref_mut(&mut self) -> &mut [NodeId] {
+        self.as_mut_slice()
+    }
+}
+
+impl From<&[NodeId]> for Operands {
+    fn from(ids: &[NodeId]) -> Operands {
+        if ids.len() <= Operands::INLINE {
+            let mut inline = [NodeId(0); Operands::INLINE];
+            inline[..ids.len()].copy_from_slice(ids);
+            Operands(OperandStore::Inline(ids.len() as u8, inline))
+        } else {
+            Operands(OperandStore::Heap(ids.to_vec()))
+        }
+    }
+}
+
+impl From<Vec<NodeId>> for Operands {
+    fn from(ids: Vec<NodeId>) -> Operands {
+        if ids.len() <= Operands::INLINE {
+            Operands::from(ids.as_slice())
+        } else {
+            Operands(OperandStore::Heap(ids))
+        }
+    }
+}
+
+impl FromIterator<NodeId> for Operands {
+    fn from_iter<I: IntoIterator<Item = NodeId>>(iter: I) -> Operands {
+        let mut inline = [NodeId(0); Operands::INLINE];
+        let mut iter = iter.into_iter();
+        for (n, slot) in inline.iter_mut().enumerate() {
+            match iter.next() {
+                Some(id) => *slot = id,
+                None => return Operands(OperandStore::Inline(n as u8, inline)),
+            }
+        }
+        match iter.next() {
+            None => Operands(OperandStore::Inline(Operands::INLINE as u8, inline)),
+            Some(id) => {
+                let mut v = inline.to_vec();
+                v.push(id);
+                v.extend(iter);
+                Operands(OperandStore::Heap(v))
+            }
+        }
+    }
+}
+
+impl<'a> IntoIterator for &'a Operands {
+    type Item = &'a NodeId;
+    type IntoIter = std::slice::Iter<'a, NodeId>;
+    fn into_iter(self) -> Self::IntoIter {
+        self.as_slice().iter()
+    }
+}
+
+impl<'a> IntoIterator for &'a mut Operands {
+    type Item = &'a mut NodeId;
+    type IntoIter = std::slice::IterMut<'a, NodeId>;
+    fn into_iter(self) -> Self::IntoIter {
+        self.as_mut_slice().iter_mut()
+    }
+}
+
+impl PartialEq for Operands {
+    fn eq(&self, other: &Operands) -> bool {
+        self.as_slice() == other.as_slice()
+    }
+}
+
+impl Eq for Operands {}
+
+impl PartialEq<[NodeId]> for Operands {
+    fn eq(&self, other: &[NodeId]) -> bool {
+        self.as_slice() == other
+    }
+}
+
+impl PartialEq<Vec<NodeId>> for Operands {
+    fn eq(&self, other: &Vec<NodeId>) -> bool {
+        self.as_slice() == other.as_slice()
+    }
+}
+
+impl fmt::Debug for Operands {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_list().entries(self.as_slice()).finish()
+    }
+}
+
 /// One node: an operator applied to earlier nodes.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Node {
@@ -94,7 +237,7 @@ pub struct Node {
     /// says so).
     pub op: Op,
     /// Operand node ids, in order (all smaller than this node's id).
-    pub operands: Vec<NodeId>,
+    pub operands: Operands,
     /// Unique name (`[A-Za-z0-9_.-]`, not starting with `.`).
     pub name: String,
     /// Element type of the result.

@@ -4,7 +4,7 @@ use dvm_isa::{DType, DTypeSet, Opcode};
 
 use super::error::GraphError;
 use super::op::{is_comparison, opcode_dtypes, opcode_kind, OpcodeKind};
-use super::{check_name, Graph, Node, NodeId, Op, ReduceOp};
+use super::{check_name, Graph, Node, NodeId, Op, Operands, ReduceOp};
 use crate::sym::{Dim, SymbolScope};
 use crate::tensor::{convert, numel};
 
@@ -185,7 +185,7 @@ impl Graph {
         };
         Ok(self.push(Node {
             op,
-            operands: operands.to_vec(),
+            operands: Operands::from(operands),
             name,
             dtype,
             shape,

@@ -952,3 +952,30 @@ fn errors_are_small() {
         std::mem::size_of::<GraphError>()
     );
 }
+
+/// Operand lists of every length read back as what they were made of,
+/// inline or on the heap, however they were made.
+#[test]
+fn operands_hold_any_length() {
+    for n in 0..=Operands::INLINE + 3 {
+        let ids: Vec<NodeId> = (0..n).map(|i| NodeId(10 + i)).collect();
+        let a = Operands::from(ids.as_slice());
+        let b = Operands::from(ids.clone());
+        let c: Operands = ids.iter().copied().collect();
+        for o in [&a, &b, &c] {
+            assert_eq!(o.as_slice(), ids.as_slice());
+            assert_eq!(*o, ids);
+            assert_eq!(format!("{o:?}"), format!("{ids:?}"));
+            assert_eq!(o.iter().count(), n);
+        }
+        assert!(a == b && b == c);
+        let mut m = c.clone();
+        for id in &mut m {
+            id.0 += 1;
+        }
+        let shifted: Vec<NodeId> = ids.iter().map(|i| NodeId(i.0 + 1)).collect();
+        assert_eq!(m, shifted);
+        assert_eq!(a != m, n > 0);
+    }
+    assert!(Operands::default().is_empty());
+}
