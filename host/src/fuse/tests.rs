@@ -737,9 +737,28 @@ fn quick_inference_agrees_with_full_inference() {
         g.output("b", b).unwrap();
         g
     };
-    let graphs = (0..400)
-        .map(generated_graph)
-        .chain([late(false), late(true)]);
+    // Symbols against 1s and missing axes, and a symbol of a single value
+    // (not its own canonical form: the quick path leaves it to inference).
+    let settled = |single: bool| {
+        let mut g = Graph::new();
+        let hi = if single { 4 } else { 64 };
+        let k: Dim = g.symbol("K", 4, hi).unwrap().into();
+        let x = g.input("x", DType::F32, &[k.clone(), c(8)]).unwrap();
+        let r = g.input("r", DType::F32, &[k.clone(), c(1)]).unwrap();
+        let v = g.input("v", DType::F32, &[c(8)]).unwrap();
+        let a = g.binary(Opcode::Add, x, r).unwrap();
+        let b = g.binary(Opcode::Mul, r, a).unwrap();
+        let b = g.binary(Opcode::Sub, v, b).unwrap();
+        let b = g.binary(Opcode::Add, b, b).unwrap();
+        g.output("b", b).unwrap();
+        g
+    };
+    let graphs = (0..400).map(generated_graph).chain([
+        late(false),
+        late(true),
+        settled(false),
+        settled(true),
+    ]);
     for (seed, g) in graphs.enumerate() {
         let d = decompose(&g).unwrap();
         for graph in [&g, &d] {

@@ -20,6 +20,20 @@ use super::symbol::Symbol;
 const FIXPOINT_ROUNDS: usize = 4;
 
 impl SymbolScope {
+    /// True when `dim` is its own [canonical](Self::canonical) form
+    /// because it is a constant, or a symbol that no equality rewrites and
+    /// whose range has more than one value (checked without rewriting).
+    pub fn is_settled(&self, dim: &Dim) -> bool {
+        match dim.0 {
+            Node::Val(_) => true,
+            Node::Sym(s) => {
+                let (lo, hi) = self.range(s);
+                lo != hi && !self.subst.contains_key(&s)
+            }
+            _ => false,
+        }
+    }
+
     /// `dim` rewritten under every recorded fact: eliminated symbols replaced by
     /// their representatives, ranges and divisibility used to fold `/`, `%`,
     /// `min` and `max` (`min(S, 0) == 0` when `S >= 1`; `S % 8 == 0` when
