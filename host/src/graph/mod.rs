@@ -109,6 +109,7 @@ impl Operands {
     }
 
     /// The ids as a slice.
+    #[inline]
     pub fn as_slice(&self) -> &[NodeId] {
         match &self.0 {
             OperandStore::Inline(n, ids) => &ids[..usize::from(*n)],
@@ -117,6 +118,7 @@ impl Operands {
     }
 
     /// The ids as a mutable slice.
+    #[inline]
     pub fn as_mut_slice(&mut self) -> &mut [NodeId] {
         match &mut self.0 {
             OperandStore::Inline(n, ids) => &mut ids[..usize::from(*n)],
@@ -133,12 +135,14 @@ impl Default for Operands {
 
 impl std::ops::Deref for Operands {
     type Target = [NodeId];
+    #[inline]
     fn deref(&self) -> &[NodeId] {
         self.as_slice()
     }
 }
 
 impl std::ops::DerefMut for Operands {
+    #[inline]
     fn deref_mut(&mut self) -> &mut [NodeId] {
         self.as_mut_slice()
     }

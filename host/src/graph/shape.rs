@@ -269,7 +269,10 @@ fn quick_infer(scope: &SymbolScope, op: &Op, args: &[Arg<'_>]) -> Option<(DType,
 /// form, which may have changed since the operands were made).
 fn quick_broadcast(scope: &SymbolScope, a: &[Dim], b: &[Dim]) -> Option<Vec<Dim>> {
     if a == b {
-        return a.iter().all(|d| scope.is_settled(d)).then(|| a.to_vec());
+        return a
+            .iter()
+            .all(|d| d.is_const() || scope.is_settled(d))
+            .then(|| a.to_vec());
     }
     let r = a.len().max(b.len());
     let mut out = Vec::with_capacity(r);
@@ -289,7 +292,7 @@ fn quick_broadcast(scope: &SymbolScope, a: &[Dim], b: &[Dim]) -> Option<Vec<Dim>
             },
             (None, None) => return None,
         };
-        if !scope.is_settled(d) {
+        if !d.is_const() && !scope.is_settled(d) {
             return None;
         }
         out.push(d.clone());
