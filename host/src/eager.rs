@@ -788,9 +788,10 @@ fn generalize(g: &Graph) -> Option<Graph> {
             Op::ScalarDim(c, d) => Op::ScalarDim(*c, sym(d, &mut out)?),
             op => op.clone(),
         };
+        // The window's names are valid and unique: no checks or lookups.
         let id = out
-            .add_node(
-                Some(&node.name),
+            .add_named(
+                node.name.clone(),
                 op,
                 &node.operands,
                 Some(node.dtype),
