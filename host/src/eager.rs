@@ -351,7 +351,7 @@ fn flush(inner: &mut Inner) -> Result<(), EagerError> {
         return Ok(());
     }
     let f0 = Instant::now();
-    let prepared = decide(inner, graph)?;
+    let prepared = decide(inner, &mut graph)?;
     inner.stats.fuse_us += f0.elapsed().as_secs_f64() * 1e6;
     let named: Vec<(&str, &Tensor)> = feed.iter().map(|(n, t)| (n.as_str(), &**t)).collect();
     let result = (|| {
@@ -700,14 +700,14 @@ fn node_of(inner: &mut Inner, t: &LazyTensor) -> Result<NodeId, EagerError> {
 /// on the symbolic copy the second time a class signature is seen, so a
 /// window that never changes length never pays for the copy; else a new
 /// decision on the window itself.
-fn decide(inner: &mut Inner, graph: Graph) -> Result<Rc<Prepared>, GraphError> {
-    let sig = signature(&graph, Extents::Concrete);
+fn decide(inner: &mut Inner, graph: &mut Graph) -> Result<Rc<Prepared>, GraphError> {
+    let sig = signature(graph, Extents::Concrete);
     let key = key_of(&sig);
     if let Some(Decided::Plan(p)) = inner.decisions.get(key, &sig) {
         inner.stats.decision_hits += 1;
         return Ok(p);
     }
-    let gsig = signature(&graph, Extents::Classes);
+    let gsig = signature(graph, Extents::Classes);
     let gkey = key_of(&gsig);
     match inner.decisions.get(gkey, &gsig) {
         Some(Decided::Plan(p)) => {
@@ -717,7 +717,7 @@ fn decide(inner: &mut Inner, graph: Graph) -> Result<Rc<Prepared>, GraphError> {
         Some(Decided::Seen) => {
             // A copy that does not check out, or that fails to prepare,
             // leaves the structure to its concrete shapes.
-            match generalize(&graph).map(|g| Prepared::from_graph(g, &inner.options)) {
+            match generalize(graph).map(|g| Prepared::from_graph(g, &inner.options)) {
                 Some(Ok(p)) => {
                     let p = Rc::new(p);
                     inner
@@ -731,7 +731,9 @@ fn decide(inner: &mut Inner, graph: Graph) -> Result<Rc<Prepared>, GraphError> {
         Some(Decided::Concrete) => {}
         None => inner.decisions.insert(gkey, gsig, Decided::Seen),
     }
-    let p = Rc::new(Prepared::from_graph(graph, &inner.options)?);
+    // A new decision on the window itself, which moves into it (a window
+    // that hit a cached decision is left to the caller, as before).
+    let p = Rc::new(Prepared::from_graph(std::mem::take(graph), &inner.options)?);
     inner
         .decisions
         .insert(key, sig, Decided::Plan(Rc::clone(&p)));
