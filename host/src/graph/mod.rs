@@ -573,10 +573,15 @@ impl Graph {
     }
 
     pub(crate) fn check(&self, id: NodeId) -> Result<&Node, GraphError> {
-        self.nodes.get(id.0).ok_or(GraphError::UnknownNode {
-            id: id.0,
-            len: self.nodes.len(),
-        })
+        // (A match, not `ok_or`: the error is built, and dropped, only
+        // when it is returned.)
+        match self.nodes.get(id.0) {
+            Some(n) => Ok(n),
+            None => Err(GraphError::UnknownNode {
+                id: id.0,
+                len: self.nodes.len(),
+            }),
+        }
     }
 
     /// A fresh node name derived from `base` (`base`, else `base_1`, …).
