@@ -672,10 +672,12 @@ fn eager_window([x, wt, bt, gt]: &[LazyTensor; 4]) {
 /// Only the fusion pass, in a loop, for profiling (`-- decision loop`):
 /// `DVM_PRIM` picks the primitive window, `DVM_FAST` only the pass without
 /// reasons, `DVM_PREP` decomposition + pass, `DVM_EAGER` the eager window
-/// in a fresh context each time (its decision and run), `DVM_REPS` the
-/// repetitions.
+/// in a fresh context each time (its decision and run; `DVM_CORES` cores,
+/// default 1), `DVM_SECOND` the
+/// eager window at a second row count in a fresh context each time (the
+/// decision on the symbolic copy), `DVM_REPS` the repetitions.
 fn decision_loop() {
-    if std::env::var_os("DVM_EAGER").is_some() {
+    if std::env::var_os("DVM_SECOND").is_some() {
         let reps: usize = std::env::var("DVM_REPS")
             .ok()
             .and_then(|s| s.parse().ok())
@@ -683,6 +685,29 @@ fn decision_loop() {
         let mut us = Vec::with_capacity(reps);
         for _ in 0..reps {
             let ex = dvm_host::eager::Eager::new(1);
+            eager_window(&eager_inputs_at(&ex, 33));
+            let before = ex.stats().fuse_us;
+            eager_window(&eager_inputs_at(&ex, 40));
+            us.push(ex.stats().fuse_us - before);
+        }
+        println!(
+            "eager second row count (symbolic copy) decision median {:.1} µs",
+            median(us)
+        );
+        return;
+    }
+    if std::env::var_os("DVM_EAGER").is_some() {
+        let reps: usize = std::env::var("DVM_REPS")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(200);
+        let cores: usize = std::env::var("DVM_CORES")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(1);
+        let mut us = Vec::with_capacity(reps);
+        for _ in 0..reps {
+            let ex = dvm_host::eager::Eager::new(cores);
             eager_window(&eager_inputs(&ex));
             us.push(ex.stats().fuse_us);
         }

@@ -189,12 +189,14 @@ impl DecisionCache {
     }
 }
 
-/// The hash key of a signature.
+/// The hash key of a signature (a multiply-rotate fold of its words:
+/// signatures are compared whole, the key only picks the bucket).
 fn key_of(sig: &[u64]) -> u64 {
-    use std::hash::{Hash, Hasher};
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    sig.hash(&mut h);
-    h.finish()
+    let mut h = sig.len() as u64;
+    for &w in sig {
+        h = (h.rotate_left(5) ^ w).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+    h ^ (h >> 29)
 }
 
 /// Most cached decisions (the cache is cleared when it is full).
@@ -349,7 +351,7 @@ fn flush(inner: &mut Inner) -> Result<(), EagerError> {
         return Ok(());
     }
     let f0 = Instant::now();
-    let prepared = decide(inner, &graph)?;
+    let prepared = decide(inner, &mut graph)?;
     inner.stats.fuse_us += f0.elapsed().as_secs_f64() * 1e6;
     let named: Vec<(&str, &Tensor)> = feed.iter().map(|(n, t)| (n.as_str(), &**t)).collect();
     let result = (|| {
@@ -698,7 +700,7 @@ fn node_of(inner: &mut Inner, t: &LazyTensor) -> Result<NodeId, EagerError> {
 /// on the symbolic copy the second time a class signature is seen, so a
 /// window that never changes length never pays for the copy; else a new
 /// decision on the window itself.
-fn decide(inner: &mut Inner, graph: &Graph) -> Result<Rc<Prepared>, GraphError> {
+fn decide(inner: &mut Inner, graph: &mut Graph) -> Result<Rc<Prepared>, GraphError> {
     let sig = signature(graph, Extents::Concrete);
     let key = key_of(&sig);
     if let Some(Decided::Plan(p)) = inner.decisions.get(key, &sig) {
@@ -715,7 +717,7 @@ fn decide(inner: &mut Inner, graph: &Graph) -> Result<Rc<Prepared>, GraphError> 
         Some(Decided::Seen) => {
             // A copy that does not check out, or that fails to prepare,
             // leaves the structure to its concrete shapes.
-            match generalize(graph).map(|g| Prepared::with_options(&g, &inner.options)) {
+            match generalize(graph).map(|g| Prepared::from_graph(g, &inner.options)) {
                 Some(Ok(p)) => {
                     let p = Rc::new(p);
                     inner
@@ -729,7 +731,9 @@ fn decide(inner: &mut Inner, graph: &Graph) -> Result<Rc<Prepared>, GraphError> 
         Some(Decided::Concrete) => {}
         None => inner.decisions.insert(gkey, gsig, Decided::Seen),
     }
-    let p = Rc::new(Prepared::with_options(graph, &inner.options)?);
+    // A new decision on the window itself, which moves into it (a window
+    // that hit a cached decision is left to the caller, as before).
+    let p = Rc::new(Prepared::from_graph(std::mem::take(graph), &inner.options)?);
     inner
         .decisions
         .insert(key, sig, Decided::Plan(Rc::clone(&p)));
@@ -786,9 +790,10 @@ fn generalize(g: &Graph) -> Option<Graph> {
             Op::ScalarDim(c, d) => Op::ScalarDim(*c, sym(d, &mut out)?),
             op => op.clone(),
         };
+        // The window's names are valid and unique: no checks or lookups.
         let id = out
-            .add_node(
-                Some(&node.name),
+            .add_named(
+                node.name.clone(),
                 op,
                 &node.operands,
                 Some(node.dtype),

@@ -734,13 +734,17 @@ impl Shapes {
 /// [`validate`] with the shape relations looked up in `shapes`: whether
 /// `nodes` form a group, and its kind and space (a shape id), or `None`
 /// exactly when [`validate`] returns an error (call it for the reason).
-/// The checks and their order are [`validate`]'s. `classes` is scratch.
+/// The checks and their order are [`validate`]'s. `classes` is scratch
+/// with an entry per graph node: a reduce group writes each member's
+/// class there before any later member reads it (operands come before
+/// their users, members are visited in ascending order), so entries left
+/// from earlier calls are never read.
 pub(crate) fn validate_fast<M: Fn(NodeId) -> bool>(
     facts: &Facts<'_>,
     shapes: &Shapes,
     nodes: &[NodeId],
     member: M,
-    classes: &mut Vec<(NodeId, Class)>,
+    classes: &mut [Class],
 ) -> Option<(ClusterKind, u32)> {
     let g = facts.graph;
     let scope = g.scope();
@@ -792,7 +796,6 @@ pub(crate) fn validate_fast<M: Fn(NodeId) -> bool>(
         };
         let space = shapes.of(g[r0].operands[0]);
         let mut derived = None;
-        classes.clear();
         for &n in nodes {
             let node = &g[n];
             let class = match facts.roles[n.0] {
@@ -801,7 +804,7 @@ pub(crate) fn validate_fast<M: Fn(NodeId) -> bool>(
                     if a != axis || !shapes.same(scope, shapes.of(x), space) {
                         return None;
                     }
-                    if member(x) && class_of(classes, x) != Class::Full {
+                    if member(x) && classes[x.0] != Class::Full {
                         return None;
                     }
                     Class::Reduced(keepdims)
@@ -809,7 +812,7 @@ pub(crate) fn validate_fast<M: Fn(NodeId) -> bool>(
                 _ => {
                     let mix = OperandMix::of(&node.operands, axis, |o| {
                         if member(o) {
-                            class_of(classes, o)
+                            classes[o.0]
                         } else {
                             Class::Full
                         }
@@ -836,7 +839,7 @@ pub(crate) fn validate_fast<M: Fn(NodeId) -> bool>(
                     }
                 }
             };
-            classes.push((n, class));
+            classes[n.0] = class;
         }
         return Some((ClusterKind::Reduce { axis }, space));
     }

@@ -279,7 +279,7 @@ const NONE: u32 = u32::MAX;
 
 /// Scratch of [`State::merge`]: the merged member list and the value
 /// classes of a reduce group.
-type MergeScratch = (Vec<NodeId>, Vec<(NodeId, Class)>);
+type MergeScratch = (Vec<NodeId>, Vec<Class>);
 
 /// Scratch of [`State::contract`]: the units ahead and behind (with their
 /// positions) and the positions they and the two contracted units hold.
@@ -368,7 +368,7 @@ impl<'g> State<'g> {
             shapes: Shapes::new(g),
             scratch: RefCell::new((vec![0; n], Vec::new())),
             epoch: Cell::new(0),
-            merge_scratch: RefCell::new((Vec::new(), Vec::new())),
+            merge_scratch: RefCell::new((Vec::new(), vec![Class::Full; n])),
             spare: RefCell::new(Vec::new()),
             space_id: Vec::with_capacity(2 * n),
             accepted: Cell::new((usize::MAX, usize::MAX, NONE, 0)),

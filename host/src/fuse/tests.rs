@@ -628,7 +628,8 @@ fn plan_text(g: &Graph, p: &FusionPlan) -> String {
 
 /// Writes the plans of generated graphs to `$DVM_PLAN_DUMP` (compare two
 /// versions of the pass with `diff`; `DVM_PLAN_NO_COMPOSITES` turns
-/// [`FuseOptions::composites`] off) and prints, per option set, how many
+/// [`FuseOptions::composites`] off; `DVM_PLAN_GRAPHS` also writes each
+/// decomposed graph) and prints, per option set, how many
 /// plans differ with composites on and off and their kernels, launches and
 /// bytes moved at `S = 64`: `cargo test --release -p dvm-host --lib
 /// dump_generated_plans -- --ignored --nocapture` with `DVM_PLAN_TOTALS`
@@ -645,6 +646,7 @@ fn dump_generated_plans() {
         .unwrap_or(3000);
     let composites = std::env::var_os("DVM_PLAN_NO_COMPOSITES").is_none();
     let totals = std::env::var_os("DVM_PLAN_TOTALS").is_some();
+    let graphs = std::env::var_os("DVM_PLAN_GRAPHS").is_some();
     let rt = crate::runtime::Runtime::new(1, 1 << 16);
     let sets = [(64, true, false), (64, false, true), (12, true, true)];
     // Per option set: plans that differ, better / worse (kernels, then
@@ -674,6 +676,9 @@ fn dump_generated_plans() {
             out.push_str(&format!("graph {seed} options {k}\n"));
             if !totals {
                 let p = prepare(composites);
+                if graphs {
+                    out.push_str(&p.graph().to_string());
+                }
                 out.push_str(&plan_text(p.graph(), p.fusion()));
                 continue;
             }
@@ -732,9 +737,28 @@ fn quick_inference_agrees_with_full_inference() {
         g.output("b", b).unwrap();
         g
     };
-    let graphs = (0..400)
-        .map(generated_graph)
-        .chain([late(false), late(true)]);
+    // Symbols against 1s and missing axes, and a symbol of a single value
+    // (not its own canonical form: the quick path leaves it to inference).
+    let settled = |single: bool| {
+        let mut g = Graph::new();
+        let hi = if single { 4 } else { 64 };
+        let k: Dim = g.symbol("K", 4, hi).unwrap().into();
+        let x = g.input("x", DType::F32, &[k.clone(), c(8)]).unwrap();
+        let r = g.input("r", DType::F32, &[k.clone(), c(1)]).unwrap();
+        let v = g.input("v", DType::F32, &[c(8)]).unwrap();
+        let a = g.binary(Opcode::Add, x, r).unwrap();
+        let b = g.binary(Opcode::Mul, r, a).unwrap();
+        let b = g.binary(Opcode::Sub, v, b).unwrap();
+        let b = g.binary(Opcode::Add, b, b).unwrap();
+        g.output("b", b).unwrap();
+        g
+    };
+    let graphs = (0..400).map(generated_graph).chain([
+        late(false),
+        late(true),
+        settled(false),
+        settled(true),
+    ]);
     for (seed, g) in graphs.enumerate() {
         let d = decompose(&g).unwrap();
         for graph in [&g, &d] {
@@ -754,5 +778,43 @@ fn quick_inference_agrees_with_full_inference() {
                 );
             }
         }
+    }
+}
+
+/// Decomposing a graph by value gives the graph, spans and plan that
+/// decomposing a reference does, on generated graphs (with and without
+/// dotted names, which take the copying path).
+#[test]
+fn owned_decomposition_equals_copying_decomposition() {
+    let dotted = || {
+        let mut g = Graph::new();
+        let x = g.input("x.in", DType::F32, &[c(4), c(8)]).unwrap();
+        let y = g.softmax(x, -1).unwrap();
+        g.rename(y, "y").unwrap();
+        g.output("y", y).unwrap();
+        g
+    };
+    let graphs = (0..400).map(generated_graph).chain([dotted()]);
+    for (seed, g) in graphs.enumerate() {
+        let (a, sa) = crate::graph::decompose_with_spans(&g).unwrap();
+        let (b, sb) = crate::graph::decompose_owned(g.clone()).unwrap();
+        assert_eq!(a.to_string(), b.to_string(), "graph {seed}");
+        assert_eq!(sa, sb, "graph {seed}");
+        assert_eq!(a.inputs(), b.inputs(), "graph {seed}");
+        assert_eq!(a.outputs(), b.outputs(), "graph {seed}");
+        assert_eq!(a.nodes(), b.nodes(), "graph {seed}");
+        for (i, n) in b.nodes().iter().enumerate() {
+            assert_eq!(b.find(&n.name), Some(NodeId(i)), "graph {seed}");
+        }
+        let opts = FuseOptions::default();
+        let (p, q) = (
+            crate::runtime::Prepared::with_options(&g, &opts).unwrap(),
+            crate::runtime::Prepared::from_graph(g, &opts).unwrap(),
+        );
+        assert_eq!(
+            plan_text(p.graph(), p.fusion()),
+            plan_text(q.graph(), q.fusion()),
+            "graph {seed}"
+        );
     }
 }

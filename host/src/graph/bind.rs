@@ -85,7 +85,7 @@ impl Graph {
 
         let mut given: HashMap<&str, &[u64]> = HashMap::new();
         for &(name, shape) in inputs {
-            let is_input = self.find(name).is_some_and(|id| self[id].op == Op::Input);
+            let is_input = self.input_named(name).is_some();
             if !is_input {
                 return Err(GraphError::ExtraInput {
                     input: name.to_owned(),
@@ -270,7 +270,9 @@ impl Graph {
         let shapes: Vec<(&str, &[u64])> = inputs.iter().map(|(n, t)| (*n, t.shape())).collect();
         let b = self.bind(&shapes, explicit)?;
         for &(name, t) in inputs {
-            let expected: DType = self.find(name).map_or(t.dtype(), |id| self[id].dtype);
+            let expected: DType = self
+                .input_named(name)
+                .map_or(t.dtype(), |id| self[id].dtype);
             if t.dtype() != expected {
                 return Err(GraphError::InputDType {
                     input: name.to_owned(),

@@ -18,7 +18,7 @@ use std::ops::Range;
 use dvm_isa::Opcode;
 
 use super::error::GraphError;
-use super::{check_name, Graph, Node, NodeId, Op, ReduceOp};
+use super::{check_name, Graph, Node, NodeId, Op, Operands, ReduceOp};
 use crate::sym::Dim;
 
 /// A copy of `graph` in which every composite ([`Op::is_composite`]) is
@@ -60,23 +60,22 @@ pub fn decompose_with_spans(graph: &Graph) -> Result<(Graph, Vec<Range<usize>>),
         ..Graph::default()
     };
     // Room for every node up front (a layer norm becomes 11 nodes): the
-    // nodes and the name index are not regrown while decomposing.
+    // nodes are not regrown while decomposing.
     let composites = graph.nodes.iter().filter(|n| n.op.is_composite()).count();
     let room = graph.nodes.len() + 11 * composites;
     out.nodes.reserve(room);
-    out.names.reserve(room);
     let mut map: Vec<NodeId> = Vec::with_capacity(graph.nodes.len());
     // Generated names are `composite.suffix`, the suffixes of one composite
     // distinct and without dots: when no name of the graph has a dot, they
     // clash with nothing and need no lookup.
     let dotless = graph.nodes.iter().all(|n| !n.name.contains('.'));
     for node in &graph.nodes {
-        let operands: Vec<NodeId> = node.operands.iter().map(|o| map[o.0]).collect();
+        let operands: Operands = node.operands.iter().map(|o| map[o.0]).collect();
         let id = if node.op.is_composite() {
             let lo = out.nodes.len();
             let id = Rewriter {
                 g: &mut out,
-                orig: graph,
+                orig: Some(graph),
                 name: &node.name,
                 dotless,
             }
@@ -102,10 +101,65 @@ pub fn decompose_with_spans(graph: &Graph) -> Result<(Graph, Vec<Range<usize>>),
     Ok((out, spans))
 }
 
+/// [`decompose_with_spans`] of a graph the caller gives up: the nodes
+/// that are not composites move into the result instead of being copied
+/// (the eager API decomposes its window this way). The result is equal to
+/// `decompose_with_spans(&graph)`.
+///
+/// # Errors
+///
+/// As [`decompose`].
+pub fn decompose_owned(mut graph: Graph) -> Result<(Graph, Vec<Range<usize>>), GraphError> {
+    let composites = graph.nodes.iter().filter(|n| n.op.is_composite()).count();
+    if composites == 0 {
+        return Ok((graph, Vec::new()));
+    }
+    // Generated names need lookups in the original graph when a name has
+    // a dot: copy then.
+    if graph.nodes.iter().any(|n| n.name.contains('.')) {
+        return decompose_with_spans(&graph);
+    }
+    let nodes = std::mem::take(&mut graph.nodes);
+    let mut spans = Vec::with_capacity(composites);
+    let mut out = Graph {
+        scope: std::mem::take(&mut graph.scope),
+        ..Graph::default()
+    };
+    out.nodes.reserve(nodes.len() + 11 * composites);
+    let mut map: Vec<NodeId> = Vec::with_capacity(nodes.len());
+    for mut node in nodes {
+        for o in node.operands.iter_mut() {
+            *o = map[o.0];
+        }
+        let id = if node.op.is_composite() {
+            let lo = out.nodes.len();
+            let operands = std::mem::take(&mut node.operands);
+            let id = Rewriter {
+                g: &mut out,
+                orig: None,
+                name: &node.name,
+                dotless: true,
+            }
+            .composite(&node, &operands)?;
+            spans.push(lo..out.nodes.len());
+            id
+        } else {
+            out.push(node)
+        };
+        map.push(id);
+    }
+    out.outputs = std::mem::take(&mut graph.outputs);
+    for (_, id) in out.outputs.iter_mut() {
+        *id = map[id.0];
+    }
+    Ok((out, spans))
+}
+
 struct Rewriter<'a> {
     g: &'a mut Graph,
-    /// The graph being decomposed: new names must not clash with its names.
-    orig: &'a Graph,
+    /// The graph being decomposed: new names must not clash with its names
+    /// (`None`: it has no name with a dot, `dotless`).
+    orig: Option<&'a Graph>,
     /// The composite's name: the final node takes it.
     name: &'a str,
     /// No name of `orig` has a dot (generated names are then fresh).
@@ -118,7 +172,8 @@ impl Rewriter<'_> {
         base.push_str(self.name);
         base.push('.');
         base.push_str(suffix);
-        let taken = |n: &str| self.g.find(n).is_some() || self.orig.find(n).is_some();
+        let taken =
+            |n: &str| self.g.find(n).is_some() || self.orig.is_some_and(|o| o.find(n).is_some());
         let name = if !self.dotless && taken(&base) {
             (1..)
                 .map(|i| format!("{base}_{i}"))
@@ -163,9 +218,18 @@ impl Rewriter<'_> {
         keepdims: bool,
         last: bool,
     ) -> Result<NodeId, GraphError> {
-        let shape = self.g[x].shape.clone();
-        let n: Dim = axes.iter().map(|&a| &shape[a]).product();
-        let n = self.g.scope().canonical(&n);
+        let shape = &self.g[x].shape;
+        let constant = axes.iter().try_fold(1i64, |acc, &a| {
+            shape[a].as_const().and_then(|c| acc.checked_mul(c))
+        });
+        let n = match constant {
+            // Constant extents: their product (canonical already).
+            Some(c) => Dim::val(c),
+            None => {
+                let n: Dim = axes.iter().map(|&a| &shape[a]).product();
+                self.g.scope().canonical(&n)
+            }
+        };
         let sum = Op::Reduce {
             op: ReduceOp::Sum,
             axes: axes.to_vec(),
@@ -235,7 +299,7 @@ impl Rewriter<'_> {
             }
             _ => {
                 let id = self.g.push(Node {
-                    operands: x.to_vec(),
+                    operands: Operands::from(x),
                     ..node.clone()
                 });
                 Ok(id)

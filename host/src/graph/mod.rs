@@ -58,11 +58,13 @@ mod tests;
 
 use std::collections::HashMap;
 use std::fmt;
+use std::hash::BuildHasherDefault;
+use std::sync::OnceLock;
 
 use dvm_isa::DType;
 
 pub use bind::ConcreteShapes;
-pub use decompose::{decompose, decompose_with_spans};
+pub use decompose::{decompose, decompose_owned, decompose_with_spans};
 pub use error::{DimsDisplay, GraphError, ShapeDisplay};
 pub use op::{is_comparison, opcode_dtypes, opcode_kind, result_dtype, Op, OpcodeKind, ReduceOp};
 
@@ -85,6 +87,153 @@ impl fmt::Display for NodeId {
     }
 }
 
+/// The operand ids of a [`Node`]: a slice ([`Deref`](std::ops::Deref)),
+/// held inline for up to [`Operands::INLINE`] operands (every operator but a
+/// long concat), so that a node costs no allocation for them.
+#[derive(Clone)]
+pub struct Operands(OperandStore);
+
+#[derive(Clone)]
+enum OperandStore {
+    Inline(u8, [NodeId; Operands::INLINE]),
+    Heap(Vec<NodeId>),
+}
+
+impl Operands {
+    /// Most operands held inline.
+    pub const INLINE: usize = 3;
+
+    /// No operands.
+    pub const fn new() -> Operands {
+        Operands(OperandStore::Inline(0, [NodeId(0); Operands::INLINE]))
+    }
+
+    /// The ids as a slice.
+    #[inline]
+    pub fn as_slice(&self) -> &[NodeId] {
+        match &self.0 {
+            OperandStore::Inline(n, ids) => &ids[..usize::from(*n)],
+            OperandStore::Heap(v) => v,
+        }
+    }
+
+    /// The ids as a mutable slice.
+    #[inline]
+    pub fn as_mut_slice(&mut self) -> &mut [NodeId] {
+        match &mut self.0 {
+            OperandStore::Inline(n, ids) => &mut ids[..usize::from(*n)],
+            OperandStore::Heap(v) => v,
+        }
+    }
+}
+
+impl Default for Operands {
+    fn default() -> Operands {
+        Operands::new()
+    }
+}
+
+impl std::ops::Deref for Operands {
+    type Target = [NodeId];
+    #[inline]
+    fn deref(&self) -> &[NodeId] {
+        self.as_slice()
+    }
+}
+
+impl std::ops::DerefMut for Operands {
+    #[inline]
+    fn deref_mut(&mut self) -> &mut [NodeId] {
+        self.as_mut_slice()
+    }
+}
+
+impl From<&[NodeId]> for Operands {
+    fn from(ids: &[NodeId]) -> Operands {
+        if ids.len() <= Operands::INLINE {
+            let mut inline = [NodeId(0); Operands::INLINE];
+            inline[..ids.len()].copy_from_slice(ids);
+            Operands(OperandStore::Inline(ids.len() as u8, inline))
+        } else {
+            Operands(OperandStore::Heap(ids.to_vec()))
+        }
+    }
+}
+
+impl From<Vec<NodeId>> for Operands {
+    fn from(ids: Vec<NodeId>) -> Operands {
+        if ids.len() <= Operands::INLINE {
+            Operands::from(ids.as_slice())
+        } else {
+            Operands(OperandStore::Heap(ids))
+        }
+    }
+}
+
+impl FromIterator<NodeId> for Operands {
+    fn from_iter<I: IntoIterator<Item = NodeId>>(iter: I) -> Operands {
+        let mut inline = [NodeId(0); Operands::INLINE];
+        let mut iter = iter.into_iter();
+        for (n, slot) in inline.iter_mut().enumerate() {
+            match iter.next() {
+                Some(id) => *slot = id,
+                None => return Operands(OperandStore::Inline(n as u8, inline)),
+            }
+        }
+        match iter.next() {
+            None => Operands(OperandStore::Inline(Operands::INLINE as u8, inline)),
+            Some(id) => {
+                let mut v = inline.to_vec();
+                v.push(id);
+                v.extend(iter);
+                Operands(OperandStore::Heap(v))
+            }
+        }
+    }
+}
+
+impl<'a> IntoIterator for &'a Operands {
+    type Item = &'a NodeId;
+    type IntoIter = std::slice::Iter<'a, NodeId>;
+    fn into_iter(self) -> Self::IntoIter {
+        self.as_slice().iter()
+    }
+}
+
+impl<'a> IntoIterator for &'a mut Operands {
+    type Item = &'a mut NodeId;
+    type IntoIter = std::slice::IterMut<'a, NodeId>;
+    fn into_iter(self) -> Self::IntoIter {
+        self.as_mut_slice().iter_mut()
+    }
+}
+
+impl PartialEq for Operands {
+    fn eq(&self, other: &Operands) -> bool {
+        self.as_slice() == other.as_slice()
+    }
+}
+
+impl Eq for Operands {}
+
+impl PartialEq<[NodeId]> for Operands {
+    fn eq(&self, other: &[NodeId]) -> bool {
+        self.as_slice() == other
+    }
+}
+
+impl PartialEq<Vec<NodeId>> for Operands {
+    fn eq(&self, other: &Vec<NodeId>) -> bool {
+        self.as_slice() == other.as_slice()
+    }
+}
+
+impl fmt::Debug for Operands {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_list().entries(self.as_slice()).finish()
+    }
+}
+
 /// One node: an operator applied to earlier nodes.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Node {
@@ -92,7 +241,7 @@ pub struct Node {
     /// says so).
     pub op: Op,
     /// Operand node ids, in order (all smaller than this node's id).
-    pub operands: Vec<NodeId>,
+    pub operands: Operands,
     /// Unique name (`[A-Za-z0-9_.-]`, not starting with `.`).
     pub name: String,
     /// Element type of the result.
@@ -109,7 +258,94 @@ pub struct Graph {
     nodes: Vec<Node>,
     inputs: Vec<NodeId>,
     outputs: Vec<(String, NodeId)>,
-    names: HashMap<String, NodeId>,
+    /// Node names to ids, built on the first lookup and kept up to date
+    /// from then on: a graph that is never looked up by name (a
+    /// decomposed copy) does not pay for it.
+    names: OnceLock<NameIndex>,
+}
+
+/// An index of node names by a 64-bit hash of the name, so that it holds no
+/// copies of the names: an entry is confirmed against the node's own name,
+/// and the (practically never seen) names whose hash another name already
+/// holds are kept in a list.
+#[derive(Clone, Debug, Default)]
+struct NameIndex {
+    by_hash: HashMap<u64, NodeId, BuildHasherDefault<crate::fuse::IdHasher>>,
+    collided: Vec<NodeId>,
+}
+
+/// FNV-1a over the name's bytes, eight at a time.
+fn name_hash(name: &str) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    let mut chunks = name.as_bytes().chunks_exact(8);
+    for c in &mut chunks {
+        let mut w = [0u8; 8];
+        w.copy_from_slice(c);
+        h = (h ^ u64::from_le_bytes(w)).wrapping_mul(0x0000_0100_0000_01b3);
+        h ^= h >> 29;
+    }
+    for &b in chunks.remainder() {
+        h = (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h ^ (name.len() as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15)
+}
+
+impl NameIndex {
+    fn build(nodes: &[Node]) -> NameIndex {
+        let mut ix = NameIndex::default();
+        ix.by_hash.reserve(nodes.len());
+        for (i, n) in nodes.iter().enumerate() {
+            ix.insert(nodes, &n.name, NodeId(i));
+        }
+        ix
+    }
+
+    fn get(&self, nodes: &[Node], name: &str) -> Option<NodeId> {
+        let id = *self.by_hash.get(&name_hash(name))?;
+        if nodes.get(id.0).is_some_and(|n| n.name == name) {
+            return Some(id);
+        }
+        self.collided
+            .iter()
+            .copied()
+            .find(|c| nodes.get(c.0).is_some_and(|n| n.name == name))
+    }
+
+    /// Records `id` under `name` (`nodes[id]` may not exist yet).
+    fn insert(&mut self, nodes: &[Node], name: &str, id: NodeId) {
+        match self.by_hash.entry(name_hash(name)) {
+            std::collections::hash_map::Entry::Vacant(e) => {
+                e.insert(id);
+            }
+            std::collections::hash_map::Entry::Occupied(e) => {
+                let held = *e.get();
+                if nodes.get(held.0).is_some_and(|n| n.name == name) {
+                    // The same name again (a rename to itself).
+                    return;
+                }
+                self.collided.push(id);
+            }
+        }
+    }
+
+    /// Forgets `id`, listed under `name`.
+    fn remove(&mut self, nodes: &[Node], name: &str, id: NodeId) {
+        let h = name_hash(name);
+        if self.by_hash.get(&h) == Some(&id) {
+            self.by_hash.remove(&h);
+            // A collided name with the same hash takes the slot.
+            if let Some(k) = self
+                .collided
+                .iter()
+                .position(|c| nodes.get(c.0).is_some_and(|n| name_hash(&n.name) == h))
+            {
+                let c = self.collided.swap_remove(k);
+                self.by_hash.insert(h, c);
+            }
+        } else {
+            self.collided.retain(|&c| c != id);
+        }
+    }
 }
 
 /// Longest accepted node or output name, in bytes.
@@ -179,7 +415,26 @@ impl Graph {
 
     /// The node named `name`.
     pub fn find(&self, name: &str) -> Option<NodeId> {
-        self.names.get(name).copied()
+        self.name_index().get(&self.nodes, name)
+    }
+
+    /// The input named `name`: a scan of the inputs while the name index
+    /// is not built and they are few (binding a prepared graph's inputs
+    /// does not build it).
+    pub(crate) fn input_named(&self, name: &str) -> Option<NodeId> {
+        if self.names.get().is_none() && self.inputs.len() <= 32 {
+            return self
+                .inputs
+                .iter()
+                .copied()
+                .find(|&i| self.nodes[i.0].name == name);
+        }
+        self.find(name)
+            .filter(|&id| self.nodes[id.0].op == Op::Input)
+    }
+
+    fn name_index(&self) -> &NameIndex {
+        self.names.get_or_init(|| NameIndex::build(&self.nodes))
     }
 
     /// The node's shape printed as `[S, 768]` (empty string for a foreign id).
@@ -277,8 +532,8 @@ impl Graph {
     pub fn rename(&mut self, id: NodeId, name: &str) -> Result<(), GraphError> {
         self.check(id)?;
         check_name("node", name)?;
-        match self.names.get(name) {
-            Some(&other) if other == id => return Ok(()),
+        match self.find(name) {
+            Some(other) if other == id => return Ok(()),
             Some(_) => {
                 return Err(GraphError::DuplicateName {
                     kind: "node",
@@ -287,9 +542,14 @@ impl Graph {
             }
             None => {}
         }
-        let old = std::mem::replace(&mut self.nodes[id.0].name, name.to_owned());
-        self.names.remove(&old);
-        self.names.insert(name.to_owned(), id);
+        let mut ix = self
+            .names
+            .take()
+            .unwrap_or_else(|| NameIndex::build(&self.nodes));
+        ix.remove(&self.nodes, &self.nodes[id.0].name, id);
+        self.nodes[id.0].name = name.to_owned();
+        ix.insert(&self.nodes, name, id);
+        self.names = OnceLock::from(ix);
         Ok(())
     }
 
@@ -313,27 +573,34 @@ impl Graph {
     }
 
     pub(crate) fn check(&self, id: NodeId) -> Result<&Node, GraphError> {
-        self.nodes.get(id.0).ok_or(GraphError::UnknownNode {
-            id: id.0,
-            len: self.nodes.len(),
-        })
+        // (A match, not `ok_or`: the error is built, and dropped, only
+        // when it is returned.)
+        match self.nodes.get(id.0) {
+            Some(n) => Ok(n),
+            None => Err(GraphError::UnknownNode {
+                id: id.0,
+                len: self.nodes.len(),
+            }),
+        }
     }
 
     /// A fresh node name derived from `base` (`base`, else `base_1`, …).
     pub(crate) fn fresh_name(&self, base: &str) -> String {
-        if !self.names.contains_key(base) && check_name("node", base).is_ok() {
+        if self.find(base).is_none() && check_name("node", base).is_ok() {
             return base.to_owned();
         }
         (1..)
             .map(|i| format!("{base}_{i}"))
-            .find(|n| !self.names.contains_key(n))
+            .find(|n| self.find(n).is_none())
             .unwrap_or_else(|| base.to_owned())
     }
 
     /// Appends a node whose op, dtype and shape were already checked.
     fn push(&mut self, node: Node) -> NodeId {
         let id = NodeId(self.nodes.len());
-        self.names.insert(node.name.clone(), id);
+        if let Some(ix) = self.names.get_mut() {
+            ix.insert(&self.nodes, &node.name, id);
+        }
         if node.op == Op::Input {
             self.inputs.push(id);
         }

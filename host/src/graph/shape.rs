@@ -4,11 +4,12 @@ use dvm_isa::{DType, DTypeSet, Opcode};
 
 use super::error::GraphError;
 use super::op::{is_comparison, opcode_dtypes, opcode_kind, OpcodeKind};
-use super::{check_name, Graph, Node, NodeId, Op, ReduceOp};
+use super::{check_name, Graph, Node, NodeId, Op, Operands, ReduceOp};
 use crate::sym::{Dim, SymbolScope};
 use crate::tensor::{convert, numel};
 
 /// Operand facts needed by inference.
+#[derive(Clone, Copy)]
 pub(crate) struct Arg<'a> {
     pub(crate) name: &'a str,
     pub(crate) dtype: DType,
@@ -146,28 +147,45 @@ impl Graph {
         shape: Option<&[Dim]>,
     ) -> Result<NodeId, GraphError> {
         debug_assert!(self.find(&name).is_none() && check_name("node", &name).is_ok());
-        let mut args = Vec::with_capacity(operands.len());
-        for &id in operands {
-            let n = self.check(id)?;
-            args.push(Arg {
+        // The operands' facts: on the stack for up to four operands.
+        let arg = |id: NodeId| {
+            self.check(id).map(|n| Arg {
                 name: &n.name,
                 dtype: n.dtype,
                 shape: &n.shape,
-            });
-        }
-        let (op, dtype, shape) = match quick_infer(&op, &args) {
+            })
+        };
+        let mut few = [Arg {
+            name: "",
+            dtype: DType::F32,
+            shape: &[],
+        }; 4];
+        let many: Vec<Arg<'_>>;
+        let args: &[Arg<'_>] = if operands.len() <= few.len() {
+            for (slot, &id) in few.iter_mut().zip(operands) {
+                *slot = arg(id)?;
+            }
+            &few[..operands.len()]
+        } else {
+            many = operands
+                .iter()
+                .map(|&id| arg(id))
+                .collect::<Result<_, _>>()?;
+            &many
+        };
+        let (op, dtype, shape) = match quick_infer(&self.scope, &op, args) {
             Some((dt, s)) => (op, dt, s),
             None => {
                 let cx = Ctx {
                     node: &name,
                     op: op.name(),
                 };
-                infer(&self.scope, &cx, op, &args, dtype, shape)?
+                infer(&self.scope, &cx, op, args, dtype, shape)?
             }
         };
         Ok(self.push(Node {
             op,
-            operands: operands.to_vec(),
+            operands: Operands::from(operands),
             name,
             dtype,
             shape,
@@ -208,11 +226,12 @@ impl Graph {
 /// [`infer`]'s answer for the common operators that need neither a proof
 /// nor an error path: element-wise (not comparisons) and reduce operators
 /// over operands of one float dtype the opcode accepts, binary ones over
-/// constant shapes that are equal or differ by 1s (right-aligned),
+/// settled shapes ([`quick_broadcast`]) that are equal or differ by 1s
+/// (right-aligned),
 /// reductions over sorted axes in range. `None` for anything else, which goes through
 /// [`infer`]; where this answers, [`infer`] answers the same (the graph
 /// tests re-infer every node of generated graphs).
-fn quick_infer(op: &Op, args: &[Arg<'_>]) -> Option<(DType, Vec<Dim>)> {
+fn quick_infer(scope: &SymbolScope, op: &Op, args: &[Arg<'_>]) -> Option<(DType, Vec<Dim>)> {
     let a = args.first()?;
     if !a.dtype.is_float() || args.iter().any(|b| b.dtype != a.dtype) {
         return None;
@@ -232,7 +251,7 @@ fn quick_infer(op: &Op, args: &[Arg<'_>]) -> Option<(DType, Vec<Dim>)> {
             Some((a.dtype, a.shape.to_vec()))
         }
         (Op::Binary(code), [_, b]) if accepts(*code, OpcodeKind::Binary) => {
-            quick_broadcast(a.shape, b.shape).map(|s| (a.dtype, s))
+            quick_broadcast(scope, a.shape, b.shape).map(|s| (a.dtype, s))
         }
         (Op::Reduce { axes, keepdims, .. }, [_]) => {
             let sorted = axes.windows(2).all(|w| w[0] < w[1]);
@@ -243,30 +262,40 @@ fn quick_infer(op: &Op, args: &[Arg<'_>]) -> Option<(DType, Vec<Dim>)> {
     }
 }
 
-/// [`broadcast`] of constant shapes whose dimensions pair up as equal or
-/// 1 against anything; `None` when a pair does not, or a dimension is
-/// symbolic ([`broadcast`] puts those in canonical form, which may have
-/// changed since the operands were made).
-fn quick_broadcast(a: &[Dim], b: &[Dim]) -> Option<Vec<Dim>> {
+/// [`broadcast`] of shapes whose dimensions are settled (constants, or
+/// symbols that are their own canonical form: [`SymbolScope::is_settled`])
+/// and pair up as equal or 1 against anything; `None` when a pair does not,
+/// or a dimension is not settled ([`broadcast`] puts those in canonical
+/// form, which may have changed since the operands were made).
+fn quick_broadcast(scope: &SymbolScope, a: &[Dim], b: &[Dim]) -> Option<Vec<Dim>> {
     if a == b {
-        return a.iter().all(Dim::is_const).then(|| a.to_vec());
+        return a
+            .iter()
+            .all(|d| d.is_const() || scope.is_settled(d))
+            .then(|| a.to_vec());
     }
     let r = a.len().max(b.len());
-    let at = |s: &[Dim], i: usize| {
-        (i + s.len())
-            .checked_sub(r)
-            .map_or(Some(1), |j| s[j].as_const())
-    };
     let mut out = Vec::with_capacity(r);
     for i in 0..r {
-        let (Some(da), Some(db)) = (at(a, i), at(b, i)) else {
-            return None;
+        let da = (i + a.len()).checked_sub(r).map(|j| &a[j]);
+        let db = (i + b.len()).checked_sub(r).map(|j| &b[j]);
+        let d = match (da, db) {
+            // An axis only one side has: the other side's implicit 1.
+            (Some(d), None) | (None, Some(d)) => d,
+            (Some(da), Some(db)) => match (da.as_const(), db.as_const()) {
+                (Some(x), Some(y)) if x == y || y == 1 => da,
+                (Some(1), Some(_)) => db,
+                (Some(_), Some(_)) => return None,
+                _ if da == db || db.as_const() == Some(1) => da,
+                (Some(1), _) => db,
+                _ => return None,
+            },
+            (None, None) => return None,
         };
-        out.push(Dim::from(match (da, db) {
-            _ if da == db || db == 1 => da,
-            (1, _) => db,
-            _ => return None,
-        }));
+        if !d.is_const() && !scope.is_settled(d) {
+            return None;
+        }
+        out.push(d.clone());
     }
     Some(out)
 }

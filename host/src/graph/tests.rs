@@ -292,6 +292,64 @@ fn shape_errors_name_op_shapes_and_dims() {
     assert!(g.rename(x, "y").is_err());
 }
 
+/// The name index is built on the first lookup and kept up to date after
+/// it; a copy made before or after that answers the same, and names that
+/// share a hash prefix or differ only in length stay apart.
+#[test]
+fn name_index_is_lazy_and_exact() {
+    let mut g = Graph::new();
+    let names = ["a", "a_1", "abcdefgh", "abcdefghi", "abcdefgh.x", "x.sum"];
+    let ids: Vec<NodeId> = names
+        .iter()
+        .map(|n| g.input(n, DType::F32, &[d(2)]).unwrap())
+        .collect();
+    // A copy made before any lookup builds its own index.
+    let copy = g.clone();
+    for (n, &id) in names.iter().zip(&ids) {
+        assert_eq!(g.find(n), Some(id));
+        assert_eq!(copy.find(n), Some(id));
+    }
+    assert_eq!(g.find("abcdefg"), None);
+    assert_eq!(g.input_named("a_1"), Some(ids[1]));
+    // Nodes added after the index exists are found; renames move entries.
+    let e = g.exp(ids[0]).unwrap();
+    assert_eq!(g.find(&g[e].name.clone()), Some(e));
+    g.rename(ids[2], "renamed").unwrap();
+    assert_eq!(g.find("abcdefgh"), None);
+    assert_eq!(g.find("renamed"), Some(ids[2]));
+    g.rename(ids[2], "renamed").unwrap();
+    assert_eq!(g.find("renamed"), Some(ids[2]));
+    // A rename before any lookup.
+    let mut h = copy.clone();
+    h.rename(ids[0], "b").unwrap();
+    assert_eq!((h.find("a"), h.find("b")), (None, Some(ids[0])));
+    assert_eq!(h.input_named("b"), Some(ids[0]));
+    assert_eq!(h.input_named("nope"), None);
+}
+
+/// Names whose hash another name holds are found through the collision
+/// list (a collision forced by filing a node under another name's hash).
+#[test]
+fn name_index_collisions() {
+    let mut g = Graph::new();
+    let a = g.input("a", DType::F32, &[d(2)]).unwrap();
+    let z = g.input("zzz", DType::F32, &[d(2)]).unwrap();
+    let nodes = g.nodes().to_vec();
+    let mut ix = NameIndex::default();
+    ix.by_hash.insert(name_hash("zzz"), a);
+    ix.insert(&nodes, "a", a);
+    ix.insert(&nodes, "zzz", z);
+    assert_eq!(ix.collided, vec![z]);
+    assert_eq!(ix.get(&nodes, "zzz"), Some(z));
+    assert_eq!(ix.get(&nodes, "a"), Some(a));
+    // Removing the holder of the hash promotes the collided name.
+    ix.remove(&nodes, "zzz", a);
+    assert!(ix.collided.is_empty());
+    assert_eq!(ix.get(&nodes, "zzz"), Some(z));
+    ix.remove(&nodes, "zzz", z);
+    assert_eq!(ix.get(&nodes, "zzz"), None);
+}
+
 #[test]
 fn slices_are_symbolic() {
     let mut g = Graph::new();
@@ -893,4 +951,31 @@ fn errors_are_small() {
         "{}",
         std::mem::size_of::<GraphError>()
     );
+}
+
+/// Operand lists of every length read back as what they were made of,
+/// inline or on the heap, however they were made.
+#[test]
+fn operands_hold_any_length() {
+    for n in 0..=Operands::INLINE + 3 {
+        let ids: Vec<NodeId> = (0..n).map(|i| NodeId(10 + i)).collect();
+        let a = Operands::from(ids.as_slice());
+        let b = Operands::from(ids.clone());
+        let c: Operands = ids.iter().copied().collect();
+        for o in [&a, &b, &c] {
+            assert_eq!(o.as_slice(), ids.as_slice());
+            assert_eq!(*o, ids);
+            assert_eq!(format!("{o:?}"), format!("{ids:?}"));
+            assert_eq!(o.iter().count(), n);
+        }
+        assert!(a == b && b == c);
+        let mut m = c.clone();
+        for id in &mut m {
+            id.0 += 1;
+        }
+        let shifted: Vec<NodeId> = ids.iter().map(|i| NodeId(i.0 + 1)).collect();
+        assert_eq!(m, shifted);
+        assert_eq!(a != m, n > 0);
+    }
+    assert!(Operands::default().is_empty());
 }

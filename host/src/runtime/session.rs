@@ -1,6 +1,7 @@
 //! Running graphs: lower at the bound shapes, fetch kernels from the cache,
 //! allocate buffers, launch every step on the CPU device.
 
+use std::ops::Range;
 use std::sync::Arc;
 
 use dvm_isa::KernelKind;
@@ -10,7 +11,7 @@ use super::pool::{CpuPool, RawBuf};
 use crate::compile::Target;
 use crate::fuse::stack::{launch_maps, pack_sequences, SequencePolicy};
 use crate::fuse::{FuseError, FuseOptions, FusionPlan};
-use crate::graph::{decompose_with_spans, Graph, GraphError};
+use crate::graph::{decompose_owned, decompose_with_spans, Graph, GraphError};
 use crate::kernel::{BuildError, ReadyKernel};
 use crate::lower::{lower_with, Buf, BufKind, Launch, LaunchKind, LowerError, Plan};
 use crate::sym::Bindings;
@@ -97,20 +98,36 @@ impl Prepared {
     /// [`GraphError`] from the decomposition.
     pub fn with_options(graph: &Graph, options: &FuseOptions) -> Result<Prepared, GraphError> {
         let (graph, composites) = decompose_with_spans(graph)?;
+        Ok(Prepared::decomposed(graph, &composites, options))
+    }
+
+    /// [`Prepared::with_options`] of a graph the caller gives up: its nodes
+    /// move into the decomposed graph instead of being copied
+    /// ([`decompose_owned`]); the result is the same.
+    ///
+    /// # Errors
+    /// [`GraphError`] from the decomposition.
+    pub fn from_graph(graph: Graph, options: &FuseOptions) -> Result<Prepared, GraphError> {
+        let (graph, composites) = decompose_owned(graph)?;
+        Ok(Prepared::decomposed(graph, &composites, options))
+    }
+
+    /// Fuses the decomposed `graph` whose composites became `composites`.
+    fn decomposed(graph: Graph, composites: &[Range<usize>], options: &FuseOptions) -> Prepared {
         let (fusion, fuse_error) = if options.fuse || options.stack {
-            match FusionPlan::with_composites(&graph, options, &composites) {
+            match FusionPlan::with_composites(&graph, options, composites) {
                 Ok(f) => (f, None),
                 Err(e) => (FusionPlan::unfused(&graph), Some(e)),
             }
         } else {
             (FusionPlan::unfused(&graph), None)
         };
-        Ok(Prepared {
+        Prepared {
             graph,
             fusion,
             options: *options,
             fuse_error,
-        })
+        }
     }
 
     /// The decomposed graph.

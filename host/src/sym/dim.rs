@@ -45,8 +45,38 @@ impl Node {
 /// [`Dim::max`], or read one with [`Dim::parse`]. The operators never panic: when
 /// a coefficient would overflow `i64` the expression is kept unfolded and
 /// [`Dim::eval`] reports the overflow.
-#[derive(Clone, PartialEq, Eq, Hash)]
 pub struct Dim(pub(crate) Node);
+
+// Constants are most dimensions: comparing and copying them inline, without
+// a call into the expression tree's derived impls, is what shape checks
+// spend their time on. The answers are the structural ones.
+impl Clone for Dim {
+    #[inline]
+    fn clone(&self) -> Dim {
+        match self.0 {
+            Node::Val(v) => Dim(Node::Val(v)),
+            ref n => Dim(n.clone()),
+        }
+    }
+}
+
+impl PartialEq for Dim {
+    #[inline]
+    fn eq(&self, other: &Dim) -> bool {
+        match (&self.0, &other.0) {
+            (Node::Val(a), Node::Val(b)) => a == b,
+            (a, b) => a == b,
+        }
+    }
+}
+
+impl Eq for Dim {}
+
+impl std::hash::Hash for Dim {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.0.hash(state);
+    }
+}
 
 impl Dim {
     /// The constant 0.

@@ -20,6 +20,20 @@ use super::symbol::Symbol;
 const FIXPOINT_ROUNDS: usize = 4;
 
 impl SymbolScope {
+    /// True when `dim` is its own [canonical](Self::canonical) form
+    /// because it is a constant, or a symbol that no equality rewrites and
+    /// whose range has more than one value (checked without rewriting).
+    pub fn is_settled(&self, dim: &Dim) -> bool {
+        match dim.0 {
+            Node::Val(_) => true,
+            Node::Sym(s) => {
+                let (lo, hi) = self.range(s);
+                lo != hi && !self.subst.contains_key(&s)
+            }
+            _ => false,
+        }
+    }
+
     /// `dim` rewritten under every recorded fact: eliminated symbols replaced by
     /// their representatives, ranges and divisibility used to fold `/`, `%`,
     /// `min` and `max` (`min(S, 0) == 0` when `S >= 1`; `S % 8 == 0` when
@@ -29,6 +43,17 @@ impl SymbolScope {
         if dim.is_const() {
             // A constant is its own canonical form.
             return dim.clone();
+        }
+        if let Node::Sym(s) = dim.0 {
+            // What the rewrite below makes of a single symbol that no
+            // equality rewrites: its value when its range has one, else
+            // itself.
+            if !self.subst.contains_key(&s) {
+                return match self.range(s) {
+                    (lo, hi) if lo == hi => Dim::val(lo),
+                    _ => dim.clone(),
+                };
+            }
         }
         let leaf = |s: Symbol| self.subst.get(&s).map(|d| d.0.clone());
         let mut cur = ops::rebuild(&dim.0, self, &leaf);
