@@ -216,7 +216,8 @@ fn build_dag(b: u64, c: u64, mask: &[bool], steps: &[DagStep], second: usize) ->
                     continue;
                 }
                 let z = g.full(DType::F32, &[Dim::from(c as i64)], 0.25).ok()?;
-                g.layer_norm(v, gamma, z, 1e-5)
+                // eps 1e-2, not the usual 1e-5: see the tolerance below.
+                g.layer_norm(v, gamma, z, 1e-2)
             }
         };
         if let Ok(n) = made {
@@ -261,8 +262,11 @@ proptest! {
         let rt = Runtime::new(2, 64);
         // A layernorm of a nearly constant row (a `y` broadcast along the
         // row makes them) divides f32 rounding errors of `x − mean` by
-        // `sqrt(var + eps)`, up to 1/sqrt(1e-5) ≈ 316×: with values up to
-        // ~10 that is ~4e-4 from f32 itself against the f64 reference.
+        // `sqrt(var + eps)`: up to 1/sqrt(eps), 316× with eps = 1e-5, and
+        // layernorms in a chain multiply it (two gave 5e-3 against the f64
+        // reference, from f32 itself). The DAGs use eps = 1e-2 (at most
+        // 10× per layernorm) so the comparison checks fusion, not f32's
+        // conditioning.
         let ln = steps.iter().any(|s| matches!(s, DagStep::LayerNorm(_)));
         let atol = if ln { 1e-3 } else { 1e-5 };
         let mut kernels = Vec::new();
