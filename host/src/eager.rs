@@ -356,9 +356,10 @@ fn flush(inner: &mut Inner) -> Result<(), EagerError> {
     let named: Vec<(&str, &Tensor)> = feed.iter().map(|(n, t)| (n.as_str(), &**t)).collect();
     let result = (|| {
         let bindings = prepared.graph().bind_tensors(&named, &Bindings::new())?;
-        let (plan, _) = inner.rt.plan(&prepared, &bindings)?;
+        let planned = inner.rt.planned(&prepared, &bindings)?;
         let got = inner.rt.run(&prepared, &named, &bindings)?;
-        Ok::<_, RunError>((plan.steps.len(), plan.launches.len(), got))
+        let (steps, launches) = (planned.plan.steps.len(), planned.plan.launches.len());
+        Ok::<_, RunError>((steps, launches, got))
     })();
     let failed = result.is_err();
     if failed {

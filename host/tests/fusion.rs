@@ -535,9 +535,15 @@ fn the_cache_keys_on_the_group_structure() {
     let b = Bindings::new().with(fused.graph().scope().lookup("S").unwrap(), 48);
     rt.plan(&fused, &b).unwrap();
     let first = rt.cache_stats();
+    // The same prepared graph at the same bindings keeps its plan: no
+    // kernel is looked up at all.
     rt.plan(&fused, &b).unwrap();
+    assert_eq!(rt.cache_stats(), first, "the plan is reused");
+    // Another preparation of the graph lowers again: every kernel hits.
+    let twin = Prepared::new(&g).unwrap();
+    rt.plan(&twin, &b).unwrap();
     let again = rt.cache_stats();
-    assert_eq!(again.misses, first.misses, "the second call only hits");
+    assert_eq!(again.misses, first.misses, "the second lowering only hits");
     assert!(again.hits > first.hits);
     // The unfused plan's groups differ: they compile on their own.
     rt.plan(&unfused, &b).unwrap();

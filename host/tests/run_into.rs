@@ -1,6 +1,7 @@
-//! `Runtime::run_into`: outputs written into the caller's tensors give the
-//! bytes `Runtime::run` returns, call after call; tensors that do not fit
-//! the graph's outputs are refused by name before anything runs.
+//! Repeated calls: `Runtime::run_into` writes into the caller's tensors the
+//! bytes `Runtime::run` returns, call after call, and refuses tensors that
+//! do not fit the graph's outputs by name before anything runs; the plans a
+//! prepared graph keeps are the ones a fresh runtime lowers.
 
 use dvm_host::demo::data;
 use dvm_host::graph::Graph;
@@ -111,5 +112,39 @@ fn tensors_that_do_not_fit_are_refused_by_name() {
     // Nothing was written by the refused calls.
     for t in [&p, &s, &xo, &extra, &twice] {
         assert!(t.to_f32_vec().iter().all(|&v| v == 3.0));
+    }
+}
+
+/// A prepared graph keeps its recent plans: calls that cycle through more
+/// shapes than it keeps, on two runtimes, get the plan a fresh runtime
+/// lowers and the bytes of a fresh run every time.
+#[test]
+fn recent_plans_are_reused_and_stay_right() {
+    let g = graph();
+    let prepared = Prepared::new(&g).unwrap();
+    let (a, b) = (Runtime::new(1, 64), Runtime::new(2, 64));
+    let bias = tensor(&[64], 2);
+    for (k, rows) in [5u64, 9, 5, 9, 1, 2, 3, 4, 6, 7, 8, 10, 11, 5, 9]
+        .into_iter()
+        .enumerate()
+    {
+        let x = tensor(&[rows, 64], k as u32);
+        let inputs = [("x", &x), ("b", &bias)];
+        let bindings = prepared
+            .graph()
+            .bind_tensors(&inputs, &Bindings::new())
+            .unwrap();
+        for rt in [&a, &b] {
+            let fresh = Runtime::new(rt.pool().cores(), 64);
+            let other = Prepared::new(&g).unwrap();
+            let (want, _) = fresh.plan(&other, &bindings).unwrap();
+            let (got, _) = rt.plan(&prepared, &bindings).unwrap();
+            assert_eq!(got, want, "S={rows} on {} cores", rt.pool().cores());
+            let want = fresh.run(&other, &inputs, &Bindings::new()).unwrap();
+            let got = rt.run(&prepared, &inputs, &Bindings::new()).unwrap();
+            for ((n, w), (_, t)) in want.iter().zip(&got) {
+                assert_eq!(w.bytes(), t.bytes(), "S={rows} {n}");
+            }
+        }
     }
 }

@@ -78,6 +78,40 @@ pub struct Prepared {
     fusion: FusionPlan,
     options: FuseOptions,
     fuse_error: Option<FuseError>,
+    plans: PlanCache,
+}
+
+/// A lowered plan and its kernels, one per launch.
+pub(crate) struct Planned {
+    pub(crate) plan: Plan,
+    pub(crate) kernels: Vec<Arc<ReadyKernel>>,
+}
+
+/// Plans a prepared graph was lowered to, most recent first, by runtime
+/// and bindings: a call at shapes seen a moment ago only binds and looks
+/// its plan up (lowering the 11 kernels of the demo's encoder block with
+/// every kernel cached took 45 µs per call).
+#[derive(Default)]
+struct PlanCache(std::sync::Mutex<Vec<(u64, Bindings, Arc<Planned>)>>);
+
+/// Most plans a [`Prepared`] keeps.
+const PLANS_KEPT: usize = 8;
+
+impl PlanCache {
+    fn get(&self, runtime: u64, b: &Bindings) -> Option<Arc<Planned>> {
+        let mut v = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let i = v.iter().position(|(r, k, _)| *r == runtime && k == b)?;
+        let hit = v.remove(i);
+        let planned = Arc::clone(&hit.2);
+        v.insert(0, hit);
+        Some(planned)
+    }
+
+    fn put(&self, runtime: u64, b: &Bindings, planned: &Arc<Planned>) {
+        let mut v = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        v.truncate(PLANS_KEPT - 1);
+        v.insert(0, (runtime, b.clone(), Arc::clone(planned)));
+    }
 }
 
 impl Prepared {
@@ -127,6 +161,7 @@ impl Prepared {
             fusion,
             options: *options,
             fuse_error,
+            plans: PlanCache::default(),
         }
     }
 
@@ -153,6 +188,8 @@ impl Prepared {
 
 /// The CPU device runtime: a worker pool and a kernel cache.
 pub struct Runtime {
+    /// Unique in the process: keys the plans a [`Prepared`] keeps.
+    id: u64,
     pool: CpuPool,
     cache: KernelCache,
     target: Target,
@@ -295,7 +332,9 @@ impl Runtime {
         };
         pool.wait_ready(std::time::Duration::from_millis(100));
         crate::warm::warm_up(&target);
+        static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
         Runtime {
+            id: NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
             pool,
             cache: KernelCache::new(cache_capacity),
             target,
@@ -361,11 +400,38 @@ impl Runtime {
     /// (or fetches) every kernel, packs small consecutive kernels into
     /// sequence launches (when the options allow) and builds the stacked
     /// kernels. Returns the plan and one kernel per launch. A stack that
-    /// does not build falls back to separate launches.
+    /// does not build falls back to separate launches. `prepared` keeps the
+    /// last few plans it was lowered to (by runtime and bindings), so a call
+    /// at recent shapes skips the lowering.
     ///
     /// # Errors
     /// [`RunError`] naming the node or step at fault.
     pub fn plan(
+        &self,
+        prepared: &Prepared,
+        bindings: &Bindings,
+    ) -> Result<(Plan, Vec<Arc<ReadyKernel>>), RunError> {
+        let p = self.planned(prepared, bindings)?;
+        Ok((p.plan.clone(), p.kernels.clone()))
+    }
+
+    /// [`Runtime::plan`], shared: from `prepared`'s plans when it was
+    /// lowered at `bindings` on this runtime lately, else lowered and kept.
+    pub(crate) fn planned(
+        &self,
+        prepared: &Prepared,
+        bindings: &Bindings,
+    ) -> Result<Arc<Planned>, RunError> {
+        if let Some(p) = prepared.plans.get(self.id, bindings) {
+            return Ok(p);
+        }
+        let (plan, kernels) = self.lower_plan(prepared, bindings)?;
+        let p = Arc::new(Planned { plan, kernels });
+        prepared.plans.put(self.id, bindings, &p);
+        Ok(p)
+    }
+
+    fn lower_plan(
         &self,
         prepared: &Prepared,
         bindings: &Bindings,
@@ -506,13 +572,14 @@ impl Runtime {
     ) -> Result<Outputs, RunError> {
         let graph = &prepared.graph;
         let bindings = graph.bind_tensors(inputs, explicit)?;
-        let (plan, kernels) = self.plan(prepared, &bindings)?;
+        let planned = self.planned(prepared, &bindings)?;
+        let (plan, kernels) = (&planned.plan, &planned.kernels);
         // The caller's tensor for each output, checked before anything runs.
         let in_caller = caller.is_some();
         let mut slots: Vec<Option<&'a mut [u8]>> = Vec::new();
         let mut slot_of: Vec<usize> = Vec::new();
         if let Some(outs) = caller {
-            slot_of = caller_slots(&plan, outs)?;
+            slot_of = caller_slots(plan, outs)?;
             slots = outs.iter_mut().map(|(_, t)| Some(t.bytes_mut())).collect();
         }
         // Inputs are bound in place and outputs written straight into the
@@ -556,7 +623,7 @@ impl Runtime {
             }
             mems.push(Mem::Dev(self.take_buf(bytes)));
         }
-        let result = self.launch_all(&plan, &kernels, &mut mems, profile);
+        let result = self.launch_all(plan, kernels, &mut mems, profile);
         let outputs = result.and_then(|()| {
             if in_caller {
                 // Outputs not written in place: copied into their tensors.
