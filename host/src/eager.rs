@@ -357,7 +357,7 @@ fn flush(inner: &mut Inner) -> Result<(), EagerError> {
     let result = (|| {
         let bindings = prepared.graph().bind_tensors(&named, &Bindings::new())?;
         let planned = inner.rt.planned(&prepared, &bindings)?;
-        let got = inner.rt.run(&prepared, &named, &bindings)?;
+        let got = inner.rt.run_bound(&prepared, &named, &bindings)?;
         let (steps, launches) = (planned.plan.steps.len(), planned.plan.launches.len());
         Ok::<_, RunError>((steps, launches, got))
     })();

@@ -531,7 +531,7 @@ impl Runtime {
         explicit: &Bindings,
         profile: Option<&mut Vec<(String, std::time::Duration)>>,
     ) -> Result<Vec<(String, Tensor)>, RunError> {
-        match self.run_with(prepared, inputs, explicit, profile, None)? {
+        match self.run_with(prepared, inputs, Bind::Deduce(explicit), profile, None)? {
             Outputs::Fresh(v) => Ok(v),
             Outputs::Written => Ok(Vec::new()),
         }
@@ -558,21 +558,48 @@ impl Runtime {
         explicit: &Bindings,
         outputs: &mut [(&str, &mut Tensor)],
     ) -> Result<(), RunError> {
-        self.run_with(prepared, inputs, explicit, None, Some(outputs))
-            .map(|_| ())
+        self.run_with(
+            prepared,
+            inputs,
+            Bind::Deduce(explicit),
+            None,
+            Some(outputs),
+        )
+        .map(|_| ())
+    }
+
+    /// [`Runtime::run`] at `bindings` that [`Graph::bind_tensors`] already
+    /// deduced from these `inputs` (they are not checked again).
+    pub(crate) fn run_bound(
+        &self,
+        prepared: &Prepared,
+        inputs: &[(&str, &Tensor)],
+        bindings: &Bindings,
+    ) -> Result<Vec<(String, Tensor)>, RunError> {
+        match self.run_with(prepared, inputs, Bind::Bound(bindings), None, None)? {
+            Outputs::Fresh(v) => Ok(v),
+            Outputs::Written => Ok(Vec::new()),
+        }
     }
 
     fn run_with<'a>(
         &self,
         prepared: &Prepared,
         inputs: &[(&str, &'a Tensor)],
-        explicit: &Bindings,
+        bind: Bind<'_>,
         profile: Option<&mut Vec<(String, std::time::Duration)>>,
         caller: Option<&'a mut [(&str, &mut Tensor)]>,
     ) -> Result<Outputs, RunError> {
         let graph = &prepared.graph;
-        let bindings = graph.bind_tensors(inputs, explicit)?;
-        let planned = self.planned(prepared, &bindings)?;
+        let deduced;
+        let bindings = match bind {
+            Bind::Deduce(explicit) => {
+                deduced = graph.bind_tensors(inputs, explicit)?;
+                &deduced
+            }
+            Bind::Bound(b) => b,
+        };
+        let planned = self.planned(prepared, bindings)?;
         let (plan, kernels) = (&planned.plan, &planned.kernels);
         // The caller's tensor for each output, checked before anything runs.
         let in_caller = caller.is_some();
@@ -712,6 +739,14 @@ impl Runtime {
         }
         Ok(())
     }
+}
+
+/// Where a run's bindings come from.
+enum Bind<'b> {
+    /// Deduced from the inputs, plus these explicit ones.
+    Deduce(&'b Bindings),
+    /// Already deduced from these very inputs.
+    Bound(&'b Bindings),
 }
 
 /// What a run gives back.
