@@ -1738,42 +1738,53 @@ fn split_max_min_propagate_nan() {
             let src = region(n as u32);
             let mut ub = Ub::new(src as usize + n * 4 + 64);
             ub.bytes()[src as usize..src as usize + n * 4].copy_from_slice(v.as_bytes());
-            let (dt, axis, dst) = (DType::F32, Axis::Cols, 0);
-            let instr = [
-                Instr::ReduceMax {
-                    dt,
-                    axis,
-                    dst,
-                    src,
-                    rows,
-                    cols,
-                },
-                Instr::ReduceMin {
-                    dt,
-                    axis,
-                    dst,
-                    src,
-                    rows,
-                    cols,
-                },
-            ][k];
-            for simd in Simd::supported() {
-                let mut u = Ub::new(ub.0.len() * 64);
-                u.bytes()[..ub.bytes().len()].copy_from_slice(ub.bytes());
-                resolve_with(&instr, simd).unwrap().run(u.bytes());
-                for r in 0..rows as usize {
-                    let row = &v[r * c..(r + 1) * c];
-                    let got = f32::from_le_bytes(u.bytes()[r * 4..r * 4 + 4].try_into().unwrap());
-                    let what = format!("{op:?} {} {rows}x{cols} row {r}", simd.name());
-                    if row.iter().any(|x| x.is_nan()) {
-                        assert!(got.is_nan(), "{what}: {got}");
-                    } else {
-                        let want = if k == 0 {
-                            row.iter().cloned().fold(f32::NEG_INFINITY, f32::max)
+            // Along the rows, each column is a fold: the NaNs above land in
+            // columns 0, c − 1 and c / 2, the infinities in c / 2 and 1 % c.
+            for axis in [Axis::Cols, Axis::Rows] {
+                let (dt, dst) = (DType::F32, 0);
+                let instr = [
+                    Instr::ReduceMax {
+                        dt,
+                        axis,
+                        dst,
+                        src,
+                        rows,
+                        cols,
+                    },
+                    Instr::ReduceMin {
+                        dt,
+                        axis,
+                        dst,
+                        src,
+                        rows,
+                        cols,
+                    },
+                ][k];
+                let lines: Vec<Vec<f32>> = match axis {
+                    Axis::Cols => v.chunks(c).map(|r| r.to_vec()).collect(),
+                    Axis::Rows => (0..c)
+                        .map(|j| v.iter().skip(j).step_by(c).cloned().collect())
+                        .collect(),
+                };
+                for simd in Simd::supported() {
+                    let mut u = Ub::new(ub.0.len() * 64);
+                    u.bytes()[..ub.bytes().len()].copy_from_slice(ub.bytes());
+                    resolve_with(&instr, simd).unwrap().run(u.bytes());
+                    for (r, row) in lines.iter().enumerate() {
+                        let got =
+                            f32::from_le_bytes(u.bytes()[r * 4..r * 4 + 4].try_into().unwrap());
+                        let what =
+                            format!("{op:?} {axis:?} {} {rows}x{cols} line {r}", simd.name());
+                        if row.iter().any(|x| x.is_nan()) {
+                            assert!(got.is_nan(), "{what}: {got}");
                         } else {
-                            row.iter().cloned().fold(f32::INFINITY, f32::min)
-                        };
-                        assert_eq!(got, want, "{what}");
+                            let want = if k == 0 {
+                                row.iter().cloned().fold(f32::NEG_INFINITY, f32::max)
+                            } else {
+                                row.iter().cloned().fold(f32::INFINITY, f32::min)
+                            };
+                            assert_eq!(got, want, "{what}");
+                        }
                     }
                 }
             }

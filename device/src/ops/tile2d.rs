@@ -273,12 +273,31 @@ fn col_block<T: Elem, O: RedOp<T::C>, const W: usize>(
     d: &mut [T],
 ) {
     let mut acc = [O::id(); W];
-    for row in src.chunks_exact(cols) {
-        let Some(r) = row.get(j0..).and_then(|r| r.first_chunk::<W>()) else {
-            return;
-        };
-        for (a, x) in acc.iter_mut().zip(r) {
-            *a = O::f(*a, x.get());
+    if O::SPLIT {
+        // As in `fold_row`: the NaN chain apart, merged at the end.
+        let mut nan = [O::id(); W];
+        for row in src.chunks_exact(cols) {
+            let Some(r) = row.get(j0..).and_then(|r| r.first_chunk::<W>()) else {
+                return;
+            };
+            for (a, x) in acc.iter_mut().zip(r) {
+                *a = O::lean(*a, x.get());
+            }
+            for (n, x) in nan.iter_mut().zip(r) {
+                *n = O::poison(*n, x.get());
+            }
+        }
+        for (a, n) in acc.iter_mut().zip(nan) {
+            *a = O::f(*a, n);
+        }
+    } else {
+        for row in src.chunks_exact(cols) {
+            let Some(r) = row.get(j0..).and_then(|r| r.first_chunk::<W>()) else {
+                return;
+            };
+            for (a, x) in acc.iter_mut().zip(r) {
+                *a = O::f(*a, x.get());
+            }
         }
     }
     for (d, a) in d.iter_mut().zip(acc.iter()) {
