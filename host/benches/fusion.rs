@@ -13,8 +13,10 @@
 //! workloads, no encoder or decision tables). Each fusion plan is
 //! made once per workload on the symbolic graph; every length then only
 //! binds, hits the kernel cache and runs. Times are the best of a few calls:
-//! "call" is the whole `Runtime::run` (binding, lowering, cache lookups,
-//! buffer allocation, launches), "kernels" the launches alone.
+//! "call" is the whole `Runtime::run` (binding, the plan kept from the
+//! warm-up call, output allocation, launches), "into" the same into output
+//! tensors kept from an earlier call (`Runtime::run_into`), "kernels" the
+//! launches alone.
 
 use std::time::{Duration, Instant};
 
