@@ -148,3 +148,31 @@ fn recent_plans_are_reused_and_stay_right() {
         }
     }
 }
+
+/// Two outputs of one node share a buffer: the first is written in place,
+/// the second gets a copy.
+#[test]
+fn one_node_as_two_outputs() {
+    let mut g = Graph::new();
+    let x = g
+        .input("x", DType::F32, &[Dim::from(3), Dim::from(64)])
+        .unwrap();
+    let y = g.softmax(x, -1).unwrap();
+    g.output("a", y).unwrap();
+    g.output("b", y).unwrap();
+    let rt = Runtime::new(1, 16);
+    let prepared = Prepared::new(&g).unwrap();
+    let x = tensor(&[3, 64], 4);
+    let want = rt.run(&prepared, &[("x", &x)], &Bindings::new()).unwrap();
+    let mut a = Tensor::zeros(DType::F32, &[3, 64]).unwrap();
+    let mut b = Tensor::zeros(DType::F32, &[3, 64]).unwrap();
+    rt.run_into(
+        &prepared,
+        &[("x", &x)],
+        &Bindings::new(),
+        &mut [("b", &mut b), ("a", &mut a)],
+    )
+    .unwrap();
+    assert_eq!(want[0].1.bytes(), a.bytes());
+    assert_eq!(want[1].1.bytes(), b.bytes());
+}
