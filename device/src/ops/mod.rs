@@ -153,6 +153,9 @@ pub struct UbOp {
     /// What the predecoder's peephole pass may fuse it with.
     pub peep: Peep,
     /// The UB bytes it reads (one hull over every read range) and writes.
+    /// The softmax superinstruction also writes its row sums outside
+    /// `write`; it is built after every liveness scan of its body, and a
+    /// write left out only makes later scans more conservative.
     pub foot: Footprint,
 }
 
