@@ -43,7 +43,7 @@ pub(crate) trait RedOp<C> {
     /// is one max instruction and the NaN chain one blend. The result is
     /// the same for rows without NaN, and NaN for rows with one.
     const SPLIT: bool = false;
-    /// The step for non-NaN `x` (only used when `SPLIT`).
+    /// The step for non-NaN `x` when `SPLIT`; otherwise `f`.
     #[inline(always)]
     fn lean(acc: C, x: C) -> C {
         Self::f(acc, x)
@@ -152,6 +152,32 @@ fn fold_lanes<C: Copy, O: RedOp<C>, const L: usize>(acc: &mut [C; L]) -> C {
     acc[..n].iter().fold(O::id(), |s, a| O::f(s, *a))
 }
 
+/// One step of independent accumulators over `xs` (one element each):
+/// [`RedOp::lean`] into `acc` and, for ops that [`RedOp::SPLIT`], each NaN
+/// into `nan` on its own chain (see [`merge_nan`]).
+#[inline(always)]
+fn accumulate<T: Elem, O: RedOp<T::C>>(acc: &mut [T::C], nan: &mut [T::C], xs: &[T]) {
+    for (a, x) in acc.iter_mut().zip(xs) {
+        *a = O::lean(*a, x.get());
+    }
+    if O::SPLIT {
+        for (n, x) in nan.iter_mut().zip(xs) {
+            *n = O::poison(*n, x.get());
+        }
+    }
+}
+
+/// Folds the NaN chain of [`accumulate`] back into `acc` (nothing for ops
+/// that do not split).
+#[inline(always)]
+fn merge_nan<C: Copy, O: RedOp<C>>(acc: &mut [C], nan: &[C]) {
+    if O::SPLIT {
+        for (a, n) in acc.iter_mut().zip(nan) {
+            *a = O::f(*a, *n);
+        }
+    }
+}
+
 /// Folds one row with `L` independent accumulators (element `i` of the
 /// main part goes to lane `i % L`), then the lanes ([`fold_lanes`]), then
 /// the tail (the last `len % L` elements) in order.
@@ -162,27 +188,11 @@ fn fold_lanes<C: Copy, O: RedOp<C>, const L: usize>(acc: &mut [C; L]) -> C {
 #[inline(always)]
 fn fold_row<T: Elem, O: RedOp<T::C>, const L: usize>(row: &[T]) -> T::C {
     let (main, tail) = row.split_at(row.len() / L * L);
-    let mut acc = [O::id(); L];
-    if O::SPLIT {
-        let mut nan = [O::id(); L];
-        for c in main.chunks_exact(L) {
-            for (a, x) in acc.iter_mut().zip(c) {
-                *a = O::lean(*a, x.get());
-            }
-            for (n, x) in nan.iter_mut().zip(c) {
-                *n = O::poison(*n, x.get());
-            }
-        }
-        for (a, n) in acc.iter_mut().zip(nan) {
-            *a = O::f(*a, n);
-        }
-    } else {
-        for c in main.chunks_exact(L) {
-            for (a, x) in acc.iter_mut().zip(c) {
-                *a = O::f(*a, x.get());
-            }
-        }
+    let (mut acc, mut nan) = ([O::id(); L], [O::id(); L]);
+    for c in main.chunks_exact(L) {
+        accumulate::<T, O>(&mut acc, &mut nan, c);
     }
+    merge_nan::<T::C, O>(&mut acc, &nan);
     // A copy, so that the loop above keeps `acc` in registers.
     let mut lanes = acc;
     let mut s = fold_lanes::<T::C, O, L>(&mut lanes);
@@ -272,34 +282,14 @@ fn col_block<T: Elem, O: RedOp<T::C>, const W: usize>(
     j0: usize,
     d: &mut [T],
 ) {
-    let mut acc = [O::id(); W];
-    if O::SPLIT {
-        // As in `fold_row`: the NaN chain apart, merged at the end.
-        let mut nan = [O::id(); W];
-        for row in src.chunks_exact(cols) {
-            let Some(r) = row.get(j0..).and_then(|r| r.first_chunk::<W>()) else {
-                return;
-            };
-            for (a, x) in acc.iter_mut().zip(r) {
-                *a = O::lean(*a, x.get());
-            }
-            for (n, x) in nan.iter_mut().zip(r) {
-                *n = O::poison(*n, x.get());
-            }
-        }
-        for (a, n) in acc.iter_mut().zip(nan) {
-            *a = O::f(*a, n);
-        }
-    } else {
-        for row in src.chunks_exact(cols) {
-            let Some(r) = row.get(j0..).and_then(|r| r.first_chunk::<W>()) else {
-                return;
-            };
-            for (a, x) in acc.iter_mut().zip(r) {
-                *a = O::f(*a, x.get());
-            }
-        }
+    let (mut acc, mut nan) = ([O::id(); W], [O::id(); W]);
+    for row in src.chunks_exact(cols) {
+        let Some(r) = row.get(j0..).and_then(|r| r.first_chunk::<W>()) else {
+            return;
+        };
+        accumulate::<T, O>(&mut acc, &mut nan, r);
     }
+    merge_nan::<T::C, O>(&mut acc, &nan);
     for (d, a) in d.iter_mut().zip(acc.iter()) {
         *d = T::put(*a);
     }
