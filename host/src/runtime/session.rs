@@ -531,10 +531,7 @@ impl Runtime {
         explicit: &Bindings,
         profile: Option<&mut Vec<(String, std::time::Duration)>>,
     ) -> Result<Vec<(String, Tensor)>, RunError> {
-        match self.run_with(prepared, inputs, Bind::Deduce(explicit), profile, None)? {
-            Outputs::Fresh(v) => Ok(v),
-            Outputs::Written => Ok(Vec::new()),
-        }
+        self.run_with(prepared, inputs, Bind::Deduce(explicit), profile, None)
     }
 
     /// [`Runtime::run`] into tensors the caller owns: each of the graph's
@@ -576,12 +573,12 @@ impl Runtime {
         inputs: &[(&str, &Tensor)],
         bindings: &Bindings,
     ) -> Result<Vec<(String, Tensor)>, RunError> {
-        match self.run_with(prepared, inputs, Bind::Bound(bindings), None, None)? {
-            Outputs::Fresh(v) => Ok(v),
-            Outputs::Written => Ok(Vec::new()),
-        }
+        self.run_with(prepared, inputs, Bind::Bound(bindings), None, None)
     }
 
+    /// The run behind [`Runtime::run`], [`Runtime::run_into`] and
+    /// [`Runtime::run_bound`]: the outputs as new tensors, or none when
+    /// they were written into `caller`'s.
     fn run_with<'a>(
         &self,
         prepared: &Prepared,
@@ -589,7 +586,7 @@ impl Runtime {
         bind: Bind<'_>,
         profile: Option<&mut Vec<(String, std::time::Duration)>>,
         caller: Option<&'a mut [(&str, &mut Tensor)]>,
-    ) -> Result<Outputs, RunError> {
+    ) -> Result<Vec<(String, Tensor)>, RunError> {
         let graph = &prepared.graph;
         let deduced;
         let bindings = match bind {
@@ -630,15 +627,10 @@ impl Runtime {
             let first_out = plan.outputs.iter().position(|o| o.1 == i);
             if let Some(k) = first_out {
                 if in_caller {
-                    let slot = &mut slots[slot_of[k]];
-                    if slot
-                        .as_deref()
-                        .is_some_and(|b| aligned(b) && b.len() == bytes)
-                    {
-                        if let Some(b) = slot.take() {
-                            mems.push(Mem::Caller(b));
-                            continue;
-                        }
+                    let fits = |b: &mut &mut [u8]| aligned(b) && b.len() == bytes;
+                    if let Some(b) = slots[slot_of[k]].take_if(fits) {
+                        mems.push(Mem::Caller(b));
+                        continue;
                     }
                 } else {
                     let v = fresh_output(bytes);
@@ -670,7 +662,7 @@ impl Runtime {
                         dst.copy_from_slice(src);
                     }
                 }
-                return Ok(Outputs::Written);
+                return Ok(Vec::new());
             }
             plan.outputs
                 .iter()
@@ -690,8 +682,7 @@ impl Runtime {
                             })
                         })
                 })
-                .collect::<Result<Vec<_>, _>>()
-                .map(Outputs::Fresh)
+                .collect()
         });
         self.give_bufs(
             mems.into_iter()
@@ -747,14 +738,6 @@ enum Bind<'b> {
     Deduce(&'b Bindings),
     /// Already deduced from these very inputs.
     Bound(&'b Bindings),
-}
-
-/// What a run gives back.
-enum Outputs {
-    /// New tensors, by name.
-    Fresh(Vec<(String, Tensor)>),
-    /// The caller's tensors were written.
-    Written,
 }
 
 /// For each of `plan`'s outputs, the index of the caller's tensor of its
