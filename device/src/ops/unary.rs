@@ -271,13 +271,10 @@ where
         || !src_ok
         || !apart(&rv, &rd)
         || !fold_ok
-        || rd.end.max(rs.end) > ub.len()
+        || [&rd, &rs, &rv, &rf].iter().any(|r| r.end > ub.len())
     {
         return;
     }
-    let (Some(_), Some(_)) = (ub.get(rv.clone()), ub.get(rf.clone())) else {
-        return;
-    };
     let row_bytes = cols * 4;
     let mut vals = [0f32; FOLD_ROWS];
     let mut folds = [0f32; FOLD_ROWS];
