@@ -177,10 +177,7 @@ fn fuse_exp_sum(bc: &UbOp, exp: &UbOp, sum: &UbOp, simd: Simd) -> Option<UbOp> {
         // It also writes the sums: `write` lists only the tile, which makes
         // any later liveness scan more conservative, never less (it is
         // built after the pair scans of this body).
-        foot: Footprint {
-            read: bc.foot.read,
-            write: bc.foot.write,
-        },
+        foot: bc.foot,
     })
 }
 
@@ -196,46 +193,42 @@ pub(crate) fn fuse_body(
     others: &[(usize, usize)],
 ) -> usize {
     let simd = Simd::detect();
-    let (mut r, mut w) = (start, to);
-    while r < end {
-        let pair = match (code.get(r), code.get(r + 1)) {
-            (Some(VInstr::Ub(brc)), Some(VInstr::Ub(bin))) if r + 1 < end => fuse(brc, bin, simd),
-            _ => None,
+    let end = sweep::<2>(code, (start, end), to, |code, r, w| {
+        let (Some(VInstr::Ub(brc)), Some(VInstr::Ub(bin))) = (code.get(r), code.get(r + 1)) else {
+            return None;
         };
-        if let Some((fused, t)) = pair {
-            let elsewhere = others
-                .iter()
-                .all(|&(s, e)| code.get(s..e).is_some_and(|o| written_first(o, t)));
-            if elsewhere && dead(t, &code[r + 2..end], &code[to..w]) {
-                code[w] = VInstr::Ub(fused);
-                w += 1;
-                r += 2;
-                continue;
-            }
-        }
-        code[w] = code[r];
-        w += 1;
-        r += 1;
-    }
-    fuse_triples(code, to, w, simd)
+        let (fused, t) = fuse(brc, bin, simd)?;
+        let elsewhere = others
+            .iter()
+            .all(|&(s, e)| code.get(s..e).is_some_and(|o| written_first(o, t)));
+        (elsewhere && dead(t, &code[r + 2..end], &code[to..w])).then_some(fused)
+    });
+    // Each `binary_col; exp; sum` run ([`fuse_exp_sum`]).
+    sweep::<3>(code, (to, end), to, |code, r, _| match code.get(r..r + 3) {
+        Some([VInstr::Ub(a), VInstr::Ub(b), VInstr::Ub(c)]) => fuse_exp_sum(a, b, c, simd),
+        _ => None,
+    })
 }
 
-/// Fuses each `binary_col; exp; sum` run of `code[start..end]` in place
-/// ([`fuse_exp_sum`]) and returns where the body now ends.
-fn fuse_triples(code: &mut [VInstr], start: usize, end: usize, simd: Simd) -> usize {
-    let (mut r, mut w) = (start, start);
+/// Rewrites `code[start..end]` from `code[to]` on (`to ≤ start`), each run
+/// of `N` instructions that `fuse` (given the code, the run's start and the
+/// next write position) makes one op becoming that op; returns where the
+/// body now ends.
+fn sweep<const N: usize>(
+    code: &mut [VInstr],
+    (start, end): (usize, usize),
+    to: usize,
+    mut fuse: impl FnMut(&[VInstr], usize, usize) -> Option<UbOp>,
+) -> usize {
+    let (mut r, mut w) = (start, to);
     while r < end {
-        let triple = match code.get(r..r + 3) {
-            Some([VInstr::Ub(a), VInstr::Ub(b), VInstr::Ub(c)]) if r + 3 <= end => {
-                fuse_exp_sum(a, b, c, simd)
+        if r + N <= end {
+            if let Some(op) = fuse(code, r, w) {
+                code[w] = VInstr::Ub(op);
+                w += 1;
+                r += N;
+                continue;
             }
-            _ => None,
-        };
-        if let Some(op) = triple {
-            code[w] = VInstr::Ub(op);
-            w += 1;
-            r += 3;
-            continue;
         }
         code[w] = code[r];
         w += 1;
