@@ -61,6 +61,8 @@ use std::fmt;
 use std::hash::BuildHasherDefault;
 use std::sync::OnceLock;
 
+use smallvec::SmallVec;
+
 use dvm_isa::DType;
 
 pub use bind::ConcreteShapes;
@@ -90,14 +92,8 @@ impl fmt::Display for NodeId {
 /// The operand ids of a [`Node`]: a slice ([`Deref`](std::ops::Deref)),
 /// held inline for up to [`Operands::INLINE`] operands (every operator but a
 /// long concat), so that a node costs no allocation for them.
-#[derive(Clone)]
-pub struct Operands(OperandStore);
-
-#[derive(Clone)]
-enum OperandStore {
-    Inline(u8, [NodeId; Operands::INLINE]),
-    Heap(Vec<NodeId>),
-}
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct Operands(SmallVec<[NodeId; Operands::INLINE]>);
 
 impl Operands {
     /// Most operands held inline.
@@ -105,31 +101,19 @@ impl Operands {
 
     /// No operands.
     pub const fn new() -> Operands {
-        Operands(OperandStore::Inline(0, [NodeId(0); Operands::INLINE]))
+        Operands(SmallVec::new_const())
     }
 
     /// The ids as a slice.
     #[inline]
     pub fn as_slice(&self) -> &[NodeId] {
-        match &self.0 {
-            OperandStore::Inline(n, ids) => &ids[..usize::from(*n)],
-            OperandStore::Heap(v) => v,
-        }
+        &self.0
     }
 
     /// The ids as a mutable slice.
     #[inline]
     pub fn as_mut_slice(&mut self) -> &mut [NodeId] {
-        match &mut self.0 {
-            OperandStore::Inline(n, ids) => &mut ids[..usize::from(*n)],
-            OperandStore::Heap(v) => v,
-        }
-    }
-}
-
-impl Default for Operands {
-    fn default() -> Operands {
-        Operands::new()
+        &mut self.0
     }
 }
 
@@ -137,58 +121,32 @@ impl std::ops::Deref for Operands {
     type Target = [NodeId];
     #[inline]
     fn deref(&self) -> &[NodeId] {
-        self.as_slice()
+        &self.0
     }
 }
 
 impl std::ops::DerefMut for Operands {
     #[inline]
     fn deref_mut(&mut self) -> &mut [NodeId] {
-        self.as_mut_slice()
+        &mut self.0
     }
 }
 
 impl From<&[NodeId]> for Operands {
     fn from(ids: &[NodeId]) -> Operands {
-        if ids.len() <= Operands::INLINE {
-            let mut inline = [NodeId(0); Operands::INLINE];
-            inline[..ids.len()].copy_from_slice(ids);
-            Operands(OperandStore::Inline(ids.len() as u8, inline))
-        } else {
-            Operands(OperandStore::Heap(ids.to_vec()))
-        }
+        Operands(SmallVec::from_slice(ids))
     }
 }
 
 impl From<Vec<NodeId>> for Operands {
     fn from(ids: Vec<NodeId>) -> Operands {
-        if ids.len() <= Operands::INLINE {
-            Operands::from(ids.as_slice())
-        } else {
-            Operands(OperandStore::Heap(ids))
-        }
+        Operands(SmallVec::from_vec(ids))
     }
 }
 
 impl FromIterator<NodeId> for Operands {
     fn from_iter<I: IntoIterator<Item = NodeId>>(iter: I) -> Operands {
-        let mut inline = [NodeId(0); Operands::INLINE];
-        let mut iter = iter.into_iter();
-        for (n, slot) in inline.iter_mut().enumerate() {
-            match iter.next() {
-                Some(id) => *slot = id,
-                None => return Operands(OperandStore::Inline(n as u8, inline)),
-            }
-        }
-        match iter.next() {
-            None => Operands(OperandStore::Inline(Operands::INLINE as u8, inline)),
-            Some(id) => {
-                let mut v = inline.to_vec();
-                v.push(id);
-                v.extend(iter);
-                Operands(OperandStore::Heap(v))
-            }
-        }
+        Operands(iter.into_iter().collect())
     }
 }
 
@@ -196,7 +154,7 @@ impl<'a> IntoIterator for &'a Operands {
     type Item = &'a NodeId;
     type IntoIter = std::slice::Iter<'a, NodeId>;
     fn into_iter(self) -> Self::IntoIter {
-        self.as_slice().iter()
+        self.0.iter()
     }
 }
 
@@ -204,17 +162,9 @@ impl<'a> IntoIterator for &'a mut Operands {
     type Item = &'a mut NodeId;
     type IntoIter = std::slice::IterMut<'a, NodeId>;
     fn into_iter(self) -> Self::IntoIter {
-        self.as_mut_slice().iter_mut()
+        self.0.iter_mut()
     }
 }
-
-impl PartialEq for Operands {
-    fn eq(&self, other: &Operands) -> bool {
-        self.as_slice() == other.as_slice()
-    }
-}
-
-impl Eq for Operands {}
 
 impl PartialEq<[NodeId]> for Operands {
     fn eq(&self, other: &[NodeId]) -> bool {
