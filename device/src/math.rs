@@ -71,9 +71,15 @@ fn horner<const N: usize>(x: f32, c: [f32; N]) -> f32 {
 
 /// `e^x`.
 ///
-/// Cody–Waite reduction `x = n·ln2 + r` (`|r| ≤ ln2/2`), a degree-7
-/// polynomial for `e^r` (Cephes coefficients), and a two-step scaling by
-/// `2^n` so that subnormal results are rounded once.
+/// Cody–Waite reduction `x = n·ln2 + r` (`|r| ≤ ln2/2`), a degree-6
+/// polynomial `1 + r + r²·P(r)` for `e^r`, and a two-step scaling by `2^n`
+/// so that subnormal results are rounded once.
+///
+/// `P` (degree 4) minimises the relative error of `e^r` on
+/// `|r| ≤ 1.0005·ln2/2` (Lawson's iteration on a Chebyshev grid): at most
+/// 3.1e-9, about 0.03 ulp, so the result's error is the rounding of the
+/// last steps. Cephes' degree-7 polynomial gives the same maximum error
+/// (0.966 ulp over the sweep) for one more multiply-add.
 ///
 /// **Error:** ≤ 1 ulp for results in the normal range (measured 0.97 ulp);
 /// for subnormal results (x < −87.34) absolute error ≤ 2^-149.
@@ -103,12 +109,11 @@ fn exp_parts(x: f32, lo: f32) -> (f32, i32) {
     let p = horner(
         r,
         [
-            1.987_569_1e-4,
-            1.398_199_9e-3,
-            8.333_452e-3,
-            4.166_579_6e-2,
-            1.666_666_5e-1,
-            5.000_000_1e-1,
+            1.381_453_967e-3,
+            8.368_745_126e-3,
+            4.166_839_079e-2,
+            1.666_652_040e-1,
+            4.999_999_343e-1,
         ],
     );
     (p * (r * r) + r + 1.0, n)
