@@ -45,12 +45,6 @@ fn copysign(mag: f32, sign: f32) -> f32 {
     f32::from_bits((mag.to_bits() & 0x7fff_ffff) | (sign.to_bits() & 0x8000_0000))
 }
 
-/// `2^n` for `n` in `-126..=127`.
-#[inline(always)]
-fn pow2i(n: i32) -> f32 {
-    f32::from_bits(((n + 127) as u32) << 23)
-}
-
 /// Horner evaluation of `c[0]·x^(N-1) + … + c[N-1]` (`N ≥ 1`).
 ///
 /// It starts from `c[0]` rather than `0·x + c[0]`: without fast-math LLVM
@@ -94,7 +88,7 @@ pub fn exp(x: f32) -> f32 {
 /// `e^x = y·2^n` with `y ∈ [0.7, 1.42]` (NaN for NaN), after NaN-preserving
 /// clamping of `x` to `[lo, 89]`; `lo ≥ −120` keeps `n ∈ -174..=128`.
 #[inline(always)]
-fn exp_parts(x: f32, lo: f32) -> (f32, i32) {
+fn exp_parts(x: f32, lo: f32) -> (f32, Pow2) {
     const LOG2E: f32 = core::f32::consts::LOG2_E;
     const C1: f32 = 0.693_359_4; // 355/512, exact
     const C2: f32 = -2.121_944_4e-4;
@@ -103,7 +97,6 @@ fn exp_parts(x: f32, lo: f32) -> (f32, i32) {
     let x = sel(x > 89.0, 89.0, x);
     let x = sel(x < lo, lo, x);
     let t = x * LOG2E + MAGIC;
-    let n = t.to_bits() as i32 - MAGIC.to_bits() as i32;
     let nf = t - MAGIC;
     let r = x - nf * C1 - nf * C2;
     let p = horner(
@@ -116,16 +109,30 @@ fn exp_parts(x: f32, lo: f32) -> (f32, i32) {
             4.999_999_343e-1,
         ],
     );
-    (p * (r * r) + r + 1.0, n)
+    (p * (r * r) + r + 1.0, Pow2(t.to_bits()))
 }
 
-/// `y·2^n` for `n ∈ -174..=128`, rounded once (two exact power-of-two
-/// factors, so subnormal results round only at the last product).
+/// The `2^n` of [`exp_parts`], held as the bits of `t = n + MAGIC` (`MAGIC
+/// = 1.5·2^23`, whose bits `M` are even and a multiple of 2^9), from which
+/// [`scale2`] builds its two factors without computing `n` itself.
+#[derive(Clone, Copy)]
+struct Pow2(u32);
+
+/// `y·2^n` for `n ∈ -174..=128`, rounded once: two exact power-of-two
+/// factors `2^n1 · 2^n2` (`n1 = ⌊n/2⌋`, `n2 = n − n1`), so subnormal
+/// results round only at the last product.
+///
+/// With `t = M + n`: `n1 + 127 = (t >> 1) + 127 − M/2` (`M` even), and
+/// `(n2 + 127) << 23 = (t << 23) + (254 << 23) − ((n1 + 127) << 23)` in
+/// wrapping `u32` arithmetic (`M << 23` wraps to 0). Both exponents lie in
+/// `40..=191`. For a NaN `y` the factors are meaningless and the product is
+/// NaN.
 #[inline(always)]
-fn scale2(y: f32, n: i32) -> f32 {
-    let n1 = n >> 1;
-    let n2 = n - n1;
-    y * pow2i(n1) * pow2i(n2)
+fn scale2(y: f32, Pow2(t): Pow2) -> f32 {
+    const M: u32 = 0x4b40_0000;
+    let b1 = ((t >> 1).wrapping_add(127u32.wrapping_sub(M >> 1))) << 23;
+    let b2 = (t << 23).wrapping_add(254 << 23).wrapping_sub(b1);
+    y * f32::from_bits(b1) * f32::from_bits(b2)
 }
 
 /// `x · sigmoid(v)` with one rounding into the subnormal range: for `v < 0`
