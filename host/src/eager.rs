@@ -701,6 +701,7 @@ fn node_of(inner: &mut Inner, t: &LazyTensor) -> Result<NodeId, EagerError> {
 /// on the symbolic copy the second time a class signature is seen, so a
 /// window that never changes length never pays for the copy; else a new
 /// decision on the window itself.
+#[inline(never)]
 fn decide(inner: &mut Inner, graph: &mut Graph) -> Result<Rc<Prepared>, GraphError> {
     let sig = signature(graph, Extents::Concrete);
     let key = key_of(&sig);

@@ -1,0 +1,146 @@
+//! Allocations of the fusion decision for the benchmark's window of 30
+//! recorded operations (`host/benches/fusion.rs`, `window30`): the
+//! decomposition, the fusion pass, both (`Prepared::with_options`), and
+//! the plan's and decomposed graph's drop, each counted on this thread.
+//!
+//! `cargo run --release -p dvm-host --example decision_allocs`
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
+
+use dvm_host::fuse::{FuseOptions, FusionPlan};
+use dvm_host::graph::{decompose_with_spans, Graph, ReduceOp};
+use dvm_host::runtime::Prepared;
+use dvm_host::sym::Dim;
+use dvm_isa::{DType, Opcode};
+
+struct Counting;
+
+thread_local! {
+    static ALLOCS: Cell<u64> = const { Cell::new(0) };
+}
+
+fn count() {
+    let _ = ALLOCS.try_with(|c| c.set(c.get() + 1));
+}
+
+// SAFETY: every method forwards to `System` with the caller's arguments and
+// only adds a counter update, which neither allocates nor unwinds.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        count();
+        // SAFETY: forwarded with the caller's guarantees.
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        count();
+        // SAFETY: forwarded with the caller's guarantees.
+        unsafe { System.alloc_zeroed(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: forwarded with the caller's guarantees.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        if new_size > layout.size() {
+            count();
+        }
+        // SAFETY: forwarded with the caller's guarantees.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+fn allocs() -> u64 {
+    ALLOCS.with(Cell::get)
+}
+
+fn c(v: i64) -> Dim {
+    Dim::from(v)
+}
+
+/// The benchmark's `window30_primitive`.
+fn window30_primitive() -> Graph {
+    let mut g = Graph::new();
+    let x = g.input("i0", DType::F32, &[c(64), c(256)]).expect("x");
+    let w = g.input("i1", DType::F32, &[c(256), c(256)]).expect("w");
+    let b = g.input("i2", DType::F32, &[c(256)]).expect("b");
+    let mut cur = x;
+    for i in 0..30 {
+        cur = match i % 10 {
+            0 => g.matmul(cur, w, false, false),
+            1 => g.binary(Opcode::Add, cur, b),
+            2 => g.unary(Opcode::GeluTanh, cur),
+            3 => g.binary(Opcode::Add, cur, x),
+            4 => g.reduce(cur, ReduceOp::Max, &[-1], true),
+            5 => g.binary(Opcode::Sub, x, cur),
+            6 => g.unary(Opcode::Exp, cur),
+            7 => g.binary(Opcode::Mul, cur, x),
+            8 => g.unary(Opcode::Tanh, cur),
+            _ => g.scalar(Opcode::MulS, cur, 0.5),
+        }
+        .expect("op");
+    }
+    g.output("o0", cur).expect("out");
+    g
+}
+
+/// The benchmark's `window30`.
+fn window30() -> Graph {
+    let mut g = Graph::new();
+    let x = g.input("v0", DType::F32, &[c(64), c(256)]).expect("x");
+    let w = g.input("v1", DType::F32, &[c(256), c(256)]).expect("w");
+    let b = g.input("v2", DType::F32, &[c(256)]).expect("b");
+    let gm = g.input("v3", DType::F32, &[c(256)]).expect("g");
+    let mut cur = x;
+    for i in 0..30 {
+        cur = match i % 10 {
+            0 => g.matmul(cur, w, false, false),
+            1 => g.binary(Opcode::Add, cur, b),
+            2 => g.unary(Opcode::GeluTanh, cur),
+            3 => g.binary(Opcode::Add, cur, x),
+            4 => g.layer_norm(cur, gm, b, 1e-5),
+            5 => g.scalar(Opcode::MulS, cur, 0.5),
+            6 => g.softmax(cur, -1),
+            7 => g.binary(Opcode::Mul, cur, x),
+            8 => g.unary(Opcode::Tanh, cur),
+            _ => g.rms_norm(cur, gm, 1e-6),
+        }
+        .expect("op");
+    }
+    g.output("t", cur).expect("out");
+    g
+}
+
+fn main() {
+    let opts = FuseOptions {
+        reasons: false,
+        ..FuseOptions::default()
+    };
+    for (name, w) in [
+        ("30 primitive ops", window30_primitive()),
+        ("30 ops with norms", window30()),
+    ] {
+        // Warm up once (thread-locals, lazily built tables).
+        drop(Prepared::with_options(&w, &opts).expect("prepares"));
+        let a0 = allocs();
+        let (d, spans) = decompose_with_spans(&w).expect("decomposes");
+        let a1 = allocs();
+        let plan = FusionPlan::with_composites(&d, &opts, &spans).expect("fuses");
+        let a2 = allocs();
+        drop(plan);
+        drop(d);
+        let a3 = allocs();
+        let p = Prepared::with_options(&w, &opts).expect("prepares");
+        let a4 = allocs();
+        drop(p);
+        println!(
+            "{name}: decomposition {} allocations, pass {}, decomposition + pass {}",
+            a1 - a0,
+            a2 - a1,
+            a4 - a3
+        );
+    }
+}
