@@ -1,7 +1,8 @@
 //! Allocations of the fusion decision for the benchmark's window of 30
 //! recorded operations (`host/benches/fusion.rs`, `window30`): the
 //! decomposition, the fusion pass, both (`Prepared::with_options`), and
-//! the plan's and decomposed graph's drop, each counted on this thread.
+//! each counted on this thread (`DVM_TRACE_LARGE=1`: a backtrace of
+//! every allocation of at least 1 KiB).
 //!
 //! `cargo run --release -p dvm-host --example decision_allocs`
 
@@ -18,22 +19,35 @@ struct Counting;
 
 thread_local! {
     static ALLOCS: Cell<u64> = const { Cell::new(0) };
+    static LARGE: Cell<u64> = const { Cell::new(0) };
+    static TRACE: Cell<bool> = const { Cell::new(false) };
 }
 
-fn count() {
+/// Counts an allocation of `size` bytes; allocations of at least 1 KiB
+/// (glibc's large-bin requests, which consolidate its fast bins) are also
+/// counted apart.
+fn count(size: usize) {
     let _ = ALLOCS.try_with(|c| c.set(c.get() + 1));
+    if size >= 1024 {
+        let _ = LARGE.try_with(|c| c.set(c.get() + 1));
+        if TRACE.try_with(Cell::get).unwrap_or(false) {
+            let _ = TRACE.try_with(|t| t.set(false));
+            eprintln!("large allocation of {size} bytes:\n{}", std::backtrace::Backtrace::force_capture());
+            let _ = TRACE.try_with(|t| t.set(true));
+        }
+    }
 }
 
 // SAFETY: every method forwards to `System` with the caller's arguments and
 // only adds a counter update, which neither allocates nor unwinds.
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        count();
+        count(layout.size());
         // SAFETY: forwarded with the caller's guarantees.
         unsafe { System.alloc(layout) }
     }
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        count();
+        count(layout.size());
         // SAFETY: forwarded with the caller's guarantees.
         unsafe { System.alloc_zeroed(layout) }
     }
@@ -43,7 +57,7 @@ unsafe impl GlobalAlloc for Counting {
     }
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
         if new_size > layout.size() {
-            count();
+            count(new_size);
         }
         // SAFETY: forwarded with the caller's guarantees.
         unsafe { System.realloc(ptr, layout, new_size) }
@@ -53,8 +67,9 @@ unsafe impl GlobalAlloc for Counting {
 #[global_allocator]
 static GLOBAL: Counting = Counting;
 
-fn allocs() -> u64 {
-    ALLOCS.with(Cell::get)
+/// Allocations so far, and those of at least 1 KiB.
+fn allocs() -> (u64, u64) {
+    (ALLOCS.with(Cell::get), LARGE.with(Cell::get))
 }
 
 fn c(v: i64) -> Dim {
@@ -125,6 +140,7 @@ fn main() {
     ] {
         // Warm up once (thread-locals, lazily built tables).
         drop(Prepared::with_options(&w, &opts).expect("prepares"));
+        TRACE.with(|t| t.set(std::env::var_os("DVM_TRACE_LARGE").is_some()));
         let a0 = allocs();
         let (d, spans) = decompose_with_spans(&w).expect("decomposes");
         let a1 = allocs();
@@ -136,11 +152,13 @@ fn main() {
         let p = Prepared::with_options(&w, &opts).expect("prepares");
         let a4 = allocs();
         drop(p);
+        TRACE.with(|t| t.set(false));
+        let d = |x: (u64, u64), y: (u64, u64)| format!("{} ({} of ≥ 1 KiB)", y.0 - x.0, y.1 - x.1);
         println!(
-            "{name}: decomposition {} allocations, pass {}, decomposition + pass {}",
-            a1 - a0,
-            a2 - a1,
-            a4 - a3
+            "{name}: allocations: decomposition {}, pass {}, decomposition + pass {}",
+            d(a0, a1),
+            d(a1, a2),
+            d(a3, a4)
         );
     }
 }

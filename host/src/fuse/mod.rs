@@ -449,7 +449,7 @@ impl<'g> State<'g> {
         };
         let mut bound: usize = nodes.iter().map(|&m| self.g[m].operands.len() + 1).sum();
         if bound > self.opts.max_params {
-            bound = self.count_params(&nodes, &member);
+            bound = self.count_params(&nodes, member);
             if bound > self.opts.max_params {
                 self.spare.get_mut().push(nodes);
                 return false;
@@ -870,7 +870,7 @@ impl<'g> State<'g> {
         // bound exceeds the limit.
         let mut bound = (self.params[a] + self.params[b]) as usize;
         if bound > self.opts.max_params {
-            bound = self.count_params(nodes, &member);
+            bound = self.count_params(nodes, member);
             if bound > self.opts.max_params {
                 return Err(Some(Reason::TooManyParams {
                     n: bound,
@@ -912,11 +912,10 @@ impl<'g> State<'g> {
 
     /// [`count_params`] of a candidate group, with the visited marks of
     /// [`State::path_from`] instead of a list of seen operands.
-    fn count_params(&self, nodes: &[NodeId], member: &dyn Fn(NodeId) -> bool) -> usize {
+    fn count_params<M: Fn(NodeId) -> bool>(&self, nodes: &[NodeId], member: M) -> usize {
         let epoch = self.next_epoch();
         let mut scratch = self.scratch.borrow_mut();
         let seen = &mut scratch.0;
-        let facts = self.facts();
         let mut count = 0;
         for &n in nodes {
             for &o in &self.g[n].operands {
@@ -925,7 +924,9 @@ impl<'g> State<'g> {
                     count += 1;
                 }
             }
-            if facts.materialized(n, member) {
+            // Stored: a graph output, or read outside the group
+            // ([`Facts::materialized`]).
+            if self.is_output[n.0] || self.users.of(n).iter().any(|&u| !member(u)) {
                 count += 1;
             }
         }
