@@ -32,7 +32,10 @@ fn count(size: usize) {
         let _ = LARGE.try_with(|c| c.set(c.get() + 1));
         if TRACE.try_with(Cell::get).unwrap_or(false) {
             let _ = TRACE.try_with(|t| t.set(false));
-            eprintln!("large allocation of {size} bytes:\n{}", std::backtrace::Backtrace::force_capture());
+            eprintln!(
+                "large allocation of {size} bytes:\n{}",
+                std::backtrace::Backtrace::force_capture()
+            );
             let _ = TRACE.try_with(|t| t.set(true));
         }
     }

@@ -168,10 +168,22 @@ struct Rewriter<'a> {
 
 impl Rewriter<'_> {
     fn node(&mut self, suffix: &str, op: Op, operands: &[NodeId]) -> Result<NodeId, GraphError> {
-        let mut base = String::with_capacity(self.name.len() + 1 + suffix.len());
+        self.node_named(&[suffix], op, operands)
+    }
+
+    /// [`Rewriter::node`] with the suffix given in parts (joined without a
+    /// separator), so that a caller needs no string of its own for it.
+    fn node_named(
+        &mut self,
+        suffix: &[&str],
+        op: Op,
+        operands: &[NodeId],
+    ) -> Result<NodeId, GraphError> {
+        let len = self.name.len() + 1 + suffix.iter().map(|p| p.len()).sum::<usize>();
+        let mut base = String::with_capacity(len);
         base.push_str(self.name);
         base.push('.');
-        base.push_str(suffix);
+        suffix.iter().for_each(|p| base.push_str(p));
         let taken =
             |n: &str| self.g.find(n).is_some() || self.orig.is_some_and(|o| o.find(n).is_some());
         let name = if !self.dotless && taken(&base) {
@@ -182,8 +194,13 @@ impl Rewriter<'_> {
         } else {
             base
         };
-        // Unused (checked above); a valid name unless it grew too long.
-        check_name("node", &name)?;
+        // Unused (checked above). The composite's name is valid and the
+        // suffixes are lowercase letters and `_`: the name is valid unless
+        // it grew too long, which is all there is left to check.
+        if name.len() > super::MAX_NAME_LEN {
+            check_name("node", &name)?;
+        }
+        debug_assert!(check_name("node", &name).is_ok());
         self.g.add_named(name, op, operands, None, None)
     }
 
@@ -235,10 +252,7 @@ impl Rewriter<'_> {
             axes: axes.to_vec(),
             keepdims,
         };
-        let mut name = String::with_capacity(suffix.len() + 3);
-        name.push_str(suffix);
-        name.push_str("sum");
-        let s = self.node(&name, sum, &[x])?;
+        let s = self.node_named(&[suffix, "sum"], sum, &[x])?;
         let div = match n.as_const() {
             Some(c) => Op::Scalar(Opcode::DivS, c as f64),
             None => Op::ScalarDim(Opcode::DivS, n),
