@@ -33,6 +33,10 @@ use dvm_host::sym::{Bindings, Dim};
 use dvm_host::tensor::Tensor;
 use dvm_isa::{DType, Opcode};
 
+#[path = "common/windows.rs"]
+mod windows;
+use windows::{window30, window30_primitive};
+
 const H: i64 = 768;
 
 fn tensor(shape: &[u64], seed: u32, scale: f32) -> Tensor {
@@ -360,61 +364,6 @@ fn copy_bandwidth(rt: &Runtime, mib: usize) -> (f64, f64, f64) {
         vm = vm.min(t.elapsed().as_secs_f64());
     }
     (gbs(one), gbs(all), gbs(vm))
-}
-
-/// A window of 30 recorded primitive operations (matmul, element-wise,
-/// reductions) with concrete shapes.
-fn window30_primitive() -> Graph {
-    let mut g = Graph::new();
-    let x = g.input("i0", DType::F32, &[c(64), c(256)]).expect("x");
-    let w = g.input("i1", DType::F32, &[c(256), c(256)]).expect("w");
-    let b = g.input("i2", DType::F32, &[c(256)]).expect("b");
-    let mut cur = x;
-    for i in 0..30 {
-        cur = match i % 10 {
-            0 => g.matmul(cur, w, false, false),
-            1 => g.binary(Opcode::Add, cur, b),
-            2 => g.unary(Opcode::GeluTanh, cur),
-            3 => g.binary(Opcode::Add, cur, x),
-            4 => g.reduce(cur, dvm_host::graph::ReduceOp::Max, &[-1], true),
-            5 => g.binary(Opcode::Sub, x, cur),
-            6 => g.unary(Opcode::Exp, cur),
-            7 => g.binary(Opcode::Mul, cur, x),
-            8 => g.unary(Opcode::Tanh, cur),
-            _ => g.scalar(Opcode::MulS, cur, 0.5),
-        }
-        .expect("op");
-    }
-    g.output("o0", cur).expect("out");
-    g
-}
-
-/// A window of 30 recorded operations as the eager API builds it (concrete
-/// shapes, composites included).
-fn window30() -> Graph {
-    let mut g = Graph::new();
-    let x = g.input("v0", DType::F32, &[c(64), c(256)]).expect("x");
-    let w = g.input("v1", DType::F32, &[c(256), c(256)]).expect("w");
-    let b = g.input("v2", DType::F32, &[c(256)]).expect("b");
-    let gm = g.input("v3", DType::F32, &[c(256)]).expect("g");
-    let mut cur = x;
-    for i in 0..30 {
-        cur = match i % 10 {
-            0 => g.matmul(cur, w, false, false),
-            1 => g.binary(Opcode::Add, cur, b),
-            2 => g.unary(Opcode::GeluTanh, cur),
-            3 => g.binary(Opcode::Add, cur, x),
-            4 => g.layer_norm(cur, gm, b, 1e-5),
-            5 => g.scalar(Opcode::MulS, cur, 0.5),
-            6 => g.softmax(cur, -1),
-            7 => g.binary(Opcode::Mul, cur, x),
-            8 => g.unary(Opcode::Tanh, cur),
-            _ => g.rms_norm(cur, gm, 1e-6),
-        }
-        .expect("op");
-    }
-    g.output("t", cur).expect("out");
-    g
 }
 
 fn median(mut v: Vec<f64>) -> f64 {

@@ -10,10 +10,12 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 
 use dvm_host::fuse::{FuseOptions, FusionPlan};
-use dvm_host::graph::{decompose_with_spans, Graph, ReduceOp};
+use dvm_host::graph::decompose_with_spans;
 use dvm_host::runtime::Prepared;
-use dvm_host::sym::Dim;
-use dvm_isa::{DType, Opcode};
+
+#[path = "../benches/common/windows.rs"]
+mod windows;
+use windows::{window30, window30_primitive};
 
 struct Counting;
 
@@ -73,63 +75,6 @@ static GLOBAL: Counting = Counting;
 /// Allocations so far, and those of at least 1 KiB.
 fn allocs() -> (u64, u64) {
     (ALLOCS.with(Cell::get), LARGE.with(Cell::get))
-}
-
-fn c(v: i64) -> Dim {
-    Dim::from(v)
-}
-
-/// The benchmark's `window30_primitive`.
-fn window30_primitive() -> Graph {
-    let mut g = Graph::new();
-    let x = g.input("i0", DType::F32, &[c(64), c(256)]).expect("x");
-    let w = g.input("i1", DType::F32, &[c(256), c(256)]).expect("w");
-    let b = g.input("i2", DType::F32, &[c(256)]).expect("b");
-    let mut cur = x;
-    for i in 0..30 {
-        cur = match i % 10 {
-            0 => g.matmul(cur, w, false, false),
-            1 => g.binary(Opcode::Add, cur, b),
-            2 => g.unary(Opcode::GeluTanh, cur),
-            3 => g.binary(Opcode::Add, cur, x),
-            4 => g.reduce(cur, ReduceOp::Max, &[-1], true),
-            5 => g.binary(Opcode::Sub, x, cur),
-            6 => g.unary(Opcode::Exp, cur),
-            7 => g.binary(Opcode::Mul, cur, x),
-            8 => g.unary(Opcode::Tanh, cur),
-            _ => g.scalar(Opcode::MulS, cur, 0.5),
-        }
-        .expect("op");
-    }
-    g.output("o0", cur).expect("out");
-    g
-}
-
-/// The benchmark's `window30`.
-fn window30() -> Graph {
-    let mut g = Graph::new();
-    let x = g.input("v0", DType::F32, &[c(64), c(256)]).expect("x");
-    let w = g.input("v1", DType::F32, &[c(256), c(256)]).expect("w");
-    let b = g.input("v2", DType::F32, &[c(256)]).expect("b");
-    let gm = g.input("v3", DType::F32, &[c(256)]).expect("g");
-    let mut cur = x;
-    for i in 0..30 {
-        cur = match i % 10 {
-            0 => g.matmul(cur, w, false, false),
-            1 => g.binary(Opcode::Add, cur, b),
-            2 => g.unary(Opcode::GeluTanh, cur),
-            3 => g.binary(Opcode::Add, cur, x),
-            4 => g.layer_norm(cur, gm, b, 1e-5),
-            5 => g.scalar(Opcode::MulS, cur, 0.5),
-            6 => g.softmax(cur, -1),
-            7 => g.binary(Opcode::Mul, cur, x),
-            8 => g.unary(Opcode::Tanh, cur),
-            _ => g.rms_norm(cur, gm, 1e-6),
-        }
-        .expect("op");
-    }
-    g.output("t", cur).expect("out");
-    g
 }
 
 fn main() {
