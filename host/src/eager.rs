@@ -35,7 +35,7 @@ use std::time::Instant;
 use dvm_isa::{DType, Opcode};
 
 use crate::fuse::FuseOptions;
-use crate::graph::{Graph, GraphError, NodeId, ReduceOp};
+use crate::graph::{Graph, GraphError, NodeId, ReduceOp, Shape};
 use crate::runtime::{Prepared, RunError, Runtime};
 use crate::sym::{Bindings, Dim};
 use crate::tensor::{Tensor, TensorError};
@@ -783,7 +783,7 @@ fn generalize(g: &Graph) -> Option<Graph> {
         Some(s)
     };
     for node in g.nodes() {
-        let shape: Vec<Dim> = node
+        let shape: Shape = node
             .shape
             .iter()
             .map(|d| sym(d, &mut out))

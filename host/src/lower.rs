@@ -273,7 +273,7 @@ fn bad_plan(graph: &Graph) -> LowerError {
         node: graph
             .nodes()
             .last()
-            .map(|n| n.name.clone())
+            .map(|n| n.name.to_string())
             .unwrap_or_default(),
         what: "the fusion plan does not match the graph".into(),
     }
@@ -407,7 +407,7 @@ impl Lowerer<'_> {
             .rev()
             .find(|&&n| self.facts.materialized(n, &member))
             .or(nodes.last())
-            .map(|&n| self.graph[n].name.clone())
+            .map(|&n| self.graph[n].name.to_string())
             .unwrap_or_default()
     }
 
@@ -416,7 +416,7 @@ impl Lowerer<'_> {
             .get(o.0)
             .and_then(|v| v.as_ref())
             .ok_or_else(|| LowerError::Unsupported {
-                node: self.graph[at].name.clone(),
+                node: self.graph[at].name.to_string(),
                 what: format!("operand `{}` is not computed yet", self.graph[o].name),
             })
     }
@@ -431,7 +431,7 @@ impl Lowerer<'_> {
         let g = self.graph;
         let last = *nodes.last().ok_or_else(|| bad_plan(g))?;
         let unsupported = |what: String| LowerError::Unsupported {
-            node: g[last].name.clone(),
+            node: g[last].name.to_string(),
             what,
         };
         let mut inputs: Vec<View> = Vec::new();
@@ -713,7 +713,7 @@ fn lower_node(
     {
         let shape = &shapes[id];
         let unsupported = |what: &str| LowerError::Unsupported {
-            node: node.name.clone(),
+            node: node.name.to_string(),
             what: what.to_string(),
         };
         let arg = |k: usize| -> Result<&Value, LowerError> {

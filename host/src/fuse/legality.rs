@@ -348,7 +348,7 @@ impl Facts<'_> {
     }
 
     fn name(&self, n: NodeId) -> String {
-        self.graph[n].name.clone()
+        self.graph[n].name.to_string()
     }
 
     fn shape(&self, n: NodeId) -> &[Dim] {
@@ -435,7 +435,7 @@ pub fn validate(
                 node: facts.name(o),
             });
         }
-        let space = g[mm].shape.clone();
+        let space = g[mm].shape.to_vec();
         for &n in nodes {
             if n == mm {
                 continue;
@@ -650,7 +650,7 @@ impl Shapes {
                 .operands
                 .iter()
                 .filter_map(|o| of.get(o.0).copied())
-                .find(|&i| memo.list[i as usize] == node.shape)
+                .find(|&i| memo.list[i as usize] == *node.shape)
                 .unwrap_or_else(|| memo.intern(&node.shape));
             of.push(id);
         }

@@ -829,7 +829,7 @@ impl<'g> State<'g> {
         }
         if let Some(via) = self.path_between(a, b, false) {
             return Err(reason.then(|| Reason::Cycle {
-                via: self.g[via].name.clone(),
+                via: self.g[via].name.to_string(),
             }));
         }
         let mut scratch = self.merge_scratch.borrow_mut();

@@ -29,7 +29,7 @@ fn plan(g: &Graph) -> FusionPlan {
 }
 
 fn names(g: &Graph, nodes: &[NodeId]) -> Vec<String> {
-    nodes.iter().map(|n| g[*n].name.clone()).collect()
+    nodes.iter().map(|n| g[*n].name.to_string()).collect()
 }
 
 #[test]

@@ -103,14 +103,14 @@ impl Graph {
             let node = &self[id];
             let Some(&shape) = given.get(node.name.as_str()) else {
                 return Err(GraphError::MissingInput {
-                    input: node.name.clone(),
+                    input: node.name.to_string(),
                     expected: names(self),
                 });
             };
             if shape.len() != node.shape.len() {
                 return Err(GraphError::InputRank {
-                    input: node.name.clone(),
-                    expected: node.shape.clone(),
+                    input: node.name.to_string(),
+                    expected: node.shape.to_vec(),
                     got: shape.to_vec(),
                 });
             }
@@ -119,7 +119,7 @@ impl Graph {
 
         let dim_error = |id: NodeId, shape: &[u64], axis: usize, dim: &Dim, detail: String| {
             GraphError::InputDim {
-                input: self[id].name.clone(),
+                input: self[id].name.to_string(),
                 shape: shape.to_vec(),
                 axis,
                 dim: dim.clone(),
@@ -248,7 +248,7 @@ impl Graph {
                 if let Some(s) = d.symbols().into_iter().find(|s| b.get(*s).is_none()) {
                     return Err(GraphError::Unbound {
                         symbol: s.name().to_owned(),
-                        node: node.name.clone(),
+                        node: node.name.to_string(),
                     });
                 }
             }
@@ -298,9 +298,9 @@ impl Graph {
             .enumerate()
             .map(|(axis, d)| {
                 let bad = |msg: String| GraphError::NodeShape {
-                    node: node.name.clone(),
+                    node: node.name.to_string(),
                     op: node.op.name(),
-                    shape: node.shape.clone(),
+                    shape: node.shape.to_vec(),
                     msg,
                 };
                 match d.eval(bindings) {
@@ -312,7 +312,7 @@ impl Graph {
                     }),
                     Err(SymError::Unbound { sym, .. }) => Err(GraphError::Unbound {
                         symbol: sym.name().to_owned(),
-                        node: node.name.clone(),
+                        node: node.name.to_string(),
                     }),
                     Err(e) => Err(bad(format!("cannot be evaluated at axis {axis}: {e}"))),
                 }

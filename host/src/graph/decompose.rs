@@ -18,7 +18,7 @@ use std::ops::Range;
 use dvm_isa::Opcode;
 
 use super::error::GraphError;
-use super::{check_name, Graph, Node, NodeId, Op, Operands, ReduceOp};
+use super::{check_name, CompactString, Graph, Node, NodeId, Op, Operands, ReduceOp};
 use crate::sym::Dim;
 
 /// A copy of `graph` in which every composite ([`Op::is_composite`]) is
@@ -180,7 +180,7 @@ impl Rewriter<'_> {
         operands: &[NodeId],
     ) -> Result<NodeId, GraphError> {
         let len = self.name.len() + 1 + suffix.iter().map(|p| p.len()).sum::<usize>();
-        let mut base = String::with_capacity(len);
+        let mut base = CompactString::with_capacity(len);
         base.push_str(self.name);
         base.push('.');
         suffix.iter().for_each(|p| base.push_str(p));
@@ -188,7 +188,7 @@ impl Rewriter<'_> {
             |n: &str| self.g.find(n).is_some() || self.orig.is_some_and(|o| o.find(n).is_some());
         let name = if !self.dotless && taken(&base) {
             (1..)
-                .map(|i| format!("{base}_{i}"))
+                .map(|i| compact_str::format_compact!("{base}_{i}"))
                 .find(|n| !taken(n))
                 .unwrap_or(base)
         } else {
@@ -208,7 +208,7 @@ impl Rewriter<'_> {
     /// original graph, which no generated name takes.
     fn last(&mut self, op: Op, operands: &[NodeId]) -> Result<NodeId, GraphError> {
         self.g
-            .add_named(self.name.to_owned(), op, operands, None, None)
+            .add_named(CompactString::from(self.name), op, operands, None, None)
     }
 
     fn reduce(

@@ -665,12 +665,12 @@ impl Graph {
         for n in self.nodes() {
             if n.op == Op::Input {
                 inputs.push(
-                    json!({"name": n.name, "dtype": n.dtype.name(), "shape": shape(&n.shape)}),
+                    json!({"name": n.name.as_str(), "dtype": n.dtype.name(), "shape": shape(&n.shape)}),
                 );
                 continue;
             }
             let mut o = Map::new();
-            o.insert("name".into(), json!(n.name));
+            o.insert("name".into(), json!(n.name.as_str()));
             o.insert("op".into(), json!(n.op.name()));
             if !n.operands.is_empty() {
                 let names: Vec<&str> = n.operands.iter().map(|&i| self[i].name.as_str()).collect();
@@ -721,7 +721,7 @@ impl Graph {
                 if *name == self[*id].name {
                     json!(name)
                 } else {
-                    json!({"name": name, "node": self[*id].name})
+                    json!({"name": name, "node": self[*id].name.as_str()})
                 }
             })
             .collect();

@@ -66,6 +66,7 @@ use smallvec::SmallVec;
 use dvm_isa::DType;
 
 pub use bind::ConcreteShapes;
+pub use compact_str::CompactString;
 pub use decompose::{decompose, decompose_owned, decompose_with_spans};
 pub use error::{DimsDisplay, GraphError, ShapeDisplay};
 pub use op::{is_comparison, opcode_dtypes, opcode_kind, result_dtype, Op, OpcodeKind, ReduceOp};
@@ -192,14 +193,20 @@ pub struct Node {
     pub op: Op,
     /// Operand node ids, in order (all smaller than this node's id).
     pub operands: Operands,
-    /// Unique name (`[A-Za-z0-9_.-]`, not starting with `.`).
-    pub name: String,
+    /// Unique name (`[A-Za-z0-9_.-]`, not starting with `.`), held inline
+    /// up to 24 bytes.
+    pub name: CompactString,
     /// Element type of the result.
     pub dtype: DType,
     /// Symbolic shape of the result, canonical under the graph's scope at the
     /// time the node was added.
-    pub shape: Vec<Dim>,
+    pub shape: Shape,
 }
+
+/// The symbolic shape of a [`Node`]: a slice of [`Dim`]s
+/// ([`Deref`](std::ops::Deref)), held inline up to rank 4, so that a node
+/// costs no allocation for it.
+pub type Shape = SmallVec<[Dim; 4]>;
 
 /// A tensor program over symbolic shapes (see the [module docs](self)).
 #[derive(Clone, Debug, Default)]
@@ -497,7 +504,7 @@ impl Graph {
             .take()
             .unwrap_or_else(|| NameIndex::build(&self.nodes));
         ix.remove(&self.nodes, &self.nodes[id.0].name, id);
-        self.nodes[id.0].name = name.to_owned();
+        self.nodes[id.0].name = CompactString::from(name);
         ix.insert(&self.nodes, name, id);
         self.names = OnceLock::from(ix);
         Ok(())

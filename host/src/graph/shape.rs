@@ -4,7 +4,7 @@ use dvm_isa::{DType, DTypeSet, Opcode};
 
 use super::error::GraphError;
 use super::op::{is_comparison, opcode_dtypes, opcode_kind, OpcodeKind};
-use super::{check_name, Graph, Node, NodeId, Op, Operands, ReduceOp};
+use super::{check_name, CompactString, Graph, Node, NodeId, Op, Operands, ReduceOp, Shape};
 use crate::sym::{Dim, SymbolScope};
 use crate::tensor::{convert, numel};
 
@@ -129,9 +129,11 @@ impl Graph {
                         name: n.to_owned(),
                     });
                 }
-                n.to_owned()
+                CompactString::from(n)
             }
-            None => self.fresh_name(&format!("{}_{}", op.name(), self.nodes.len())),
+            None => self
+                .fresh_name(&format!("{}_{}", op.name(), self.nodes.len()))
+                .into(),
         };
         self.add_named(name, op, operands, dtype, shape)
     }
@@ -140,7 +142,7 @@ impl Graph {
     /// unused (checked by the caller).
     pub(crate) fn add_named(
         &mut self,
-        name: String,
+        name: CompactString,
         op: Op,
         operands: &[NodeId],
         dtype: Option<DType>,
@@ -193,7 +195,7 @@ impl Graph {
     }
 }
 
-type Inferred = (Op, DType, Vec<Dim>);
+type Inferred = (Op, DType, Shape);
 
 impl Graph {
     /// Node `id` inferred again from its operands with [`infer`] alone
@@ -231,7 +233,7 @@ impl Graph {
 /// reductions over sorted axes in range. `None` for anything else, which goes through
 /// [`infer`]; where this answers, [`infer`] answers the same (the graph
 /// tests re-infer every node of generated graphs).
-fn quick_infer(scope: &SymbolScope, op: &Op, args: &[Arg<'_>]) -> Option<(DType, Vec<Dim>)> {
+fn quick_infer(scope: &SymbolScope, op: &Op, args: &[Arg<'_>]) -> Option<(DType, Shape)> {
     let a = args.first()?;
     if !a.dtype.is_float() || args.iter().any(|b| b.dtype != a.dtype) {
         return None;
@@ -245,10 +247,10 @@ fn quick_infer(scope: &SymbolScope, op: &Op, args: &[Arg<'_>]) -> Option<(DType,
         (Op::Unary(code), [_])
             if *code != Opcode::IsFinite && accepts(*code, OpcodeKind::Unary) =>
         {
-            Some((a.dtype, a.shape.to_vec()))
+            Some((a.dtype, Shape::from(a.shape)))
         }
         (Op::Scalar(code, _), [_]) if accepts(*code, OpcodeKind::Scalar) => {
-            Some((a.dtype, a.shape.to_vec()))
+            Some((a.dtype, Shape::from(a.shape)))
         }
         (Op::Binary(code), [_, b]) if accepts(*code, OpcodeKind::Binary) => {
             quick_broadcast(scope, a.shape, b.shape).map(|s| (a.dtype, s))
@@ -267,15 +269,15 @@ fn quick_infer(scope: &SymbolScope, op: &Op, args: &[Arg<'_>]) -> Option<(DType,
 /// and pair up as equal or 1 against anything; `None` when a pair does not,
 /// or a dimension is not settled ([`broadcast`] puts those in canonical
 /// form, which may have changed since the operands were made).
-fn quick_broadcast(scope: &SymbolScope, a: &[Dim], b: &[Dim]) -> Option<Vec<Dim>> {
+fn quick_broadcast(scope: &SymbolScope, a: &[Dim], b: &[Dim]) -> Option<Shape> {
     if a == b {
         return a
             .iter()
             .all(|d| d.is_const() || scope.is_settled(d))
-            .then(|| a.to_vec());
+            .then(|| Shape::from(a));
     }
     let r = a.len().max(b.len());
-    let mut out = Vec::with_capacity(r);
+    let mut out = Shape::with_capacity(r);
     for i in 0..r {
         let da = (i + a.len()).checked_sub(r).map(|j| &a[j]);
         let db = (i + b.len()).checked_sub(r).map(|j| &b[j]);
@@ -370,7 +372,7 @@ pub(crate) fn infer(
             } else {
                 a.dtype
             };
-            Ok((op, dt, a.shape.to_vec()))
+            Ok((op, dt, Shape::from(a.shape)))
         }
         Op::Binary(code) => {
             need(2, "2")?;
@@ -403,7 +405,7 @@ pub(crate) fn infer(
                 },
                 other => other,
             };
-            Ok((op, dt, a.shape.to_vec()))
+            Ok((op, dt, Shape::from(a.shape)))
         }
         Op::Where => {
             need(3, "3 (cond, a, b)")?;
@@ -417,7 +419,7 @@ pub(crate) fn infer(
         }
         Op::Cast => {
             need(1, "1")?;
-            Ok((Op::Cast, want_dtype()?, args[0].shape.to_vec()))
+            Ok((Op::Cast, want_dtype()?, Shape::from(args[0].shape)))
         }
         Op::Reduce {
             op: rop,
@@ -454,7 +456,7 @@ pub(crate) fn infer(
             let a = &args[0];
             float_only(cx, 0, a)?;
             sorted_axes(cx, &[axis], a.shape.len())?;
-            Ok((op, a.dtype, a.shape.to_vec()))
+            Ok((op, a.dtype, Shape::from(a.shape)))
         }
         Op::LayerNorm { eps } | Op::RmsNorm { eps } => {
             let is_ln = matches!(op, Op::LayerNorm { .. });
@@ -485,7 +487,7 @@ pub(crate) fn infer(
                     ));
                 }
             }
-            Ok((op, x.dtype, x.shape.to_vec()))
+            Ok((op, x.dtype, Shape::from(x.shape)))
         }
         Op::MatMul { trans_a, trans_b } => {
             need(2, "2")?;
@@ -559,7 +561,7 @@ pub(crate) fn infer(
             ranges.sort_by_key(|t| t.0);
             let axes: Vec<usize> = ranges.iter().map(|t| t.0).collect();
             sorted_axes(cx, &axes, r)?;
-            let mut s = a.shape.to_vec();
+            let mut s = Shape::from(a.shape);
             for &(axis, start, end, step) in &ranges {
                 if step < 1 {
                     return Err(cx.invalid(format!("axis {axis}: step must be >= 1, got {step}")));
@@ -605,7 +607,7 @@ pub(crate) fn infer(
                 }
                 total += &x.shape[axis];
             }
-            let mut s = first.shape.to_vec();
+            let mut s = Shape::from(first.shape);
             s[axis] = canon(&total);
             Ok((Op::Concat { axis }, first.dtype, s))
         }
@@ -659,11 +661,7 @@ pub(crate) fn infer(
 
 /// A declared shape (inputs, constants), canonicalised; rejects dimensions
 /// that are provably negative.
-fn declared_shape(
-    scope: &SymbolScope,
-    cx: &Ctx<'_>,
-    shape: &[Dim],
-) -> Result<Vec<Dim>, GraphError> {
+fn declared_shape(scope: &SymbolScope, cx: &Ctx<'_>, shape: &[Dim]) -> Result<Shape, GraphError> {
     shape
         .iter()
         .enumerate()
@@ -735,7 +733,7 @@ pub(crate) fn broadcast(
     cx: &Ctx<'_>,
     a: &[Dim],
     b: &[Dim],
-) -> Result<Vec<Dim>, GraphError> {
+) -> Result<Shape, GraphError> {
     let r = a.len().max(b.len());
     let one = Dim::ONE;
     (0..r)
@@ -758,7 +756,7 @@ pub(crate) fn broadcast(
 }
 
 /// The shape after reducing `axes` (sorted).
-pub(crate) fn reduced_shape(shape: &[Dim], axes: &[usize], keepdims: bool) -> Vec<Dim> {
+pub(crate) fn reduced_shape(shape: &[Dim], axes: &[usize], keepdims: bool) -> Shape {
     shape
         .iter()
         .enumerate()
@@ -788,12 +786,12 @@ fn reshape(
     cx: &Ctx<'_>,
     input: &[Dim],
     target_in: &[Dim],
-) -> Result<Vec<Dim>, GraphError> {
+) -> Result<Shape, GraphError> {
     let holes = target_in.iter().filter(|d| is_minus_one(d)).count();
     if holes > 1 {
         return Err(cx.invalid("at most one target dimension may be -1"));
     }
-    let mut target: Vec<Dim> = target_in
+    let mut target: Shape = target_in
         .iter()
         .enumerate()
         .map(|(i, d)| {
@@ -850,7 +848,7 @@ fn expand(
     cx: &Ctx<'_>,
     input: &[Dim],
     target: &[Dim],
-) -> Result<Vec<Dim>, GraphError> {
+) -> Result<Shape, GraphError> {
     if target.len() < input.len() {
         return Err(cx.invalid(format!(
             "cannot expand {} to the lower rank {}",
@@ -859,7 +857,7 @@ fn expand(
         )));
     }
     let off = target.len() - input.len();
-    let mut out = Vec::with_capacity(target.len());
+    let mut out = Shape::with_capacity(target.len());
     for (i, t) in target.iter().enumerate() {
         let src = i.checked_sub(off).map(|j| &input[j]);
         if is_minus_one(t) {

@@ -110,7 +110,7 @@ impl Value {
 
 fn internal(node: &Node, msg: &str) -> GraphError {
     GraphError::Eval {
-        node: node.name.clone(),
+        node: node.name.to_string(),
         op: node.op.name(),
         msg: format!("internal error: {msg}"),
     }
@@ -118,7 +118,7 @@ fn internal(node: &Node, msg: &str) -> GraphError {
 
 fn eval_error(node: &Node, msg: impl Into<String>) -> GraphError {
     GraphError::Eval {
-        node: node.name.clone(),
+        node: node.name.to_string(),
         op: node.op.name(),
         msg: msg.into(),
     }
@@ -455,7 +455,7 @@ fn eval_node(
         Op::Input => {
             let Some((_, t)) = inputs.iter().find(|(n, _)| *n == node.name) else {
                 return Err(GraphError::MissingInput {
-                    input: node.name.clone(),
+                    input: node.name.to_string(),
                     expected: g
                         .inputs()
                         .iter()
