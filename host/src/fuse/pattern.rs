@@ -84,14 +84,62 @@ pub struct Cand {
     pub via: Option<NodeId>,
 }
 
+/// A queued candidate edge of a vertical rule, packed: its group and node
+/// ids as `u32` (as [`State`] holds them), 16 bytes instead of the 48 of a
+/// [`Cand`], so that a queue for a window's groups stays a small
+/// allocation.
+#[derive(Clone, Copy)]
+struct Edge([u32; 4]);
+
+impl Edge {
+    fn pack(c: &Cand) -> Edge {
+        Edge([c.a as u32, c.b as u32, c.na.0 as u32, c.nb.0 as u32])
+    }
+
+    fn unpack(self) -> Cand {
+        let [a, b, na, nb] = self.0;
+        Cand {
+            a: a as usize,
+            b: b as usize,
+            na: NodeId(na as usize),
+            nb: NodeId(nb as usize),
+            via: None,
+        }
+    }
+}
+
+/// A queued candidate pair of the siblings rule, packed as [`Edge`] with
+/// the common input.
+#[derive(Clone, Copy)]
+struct Pair(Edge, u32);
+
+impl Pair {
+    fn pack(c: &Cand, via: NodeId) -> Pair {
+        Pair(Edge::pack(c), via.0 as u32)
+    }
+
+    fn unpack(self) -> Cand {
+        Cand {
+            via: Some(NodeId(self.1 as usize)),
+            ..self.0.unpack()
+        }
+    }
+}
+
+/// Pairs of group ids, packed into one key, for the memo of examined
+/// pairs (8 bytes a slot instead of 16).
+fn pair_key(a: usize, b: usize) -> u64 {
+    (a as u64) << 32 | b as u64
+}
+
 /// Merges a producer group into a consumer group along a data edge.
 struct Vertical {
     name: &'static str,
     producer: Sel,
     consumer: Sel,
     init: bool,
-    work: VecDeque<Cand>,
-    tried: IdSet<(usize, usize)>,
+    work: VecDeque<Edge>,
+    tried: IdSet<u64>,
 }
 
 impl Vertical {
@@ -171,19 +219,19 @@ impl Rule for Vertical {
                 for &u in st.users(m) {
                     if let Some(cu) = st.owner(u) {
                         if cu != cm && is(self.consumer, &st.cluster(cu).kind) {
-                            self.work.push_back(Cand {
+                            self.work.push_back(Edge::pack(&Cand {
                                 a: cm,
                                 b: cu,
                                 na: m,
                                 nb: u,
                                 via: None,
-                            });
+                            }));
                         }
                     }
                 }
             }
         }
-        while let Some(c) = self.work.pop_front() {
+        while let Some(c) = self.work.pop_front().map(Edge::unpack) {
             // Stale: a group merged away since the candidate was queued.
             if st.owner(c.na) != Some(c.a) || st.owner(c.nb) != Some(c.b) {
                 continue;
@@ -193,7 +241,7 @@ impl Rule for Vertical {
             {
                 continue;
             }
-            if !self.tried.insert((c.a, c.b)) {
+            if !self.tried.insert(pair_key(c.a, c.b)) {
                 continue;
             }
             if let Some(patch) = merge_or_reject(st, log, self.name, &c, None) {
@@ -209,7 +257,7 @@ impl Rule for Vertical {
                 if is(self.producer, &st.cluster(cand.a).kind)
                     && is(self.consumer, &st.cluster(cand.b).kind)
                 {
-                    self.work.push_back(*cand);
+                    self.work.push_back(Edge::pack(cand));
                 }
             }
         }
@@ -219,8 +267,8 @@ impl Rule for Vertical {
 /// Merges two element-wise or reduce groups that read a common input.
 struct Siblings {
     init: bool,
-    work: VecDeque<Cand>,
-    tried: IdSet<(usize, usize)>,
+    work: VecDeque<Pair>,
+    tried: IdSet<u64>,
 }
 
 impl Siblings {
@@ -238,13 +286,16 @@ impl Siblings {
                 if cu == cv || only.is_some_and(|o| o != cu && o != cv) {
                     continue;
                 }
-                self.work.push_back(Cand {
-                    a: cu,
-                    b: cv,
-                    na: u,
-                    nb: v,
-                    via: Some(x),
-                });
+                self.work.push_back(Pair::pack(
+                    &Cand {
+                        a: cu,
+                        b: cv,
+                        na: u,
+                        nb: v,
+                        via: Some(x),
+                    },
+                    x,
+                ));
             }
         }
     }
@@ -264,7 +315,7 @@ impl Rule for Siblings {
                 self.queue_readers(st, NodeId(x), None);
             }
         }
-        while let Some(c) = self.work.pop_front() {
+        while let Some(c) = self.work.pop_front().map(Pair::unpack) {
             if st.owner(c.na) != Some(c.a) || st.owner(c.nb) != Some(c.b) {
                 continue;
             }
@@ -273,7 +324,7 @@ impl Rule for Siblings {
             if !ok(c.a) || !ok(c.b) || st.owner(x) == Some(c.a) || st.owner(x) == Some(c.b) {
                 continue;
             }
-            if !self.tried.insert((c.a.min(c.b), c.a.max(c.b))) {
+            if !self.tried.insert(pair_key(c.a.min(c.b), c.a.max(c.b))) {
                 continue;
             }
             if let Some(patch) = merge_or_reject(st, log, "siblings", &c, c.via) {
