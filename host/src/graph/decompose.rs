@@ -180,10 +180,29 @@ impl Rewriter<'_> {
         operands: &[NodeId],
     ) -> Result<NodeId, GraphError> {
         let len = self.name.len() + 1 + suffix.iter().map(|p| p.len()).sum::<usize>();
-        let mut base = CompactString::with_capacity(len);
-        base.push_str(self.name);
-        base.push('.');
-        suffix.iter().for_each(|p| base.push_str(p));
+        // Joined on the stack when it fits a name held inline (most do):
+        // one copy into the name instead of a push per part.
+        let mut buf = [0u8; 24];
+        let joined = (len <= buf.len())
+            .then(|| {
+                let mut at = 0;
+                for p in [self.name, "."].iter().chain(suffix) {
+                    buf[at..at + p.len()].copy_from_slice(p.as_bytes());
+                    at += p.len();
+                }
+                std::str::from_utf8(&buf[..len]).ok()
+            })
+            .flatten();
+        let base = match joined {
+            Some(s) => CompactString::from(s),
+            None => {
+                let mut base = CompactString::with_capacity(len);
+                base.push_str(self.name);
+                base.push('.');
+                suffix.iter().for_each(|p| base.push_str(p));
+                base
+            }
+        };
         let taken =
             |n: &str| self.g.find(n).is_some() || self.orig.is_some_and(|o| o.find(n).is_some());
         let name = if !self.dotless && taken(&base) {
