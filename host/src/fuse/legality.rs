@@ -772,9 +772,13 @@ pub(crate) fn validate_fast<M: Fn(NodeId) -> bool>(
     if matmul.is_some() && first_reduce.is_some() {
         return None;
     }
+    // A node of the space's own shape fits (it broadcasts into and equals
+    // it) without the users scan of `materialized`.
     let fits = |n: NodeId, space: u32| {
         let s = shapes.of(n);
-        shapes.broadcasts(scope, s, space) && (!materialized(n) || shapes.same(scope, s, space))
+        s == space
+            || (shapes.broadcasts(scope, s, space)
+                && (!materialized(n) || shapes.same(scope, s, space)))
     };
 
     if let Some(mm) = matmul {
