@@ -1129,6 +1129,12 @@ impl<'g> State<'g> {
             unit_at[k] = Some(u);
             of.push(k);
         }
+        // Most plans keep every edge between units going from an earlier
+        // first node to a later one: the units in order of their first
+        // nodes are then the order the search below finds.
+        if let Some(order) = Self::first_node_order(&self.users, &of, &first, &unit_at) {
+            return Ok(order);
+        }
         // In-degrees over the node edges between units (an edge counted once
         // per node pair here and once when its unit is taken below).
         let mut indeg = vec![0usize; total];
@@ -1164,6 +1170,36 @@ impl<'g> State<'g> {
             return Err("the kernels' dependences form a cycle".into());
         }
         Ok(order)
+    }
+
+    /// The units in order of their first nodes, when every edge between
+    /// two units leaves the one whose first node comes first (`None`
+    /// otherwise). [`State::topo_order`]'s search, which takes the ready
+    /// unit of the smallest first node, then finds this order: every unit's
+    /// predecessors come before it, so it is ready when all units of
+    /// smaller first nodes are taken. `of` is the unit index of every node,
+    /// `first` and `unit_at` the first node and the unit of every index.
+    fn first_node_order(
+        users: &Users,
+        of: &[usize],
+        first: &[usize],
+        unit_at: &[Option<Unit>],
+    ) -> Option<Vec<Unit>> {
+        for (i, &ui) in of.iter().enumerate() {
+            for &u in users.of(NodeId(i)) {
+                let uu = of[u.0];
+                if uu != ui && first[ui] >= first[uu] {
+                    return None;
+                }
+            }
+        }
+        Some(
+            of.iter()
+                .enumerate()
+                .filter(|&(i, &k)| first[k] == i)
+                .filter_map(|(_, &k)| unit_at[k])
+                .collect(),
+        )
     }
 }
 
