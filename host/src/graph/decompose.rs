@@ -179,6 +179,28 @@ impl Rewriter<'_> {
         op: Op,
         operands: &[NodeId],
     ) -> Result<NodeId, GraphError> {
+        self.node_in(suffix, op, operands, None)
+    }
+
+    /// [`Rewriter::node`] for an element-wise node that takes the dtype
+    /// and shape of operand `like` ([`Graph::add_like`]).
+    fn like(
+        &mut self,
+        suffix: &str,
+        op: Op,
+        operands: &[NodeId],
+        like: NodeId,
+    ) -> Result<NodeId, GraphError> {
+        self.node_in(&[suffix], op, operands, Some(like))
+    }
+
+    fn node_in(
+        &mut self,
+        suffix: &[&str],
+        op: Op,
+        operands: &[NodeId],
+        like: Option<NodeId>,
+    ) -> Result<NodeId, GraphError> {
         let len = self.name.len() + 1 + suffix.iter().map(|p| p.len()).sum::<usize>();
         // Joined on the stack when it fits a name held inline (most do):
         // one copy into the name instead of a push per part.
@@ -220,14 +242,23 @@ impl Rewriter<'_> {
             check_name("node", &name)?;
         }
         debug_assert!(check_name("node", &name).is_ok());
-        self.g.add_named(name, op, operands, None, None)
+        match like {
+            Some(l) => self.g.add_like(name, op, operands, l),
+            None => self.g.add_named(name, op, operands, None, None),
+        }
     }
 
     /// The final node, named after the composite: a valid name of the
     /// original graph, which no generated name takes.
-    fn last(&mut self, op: Op, operands: &[NodeId]) -> Result<NodeId, GraphError> {
+    /// It takes the dtype and shape of operand `like` ([`Graph::add_like`]).
+    fn last_like(
+        &mut self,
+        op: Op,
+        operands: &[NodeId],
+        like: NodeId,
+    ) -> Result<NodeId, GraphError> {
         self.g
-            .add_named(CompactString::from(self.name), op, operands, None, None)
+            .add_like(CompactString::from(self.name), op, operands, like)
     }
 
     fn reduce(
@@ -277,9 +308,9 @@ impl Rewriter<'_> {
             None => Op::ScalarDim(Opcode::DivS, n),
         };
         if last {
-            self.last(div, &[s])
+            self.last_like(div, &[s], s)
         } else {
-            self.node(suffix.trim_end_matches('_'), div, &[s])
+            self.like(suffix.trim_end_matches('_'), div, &[s], s)
         }
     }
 
@@ -293,42 +324,44 @@ impl Rewriter<'_> {
             } => self.mean("", x[0], axes, keepdims, true),
             Op::Softmax { axis } => {
                 let m = self.reduce("max", ReduceOp::Max, x[0], &[axis])?;
-                let d = self.node("sub", Op::Binary(Sub), &[x[0], m])?;
-                let e = self.node("exp", Op::Unary(Exp), &[d])?;
+                let d = self.like("sub", Op::Binary(Sub), &[x[0], m], x[0])?;
+                let e = self.like("exp", Op::Unary(Exp), &[d], d)?;
                 let s = self.reduce("sum", ReduceOp::Sum, e, &[axis])?;
                 // One reciprocal per row and a multiply per element: a
                 // division per element costs several times a multiply.
-                let r = self.node("recip", Op::Unary(Recip), &[s])?;
-                self.last(Op::Binary(Mul), &[e, r])
+                let r = self.like("recip", Op::Unary(Recip), &[s], s)?;
+                self.last_like(Op::Binary(Mul), &[e, r], e)
             }
             Op::LogSoftmax { axis } => {
                 let m = self.reduce("max", ReduceOp::Max, x[0], &[axis])?;
-                let d = self.node("sub", Op::Binary(Sub), &[x[0], m])?;
-                let e = self.node("exp", Op::Unary(Exp), &[d])?;
+                let d = self.like("sub", Op::Binary(Sub), &[x[0], m], x[0])?;
+                let e = self.like("exp", Op::Unary(Exp), &[d], d)?;
                 let s = self.reduce("sum", ReduceOp::Sum, e, &[axis])?;
-                let l = self.node("log", Op::Unary(Log), &[s])?;
-                self.last(Op::Binary(Sub), &[d, l])
+                let l = self.like("log", Op::Unary(Log), &[s], s)?;
+                self.last_like(Op::Binary(Sub), &[d, l], d)
             }
             Op::LayerNorm { eps } => {
                 let axis = self.g[x[0]].shape.len() - 1;
                 let mu = self.mean("mean_", x[0], &[axis], true, false)?;
-                let d = self.node("sub", Op::Binary(Sub), &[x[0], mu])?;
-                let sq = self.node("sq", Op::Binary(Mul), &[d, d])?;
+                let d = self.like("sub", Op::Binary(Sub), &[x[0], mu], x[0])?;
+                let sq = self.like("sq", Op::Binary(Mul), &[d, d], d)?;
                 let var = self.mean("var_", sq, &[axis], true, false)?;
-                let ve = self.node("eps", Op::Scalar(Opcode::AddS, eps), &[var])?;
-                let r = self.node("rsqrt", Op::Unary(Rsqrt), &[ve])?;
-                let n = self.node("norm", Op::Binary(Mul), &[d, r])?;
-                let gy = self.node("scale", Op::Binary(Mul), &[n, x[1]])?;
-                self.last(Op::Binary(Add), &[gy, x[2]])
+                let ve = self.like("eps", Op::Scalar(Opcode::AddS, eps), &[var], var)?;
+                let r = self.like("rsqrt", Op::Unary(Rsqrt), &[ve], ve)?;
+                let n = self.like("norm", Op::Binary(Mul), &[d, r], d)?;
+                // The weights have the shape of the last axis (checked
+                // when the composite was added).
+                let gy = self.like("scale", Op::Binary(Mul), &[n, x[1]], n)?;
+                self.last_like(Op::Binary(Add), &[gy, x[2]], gy)
             }
             Op::RmsNorm { eps } => {
                 let axis = self.g[x[0]].shape.len() - 1;
-                let sq = self.node("sq", Op::Binary(Mul), &[x[0], x[0]])?;
+                let sq = self.like("sq", Op::Binary(Mul), &[x[0], x[0]], x[0])?;
                 let ms = self.mean("ms_", sq, &[axis], true, false)?;
-                let ve = self.node("eps", Op::Scalar(Opcode::AddS, eps), &[ms])?;
-                let r = self.node("rsqrt", Op::Unary(Rsqrt), &[ve])?;
-                let n = self.node("norm", Op::Binary(Mul), &[x[0], r])?;
-                self.last(Op::Binary(Mul), &[n, x[1]])
+                let ve = self.like("eps", Op::Scalar(Opcode::AddS, eps), &[ms], ms)?;
+                let r = self.like("rsqrt", Op::Unary(Rsqrt), &[ve], ve)?;
+                let n = self.like("norm", Op::Binary(Mul), &[x[0], r], x[0])?;
+                self.last_like(Op::Binary(Mul), &[n, x[1]], n)
             }
             _ => {
                 let id = self.g.push(Node {

@@ -195,6 +195,99 @@ impl Graph {
     }
 }
 
+impl Graph {
+    /// [`Graph::add_named`] for an element-wise node whose result is known
+    /// to take the dtype and shape of its operand `like` (a decomposition's
+    /// node over a row and a reduced row, say): a unary or scalar op on
+    /// `like`, or a binary op (not a comparison) over operands of constant
+    /// shapes, each of which has `like`'s extent or 1 on every axis
+    /// (right-aligned, no more axes than `like`), all of `like`'s float
+    /// dtype, which the opcode accepts. That is what [`Graph::add_named`]
+    /// infers for them, without its general inference; anything else goes
+    /// through [`Graph::add_named`], errors included.
+    pub(crate) fn add_like(
+        &mut self,
+        name: CompactString,
+        op: Op,
+        operands: &[NodeId],
+        like: NodeId,
+    ) -> Result<NodeId, GraphError> {
+        let known = match self.nodes.get(like.0) {
+            Some(l) if operands.contains(&like) => self.is_like(&op, operands, like, l),
+            _ => false,
+        };
+        if !known {
+            return self.add_named(name, op, operands, None, None);
+        }
+        let l = &self.nodes[like.0];
+        let (dtype, shape) = (l.dtype, l.shape.clone());
+        #[cfg(debug_assertions)]
+        {
+            let args: Vec<Arg<'_>> = operands
+                .iter()
+                .map(|&o| Arg {
+                    name: &self[o].name,
+                    dtype: self[o].dtype,
+                    shape: &self[o].shape,
+                })
+                .collect();
+            let cx = Ctx {
+                node: &name,
+                op: op.name(),
+            };
+            let inferred = quick_infer(&self.scope, &op, &args).or_else(|| {
+                infer(&self.scope, &cx, op.clone(), &args, None, None)
+                    .ok()
+                    .map(|(_, d, s)| (d, s))
+            });
+            debug_assert_eq!(inferred, Some((dtype, shape.clone())), "add_like {name}");
+        }
+        Ok(self.push(Node {
+            op,
+            operands: Operands::from(operands),
+            name,
+            dtype,
+            shape,
+        }))
+    }
+
+    /// [`Graph::add_like`]'s test: `op` over `operands` gives the dtype
+    /// and shape of `like`, node `id`, one of the operands.
+    fn is_like(&self, op: &Op, operands: &[NodeId], id: NodeId, like: &Node) -> bool {
+        let dt = like.dtype;
+        let accepts = |code: Opcode, kind: OpcodeKind| {
+            opcode_kind(code) == Some(kind)
+                && !is_comparison(code)
+                && opcode_dtypes(code).is_none_or(|d| d.contains(dt))
+        };
+        if !dt.is_float() {
+            return false;
+        }
+        match (op, operands) {
+            (Op::Unary(code), [_]) => {
+                *code != Opcode::IsFinite && accepts(*code, OpcodeKind::Unary)
+            }
+            (Op::Scalar(code, _), [_]) => accepts(*code, OpcodeKind::Scalar),
+            (Op::Binary(code), [_, _]) => {
+                let l = &like.shape[..];
+                accepts(*code, OpcodeKind::Binary)
+                    && l.iter().all(Dim::is_const)
+                    && operands.iter().all(|&o| {
+                        o == id
+                            || self.nodes.get(o.0).is_some_and(|n| {
+                                n.dtype == dt
+                                    && n.shape.len() <= l.len()
+                                    && n.shape.iter().rev().zip(l.iter().rev()).all(|(d, e)| {
+                                        d.is_const() && (d == e || d.as_const() == Some(1))
+                                    })
+                            })
+                    })
+            }
+            _ => false,
+        }
+    }
+}
+
 type Inferred = (Op, DType, Shape);
 
 impl Graph {
