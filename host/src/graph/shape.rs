@@ -223,14 +223,7 @@ impl Graph {
         let (dtype, shape) = (l.dtype, l.shape.clone());
         #[cfg(debug_assertions)]
         {
-            let args: Vec<Arg<'_>> = operands
-                .iter()
-                .map(|&o| Arg {
-                    name: &self[o].name,
-                    dtype: self[o].dtype,
-                    shape: &self[o].shape,
-                })
-                .collect();
+            let args = self.args_of(operands);
             let cx = Ctx {
                 node: &name,
                 op: op.name(),
@@ -291,20 +284,26 @@ impl Graph {
 type Inferred = (Op, DType, Shape);
 
 impl Graph {
-    /// Node `id` inferred again from its operands with [`infer`] alone
-    /// (for tests of the quick path).
-    #[cfg(test)]
-    pub(crate) fn reinfer(&self, id: NodeId) -> Result<Inferred, GraphError> {
-        let node = &self[id];
-        let args: Vec<Arg<'_>> = node
-            .operands
+    /// The inference arguments of existing nodes `operands` (for checks
+    /// against the full inference: tests and debug assertions).
+    #[cfg(any(test, debug_assertions))]
+    fn args_of(&self, operands: &[NodeId]) -> Vec<Arg<'_>> {
+        operands
             .iter()
             .map(|&o| Arg {
                 name: &self[o].name,
                 dtype: self[o].dtype,
                 shape: &self[o].shape,
             })
-            .collect();
+            .collect()
+    }
+
+    /// Node `id` inferred again from its operands with [`infer`] alone
+    /// (for tests of the quick path).
+    #[cfg(test)]
+    pub(crate) fn reinfer(&self, id: NodeId) -> Result<Inferred, GraphError> {
+        let node = &self[id];
+        let args = self.args_of(&node.operands);
         let cx = Ctx {
             node: &node.name,
             op: node.op.name(),
