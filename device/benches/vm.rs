@@ -628,13 +628,13 @@ fn handlers(rows: &mut Vec<Row>, quick: bool) {
             fn plain($u: &mut [u8]) $body
             #[cfg(target_arch = "x86_64")]
             {
-                #[target_feature(enable = "avx2")]
+                #[target_feature(enable = "avx2,fma")]
                 unsafe fn wide($u: &mut [u8]) $body
                 fn shim(u: &mut [u8]) {
                     // SAFETY: chosen only when `Simd::detect` found AVX2.
                     unsafe { wide(u) }
                 }
-                #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq")]
+                #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,fma")]
                 unsafe fn wide512($u: &mut [u8]) $body
                 fn shim512(u: &mut [u8]) {
                     // SAFETY: chosen only when `Simd::detect` found AVX-512.

@@ -15,6 +15,11 @@
 #![no_std]
 #![warn(missing_docs)]
 
+// `core` has no stable `f32::mul_add`; on x86-64 with an OS the fused
+// multiply-add of `math` comes from `std` (nothing else does).
+#[cfg(all(target_arch = "x86_64", not(target_os = "none")))]
+extern crate std;
+
 pub mod exec;
 pub mod forward;
 pub mod gm;

@@ -619,3 +619,69 @@ fn bf16_conversions() {
         assert_eq!(i32_to_bf16(x), reference(x), "i32 {x}");
     }
 }
+
+/// The `f64` fallback fused multiply-add rounds exactly as the hardware
+/// one (`f32::mul_add`): on products and sums built to round near ties, to
+/// cancel, to overflow and to land in the subnormal range, and on random
+/// bit patterns (every exponent, NaN and infinities included).
+#[test]
+fn fma_soft_is_fused() {
+    let same = |a: f32, b: f32, c: f32| {
+        let (got, want) = (fma_soft(a, b, c), a.mul_add(b, c));
+        assert!(
+            got.to_bits() == want.to_bits() || (got.is_nan() && want.is_nan()),
+            "fma({a:e}, {b:e}, {c:e}) = {got:e}, want {want:e}"
+        );
+    };
+    let ulp = f32::EPSILON;
+    let edge = [
+        0.0,
+        -0.0,
+        1.0,
+        -1.0,
+        1.0 + ulp,
+        1.0 - ulp / 2.0,
+        1.5,
+        f32::MIN_POSITIVE,
+        1e-45,
+        f32::MAX,
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+        f32::NAN,
+        3.0,
+        1.0 / 3.0,
+    ];
+    for &a in &edge {
+        for &b in &edge {
+            for &c in &edge {
+                same(a, b, c);
+                same(a, b, -c);
+            }
+        }
+    }
+    let mut s = 0x2545_f491_4f6c_dd1du64;
+    let mut next = move || {
+        s ^= s << 13;
+        s ^= s >> 7;
+        s ^= s << 17;
+        s
+    };
+    for _ in 0..2_000_000 {
+        let r = next();
+        let (a, b) = (f32::from_bits(r as u32), f32::from_bits((r >> 32) as u32));
+        // `c` near `−a·b` (cancellation), near the product's rounding
+        // boundary (ties), or unrelated.
+        let p = a * b;
+        let c = match next() % 4 {
+            0 => -p,
+            1 => f32::from_bits(p.to_bits() ^ (next() as u32 & 0xff)),
+            2 => p * f32::from_bits(0x3300_0000 + (next() as u32 & 0x00ff_ffff)),
+            _ => f32::from_bits(next() as u32),
+        };
+        same(a, b, c);
+        // Small magnitudes, where the results are subnormal.
+        let sa = f32::from_bits((a.to_bits() & 0x807f_ffff) | 0x1000_0000);
+        let sb = f32::from_bits((b.to_bits() & 0x807f_ffff) | 0x1000_0000);
+        same(sa, sb, f32::from_bits(next() as u32 & 0x80ff_ffff));
+    }
+}

@@ -3,10 +3,12 @@
 //! The handlers are plain Rust loops that the compiler vectorises for the
 //! build's target. On x86-64 the baseline target has only SSE2 (4 `f32`
 //! lanes); [`resolve_with`](super::resolve_with) can instead pick copies of
-//! the same handlers compiled with AVX2 enabled (8 lanes) or with AVX-512
-//! (F, BW, VL, DQ: 16 lanes), when [`Simd::detect`] finds the CPU supports
-//! them. Only the lane width changes: the code is the same, nothing is
-//! contracted into FMA (Rust never contracts) and no float operation is
+//! the same handlers compiled with AVX2 and FMA enabled (8 lanes) or with
+//! AVX-512 (F, BW, VL, DQ: 16 lanes), when [`Simd::detect`] finds the CPU
+//! supports them. Only the lane width changes: the code is the same,
+//! nothing is contracted into FMA (Rust never contracts; the math
+//! functions' explicit fused multiply-adds are fused in every copy, by a
+//! library call in the baseline one) and no float operation is
 //! reassociated, so every copy gives bit-identical results (checked by a
 //! test for every tier the CPU has), up to the sign and payload of NaNs,
 //! which Rust leaves unspecified. Other targets (the aarch64 firmware) have
@@ -28,9 +30,16 @@ enum Tier {
 }
 
 #[cfg(target_arch = "x86_64")]
-cpufeatures::new!(cpuid_avx2, "avx2");
+cpufeatures::new!(cpuid_avx2, "avx2", "fma");
 #[cfg(target_arch = "x86_64")]
-cpufeatures::new!(cpuid_avx512, "avx512f", "avx512bw", "avx512vl", "avx512dq");
+cpufeatures::new!(
+    cpuid_avx512,
+    "avx512f",
+    "avx512bw",
+    "avx512vl",
+    "avx512dq",
+    "fma"
+);
 
 impl Simd {
     /// The build target's baseline (no run-time extension).
@@ -61,7 +70,7 @@ impl Simd {
             .map(|(tier, _)| Simd { tier })
     }
 
-    /// Whether handlers compiled for AVX2 may run.
+    /// Whether handlers compiled for AVX2 and FMA may run.
     pub fn avx2(self) -> bool {
         self.tier >= Tier::Avx2
     }
@@ -105,7 +114,7 @@ macro_rules! pick {
     (@as $ty:ident [$($p:ident : $t:ty),*] $simd:ident, $($h:tt)+) => {{
         #[cfg(target_arch = "x86_64")]
         {
-            #[target_feature(enable = "avx2")]
+            #[target_feature(enable = "avx2,fma")]
             unsafe fn wide($($p: $t),*) {
                 $($h)+($($p),*)
             }
@@ -115,7 +124,7 @@ macro_rules! pick {
                 // after checking that this CPU supports AVX2.
                 unsafe { wide($($p),*) }
             }
-            #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq")]
+            #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,fma")]
             unsafe fn wide512($($p: $t),*) {
                 $($h)+($($p),*)
             }
