@@ -19,9 +19,10 @@ use dvm_isa::verify::{LaunchError, UB_ALIGN};
 use dvm_isa::{DeviceLimits, KernelKind};
 
 use crate::gm::{
-    load_tile, store_add_tile, store_tile, store_tile_streaming, BindError, GmBuf, GmFault, Launch,
-    Prefetch,
+    load_tile, load_tile_fused, store_add_tile, store_tile, store_tile_streaming, BindError, GmBuf,
+    GmFault, Launch, Prefetch,
 };
+use crate::loadfold;
 use crate::predecode::{Program, VInstr};
 
 /// Bytes of the default UB: an Ascend 910B UB, 192 KiB.
@@ -344,6 +345,10 @@ fn run_tiles<const N: usize, const B: usize>(
         fault,
     };
     let forward = info.forward.filter(|f| f.fits(code, bufs));
+    let load_fold = info
+        .load_fold
+        .filter(|&at| loadfold::fits(code, at, bufs))
+        .map(usize::from);
     while t < end {
         if let Some(f) = &forward {
             if f.run_tile(code, bufs, c, ub.len(), (b, t))? {
@@ -352,13 +357,28 @@ fn run_tiles<const N: usize, const B: usize>(
                 continue;
             }
         }
+        let mut skip = None;
         for (i, v) in code.iter().enumerate() {
+            if skip.take() == Some(i) {
+                continue;
+            }
             match v {
                 VInstr::Ub(op) => op.run(ub),
                 VInstr::Load { pattern, pad } => {
                     let buf = bufs
                         .get(pattern.buf as usize)
                         .ok_or_else(|| fault(i, t, GmFault::Operand))?;
+                    if load_fold == Some(i) {
+                        if let Some(VInstr::Ub(fold)) = code.get(i + 1) {
+                            let h = fold.gm.and_then(|g| g.load);
+                            if load_tile_fused(pattern, c, buf, ub, h, &fold.args)
+                                .map_err(|e| fault(i, t, e))?
+                            {
+                                skip = Some(i + 1);
+                                continue;
+                            }
+                        }
+                    }
                     load_tile(pattern, *pad, c, buf, ub).map_err(|e| fault(i, t, e))?;
                 }
                 VInstr::Store { pattern, stream } => {

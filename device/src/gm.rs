@@ -618,6 +618,37 @@ fn load_t<T: Bits>(g: &Geom, buf: &GmBuf<'_>, ub: &mut [u8], pad: Option<u32>) {
     }
 }
 
+/// Loads the box of tile `coord` through `p` from `buf` by running
+/// `handler(ub, box, &[], args)` on its global-memory bytes, a load fused
+/// with the instruction after it ([`crate::loadfold`]), when there is a
+/// handler and the tile is full (no tail, no padding) and one contiguous,
+/// element-aligned run; returns `false`, having done nothing, otherwise.
+///
+/// # Errors
+/// A [`GmFault`] if the box leaves `buf` or `ub`; nothing is written then.
+#[inline]
+pub fn load_tile_fused(
+    p: &GmPattern,
+    coord: [u32; 3],
+    buf: &GmBuf<'_>,
+    ub: &mut [u8],
+    handler: Option<crate::ops::GmHandler>,
+    args: &crate::ops::UbArgs,
+) -> Result<bool, GmFault> {
+    let Some(handler) = handler else {
+        return Ok(false);
+    };
+    let size = p.dtype.size() as usize;
+    let g = Geom::new(p, coord, buf.len, ub.len())?;
+    match g.gm_run(buf, size) {
+        Some(src) if (src.as_ptr() as usize).is_multiple_of(size) => {
+            handler(ub, src, &[], args);
+            Ok(true)
+        }
+        _ => Ok(false),
+    }
+}
+
 /// Stores the valid box of tile `coord` from `ub` through `p` into `buf`.
 /// Where several elements of the box map to one address (stride 0), the
 /// last in row-major order wins.

@@ -12,6 +12,7 @@
 //! - [`peephole`]: instruction pairs fused into superinstructions at predecode.
 //! - [`exec`]: the tile loop ([`run_block`]), block partition, UB storage.
 //! - [`forward`]: lone element-wise bodies run straight over global memory.
+//! - [`loadfold`]: a load and the fold along columns after it in one pass.
 #![no_std]
 #![warn(missing_docs)]
 
@@ -23,6 +24,7 @@ extern crate std;
 pub mod exec;
 pub mod forward;
 pub mod gm;
+pub mod loadfold;
 pub mod math;
 pub mod ops;
 pub mod peephole;

@@ -17,6 +17,7 @@ use dvm_isa::{
 
 use crate::forward::{self, Forward};
 use crate::gm::{pad_bits, ParamSig, STREAM_MIN_BYTES};
+use crate::loadfold;
 use crate::ops::{self, UbOp};
 use crate::peephole;
 
@@ -64,6 +65,9 @@ pub struct BodyInfo {
     /// Whether the body runs its full tiles straight over global memory
     /// ([`crate::forward`]).
     pub forward: Option<Forward>,
+    /// The load whose full tiles run fused with the fold after it
+    /// ([`crate::loadfold`]).
+    pub load_fold: Option<u8>,
     start: u32,
     len: u32,
 }
@@ -416,6 +420,7 @@ impl<const N: usize, const B: usize> Program<N, B> {
                 tiles: kernel.tiles(b),
                 prefetch_at,
                 forward,
+                load_fold: loadfold::plan(code),
                 start,
                 len: end - start,
             });
@@ -470,6 +475,14 @@ impl<const N: usize, const B: usize> Program<N, B> {
     pub fn disable_forwarding(&mut self) {
         for b in self.bodies.iter_mut() {
             b.forward = None;
+        }
+    }
+
+    /// Runs every load apart from the fold after it ([`crate::loadfold`]):
+    /// the same results, for comparisons and benchmarks.
+    pub fn disable_load_fold(&mut self) {
+        for b in self.bodies.iter_mut() {
+            b.load_fold = None;
         }
     }
 }

@@ -57,8 +57,8 @@ use self::matmul::matmul;
 use self::simd::pick;
 pub use self::simd::Simd;
 use self::tile2d::{
-    broadcast_col, broadcast_row, reduce_cols, reduce_cols_gm, reduce_rows, transpose,
-    Max as FoldMax, Min as FoldMin, Sum,
+    broadcast_col, broadcast_row, load_reduce_cols, reduce_cols, reduce_cols_gm, reduce_rows,
+    transpose, Max as FoldMax, Min as FoldMin, Sum,
 };
 use self::ub::{Bf16, Bool, F16};
 use self::unary::{
@@ -116,6 +116,10 @@ pub struct GmOp {
     pub size: u8,
     /// Element counts of the operands.
     pub shape: GmShape,
+    /// For a fold along the columns: the fold fused with the load of its
+    /// source, `handler(ub, box, _, args)` with `ub` the whole UB and `box`
+    /// the loaded tile in global memory (`crate::loadfold`).
+    pub load: Option<GmHandler>,
 }
 
 /// Element counts of a [`GmOp`]'s operands.
@@ -690,29 +694,44 @@ pub fn resolve_gm(instr: &Instr, simd: Simd) -> Option<GmOp> {
             sources,
             size: dt.size() as u8,
             shape,
+            load: None,
         })
     };
     let one = |dt, h| op(1, GmShape::Ewise, dt, h);
     let two = |dt, h| op(2, GmShape::Ewise, dt, h);
     // As in `reduce_h!`: the fold along columns at most AVX2.
     let r = s.at_most_avx2();
-    let fold = |dt, h| op(1, GmShape::FoldCols, dt, h);
+    let fold = |dt, h, load: Option<GmHandler>| {
+        op(1, GmShape::FoldCols, dt, h).map(|g| GmOp { load, ..g })
+    };
     match *instr {
         I::ReduceSum {
             dt,
             axis: Axis::Cols,
             ..
-        } => fold(dt, gm_h!(num, r, dt, reduce_cols_gm::<_, Sum>)),
+        } => fold(
+            dt,
+            gm_h!(num, r, dt, reduce_cols_gm::<_, Sum>),
+            gm_h!(num, r, dt, load_reduce_cols::<_, Sum>),
+        ),
         I::ReduceMax {
             dt,
             axis: Axis::Cols,
             ..
-        } => fold(dt, gm_h!(num, r, dt, reduce_cols_gm::<_, FoldMax>)),
+        } => fold(
+            dt,
+            gm_h!(num, r, dt, reduce_cols_gm::<_, FoldMax>),
+            gm_h!(num, r, dt, load_reduce_cols::<_, FoldMax>),
+        ),
         I::ReduceMin {
             dt,
             axis: Axis::Cols,
             ..
-        } => fold(dt, gm_h!(num, r, dt, reduce_cols_gm::<_, FoldMin>)),
+        } => fold(
+            dt,
+            gm_h!(num, r, dt, reduce_cols_gm::<_, FoldMin>),
+            gm_h!(num, r, dt, load_reduce_cols::<_, FoldMin>),
+        ),
         I::Abs { dt, .. } => one(dt, gm_h!(num, s, dt, unary_gm::<_, Abs>)),
         I::Neg { dt, .. } => one(dt, gm_h!(num, s, dt, unary_gm::<_, Neg>)),
         I::Relu { dt, .. } => one(dt, gm_h!(num, s, dt, unary_gm::<_, Relu>)),

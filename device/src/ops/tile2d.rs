@@ -235,6 +235,84 @@ pub(crate) fn reduce_cols_gm<T: Elem, O: RedOp<T::C>>(
     fold_cols::<T, O>(s, d, cols);
 }
 
+/// The load of a full `rows × cols` tile (`src`, global memory, rows
+/// contiguous) into the UB box at `a.a`, fused with the [`reduce_cols`]
+/// that follows it (results at `a.dst`): each element is folded as it is
+/// copied, so the fold's arithmetic runs under the load's memory traffic
+/// (`crate::loadfold`). The same bytes as the load and then the fold (each
+/// row folded in [`fold_one`]'s order). A [`GmHandler`](super::GmHandler) by
+/// signature, with `ub` the whole UB; does nothing when a length, a range
+/// or an alignment is off, or the box and the results overlap.
+#[inline(always)]
+pub(crate) fn load_reduce_cols<T: Elem, O: RedOp<T::C>>(
+    ub: &mut [u8],
+    src: &[u8],
+    _b: &[u8],
+    a: &UbArgs,
+) {
+    let (rows, cols) = (a.n as usize, a.cols as usize);
+    let Some(elems) = rows.checked_mul(cols) else {
+        return;
+    };
+    let (Some(rb), Some(rd), Some(s)) = (
+        range_of::<T>(a.a, elems),
+        range_of::<T>(a.dst, rows),
+        view::<T>(src),
+    ) else {
+        return;
+    };
+    if s.len() != elems || cols == 0 || rb.end > ub.len() || rd.end > ub.len() {
+        return;
+    }
+    // The two ranges, disjoint, as two mutable views.
+    let (bx, out) = if rb.end <= rd.start {
+        let (lo, hi) = ub.split_at_mut(rd.start);
+        (&mut lo[rb], &mut hi[..rd.end - rd.start])
+    } else if rd.end <= rb.start {
+        let (lo, hi) = ub.split_at_mut(rb.start);
+        (&mut hi[..rb.end - rb.start], &mut lo[rd])
+    } else {
+        return;
+    };
+    let (Some(bx), Some(out)) = (view_mut::<T>(bx), view_mut::<T>(out)) else {
+        return;
+    };
+    let rows_of = bx.chunks_exact_mut(cols).zip(s.chunks_exact(cols));
+    if cols >= 4 * LANES {
+        for ((d, row), o) in rows_of.zip(out) {
+            *o = T::put(fold_row_copy::<T, O, LANES>(row, d));
+        }
+    } else if cols >= 2 * LANES {
+        for ((d, row), o) in rows_of.zip(out) {
+            *o = T::put(fold_row_copy::<T, O, { LANES / 2 }>(row, d));
+        }
+    } else {
+        for ((d, row), o) in rows_of.zip(out) {
+            *o = T::put(fold_row_copy::<T, O, { LANES / 4 }>(row, d));
+        }
+    }
+}
+
+/// [`fold_row`] of `row`, copying it to `dst` (of its length) on the way.
+#[inline(always)]
+fn fold_row_copy<T: Elem, O: RedOp<T::C>, const L: usize>(row: &[T], dst: &mut [T]) -> T::C {
+    let (main, tail) = row.split_at(row.len() / L * L);
+    let (dmain, dtail) = dst.split_at_mut(main.len().min(dst.len()));
+    let (mut acc, mut nan) = ([O::id(); L], [O::id(); L]);
+    for (c, d) in main.chunks_exact(L).zip(dmain.chunks_exact_mut(L)) {
+        d.copy_from_slice(c);
+        accumulate::<T, O>(&mut acc, &mut nan, c);
+    }
+    merge_nan::<T::C, O>(&mut acc, &nan);
+    let mut lanes = acc;
+    let mut s = fold_lanes::<T::C, O, L>(&mut lanes);
+    for (d, x) in dtail.iter_mut().zip(tail) {
+        *d = *x;
+        s = O::f(s, x.get());
+    }
+    s
+}
+
 /// `dst[r] = fold(src row r)` for a row-major `dst.len() × cols` source.
 #[inline(always)]
 fn fold_cols<T: Elem, O: RedOp<T::C>>(src: &[T], dst: &mut [T], cols: usize) {

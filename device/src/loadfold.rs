@@ -1,0 +1,72 @@
+//! A load fused with the fold along the columns that follows it.
+//!
+//! A norm's or a softmax's body starts `load x; rmax|rsum m ← x; …`: the
+//! load copies the tile into UB, then the fold reads it back, each element
+//! one arithmetic step. From DRAM the copy waits on memory while the ALUs
+//! idle, and the fold then runs with the memory idle. When a body starts so
+//! ([`plan`]), every full tile runs the pair as one pass instead
+//! (`ops::tile2d::load_reduce_cols`): each element is folded as it is
+//! copied, so the fold's arithmetic hides under the load's traffic. It
+//! writes the same bytes as the pair (the box, and each row's fold in the
+//! same order), so nothing else about the body changes. Tiles with a tail
+//! or padding run the pair as two instructions.
+//!
+//! At launch ([`fits`]) the pair is fused only when the loaded buffer
+//! overlaps no writable buffer: the fused pass reads the tile as a slice.
+
+use crate::gm::GmBuf;
+use crate::ops::GmShape;
+use crate::predecode::VInstr;
+
+/// The index of the load that starts a fusable pair in body `code` (the
+/// fold is the next instruction), if any: the fold has a fused handler, its
+/// source is exactly the loaded box (`rows` rows of `pitch` elements of
+/// the fold's size) and its results lie outside the box.
+pub fn plan(code: &[VInstr]) -> Option<u8> {
+    code.windows(2)
+        .take(u8::MAX as usize)
+        .position(|w| {
+            let [VInstr::Load { pattern: p, .. }, VInstr::Ub(op)] = w else {
+                return false;
+            };
+            let Some(gm) = op
+                .gm
+                .filter(|g| g.shape == GmShape::FoldCols && g.load.is_some())
+            else {
+                return false;
+            };
+            let size = gm.size as u64;
+            let a = &op.args;
+            let boxed = (
+                p.ub as u64,
+                p.ub as u64 + p.rows as u64 * p.pitch as u64 * size,
+            );
+            let out = (a.dst as u64, a.dst as u64 + a.n as u64 * size);
+            p.dtype.size() as u64 == size
+                && a.a == p.ub
+                && a.n == p.rows
+                && a.cols == p.pitch
+                && (out.1 <= boxed.0 || boxed.1 <= out.0)
+        })
+        .map(|i| i as u8)
+}
+
+/// Whether the load at `at` of `code` may run fused under `bufs`: its
+/// buffer overlaps no writable buffer of the launch.
+pub fn fits(code: &[VInstr], at: u8, bufs: &[GmBuf<'_>]) -> bool {
+    let Some(VInstr::Load { pattern, .. }) = code.get(at as usize) else {
+        return false;
+    };
+    let Some(src) = bufs.get(pattern.buf as usize) else {
+        return false;
+    };
+    let span = |b: &GmBuf<'_>| {
+        let s = b.as_ptr() as usize;
+        (s, s.saturating_add(b.len()))
+    };
+    let (s, e) = span(src);
+    bufs.iter()
+        .filter(|b| b.writable())
+        .map(span)
+        .all(|(ws, we)| e <= ws || we <= s || ws == we || s == e)
+}
