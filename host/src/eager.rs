@@ -133,12 +133,12 @@ struct Inner {
 /// window that repeats (a loop body) hits.
 ///
 /// A window is first looked up by its concrete shapes, then by their
-/// classes ([`Extents::Classes`]): the second time a structure shows up at
-/// other lengths, it is decided on a copy whose extents are symbols
-/// ([`generalize`]), and that decision serves every later window of the
-/// same structure whose extents are equal where its were, whatever their
-/// values: a sequence length that changes every step does not pay the
-/// fusion pass again. A window whose symbolic copy does not check out
+/// classes (the class signature of [`signature`]): the second time a
+/// structure shows up at other lengths, it is decided on a copy whose
+/// extents are symbols ([`generalize`]), and that decision serves every
+/// later window of the same structure whose extents are equal where its
+/// were, whatever their values: a sequence length that changes every step
+/// does not pay the fusion pass again. A window whose symbolic copy does not check out
 /// (a reshape, slice or constant ties an extent to its value) is marked so
 /// and decided on its concrete shapes.
 #[derive(Default)]
@@ -189,13 +189,21 @@ impl DecisionCache {
     }
 }
 
-/// The hash key of a signature (a multiply-rotate fold of its words:
-/// signatures are compared whole, the key only picks the bucket).
-fn key_of(sig: &[u64]) -> u64 {
-    let mut h = sig.len() as u64;
-    for &w in sig {
+/// A multiply-rotate fold of signature words, continued from `h`: a key
+/// is the fold from 0 of its words, finished by [`key_of`], so the key of
+/// a concrete signature continues the fold of the class signature it
+/// starts with.
+fn fold(mut h: u64, words: &[u64]) -> u64 {
+    for &w in words {
         h = (h.rotate_left(5) ^ w).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
     }
+    h
+}
+
+/// The hash key of a signature of `len` words whose [`fold`] is `h`
+/// (signatures are compared whole, the key only picks the bucket).
+fn key_of(h: u64, len: usize) -> u64 {
+    let h = fold(h, &[len as u64]);
     h ^ (h >> 29)
 }
 
@@ -693,24 +701,24 @@ fn node_of(inner: &mut Inner, t: &LazyTensor) -> Result<NodeId, EagerError> {
     }
 }
 
-/// The structure of a window graph as words: per node its operator and
-/// attributes, operands, dtype and shape; then the outputs.
 /// The prepared graph for window `graph` (see [`DecisionCache`]): a cached
 /// decision for its concrete signature (a window that repeats exactly); else
 /// one for its class signature (the same structure at other lengths), made
 /// on the symbolic copy the second time a class signature is seen, so a
 /// window that never changes length never pays for the copy; else a new
-/// decision on the window itself.
+/// decision on the window itself. One walk of the window gives both
+/// signatures ([`signature`]).
 #[inline(never)]
 fn decide(inner: &mut Inner, graph: &mut Graph) -> Result<Rc<Prepared>, GraphError> {
-    let sig = signature(graph, Extents::Concrete);
-    let key = key_of(&sig);
+    let (sig, n) = signature(graph);
+    let hg = fold(0, &sig[..n]);
+    let key = key_of(fold(hg, &sig[n..]), sig.len());
     if let Some(Decided::Plan(p)) = inner.decisions.get(key, &sig) {
         inner.stats.decision_hits += 1;
         return Ok(p);
     }
-    let gsig = signature(graph, Extents::Classes);
-    let gkey = key_of(&gsig);
+    let gsig = sig[..n].to_vec();
+    let gkey = key_of(hg, n);
     match inner.decisions.get(gkey, &gsig) {
         Some(Decided::Plan(p)) => {
             inner.stats.decision_hits += 1;
@@ -832,29 +840,24 @@ fn generalize(g: &Graph) -> Option<Graph> {
     Some(out)
 }
 
-/// How a window's extents enter its signature.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Extents {
-    /// As their values.
-    Concrete,
-    /// Extents of at least 2 that no constant fixes as the index of their
-    /// value's class (first appearance first): windows equal but for such
-    /// values share the signature.
-    Classes,
-}
-
-fn signature(g: &Graph, extents: Extents) -> Vec<u64> {
+/// The structure of window `g` as words, and how many of them are its
+/// class signature: per node its operator and attributes, operands, dtype
+/// and shape, then the outputs, where every extent of at least 2 that no
+/// constant fixes is the index of its value's class (first appearance
+/// first), so that windows equal but for such values share the class
+/// signature; then the classes' values and the class signature's length.
+/// The whole is the concrete signature: the class signature with the
+/// values of its classes gives back every extent, and the length at the
+/// end keeps two such pairs from running together.
+fn signature(g: &Graph) -> (Vec<u64>, usize) {
     use crate::graph::Op;
     use std::hash::{Hash, Hasher};
     let mut w: Vec<u64> = Vec::with_capacity(8 * g.nodes().len());
-    let fixed = match extents {
-        Extents::Concrete => Vec::new(),
-        Extents::Classes => fixed_extents(g),
-    };
+    let fixed = fixed_extents(g);
     let mut classes: Vec<i64> = Vec::new();
     let mut dim = |d: &Dim| -> u64 {
         match d.as_const() {
-            Some(v) if extents == Extents::Classes && v >= 2 && !fixed.contains(&v) => {
+            Some(v) if v >= 2 && !fixed.contains(&v) => {
                 let i = classes.iter().position(|&c| c == v).unwrap_or_else(|| {
                     classes.push(v);
                     classes.len() - 1
@@ -922,5 +925,8 @@ fn signature(g: &Graph, extents: Extents) -> Vec<u64> {
     }
     w.push(u64::MAX);
     w.extend(g.outputs().iter().map(|(_, id)| id.0 as u64));
-    w
+    let n = w.len();
+    w.extend(classes.iter().map(|&v| v as u64));
+    w.push(n as u64);
+    (w, n)
 }
