@@ -339,6 +339,11 @@ pub struct State<'g> {
     visited_for: Cell<(usize, usize)>,
     /// The groups [`State::seed`] made from composites.
     seeded: Vec<usize>,
+    /// Nodes known to have no edge to another group's node: every user and
+    /// operand is in the node's own group or in none (data and opaque
+    /// nodes never join one). Set by [`pattern::neighbour_edges`], which
+    /// then skips them; a group only grows, so a node stays interior.
+    interior: Vec<bool>,
 }
 
 impl<'g> State<'g> {
@@ -379,6 +384,7 @@ impl<'g> State<'g> {
             visited: RefCell::new(Vec::new()),
             visited_for: Cell::new((usize::MAX, usize::MAX)),
             seeded: Vec::new(),
+            interior: vec![false; n],
         };
         let mut spans = composites
             .iter()
@@ -1323,7 +1329,7 @@ impl FusionPlan {
                     let created = st.apply(p);
                     st.check(name, created)?;
                     if let Some(c) = created {
-                        pattern::neighbour_edges(&st, c, &mut edges);
+                        pattern::neighbour_edges(&mut st, c, &mut edges);
                         for r in rules.iter_mut() {
                             r.notify(&st, c, &edges);
                         }

@@ -156,18 +156,29 @@ impl Vertical {
 }
 
 /// The edges between group `c` and its neighbour groups, one per ordered
-/// pair of groups (producer first).
-pub fn neighbour_edges(st: &State<'_>, c: usize, out: &mut Vec<Cand>) {
+/// pair of groups (producer first), found from the members in ascending
+/// order (each member's users, then its operands). Members found to have
+/// no such edge are marked interior and skipped from then on
+/// (`State::interior`): a group made by a merge would otherwise be
+/// walked whole again, though only its members next to other groups
+/// have edges.
+pub fn neighbour_edges(st: &mut State<'_>, c: usize, out: &mut Vec<Cand>) {
     out.clear();
     let push = |cand: Cand, out: &mut Vec<Cand>| {
         if !out.iter().any(|q| q.a == cand.a && q.b == cand.b) {
             out.push(cand);
         }
     };
+    let mut interior = std::mem::take(&mut st.interior);
     for &m in &st.cluster(c).nodes {
+        if interior[m.0] {
+            continue;
+        }
+        let mut edge = false;
         for &u in st.users(m) {
             if let Some(cu) = st.owner(u) {
                 if cu != c {
+                    edge = true;
                     push(
                         Cand {
                             a: c,
@@ -184,6 +195,7 @@ pub fn neighbour_edges(st: &State<'_>, c: usize, out: &mut Vec<Cand>) {
         for &o in &st.graph()[m].operands {
             if let Some(co) = st.owner(o) {
                 if co != c {
+                    edge = true;
                     push(
                         Cand {
                             a: co,
@@ -197,7 +209,9 @@ pub fn neighbour_edges(st: &State<'_>, c: usize, out: &mut Vec<Cand>) {
                 }
             }
         }
+        interior[m.0] = !edge;
     }
+    st.interior = interior;
 }
 
 impl Rule for Vertical {
