@@ -4,7 +4,8 @@
 //! A launch publishes a job (the predecoded program and raw buffer
 //! descriptors), wakes the workers, runs block 0 on the calling thread and
 //! waits for the rest. Workers spin briefly after each job before parking,
-//! so back-to-back launches do not pay a wake-up each time.
+//! so back-to-back launches do not pay a wake-up each time; a new worker
+//! parks until its first job.
 
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
@@ -121,7 +122,13 @@ pub struct CpuPool {
     launch_lock: Mutex<()>,
 }
 
-/// How long an idle worker spins before parking.
+/// How long an idle worker spins after a job before parking, so that the
+/// next launch of a run finds it awake. A new worker parks at once
+/// instead: what follows a pool's creation is host work (the eager API's
+/// first window is recorded and its fusion decided), and a spinning
+/// worker slows the caller's thread (on a shared or virtual machine it
+/// takes the caller's core, or its sibling's resources): the first
+/// launch pays one wake-up instead.
 const SPIN: Duration = Duration::from_micros(200);
 
 impl CpuPool {
@@ -280,8 +287,10 @@ fn worker(shared: Arc<Shared>, idx: u32) {
     shared.ready.fetch_add(1, Ordering::Release);
     let mut seen = 0u64;
     loop {
-        // Spin for a while on the generation, then park on the condvar.
+        // Spin for a while on the generation, then park on the condvar;
+        // before the first job, park at once (see `SPIN`).
         let start = Instant::now();
+        let spin = if seen == 0 { Duration::ZERO } else { SPIN };
         loop {
             if shared.shutdown.load(Ordering::Acquire) != 0 {
                 return;
@@ -289,7 +298,7 @@ fn worker(shared: Arc<Shared>, idx: u32) {
             if shared.generation.load(Ordering::Acquire) != seen {
                 break;
             }
-            if start.elapsed() < SPIN {
+            if start.elapsed() < spin {
                 std::hint::spin_loop();
                 continue;
             }
