@@ -674,8 +674,9 @@ fn eager_window([x, wt, bt, gt]: &[LazyTensor; 4]) {
 /// Only the fusion pass, in a loop, for profiling (`-- decision loop`):
 /// `DVM_PRIM` picks the primitive window, `DVM_FAST` only the pass without
 /// reasons, `DVM_PREP` decomposition + pass, `DVM_EAGER` the eager window
-/// in a fresh context each time (its decision and run; `DVM_CORES` cores,
-/// default 1), `DVM_SECOND` the
+/// in a fresh context each time (its decision and run, the medians of the
+/// decision and of the whole flush; `DVM_CORES` cores, default 1),
+/// `DVM_SECOND` the
 /// eager window at a second row count in a fresh context each time (the
 /// decision on the symbolic copy), `DVM_REPS` the repetitions.
 fn decision_loop() {
@@ -708,12 +709,19 @@ fn decision_loop() {
             .and_then(|s| s.parse().ok())
             .unwrap_or(1);
         let mut us = Vec::with_capacity(reps);
+        let mut flush = Vec::with_capacity(reps);
         for _ in 0..reps {
             let ex = dvm_host::eager::Eager::new(cores);
             eager_window(&eager_inputs(&ex));
-            us.push(ex.stats().fuse_us);
+            let st = ex.stats();
+            us.push(st.fuse_us);
+            flush.push(st.flush_us);
         }
-        println!("eager fresh-context decision median {:.1} µs", median(us));
+        println!(
+            "eager fresh-context decision median {:.1} µs, whole flush median {:.1} µs",
+            median(us),
+            median(flush)
+        );
         return;
     }
     let w = if std::env::var_os("DVM_PRIM").is_some() {
