@@ -799,50 +799,9 @@ pub(crate) fn validate_fast<M: Fn(NodeId) -> bool>(
             return None;
         };
         let space = shapes.of(g[r0].operands[0]);
-        let mut derived = None;
+        let mut step = ReduceStep::new(facts, shapes, space, axis);
         for &n in nodes {
-            let node = &g[n];
-            let class = match facts.roles[n.0] {
-                Role::Reduce { axis: a, keepdims } => {
-                    let x = node.operands[0];
-                    if a != axis || !shapes.same(scope, shapes.of(x), space) {
-                        return None;
-                    }
-                    if member(x) && classes[x.0] != Class::Full {
-                        return None;
-                    }
-                    Class::Reduced(keepdims)
-                }
-                _ => {
-                    let mix = OperandMix::of(&node.operands, axis, |o| {
-                        if member(o) {
-                            classes[o.0]
-                        } else {
-                            Class::Full
-                        }
-                    });
-                    if mix.full {
-                        if mix.drops_axis(axis) || !fits(n, space) {
-                            return None;
-                        }
-                        Class::Full
-                    } else {
-                        if mix.drops_axis(axis) {
-                            return None;
-                        }
-                        let (kept, dropped) =
-                            *derived.get_or_insert_with(|| shapes.reduced(space, axis));
-                        let s = shapes.of(n);
-                        if shapes.same(scope, s, kept) {
-                            Class::Reduced(true)
-                        } else if shapes.same(scope, s, dropped) {
-                            Class::Reduced(false)
-                        } else {
-                            return None;
-                        }
-                    }
-                }
-            };
+            let class = step.class(n, &member, &fits, &|o: NodeId| classes[o.0])?;
             classes[n.0] = class;
         }
         return Some((ClusterKind::Reduce { axis }, space));
@@ -864,4 +823,203 @@ pub(crate) fn validate_fast<M: Fn(NodeId) -> bool>(
         }
     }
     Some((ClusterKind::Elementwise, space))
+}
+
+/// One member of a reduce group in the walks of [`validate_fast`] and
+/// [`validate_onto`] (the same checks): its class from its operands', or
+/// `None` when it does not fit the group's space and axis.
+struct ReduceStep<'a, 'g> {
+    facts: &'a Facts<'g>,
+    shapes: &'a Shapes,
+    scope: &'g SymbolScope,
+    space: u32,
+    axis: usize,
+    /// The space's reduced shapes (kept and dropped axis), once asked.
+    derived: Option<(u32, u32)>,
+}
+
+impl<'a, 'g> ReduceStep<'a, 'g> {
+    fn new(facts: &'a Facts<'g>, shapes: &'a Shapes, space: u32, axis: usize) -> Self {
+        ReduceStep {
+            facts,
+            shapes,
+            scope: facts.graph.scope(),
+            space,
+            axis,
+            derived: None,
+        }
+    }
+
+    /// The class of member `n`; `class_of` gives a member operand's
+    /// class, `fits` whether a full-size member fits the space.
+    fn class(
+        &mut self,
+        n: NodeId,
+        member: &impl Fn(NodeId) -> bool,
+        fits: &impl Fn(NodeId, u32) -> bool,
+        class_of: &impl Fn(NodeId) -> Class,
+    ) -> Option<Class> {
+        let (shapes, scope, space, axis) = (self.shapes, self.scope, self.space, self.axis);
+        let node = &self.facts.graph[n];
+        match self.facts.roles[n.0] {
+            Role::Reduce { axis: a, keepdims } => {
+                let x = node.operands[0];
+                if a != axis || !shapes.same(scope, shapes.of(x), space) {
+                    return None;
+                }
+                if member(x) && class_of(x) != Class::Full {
+                    return None;
+                }
+                Some(Class::Reduced(keepdims))
+            }
+            _ => {
+                let mix = OperandMix::of(&node.operands, axis, |o| {
+                    if member(o) {
+                        class_of(o)
+                    } else {
+                        Class::Full
+                    }
+                });
+                if mix.full {
+                    if mix.drops_axis(axis) || !fits(n, space) {
+                        return None;
+                    }
+                    Some(Class::Full)
+                } else {
+                    if mix.drops_axis(axis) {
+                        return None;
+                    }
+                    let (kept, dropped) = *self
+                        .derived
+                        .get_or_insert_with(|| shapes.reduced(space, axis));
+                    let s = shapes.of(n);
+                    if shapes.same(scope, s, kept) {
+                        Some(Class::Reduced(true))
+                    } else if shapes.same(scope, s, dropped) {
+                        Some(Class::Reduced(false))
+                    } else {
+                        None
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// A reduce group validated before, as [`validate_onto`] takes it.
+pub(crate) struct Base<'a, B: Fn(NodeId) -> bool> {
+    /// Membership.
+    pub member: B,
+    /// Its space (a shape id).
+    pub space: u32,
+    /// Its folded axis.
+    pub axis: usize,
+    /// Its members' classes (entries of other nodes are not read).
+    pub classes: &'a [Class],
+}
+
+/// Scratch of [`validate_onto`]. `classes` and `mark` have an entry per
+/// graph node; a node's class in the union is in `classes` when its mark
+/// is `epoch` (a fresh value: no entry holds it yet).
+pub(crate) struct Onto<'a> {
+    pub classes: &'a mut [Class],
+    pub mark: &'a mut [u32],
+    pub epoch: u32,
+    /// The nodes checked, ascending: the new members and the members of
+    /// the base whose class may have changed (their classes are the
+    /// union's, the other members' are the base's).
+    pub checked: &'a mut Vec<NodeId>,
+    /// Members of the base to check, descending.
+    pub queue: &'a mut Vec<NodeId>,
+}
+
+/// [`validate_fast`] of the union of reduce group `base` and the nodes
+/// `new` (ascending), with the same answer, checking only what the union
+/// changes; `None` when it does not apply (a reduction of `new` folds
+/// another space or axis than `base`'s), `Some(answer)` otherwise.
+///
+/// The union's space and axis are `base`'s. A member of `base` whose
+/// operands have the classes they had in `base` (a new member, outside
+/// `base` before, counted as full-size there) keeps its class, and passes
+/// again every check it passed: so do the classes it reads, and a value
+/// stored from the union was stored from `base` (a check only becomes
+/// weaker when users join the group). So the walk checks the new members
+/// and, from each checked node whose class is not what `base` saw, its
+/// users in `base`, in ascending order as [`validate_fast`] does: a merge
+/// that adds a prologue (full-size values) or an epilogue to a reduce
+/// group checks only the new members.
+pub(crate) fn validate_onto<M: Fn(NodeId) -> bool, B: Fn(NodeId) -> bool>(
+    facts: &Facts<'_>,
+    shapes: &Shapes,
+    new: &[NodeId],
+    member: M,
+    base: &Base<'_, B>,
+    sc: &mut Onto<'_>,
+) -> Option<Option<(ClusterKind, u32)>> {
+    let g = facts.graph;
+    let scope = g.scope();
+    let (space, axis) = (base.space, base.axis);
+    // `base` holds element-wise and reduce nodes: any other role among the
+    // new members makes the union invalid, as in `validate_fast`.
+    for &n in new {
+        match facts.roles[n.0] {
+            Role::Elementwise => {}
+            Role::Reduce { axis: a, .. } => {
+                if a != axis || shapes.of(g[n].operands[0]) != space {
+                    return None;
+                }
+            }
+            Role::Matmul | Role::Data | Role::Opaque => return Some(None),
+        }
+    }
+    let materialized =
+        |n: NodeId| facts.is_output[n.0] || facts.users.of(n).iter().any(|&u| !member(u));
+    let fits = |n: NodeId, space: u32| {
+        let s = shapes.of(n);
+        s == space
+            || (shapes.broadcasts(scope, s, space)
+                && (!materialized(n) || shapes.same(scope, s, space)))
+    };
+    let mut step = ReduceStep::new(facts, shapes, space, axis);
+    sc.checked.clear();
+    sc.queue.clear();
+    let mut next_new = new.iter().copied().peekable();
+    loop {
+        let n = match (next_new.peek(), sc.queue.last()) {
+            (Some(&a), Some(&b)) if b < a => sc.queue.pop(),
+            (Some(_), _) => next_new.next(),
+            (None, _) => sc.queue.pop(),
+        };
+        let Some(n) = n else { break };
+        let (classes, mark, epoch) = (&*sc.classes, &*sc.mark, sc.epoch);
+        let class_of = |o: NodeId| {
+            if mark[o.0] == epoch {
+                classes[o.0]
+            } else {
+                base.classes[o.0]
+            }
+        };
+        let Some(class) = step.class(n, &member, &fits, &class_of) else {
+            return Some(None);
+        };
+        let before = if (base.member)(n) {
+            base.classes[n.0]
+        } else {
+            Class::Full
+        };
+        sc.classes[n.0] = class;
+        sc.mark[n.0] = sc.epoch;
+        sc.checked.push(n);
+        if class != before {
+            for &u in facts.users.of(n) {
+                if (base.member)(u) {
+                    // Descending, each once (users come after `n`).
+                    if let Err(at) = sc.queue.binary_search_by(|q| u.cmp(q)) {
+                        sc.queue.insert(at, u);
+                    }
+                }
+            }
+        }
+    }
+    Some(Some((ClusterKind::Reduce { axis }, space)))
 }

@@ -41,7 +41,7 @@ use std::ops::Range;
 use crate::graph::{Graph, NodeId, ShapeDisplay};
 use crate::sym::Dim;
 
-use legality::{role_of, validate, validate_fast, Class, Facts, Shapes};
+use legality::{role_of, validate, validate_fast, validate_onto, Class, Facts, Shapes};
 pub use legality::{Reason, Users};
 
 /// How the fuser treats a graph node.
@@ -277,9 +277,18 @@ impl Log {
 
 const NONE: u32 = u32::MAX;
 
-/// Scratch of [`State::merge`]: the merged member list and the value
-/// classes of a reduce group.
-type MergeScratch = (Vec<NodeId>, Vec<Class>);
+/// The fewest members of a reduce group that [`State::merge`] validates a
+/// union onto ([`legality::validate_onto`]): below, re-validating the
+/// whole union costs about as little.
+const ONTO_MIN: usize = 6;
+
+/// No union accepted (see `State::accepted`).
+const NOT_ACCEPTED: (usize, usize, u32, u32, bool) = (usize::MAX, usize::MAX, NONE, 0, false);
+
+/// Scratch of [`State::merge`]: the merged member list, the value classes
+/// of a reduce group, and the nodes [`legality::validate_onto`] checked and
+/// has yet to check.
+type MergeScratch = (Vec<NodeId>, Vec<Class>, Vec<NodeId>, Vec<NodeId>);
 
 /// Scratch of [`State::contract`]: the units ahead and behind (with their
 /// positions) and the positions they and the two contracted units hold.
@@ -305,17 +314,23 @@ pub struct State<'g> {
     shapes: Shapes,
     scratch: RefCell<(Vec<u32>, Vec<NodeId>)>,
     epoch: Cell<u32>,
-    /// Scratch of [`State::merge`]: the merged member list and the value
-    /// classes of a reduce group.
+    /// Scratch of [`State::merge`] (see [`MergeScratch`]).
     merge_scratch: RefCell<MergeScratch>,
+    /// The value class of every member of a reduce group whose space is
+    /// known (`space_id`), so that a merge into it validates only what it
+    /// changes ([`legality::validate_onto`]).
+    class_of: Vec<Class>,
     /// Member lists of merged-away groups, reused for new groups.
     spare: RefCell<Vec<Vec<NodeId>>>,
     /// The space (a shape id) of every group, once known.
     space_id: Vec<u32>,
     /// The groups, space and parameter bound of the last union
-    /// [`State::merge`] accepted,
-    /// for [`State::apply`].
-    accepted: Cell<(usize, usize, u32, u32)>,
+    /// [`State::merge`] accepted, for [`State::apply`], and whether it
+    /// was validated onto one of them ([`legality::validate_onto`]). Its
+    /// classes are then in the merge scratch: those of the nodes
+    /// `validate_onto` checked (the others keep theirs), else every
+    /// member's. Reset by every merge attempt.
+    accepted: Cell<(usize, usize, u32, u32, bool)>,
     /// An upper bound of every group's buffer parameters ([`count_params`]):
     /// a union needs at most the sum of its parts' (its external operands
     /// and stored values are among theirs), so a merge counts exactly only
@@ -373,10 +388,11 @@ impl<'g> State<'g> {
             shapes: Shapes::new(g),
             scratch: RefCell::new((vec![0; n], Vec::new())),
             epoch: Cell::new(0),
-            merge_scratch: RefCell::new((Vec::new(), vec![Class::Full; n])),
+            merge_scratch: RefCell::new((Vec::new(), vec![Class::Full; n], Vec::new(), Vec::new())),
+            class_of: vec![Class::Full; n],
             spare: RefCell::new(Vec::new()),
             space_id: Vec::with_capacity(2 * n),
-            accepted: Cell::new((usize::MAX, usize::MAX, NONE, 0)),
+            accepted: Cell::new(NOT_ACCEPTED),
             params: Vec::with_capacity(2 * n),
             pos: (0..n as u32).collect(),
             window: (Vec::new(), Vec::new(), Vec::new()),
@@ -424,7 +440,10 @@ impl<'g> State<'g> {
             st.stack_of.push(NONE);
             st.params.push(g[id].operands.len() as u32 + 1);
             let space = match st.roles[id.0] {
-                Role::Reduce { .. } => st.shapes.of(g[id].operands[0]),
+                Role::Reduce { keepdims, .. } => {
+                    st.class_of[id.0] = Class::Reduced(keepdims);
+                    st.shapes.of(g[id].operands[0])
+                }
                 _ => st.shapes.of(id),
             };
             st.space_id.push(space);
@@ -465,6 +484,13 @@ impl<'g> State<'g> {
         for &m in &nodes {
             self.owner[m.0] = id as u32;
             self.pos[m.0] = r.start as u32;
+        }
+        // A reduce group's validation left its members' classes.
+        if matches!(kind, ClusterKind::Reduce { .. }) {
+            let classes = &self.merge_scratch.get_mut().1;
+            for &m in &nodes {
+                self.class_of[m.0] = classes[m.0];
+            }
         }
         self.clusters.push(Cluster {
             kind,
@@ -822,6 +848,7 @@ impl<'g> State<'g> {
         b: usize,
         reason: bool,
     ) -> Result<Cluster, Option<Reason>> {
+        self.accepted.set(NOT_ACCEPTED);
         if self.is_stacked(a) || self.is_stacked(b) {
             return Err(Some(Reason::Stacked));
         }
@@ -839,7 +866,7 @@ impl<'g> State<'g> {
             }));
         }
         let mut scratch = self.merge_scratch.borrow_mut();
-        let (nodes, classes) = &mut *scratch;
+        let (nodes, classes, checked, queue) = &mut *scratch;
         // Merge the two ascending member lists.
         nodes.clear();
         if nodes.capacity() < n {
@@ -864,8 +891,53 @@ impl<'g> State<'g> {
             o == aa || o == bb
         };
         let facts = self.facts();
-        let Some((kind, space)) = validate_fast(&facts, &self.shapes, nodes, member, classes)
-        else {
+        // Onto the larger of the two when it is a reduce group of at least
+        // `ONTO_MIN` members whose space (and so classes) is known: only
+        // what the merge changes is validated.
+        let (x, y) = if ca.nodes.len() >= cb.nodes.len() {
+            (a, b)
+        } else {
+            (b, a)
+        };
+        let onto = (self.clusters[x].nodes.len() >= ONTO_MIN && self.space_id[x] != NONE)
+            .then_some(())
+            .and_then(|()| {
+                let ClusterKind::Reduce { axis } = self.clusters[x].kind else {
+                    return None;
+                };
+                let xx = x as u32;
+                let base = legality::Base {
+                    member: |m: NodeId| self.owner[m.0] == xx,
+                    space: self.space_id[x],
+                    axis,
+                    classes: &self.class_of,
+                };
+                let epoch = self.next_epoch();
+                let mut marks = self.scratch.borrow_mut();
+                let mut sc = legality::Onto {
+                    classes,
+                    mark: &mut marks.0,
+                    epoch,
+                    checked,
+                    queue,
+                };
+                let new = &self.clusters[y].nodes;
+                validate_onto(&facts, &self.shapes, new, member, &base, &mut sc)
+            });
+        let onto_used = onto.is_some();
+        let found = match onto {
+            Some(found) => {
+                // The tests check the claim: the same answer as the whole
+                // union's validation (which leaves the same classes).
+                debug_assert_eq!(
+                    found,
+                    validate_fast(&facts, &self.shapes, nodes, member, classes)
+                );
+                found
+            }
+            None => validate_fast(&facts, &self.shapes, nodes, member, classes),
+        };
+        let Some((kind, space)) = found else {
             return Err(reason.then(|| match validate(&facts, nodes, &member) {
                 Err(r) => r,
                 // Unreachable: the two validations agree.
@@ -890,7 +962,7 @@ impl<'g> State<'g> {
         } else {
             Vec::new()
         };
-        self.accepted.set((a, b, space_id, bound as u32));
+        self.accepted.set((a, b, space_id, bound as u32, onto_used));
         // The merged list becomes the group's; a spare list (the larger
         // one a merge left) is the next scratch.
         let spare = self.spare.borrow_mut().pop().unwrap_or_default();
@@ -971,11 +1043,21 @@ impl<'g> State<'g> {
                     vb
                 };
                 self.spare.get_mut().push(keep);
+                let (pa, pb, space, params, onto) = self.accepted.replace(NOT_ACCEPTED);
+                let known = (pa, pb) == (a, b);
+                if known && matches!(merged.kind, ClusterKind::Reduce { .. }) {
+                    let (_, classes, checked, _) = self.merge_scratch.get_mut();
+                    let changed = if onto {
+                        &checked[..]
+                    } else {
+                        &merged.nodes[..]
+                    };
+                    for &n in changed {
+                        self.class_of[n.0] = classes[n.0];
+                    }
+                }
                 self.clusters.push(merged);
                 self.stack_of.push(NONE);
-                let (pa, pb, space, params) =
-                    self.accepted.replace((usize::MAX, usize::MAX, NONE, 0));
-                let known = (pa, pb) == (a, b);
                 self.space_id.push(if known { space } else { NONE });
                 let bound = self.params[a] + self.params[b];
                 self.params
