@@ -848,7 +848,9 @@ fn generalize(g: &Graph) -> Option<Graph> {
 /// signature; then the classes' values and the class signature's length.
 /// The whole is the concrete signature: the class signature with the
 /// values of its classes gives back every extent, and the length at the
-/// end keeps two such pairs from running together.
+/// end keeps two such pairs from running together. No concrete signature
+/// is a class signature (the cache holds both): that would end with
+/// output ids, and the length exceeds every node id.
 fn signature(g: &Graph) -> (Vec<u64>, usize) {
     use crate::graph::Op;
     use std::hash::{Hash, Hasher};
