@@ -526,6 +526,54 @@ fn encoder_block_fuses_43_kernels_into_11_and_matches_the_reference() {
     }
 }
 
+/// More participants than the machine has cores (workers that start a
+/// launch late, sequence kernels whose blocks meet at barriers): every
+/// repetition gives the same bytes, within tolerance of one core's.
+#[test]
+fn an_oversubscribed_pool_gives_the_same_bytes_every_time() {
+    let cfg = EncoderConfig {
+        hidden: 64,
+        heads: 4,
+        ffn: 128,
+        max_len: 512,
+    };
+    let g = encoder_block(&cfg).unwrap();
+    let p = Prepared::new(&g).unwrap();
+    let (one, many) = (Runtime::new(1, 256), Runtime::new(6, 256));
+    let (h, f) = (cfg.hidden, cfg.ffn);
+    for s in [17u64, 96] {
+        let w = 1.0 / (h as f32).sqrt();
+        let inputs = [
+            ("x", tensor(&[s, h], 1, 1.0)),
+            ("wq", tensor(&[h, h], 2, w)),
+            ("wk", tensor(&[h, h], 3, w)),
+            ("wv", tensor(&[h, h], 4, w)),
+            ("wo", tensor(&[h, h], 5, w)),
+            ("w1", tensor(&[h, f], 6, w)),
+            ("b1", tensor(&[f], 7, 1.0)),
+            ("w2", tensor(&[f, h], 8, 1.0 / (f as f32).sqrt())),
+            ("b2", tensor(&[h], 9, 1.0)),
+            ("g1", tensor(&[h], 10, 1.0)),
+            ("be1", tensor(&[h], 11, 1.0)),
+            ("g2", tensor(&[h], 12, 1.0)),
+            ("be2", tensor(&[h], 13, 1.0)),
+        ];
+        let named: Vec<(&str, &Tensor)> = inputs.iter().map(|(n, t)| (*n, t)).collect();
+        let want = one.run(&p, &named, &Bindings::new()).unwrap();
+        let first = many.run(&p, &named, &Bindings::new()).unwrap();
+        for ((n, w), (_, t)) in want.iter().zip(&first) {
+            let d = w.max_abs_diff(t).unwrap();
+            assert!(w.allclose(t, 1e-4, 1e-4).unwrap(), "S={s} {n}: {d}");
+        }
+        for rep in 0..20 {
+            let got = many.run(&p, &named, &Bindings::new()).unwrap();
+            for ((n, a), (_, b)) in first.iter().zip(&got) {
+                assert_eq!(a.bytes(), b.bytes(), "S={s} {n}, repetition {rep}");
+            }
+        }
+    }
+}
+
 #[test]
 fn the_cache_keys_on_the_group_structure() {
     let g = attention();
