@@ -135,7 +135,7 @@ fn horner<const N: usize>(x: f32, c: [f32; N]) -> f32 {
 /// Cody–Waite reduction `x = n·ln2 + r` (`|r| ≤ ln2/2`), a degree-6
 /// polynomial `1 + r·(1 + r·P(r))` for `e^r`, and a two-step scaling by
 /// `2^n` so that subnormal results are rounded once. Every step is a fused
-/// multiply-add ([`mul_add`]): nine in all, with the reduction.
+/// multiply-add (`mul_add`): nine in all, with the reduction.
 ///
 /// `P` (degree 4) minimises the relative error of `e^r` on
 /// `|r| ≤ 1.0005·ln2/2` (Lawson's iteration on a Chebyshev grid,
