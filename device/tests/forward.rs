@@ -322,26 +322,8 @@ fn fold_module(dt: DType, rows: u32, cols: u32, total: u32, max: bool) -> Vec<u8
         .rows_tail(2, total)
         .step([0, 0, rows as u64]);
     let (dst, src) = (rows * cols * s, 0);
-    let axis = dvm_isa::Axis::Cols;
-    let op = if max {
-        Instr::ReduceMax {
-            dt,
-            axis,
-            dst,
-            src,
-            rows,
-            cols,
-        }
-    } else {
-        Instr::ReduceSum {
-            dt,
-            axis,
-            dst,
-            src,
-            rows,
-            cols,
-        }
-    };
+    let fold = if max { Fold::Max } else { Fold::Sum };
+    let op = fold.instr(dt, dvm_isa::Axis::Cols, dst, src, rows, cols);
     build(vec![K::vector(
         (rows * cols + rows) * s,
         &[(dt, R), (dt, W)],

@@ -15,7 +15,7 @@ const W: ParamAccess = ParamAccess::Write;
 /// `load x (rows × cols); fold m ← x; store x; store m` over `total` rows
 /// (the last tile a tail when `rows` does not divide it): both the loaded
 /// box and the folds reach global memory.
-fn module(dt: DType, rows: u32, cols: u32, total: u32, fold: usize) -> Vec<u8> {
+fn module(dt: DType, rows: u32, cols: u32, total: u32, fold: Fold) -> Vec<u8> {
     let s = dt.size();
     let tile = |buf: u8| {
         GmBox::new(dt, buf, rows, cols)
@@ -26,33 +26,7 @@ fn module(dt: DType, rows: u32, cols: u32, total: u32, fold: usize) -> Vec<u8> {
         .ub(rows * cols * s)
         .rows_tail(2, total)
         .step([0, 0, rows as u64]);
-    let (dst, src, axis) = (rows * cols * s, 0, Axis::Cols);
-    let op = match fold {
-        0 => Instr::ReduceSum {
-            dt,
-            axis,
-            dst,
-            src,
-            rows,
-            cols,
-        },
-        1 => Instr::ReduceMax {
-            dt,
-            axis,
-            dst,
-            src,
-            rows,
-            cols,
-        },
-        _ => Instr::ReduceMin {
-            dt,
-            axis,
-            dst,
-            src,
-            rows,
-            cols,
-        },
-    };
+    let op = fold.instr(dt, Axis::Cols, rows * cols * s, 0, rows, cols);
     build(vec![K::vector(
         (rows * cols + rows) * s,
         &[(dt, R), (dt, W), (dt, W)],
@@ -138,9 +112,9 @@ fn fused_load_folds_match_the_two_instructions() {
             let size = dt.size() as usize;
             let n = (total * cols) as usize;
             let x = values(&mut rng, dt, n);
-            for fold in 0..3 {
+            for fold in [Fold::Sum, Fold::Max, Fold::Min] {
                 let bytes = module(dt, rows, cols, total, fold);
-                let what = format!("{dt:?} {rows}x{cols} over {total} rows, fold {fold}");
+                let what = format!("{dt:?} {rows}x{cols} over {total} rows, {fold:?}");
                 let want = run(&bytes, &x, n * size, total as usize * size, false);
                 assert!(want.2, "{what}: pair not planned");
                 let got = run(&bytes, &x, n * size, total as usize * size, true);
@@ -159,13 +133,8 @@ fn only_a_fold_of_the_loaded_box_fuses() {
     let m = GmBox::new(dt, 1, rows, 1)
         .ub(2 * rows * cols * 4)
         .step([0, 0, rows as u64]);
-    let fold = |src: u32, rows: u32, cols: u32, axis: Axis| Instr::ReduceSum {
-        dt,
-        axis,
-        dst: 2 * 4 * 64 * 4,
-        src,
-        rows,
-        cols,
+    let fold = |src: u32, rows: u32, cols: u32, axis: Axis| {
+        Fold::Sum.instr(dt, axis, 2 * 4 * 64 * 4, src, rows, cols)
     };
     let planned = |op: Instr| {
         let bytes = build(vec![K::vector(
@@ -188,7 +157,7 @@ fn a_load_from_a_written_buffer_is_not_fused() {
     // The loaded buffer overlaps a writable one: the fused pass would read
     // it as a slice while the kernel may write it.
     let (rows, cols, total) = (4u32, 64u32, 8u32);
-    let bytes = module(DType::F32, rows, cols, total, 0);
+    let bytes = module(DType::F32, rows, cols, total, Fold::Sum);
     let prog = program(&bytes, 0);
     let at = prog.body_info(0).unwrap().load_fold.unwrap();
     let len = (total * cols * 4) as usize;

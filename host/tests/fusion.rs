@@ -476,6 +476,28 @@ fn a_fused_group_whose_tiles_do_not_fit_is_split_not_failed() {
     );
 }
 
+/// The encoder block's inputs at sequence length `s`, scaled so that its
+/// activations stay of order 1.
+fn encoder_inputs(cfg: &EncoderConfig, s: u64) -> Vec<(&'static str, Tensor)> {
+    let (h, f) = (cfg.hidden, cfg.ffn);
+    let w = 1.0 / (h as f32).sqrt();
+    vec![
+        ("x", tensor(&[s, h], 1, 1.0)),
+        ("wq", tensor(&[h, h], 2, w)),
+        ("wk", tensor(&[h, h], 3, w)),
+        ("wv", tensor(&[h, h], 4, w)),
+        ("wo", tensor(&[h, h], 5, w)),
+        ("w1", tensor(&[h, f], 6, w)),
+        ("b1", tensor(&[f], 7, 1.0)),
+        ("w2", tensor(&[f, h], 8, 1.0 / (f as f32).sqrt())),
+        ("b2", tensor(&[h], 9, 1.0)),
+        ("g1", tensor(&[h], 10, 1.0)),
+        ("be1", tensor(&[h], 11, 1.0)),
+        ("g2", tensor(&[h], 12, 1.0)),
+        ("be2", tensor(&[h], 13, 1.0)),
+    ]
+}
+
 #[test]
 fn encoder_block_fuses_43_kernels_into_11_and_matches_the_reference() {
     let cfg = EncoderConfig {
@@ -504,24 +526,8 @@ fn encoder_block_fuses_43_kernels_into_11_and_matches_the_reference() {
         let (k, l, _) = counts(&g, &fused(), &[("S", s)]);
         assert_eq!((k, l), (11, 9), "S={s}");
     }
-    let (h, f) = (cfg.hidden, cfg.ffn);
     for s in [1u64, 17, 64] {
-        let w = 1.0 / (h as f32).sqrt();
-        let inputs = vec![
-            ("x", tensor(&[s, h], 1, 1.0)),
-            ("wq", tensor(&[h, h], 2, w)),
-            ("wk", tensor(&[h, h], 3, w)),
-            ("wv", tensor(&[h, h], 4, w)),
-            ("wo", tensor(&[h, h], 5, w)),
-            ("w1", tensor(&[h, f], 6, w)),
-            ("b1", tensor(&[f], 7, 1.0)),
-            ("w2", tensor(&[f, h], 8, 1.0 / (f as f32).sqrt())),
-            ("b2", tensor(&[h], 9, 1.0)),
-            ("g1", tensor(&[h], 10, 1.0)),
-            ("be1", tensor(&[h], 11, 1.0)),
-            ("g2", tensor(&[h], 12, 1.0)),
-            ("be2", tensor(&[h], 13, 1.0)),
-        ];
+        let inputs = encoder_inputs(&cfg, s);
         check(&g, &inputs, 1e-4, 1e-4);
     }
 }
@@ -540,24 +546,8 @@ fn an_oversubscribed_pool_gives_the_same_bytes_every_time() {
     let g = encoder_block(&cfg).unwrap();
     let p = Prepared::new(&g).unwrap();
     let (one, many) = (Runtime::new(1, 256), Runtime::new(6, 256));
-    let (h, f) = (cfg.hidden, cfg.ffn);
     for s in [17u64, 96] {
-        let w = 1.0 / (h as f32).sqrt();
-        let inputs = [
-            ("x", tensor(&[s, h], 1, 1.0)),
-            ("wq", tensor(&[h, h], 2, w)),
-            ("wk", tensor(&[h, h], 3, w)),
-            ("wv", tensor(&[h, h], 4, w)),
-            ("wo", tensor(&[h, h], 5, w)),
-            ("w1", tensor(&[h, f], 6, w)),
-            ("b1", tensor(&[f], 7, 1.0)),
-            ("w2", tensor(&[f, h], 8, 1.0 / (f as f32).sqrt())),
-            ("b2", tensor(&[h], 9, 1.0)),
-            ("g1", tensor(&[h], 10, 1.0)),
-            ("be1", tensor(&[h], 11, 1.0)),
-            ("g2", tensor(&[h], 12, 1.0)),
-            ("be2", tensor(&[h], 13, 1.0)),
-        ];
+        let inputs = encoder_inputs(&cfg, s);
         let named: Vec<(&str, &Tensor)> = inputs.iter().map(|(n, t)| (*n, t)).collect();
         let want = one.run(&p, &named, &Bindings::new()).unwrap();
         let first = many.run(&p, &named, &Bindings::new()).unwrap();

@@ -8,9 +8,48 @@ use dvm_device::{
 };
 use dvm_isa::builder::{BodyDef, CodeWriter, KernelDef, ModuleBuilder, ParamDef};
 use dvm_isa::{
-    verify_kernel, DType, DeviceLimits, GridDim, Instr, KernelKind, Module, PadMode, ParamAccess,
-    Scalar, WaitMask,
+    verify_kernel, Axis, DType, DeviceLimits, GridDim, Instr, KernelKind, Module, PadMode,
+    ParamAccess, Scalar, WaitMask,
 };
+
+/// A fold of a `rows × cols` tile at UB `src` into `dst` along `axis`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fold {
+    Sum,
+    Max,
+    Min,
+}
+
+impl Fold {
+    pub fn instr(self, dt: DType, axis: Axis, dst: u32, src: u32, rows: u32, cols: u32) -> Instr {
+        match self {
+            Fold::Sum => Instr::ReduceSum {
+                dt,
+                axis,
+                dst,
+                src,
+                rows,
+                cols,
+            },
+            Fold::Max => Instr::ReduceMax {
+                dt,
+                axis,
+                dst,
+                src,
+                rows,
+                cols,
+            },
+            Fold::Min => Instr::ReduceMin {
+                dt,
+                axis,
+                dst,
+                src,
+                rows,
+                cols,
+            },
+        }
+    }
+}
 
 /// A GM box: the fields of a load or store except the UB destination's.
 #[derive(Clone, Copy, Debug)]
