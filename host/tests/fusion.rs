@@ -476,6 +476,14 @@ fn a_fused_group_whose_tiles_do_not_fit_is_split_not_failed() {
     );
 }
 
+/// An encoder block small enough for the tests.
+const SMALL_ENCODER: EncoderConfig = EncoderConfig {
+    hidden: 64,
+    heads: 4,
+    ffn: 128,
+    max_len: 512,
+};
+
 /// The encoder block's inputs at sequence length `s`, scaled so that its
 /// activations stay of order 1.
 fn encoder_inputs(cfg: &EncoderConfig, s: u64) -> Vec<(&'static str, Tensor)> {
@@ -500,12 +508,7 @@ fn encoder_inputs(cfg: &EncoderConfig, s: u64) -> Vec<(&'static str, Tensor)> {
 
 #[test]
 fn encoder_block_fuses_43_kernels_into_11_and_matches_the_reference() {
-    let cfg = EncoderConfig {
-        hidden: 64,
-        heads: 4,
-        ffn: 128,
-        max_len: 512,
-    };
+    let cfg = SMALL_ENCODER;
     let g = encoder_block(&cfg).unwrap();
     let p = Prepared::with_options(&g, &fused()).unwrap();
     let kinds: Vec<&ClusterKind> = p.fusion().clusters.iter().map(|c| &c.kind).collect();
@@ -537,12 +540,7 @@ fn encoder_block_fuses_43_kernels_into_11_and_matches_the_reference() {
 /// repetition gives the same bytes, within tolerance of one core's.
 #[test]
 fn an_oversubscribed_pool_gives_the_same_bytes_every_time() {
-    let cfg = EncoderConfig {
-        hidden: 64,
-        heads: 4,
-        ffn: 128,
-        max_len: 512,
-    };
+    let cfg = SMALL_ENCODER;
     let g = encoder_block(&cfg).unwrap();
     let p = Prepared::new(&g).unwrap();
     let (one, many) = (Runtime::new(1, 256), Runtime::new(6, 256));
