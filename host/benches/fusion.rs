@@ -608,6 +608,28 @@ fn decision_table(quick: bool, cores: usize) {
         median(cold.clone()),
         cold.iter().cloned().fold(f64::MAX, f64::min)
     );
+    // New windows in a context that has run others: the window's ten
+    // rotations, each a new structure, after the first.
+    let ex = dvm_host::eager::Eager::new(cores);
+    let ins = eager_inputs(&ex);
+    eager_window_from(&ins, 0);
+    let mut fresh = Vec::new();
+    for _ in 0..if quick { 1 } else { 5 } {
+        let ex = dvm_host::eager::Eager::new(cores);
+        let ins = eager_inputs(&ex);
+        eager_window_from(&ins, 0);
+        for shift in 1..10 {
+            let before = ex.stats().fuse_us;
+            eager_window_from(&ins, shift);
+            fresh.push(ex.stats().fuse_us - before);
+        }
+    }
+    println!(
+        "eager, a new window in a context that ran others (9 rotations of the window, {} contexts): decision median {:.1} µs (min {:.1})",
+        fresh.len() / 9,
+        median(fresh.clone()),
+        fresh.iter().cloned().fold(f64::MAX, f64::min)
+    );
     // The same window at a new row count every flush (a dynamic sequence
     // length): decided on the symbolic copy from the second length on.
     let ex = dvm_host::eager::Eager::new(cores);
@@ -651,10 +673,16 @@ fn eager_inputs(ex: &dvm_host::eager::Eager) -> [LazyTensor; 4] {
 }
 
 /// Records the 30-op window of [`window30`] and reads it back.
-fn eager_window([x, wt, bt, gt]: &[LazyTensor; 4]) {
+fn eager_window(ins: &[LazyTensor; 4]) {
+    eager_window_from(ins, 0);
+}
+
+/// [`eager_window`] with its 10-op cycle started at op `shift`: shifts 0
+/// to 9 are ten windows of the same ops in ten different structures.
+fn eager_window_from([x, wt, bt, gt]: &[LazyTensor; 4], shift: usize) {
     let mut cur = x.clone();
     for i in 0..30 {
-        cur = match i % 10 {
+        cur = match (i + shift) % 10 {
             0 => cur.matmul(wt),
             1 => cur.add(bt),
             2 => cur.gelu(),
