@@ -343,7 +343,7 @@ pub struct Facts<'a> {
 
 impl Facts<'_> {
     /// True when `n`'s value leaves a group whose members satisfy `member`.
-    pub fn materialized(&self, n: NodeId, member: &dyn Fn(NodeId) -> bool) -> bool {
+    pub fn materialized(&self, n: NodeId, member: &(impl Fn(NodeId) -> bool + ?Sized)) -> bool {
         self.is_output[n.0] || self.users.of(n).iter().any(|&u| !member(u))
     }
 
@@ -747,9 +747,6 @@ pub(crate) fn validate_fast<M: Fn(NodeId) -> bool>(
     classes: &mut [Class],
 ) -> Option<(ClusterKind, u32)> {
     let g = facts.graph;
-    let scope = g.scope();
-    let materialized =
-        |n: NodeId| facts.is_output[n.0] || facts.users.of(n).iter().any(|&u| !member(u));
     let mut matmul = None;
     let mut first_reduce = None;
     for &n in nodes {
@@ -772,14 +769,7 @@ pub(crate) fn validate_fast<M: Fn(NodeId) -> bool>(
     if matmul.is_some() && first_reduce.is_some() {
         return None;
     }
-    // A node of the space's own shape fits (it broadcasts into and equals
-    // it) without the users scan of `materialized`.
-    let fits = |n: NodeId, space: u32| {
-        let s = shapes.of(n);
-        s == space
-            || (shapes.broadcasts(scope, s, space)
-                && (!materialized(n) || shapes.same(scope, s, space)))
-    };
+    let fits = |n: NodeId, space: u32| fits_space(facts, shapes, &member, n, space);
 
     if let Some(mm) = matmul {
         if g[mm].operands.iter().any(|&o| member(o)) {
@@ -810,7 +800,7 @@ pub(crate) fn validate_fast<M: Fn(NodeId) -> bool>(
     let anchor = nodes
         .iter()
         .copied()
-        .filter(|&n| materialized(n))
+        .filter(|&n| facts.materialized(n, &member))
         .max_by_key(|&n| (shapes.rank(shapes.of(n)), n.0))
         .or_else(|| nodes.last().copied());
     let Some(anchor) = anchor else {
@@ -823,6 +813,24 @@ pub(crate) fn validate_fast<M: Fn(NodeId) -> bool>(
         }
     }
     Some((ClusterKind::Elementwise, space))
+}
+
+/// Whether member `n` of a group (membership `member`) fits the group's
+/// space: its shape broadcasts into the space, and equals it if the value
+/// is [materialized](Facts::materialized). A node of the space's own shape
+/// fits without the users scan.
+fn fits_space(
+    facts: &Facts<'_>,
+    shapes: &Shapes,
+    member: &impl Fn(NodeId) -> bool,
+    n: NodeId,
+    space: u32,
+) -> bool {
+    let scope = facts.graph.scope();
+    let s = shapes.of(n);
+    s == space
+        || (shapes.broadcasts(scope, s, space)
+            && (!facts.materialized(n, member) || shapes.same(scope, s, space)))
 }
 
 /// One member of a reduce group in the walks of [`validate_fast`] and
@@ -957,7 +965,6 @@ pub(crate) fn validate_onto<M: Fn(NodeId) -> bool, B: Fn(NodeId) -> bool>(
     sc: &mut Onto<'_>,
 ) -> Option<Option<(ClusterKind, u32)>> {
     let g = facts.graph;
-    let scope = g.scope();
     let (space, axis) = (base.space, base.axis);
     // `base` holds element-wise and reduce nodes: any other role among the
     // new members makes the union invalid, as in `validate_fast`.
@@ -972,14 +979,7 @@ pub(crate) fn validate_onto<M: Fn(NodeId) -> bool, B: Fn(NodeId) -> bool>(
             Role::Matmul | Role::Data | Role::Opaque => return Some(None),
         }
     }
-    let materialized =
-        |n: NodeId| facts.is_output[n.0] || facts.users.of(n).iter().any(|&u| !member(u));
-    let fits = |n: NodeId, space: u32| {
-        let s = shapes.of(n);
-        s == space
-            || (shapes.broadcasts(scope, s, space)
-                && (!materialized(n) || shapes.same(scope, s, space)))
-    };
+    let fits = |n: NodeId, space: u32| fits_space(facts, shapes, &member, n, space);
     let mut step = ReduceStep::new(facts, shapes, space, axis);
     sc.checked.clear();
     sc.queue.clear();
