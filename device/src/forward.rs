@@ -143,16 +143,11 @@ impl Forward {
     /// Whether `bufs` allow forwarding: the stored buffer overlaps no
     /// buffer the body loads from.
     pub fn fits(&self, code: &[VInstr], bufs: &[GmBuf<'_>]) -> bool {
-        let range = |i: u8| {
-            let p = pattern(code, i)?;
-            let b = bufs.get(p.buf as usize)?;
-            let s = b.as_ptr() as usize;
-            Some((s, s.saturating_add(b.len())))
-        };
-        let Some((ws, we)) = range(self.store) else {
+        let buf = |i: u8| bufs.get(pattern(code, i)?.buf as usize);
+        let Some(stored) = buf(self.store) else {
             return false;
         };
-        let apart = |i: u8| range(i).is_some_and(|(s, e)| e <= ws || we <= s || s == e);
+        let apart = |i: u8| buf(i).is_some_and(|b| !b.overlaps(stored));
         apart(self.a) && self.b.is_none_or(apart)
     }
 

@@ -118,6 +118,16 @@ impl<'a> GmBuf<'a> {
     pub fn as_ptr(&self) -> *const u8 {
         self.ptr
     }
+
+    /// Whether the two buffers share a byte (empty ones share none).
+    pub fn overlaps(&self, other: &GmBuf<'_>) -> bool {
+        let span = |b: &GmBuf<'_>| {
+            let s = b.ptr as usize;
+            (s, s.saturating_add(b.len))
+        };
+        let ((s, e), (os, oe)) = (span(self), span(other));
+        s < e && os < oe && s < oe && os < e
+    }
 }
 
 impl fmt::Debug for GmBuf<'_> {

@@ -60,13 +60,7 @@ pub fn fits(code: &[VInstr], at: u8, bufs: &[GmBuf<'_>]) -> bool {
     let Some(src) = bufs.get(pattern.buf as usize) else {
         return false;
     };
-    let span = |b: &GmBuf<'_>| {
-        let s = b.as_ptr() as usize;
-        (s, s.saturating_add(b.len()))
-    };
-    let (s, e) = span(src);
     bufs.iter()
         .filter(|b| b.writable())
-        .map(span)
-        .all(|(ws, we)| e <= ws || we <= s || ws == we || s == e)
+        .all(|b| !b.overlaps(src))
 }
