@@ -29,6 +29,26 @@ const TREE_MIN: usize = 4;
 /// Columns accumulated at a time (in registers) for `axis = rows`.
 pub(crate) const COLS_BLOCK: usize = 32;
 
+/// `$body` with `$l` the accumulator count [`fold_row`] uses for rows of
+/// `$cols` elements: [`LANES`], or fewer for short rows, so that the final
+/// fold costs less. Every fold along columns takes its count from here, so
+/// they all fold a row in the same order.
+macro_rules! by_lanes {
+    ($cols:expr, $l:ident => $body:expr) => {{
+        let cols: usize = $cols;
+        if cols >= 4 * LANES {
+            const $l: usize = LANES;
+            $body
+        } else if cols >= 2 * LANES {
+            const $l: usize = LANES / 2;
+            $body
+        } else {
+            const $l: usize = LANES / 4;
+            $body
+        }
+    }};
+}
+
 /// A reduction: an associative fold with an identity.
 pub(crate) trait RedOp<C> {
     /// Identity element.
@@ -278,19 +298,11 @@ pub(crate) fn load_reduce_cols<T: Elem, O: RedOp<T::C>>(
         return;
     };
     let rows_of = bx.chunks_exact_mut(cols).zip(s.chunks_exact(cols));
-    if cols >= 4 * LANES {
+    by_lanes!(cols, L => {
         for ((d, row), o) in rows_of.zip(out) {
-            *o = T::put(fold_row_copy::<T, O, LANES>(row, d));
+            *o = T::put(fold_row_copy::<T, O, L>(row, d));
         }
-    } else if cols >= 2 * LANES {
-        for ((d, row), o) in rows_of.zip(out) {
-            *o = T::put(fold_row_copy::<T, O, { LANES / 2 }>(row, d));
-        }
-    } else {
-        for ((d, row), o) in rows_of.zip(out) {
-            *o = T::put(fold_row_copy::<T, O, { LANES / 4 }>(row, d));
-        }
-    }
+    })
 }
 
 /// [`fold_row`] of `row`, copying it to `dst` (of its length) on the way.
@@ -320,20 +332,11 @@ fn fold_cols<T: Elem, O: RedOp<T::C>>(src: &[T], dst: &mut [T], cols: usize) {
         dst.fill(T::put(O::id()));
         return;
     }
-    // Short rows: fewer accumulators, so the final fold costs less.
-    if cols >= 4 * LANES {
+    by_lanes!(cols, L => {
         for (d, row) in dst.iter_mut().zip(src.chunks_exact(cols)) {
-            *d = T::put(fold_row::<T, O, LANES>(row));
+            *d = T::put(fold_row::<T, O, L>(row));
         }
-    } else if cols >= 2 * LANES {
-        for (d, row) in dst.iter_mut().zip(src.chunks_exact(cols)) {
-            *d = T::put(fold_row::<T, O, { LANES / 2 }>(row));
-        }
-    } else {
-        for (d, row) in dst.iter_mut().zip(src.chunks_exact(cols)) {
-            *d = T::put(fold_row::<T, O, { LANES / 4 }>(row));
-        }
-    }
+    })
 }
 
 /// The fold of one row of a [`reduce_cols`], in the same order (the same
@@ -341,14 +344,7 @@ fn fold_cols<T: Elem, O: RedOp<T::C>>(src: &[T], dst: &mut [T], cols: usize) {
 /// folds each row right after writing it.
 #[inline(always)]
 pub(crate) fn fold_one<T: Elem, O: RedOp<T::C>>(row: &[T]) -> T::C {
-    let cols = row.len();
-    if cols >= 4 * LANES {
-        fold_row::<T, O, LANES>(row)
-    } else if cols >= 2 * LANES {
-        fold_row::<T, O, { LANES / 2 }>(row)
-    } else {
-        fold_row::<T, O, { LANES / 4 }>(row)
-    }
+    by_lanes!(row.len(), L => fold_row::<T, O, L>(row))
 }
 
 /// Folds columns `j0..j0 + W` down all rows (top to bottom, in order) with
