@@ -345,10 +345,14 @@ fn run_tiles<const N: usize, const B: usize>(
         fault,
     };
     let forward = info.forward.filter(|f| f.fits(code, bufs));
+    // The fused load: its index, and the fold's fused handler and operands.
     let load_fold = info
         .load_fold
         .filter(|&at| loadfold::fits(code, at, bufs))
-        .map(usize::from);
+        .and_then(|at| match code.get(at as usize + 1) {
+            Some(VInstr::Ub(fold)) => Some((at as usize, fold.gm?.load?, &fold.args)),
+            _ => None,
+        });
     while t < end {
         if let Some(f) = &forward {
             if f.run_tile(code, bufs, c, ub.len(), (b, t))? {
@@ -368,15 +372,12 @@ fn run_tiles<const N: usize, const B: usize>(
                     let buf = bufs
                         .get(pattern.buf as usize)
                         .ok_or_else(|| fault(i, t, GmFault::Operand))?;
-                    if load_fold == Some(i) {
-                        if let Some(VInstr::Ub(fold)) = code.get(i + 1) {
-                            let h = fold.gm.and_then(|g| g.load);
-                            if load_tile_fused(pattern, c, buf, ub, h, &fold.args)
-                                .map_err(|e| fault(i, t, e))?
-                            {
-                                skip = Some(i + 1);
-                                continue;
-                            }
+                    if let Some((_, handler, args)) = load_fold.filter(|l| l.0 == i) {
+                        if load_tile_fused(pattern, c, buf, ub, handler, args)
+                            .map_err(|e| fault(i, t, e))?
+                        {
+                            skip = Some(i + 1);
+                            continue;
                         }
                     }
                     load_tile(pattern, *pad, c, buf, ub).map_err(|e| fault(i, t, e))?;

@@ -630,9 +630,9 @@ fn load_t<T: Bits>(g: &Geom, buf: &GmBuf<'_>, ub: &mut [u8], pad: Option<u32>) {
 
 /// Loads the box of tile `coord` through `p` from `buf` by running
 /// `handler(ub, box, &[], args)` on its global-memory bytes, a load fused
-/// with the instruction after it ([`crate::loadfold`]), when there is a
-/// handler and the tile is full (no tail, no padding) and one contiguous,
-/// element-aligned run; returns `false`, having done nothing, otherwise.
+/// with the instruction after it ([`crate::loadfold`]), when the tile is
+/// full (no tail, no padding) and one contiguous, element-aligned run;
+/// returns `false`, having done nothing, otherwise.
 ///
 /// # Errors
 /// A [`GmFault`] if the box leaves `buf` or `ub`; nothing is written then.
@@ -642,12 +642,9 @@ pub fn load_tile_fused(
     coord: [u32; 3],
     buf: &GmBuf<'_>,
     ub: &mut [u8],
-    handler: Option<crate::ops::GmHandler>,
+    handler: crate::ops::GmHandler,
     args: &crate::ops::UbArgs,
 ) -> Result<bool, GmFault> {
-    let Some(handler) = handler else {
-        return Ok(false);
-    };
     let size = p.dtype.size() as usize;
     let g = Geom::new(p, coord, buf.len, ub.len())?;
     match g.gm_run(buf, size) {
