@@ -708,6 +708,28 @@ fn eager_window_from([x, wt, bt, gt]: &[LazyTensor; 4], shift: usize) {
 /// eager window at a second row count in a fresh context each time (the
 /// decision on the symbolic copy), `DVM_REPS` the repetitions.
 fn decision_loop() {
+    if std::env::var_os("DVM_ROTATE").is_some() {
+        let cores: usize = std::env::var("DVM_CORES")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(1);
+        let mut us = Vec::new();
+        for _ in 0..20 {
+            let ex = dvm_host::eager::Eager::new(cores);
+            let ins = eager_inputs(&ex);
+            eager_window_from(&ins, 0);
+            for shift in 1..10 {
+                let before = ex.stats().fuse_us;
+                eager_window_from(&ins, shift);
+                us.push(ex.stats().fuse_us - before);
+            }
+        }
+        println!(
+            "eager new window in a used context decision median {:.1} µs",
+            median(us)
+        );
+        return;
+    }
     if std::env::var_os("DVM_SECOND").is_some() {
         let reps: usize = std::env::var("DVM_REPS")
             .ok()

@@ -34,7 +34,7 @@ use std::time::Instant;
 
 use dvm_isa::{DType, Opcode};
 
-use crate::fuse::FuseOptions;
+use crate::fuse::{FuseOptions, FuseScratch};
 use crate::graph::{Graph, GraphError, NodeId, ReduceOp, Shape};
 use crate::runtime::{Prepared, RunError, Runtime};
 use crate::sym::{Bindings, Dim};
@@ -125,6 +125,8 @@ struct Inner {
     stats: EagerStats,
     /// Fusion decisions of windows seen before, by structure.
     decisions: DecisionCache,
+    /// The fusion pass's working memory, reused by every decision.
+    scratch: FuseScratch,
 }
 
 /// Fusion decisions (decomposed graph and fusion plan) of recorded windows,
@@ -278,6 +280,7 @@ impl Eager {
                 inputs: Vec::new(),
                 stats: EagerStats::default(),
                 decisions: DecisionCache::default(),
+                scratch: FuseScratch::default(),
             })),
         }
     }
@@ -727,7 +730,8 @@ fn decide(inner: &mut Inner, graph: &mut Graph) -> Result<Rc<Prepared>, GraphErr
         Some(Decided::Seen) => {
             // A copy that does not check out, or that fails to prepare,
             // leaves the structure to its concrete shapes.
-            match generalize(graph).map(|g| Prepared::from_graph(g, &inner.options)) {
+            let scratch = &mut inner.scratch;
+            match generalize(graph).map(|g| Prepared::from_graph_in(g, &inner.options, scratch)) {
                 Some(Ok(p)) => {
                     let p = Rc::new(p);
                     inner
@@ -743,7 +747,8 @@ fn decide(inner: &mut Inner, graph: &mut Graph) -> Result<Rc<Prepared>, GraphErr
     }
     // A new decision on the window itself, which moves into it (a window
     // that hit a cached decision is left to the caller, as before).
-    let p = Rc::new(Prepared::from_graph(std::mem::take(graph), &inner.options)?);
+    let p = Prepared::from_graph_in(std::mem::take(graph), &inner.options, &mut inner.scratch)?;
+    let p = Rc::new(p);
     inner
         .decisions
         .insert(key, sig, Decided::Plan(Rc::clone(&p)));

@@ -639,11 +639,22 @@ enum Rel {
     Broadcasts = 1,
 }
 
+/// The memory of a [`Shapes`], kept for the next one ([`Shapes::new_in`]).
+#[derive(Default)]
+pub(crate) struct ShapeBuffers {
+    of: Vec<u32>,
+    memo: ShapeMemo,
+}
+
 impl Shapes {
-    /// Interns the shape of every node of `g`.
-    pub(crate) fn new(g: &Graph) -> Shapes {
-        let mut memo = ShapeMemo::default();
-        let mut of: Vec<u32> = Vec::with_capacity(g.nodes().len());
+    /// Interns the shape of every node of `g`, in `b`'s memory.
+    pub(crate) fn new_in(g: &Graph, b: ShapeBuffers) -> Shapes {
+        let ShapeBuffers { mut of, mut memo } = b;
+        of.clear();
+        of.reserve(g.nodes().len());
+        memo.list.clear();
+        memo.rel.clear();
+        memo.derived.clear();
         for node in g.nodes() {
             // Most operators have the shape of an operand.
             let id = node
@@ -657,6 +668,14 @@ impl Shapes {
         Shapes {
             of,
             memo: RefCell::new(memo),
+        }
+    }
+
+    /// Its memory, for a later [`Shapes::new_in`].
+    pub(crate) fn into_buffers(self) -> ShapeBuffers {
+        ShapeBuffers {
+            of: self.of,
+            memo: self.memo.into_inner(),
         }
     }
 

@@ -294,6 +294,53 @@ type MergeScratch = (Vec<NodeId>, Vec<Class>, Vec<NodeId>, Vec<NodeId>);
 /// positions) and the positions they and the two contracted units hold.
 type Window = (Vec<(u32, Unit)>, Vec<(u32, Unit)>, Vec<u32>);
 
+/// Buffers one fusion pass hands on to the next ([`FusionPlan::with_scratch`]).
+///
+/// A pass builds some twenty vectors and maps of working state, sized by the
+/// graph, and drops them when the plan is made. A context that decides
+/// window after window (the eager API) keeps them here instead: the next
+/// pass clears and refills them, so it neither allocates them again nor
+/// writes into memory the allocator hands out cold.
+#[derive(Default)]
+pub struct FuseScratch(Option<Box<Buffers>>);
+
+/// [`State`]'s own vectors, kept between passes by [`FuseScratch`] (each
+/// as the field of the same name).
+#[derive(Default)]
+struct Buffers {
+    owner: Vec<u32>,
+    clusters: Vec<Cluster>,
+    stack_of: Vec<u32>,
+    stacks: Vec<Vec<usize>>,
+    scratch: (Vec<u32>, Vec<NodeId>),
+    merge_scratch: MergeScratch,
+    class_of: Vec<Class>,
+    spare: Vec<Vec<NodeId>>,
+    space_id: Vec<u32>,
+    params: Vec<u32>,
+    pos: Vec<u32>,
+    window: Window,
+    moved: Vec<Unit>,
+    visited: Vec<(u32, Unit)>,
+    seeded: Vec<usize>,
+    interior: Vec<bool>,
+    shapes: legality::ShapeBuffers,
+}
+
+/// `v` emptied and refilled with `n` copies of `x`, keeping its memory.
+fn refill<T: Clone>(mut v: Vec<T>, n: usize, x: T) -> Vec<T> {
+    v.clear();
+    v.resize(n, x);
+    v
+}
+
+/// `v` emptied, with room for at least `n` elements, keeping its memory.
+fn emptied<T>(mut v: Vec<T>, n: usize) -> Vec<T> {
+    v.clear();
+    v.reserve(n);
+    v
+}
+
 /// The fuser's working state: groups over the graph's compute nodes.
 pub struct State<'g> {
     g: &'g Graph,
@@ -366,6 +413,16 @@ impl<'g> State<'g> {
     /// a group ([`State::seed`]) is one group, every other element-wise,
     /// reduce and matmul operator a group of its own.
     fn new(g: &'g Graph, opts: FuseOptions, composites: &[Range<usize>]) -> State<'g> {
+        State::with_buffers(g, opts, composites, Buffers::default())
+    }
+
+    /// [`State::new`] in `b`'s memory.
+    fn with_buffers(
+        g: &'g Graph,
+        opts: FuseOptions,
+        composites: &[Range<usize>],
+        b: Buffers,
+    ) -> State<'g> {
         let n = g.nodes().len();
         let users = Users::new(g);
         let mut is_output = vec![false; n];
@@ -375,32 +432,43 @@ impl<'g> State<'g> {
             }
         }
         let roles: Vec<Role> = (0..n).map(|i| role_of(g, NodeId(i))).collect();
+        let (ms0, ms1, ms2, ms3) = b.merge_scratch;
+        let (w0, w1, w2) = b.window;
+        let mut pos = emptied(b.pos, n);
+        pos.extend(0..n as u32);
+        let mut stacks = b.stacks;
+        stacks.clear();
         let mut st = State {
             g,
             roles,
             users,
             is_output,
-            owner: vec![NONE; n],
-            clusters: Vec::with_capacity(2 * n),
-            stack_of: Vec::with_capacity(2 * n),
-            stacks: Vec::new(),
+            owner: refill(b.owner, n, NONE),
+            clusters: emptied(b.clusters, 2 * n),
+            stack_of: emptied(b.stack_of, 2 * n),
+            stacks,
             opts,
-            shapes: Shapes::new(g),
-            scratch: RefCell::new((vec![0; n], Vec::new())),
+            shapes: Shapes::new_in(g, b.shapes),
+            scratch: RefCell::new((refill(b.scratch.0, n, 0), emptied(b.scratch.1, 0))),
             epoch: Cell::new(0),
-            merge_scratch: RefCell::new((Vec::new(), vec![Class::Full; n], Vec::new(), Vec::new())),
-            class_of: vec![Class::Full; n],
-            spare: RefCell::new(Vec::new()),
-            space_id: Vec::with_capacity(2 * n),
+            merge_scratch: RefCell::new((
+                emptied(ms0, 0),
+                refill(ms1, n, Class::Full),
+                emptied(ms2, 0),
+                emptied(ms3, 0),
+            )),
+            class_of: refill(b.class_of, n, Class::Full),
+            spare: RefCell::new(b.spare),
+            space_id: emptied(b.space_id, 2 * n),
             accepted: Cell::new(NOT_ACCEPTED),
-            params: Vec::with_capacity(2 * n),
-            pos: (0..n as u32).collect(),
-            window: (Vec::new(), Vec::new(), Vec::new()),
-            moved: Vec::new(),
-            visited: RefCell::new(Vec::new()),
+            params: emptied(b.params, 2 * n),
+            pos,
+            window: (emptied(w0, 0), emptied(w1, 0), emptied(w2, 0)),
+            moved: emptied(b.moved, 0),
+            visited: RefCell::new(emptied(b.visited, 0)),
             visited_for: Cell::new((usize::MAX, usize::MAX)),
-            seeded: Vec::new(),
-            interior: vec![false; n],
+            seeded: emptied(b.seeded, 0),
+            interior: refill(b.interior, n, false),
         };
         let mut spans = composites
             .iter()
@@ -1369,7 +1437,23 @@ impl FusionPlan {
         opts: &FuseOptions,
         composites: &[Range<usize>],
     ) -> Result<FusionPlan, FuseError> {
-        let mut st = State::new(graph, *opts, composites);
+        Self::with_scratch(graph, opts, composites, &mut FuseScratch::default())
+    }
+
+    /// [`FusionPlan::with_composites`] in the working memory of earlier
+    /// passes, which it leaves in `scratch` for the next one. The plan is
+    /// the same.
+    ///
+    /// # Errors
+    /// As [`FusionPlan::new`] (`scratch` is then left empty).
+    pub fn with_scratch(
+        graph: &Graph,
+        opts: &FuseOptions,
+        composites: &[Range<usize>],
+        scratch: &mut FuseScratch,
+    ) -> Result<FusionPlan, FuseError> {
+        let buffers = scratch.0.take().map(|b| *b).unwrap_or_default();
+        let mut st = State::with_buffers(graph, *opts, composites, buffers);
         let mut log = Log {
             keep: opts.reasons,
             rejections: Vec::new(),
@@ -1425,7 +1509,9 @@ impl FusionPlan {
                 break;
             }
         }
-        Self::finish(st, log, applied)
+        let (plan, buffers) = Self::finish(st, log, applied)?;
+        scratch.0 = Some(Box::new(buffers));
+        Ok(plan)
     }
 
     /// One group per operator, no stacks (`--no-fuse`).
@@ -1433,7 +1519,7 @@ impl FusionPlan {
         let st = State::new(graph, FuseOptions::off(), &[]);
         let log = Log::default();
         match Self::finish(st, log, Vec::new()) {
-            Ok(p) => p,
+            Ok((p, _)) => p,
             // Singleton groups cannot form a cycle; keep a total function.
             Err(_) => FusionPlan {
                 clusters: Vec::new(),
@@ -1453,11 +1539,12 @@ impl FusionPlan {
         }
     }
 
+    /// The plan of the pass that left `st`, and `st`'s buffers for the next.
     fn finish(
         mut st: State<'_>,
         mut log: Log,
         applied: Vec<(&'static str, String)>,
-    ) -> Result<FusionPlan, FuseError> {
+    ) -> Result<(FusionPlan, Buffers), FuseError> {
         if st.opts.fuse && st.opts.reasons {
             // Neighbouring groups no rule proposed to merge (e.g. a matmul
             // feeding a reduction): record why they cannot merge.
@@ -1571,7 +1658,27 @@ impl FusionPlan {
         }
         rejections.reverse();
         let layouts = store_layouts(&st);
-        Ok(FusionPlan {
+        live.clear();
+        let buffers = Buffers {
+            owner: st.owner,
+            clusters: live,
+            stack_of: st.stack_of,
+            stacks: st.stacks,
+            scratch: st.scratch.into_inner(),
+            merge_scratch: st.merge_scratch.into_inner(),
+            class_of: st.class_of,
+            spare: st.spare.into_inner(),
+            space_id: st.space_id,
+            params: st.params,
+            pos: st.pos,
+            window: st.window,
+            moved: st.moved,
+            visited: st.visited.into_inner(),
+            seeded: st.seeded,
+            interior: st.interior,
+            shapes: st.shapes.into_buffers(),
+        };
+        let plan = FusionPlan {
             clusters,
             owner,
             stacks,
@@ -1583,7 +1690,8 @@ impl FusionPlan {
             layouts,
             is_output: st.is_output,
             options: st.opts,
-        })
+        };
+        Ok((plan, buffers))
     }
 
     /// The facts of `graph` (the graph this plan was made for).

@@ -818,3 +818,25 @@ fn owned_decomposition_equals_copying_decomposition() {
         );
     }
 }
+
+/// A pass in the memory an earlier pass left ([`FusionPlan::with_scratch`],
+/// as the eager API runs one decision after another) makes the same plan as
+/// a pass from scratch: generated graphs of every size, one scratch for all
+/// of them, with and without reasons and stacking.
+#[test]
+fn a_reused_scratch_gives_the_same_plans() {
+    let mut scratch = FuseScratch::default();
+    for seed in 0..400 {
+        let g = generated_graph(seed);
+        let (d, spans) = crate::graph::decompose_with_spans(&g).unwrap();
+        let opts = FuseOptions {
+            reasons: seed % 3 == 0,
+            stack: seed % 5 != 0,
+            max_nodes: if seed % 7 == 0 { 12 } else { 64 },
+            ..FuseOptions::default()
+        };
+        let fresh = FusionPlan::with_composites(&d, &opts, &spans).unwrap();
+        let reused = FusionPlan::with_scratch(&d, &opts, &spans, &mut scratch).unwrap();
+        assert_eq!(format!("{fresh:?}"), format!("{reused:?}"), "graph {seed}");
+    }
+}

@@ -10,7 +10,7 @@ use super::cache::{CacheStats, KernelCache};
 use super::pool::{CpuPool, RawBuf};
 use crate::compile::Target;
 use crate::fuse::stack::{launch_maps, pack_sequences, SequencePolicy};
-use crate::fuse::{FuseError, FuseOptions, FusionPlan};
+use crate::fuse::{FuseError, FuseOptions, FuseScratch, FusionPlan};
 use crate::graph::{decompose_owned, decompose_with_spans, Graph, GraphError};
 use crate::kernel::{BuildError, ReadyKernel};
 use crate::lower::{lower_with, Buf, BufKind, Launch, LaunchKind, LowerError, Plan};
@@ -132,7 +132,8 @@ impl Prepared {
     /// [`GraphError`] from the decomposition.
     pub fn with_options(graph: &Graph, options: &FuseOptions) -> Result<Prepared, GraphError> {
         let (graph, composites) = decompose_with_spans(graph)?;
-        Ok(Prepared::decomposed(graph, &composites, options))
+        let scratch = &mut FuseScratch::default();
+        Ok(Prepared::decomposed(graph, &composites, options, scratch))
     }
 
     /// [`Prepared::with_options`] of a graph the caller gives up: its nodes
@@ -142,14 +143,32 @@ impl Prepared {
     /// # Errors
     /// [`GraphError`] from the decomposition.
     pub fn from_graph(graph: Graph, options: &FuseOptions) -> Result<Prepared, GraphError> {
+        Prepared::from_graph_in(graph, options, &mut FuseScratch::default())
+    }
+
+    /// [`Prepared::from_graph`], its fusion pass in the working memory of
+    /// earlier ones ([`FusionPlan::with_scratch`]).
+    ///
+    /// # Errors
+    /// As [`Prepared::from_graph`].
+    pub fn from_graph_in(
+        graph: Graph,
+        options: &FuseOptions,
+        scratch: &mut FuseScratch,
+    ) -> Result<Prepared, GraphError> {
         let (graph, composites) = decompose_owned(graph)?;
-        Ok(Prepared::decomposed(graph, &composites, options))
+        Ok(Prepared::decomposed(graph, &composites, options, scratch))
     }
 
     /// Fuses the decomposed `graph` whose composites became `composites`.
-    fn decomposed(graph: Graph, composites: &[Range<usize>], options: &FuseOptions) -> Prepared {
+    fn decomposed(
+        graph: Graph,
+        composites: &[Range<usize>],
+        options: &FuseOptions,
+        scratch: &mut FuseScratch,
+    ) -> Prepared {
         let (fusion, fuse_error) = if options.fuse || options.stack {
-            match FusionPlan::with_composites(&graph, options, composites) {
+            match FusionPlan::with_scratch(&graph, options, composites, scratch) {
                 Ok(f) => (f, None),
                 Err(e) => (FusionPlan::unfused(&graph), Some(e)),
             }
