@@ -225,6 +225,9 @@ pub trait Rule {
     /// Group `c` was created by a merge; `edges` are its edges to the
     /// neighbouring groups ([`pattern::neighbour_edges`]).
     fn notify(&mut self, st: &State<'_>, c: usize, edges: &[pattern::Cand]);
+    /// Forgets everything about the last pass, keeping its memory, so that
+    /// the rule can run a new pass ([`FuseScratch`]).
+    fn reset(&mut self);
 }
 
 /// A fast hasher for small integer keys (the memo of examined pairs).
@@ -302,7 +305,29 @@ type Window = (Vec<(u32, Unit)>, Vec<(u32, Unit)>, Vec<u32>);
 /// pass clears and refills them, so it neither allocates them again nor
 /// writes into memory the allocator hands out cold.
 #[derive(Default)]
-pub struct FuseScratch(Option<Box<Buffers>>);
+pub struct FuseScratch {
+    buffers: Option<Box<Buffers>>,
+    /// The rules of the last pass and the options they were made for.
+    rules: Option<(RuleKey, Vec<Box<dyn Rule>>)>,
+}
+
+/// The options [`pattern::rules`] makes its rules from.
+type RuleKey = (bool, bool, usize);
+
+impl FuseScratch {
+    /// The rules for `opts`: the last pass's, reset, when they were made
+    /// for the same options, else new ones.
+    fn rules(&mut self, opts: &FuseOptions) -> Vec<Box<dyn Rule>> {
+        let key = (opts.fuse, opts.stack, opts.max_stack);
+        match self.rules.take() {
+            Some((k, mut rules)) if k == key => {
+                rules.iter_mut().for_each(|r| r.reset());
+                rules
+            }
+            _ => pattern::rules(opts),
+        }
+    }
+}
 
 /// [`State`]'s own vectors, kept between passes by [`FuseScratch`] (each
 /// as the field of the same name).
@@ -1452,7 +1477,7 @@ impl FusionPlan {
         composites: &[Range<usize>],
         scratch: &mut FuseScratch,
     ) -> Result<FusionPlan, FuseError> {
-        let buffers = scratch.0.take().map(|b| *b).unwrap_or_default();
+        let buffers = scratch.buffers.take().map(|b| *b).unwrap_or_default();
         let mut st = State::with_buffers(graph, *opts, composites, buffers);
         let mut log = Log {
             keep: opts.reasons,
@@ -1477,7 +1502,7 @@ impl FusionPlan {
         if cfg!(debug_assertions) && !st.seeded.is_empty() {
             st.check_all("composite")?;
         }
-        let mut rules = pattern::rules(opts);
+        let mut rules = scratch.rules(opts);
         let mut edges = Vec::new();
         // Every patch removes a group or stacks some: the loop terminates;
         // the bound is a second line of defence.
@@ -1510,7 +1535,8 @@ impl FusionPlan {
             }
         }
         let (plan, buffers) = Self::finish(st, log, applied)?;
-        scratch.0 = Some(Box::new(buffers));
+        scratch.buffers = Some(Box::new(buffers));
+        scratch.rules = Some(((opts.fuse, opts.stack, opts.max_stack), rules));
         Ok(plan)
     }
 

@@ -276,6 +276,12 @@ impl Rule for Vertical {
             }
         }
     }
+
+    fn reset(&mut self) {
+        self.init = false;
+        self.work.clear();
+        self.tried.clear();
+    }
 }
 
 /// Merges two element-wise or reduce groups that read a common input.
@@ -359,6 +365,12 @@ impl Rule for Siblings {
                 }
             }
         }
+    }
+
+    fn reset(&mut self) {
+        self.init = false;
+        self.work.clear();
+        self.tried.clear();
     }
 }
 
@@ -449,6 +461,11 @@ impl Rule for ParallelStack {
 
     fn notify(&mut self, _st: &State<'_>, _c: usize, _edges: &[Cand]) {
         // Merges after stacking started restart the scan.
+        self.next_node = 0;
+        self.reach.iter_mut().for_each(Vec::clear);
+    }
+
+    fn reset(&mut self) {
         self.next_node = 0;
         self.reach.iter_mut().for_each(Vec::clear);
     }
