@@ -306,7 +306,7 @@ type Window = (Vec<(u32, Unit)>, Vec<(u32, Unit)>, Vec<u32>);
 /// writes into memory the allocator hands out cold.
 #[derive(Default)]
 pub struct FuseScratch {
-    buffers: Option<Box<Buffers>>,
+    buffers: Option<Buffers>,
     /// The rules of the last pass and the options they were made for.
     rules: Option<(RuleKey, Vec<Box<dyn Rule>>)>,
 }
@@ -1477,7 +1477,7 @@ impl FusionPlan {
         composites: &[Range<usize>],
         scratch: &mut FuseScratch,
     ) -> Result<FusionPlan, FuseError> {
-        let buffers = scratch.buffers.take().map(|b| *b).unwrap_or_default();
+        let buffers = scratch.buffers.take().unwrap_or_default();
         let mut st = State::with_buffers(graph, *opts, composites, buffers);
         let mut log = Log {
             keep: opts.reasons,
@@ -1535,7 +1535,7 @@ impl FusionPlan {
             }
         }
         let (plan, buffers) = Self::finish(st, log, applied)?;
-        scratch.buffers = Some(Box::new(buffers));
+        scratch.buffers = Some(buffers);
         scratch.rules = Some(((opts.fuse, opts.stack, opts.max_stack), rules));
         Ok(plan)
     }
