@@ -282,50 +282,74 @@ pub fn broadcasts_into(
 
 /// The consumers of every node of a graph (each listed once, ascending),
 /// stored flat.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Default, PartialEq, Eq)]
 pub struct Users {
-    off: Vec<u32>,
+    /// The range of `flat` of every node, as `[start, end]`: one bounds
+    /// check per look-up (the fuser asks thousands of times a pass).
+    spans: Vec<[u32; 2]>,
     flat: Vec<NodeId>,
 }
 
 impl Users {
     /// The consumers of every node of `g`.
     pub fn new(g: &Graph) -> Users {
-        let n = g.nodes().len();
-        let mut count = vec![0u32; n + 1];
-        let mut last = vec![usize::MAX; n];
-        for (i, node) in g.nodes().iter().enumerate() {
-            for o in &node.operands {
-                if o.0 < n && last[o.0] != i {
-                    last[o.0] = i;
-                    count[o.0 + 1] += 1;
+        let nodes = g.nodes();
+        let n = nodes.len();
+        // Each operand once per consumer (an operand may repeat).
+        let distinct = |ops: &[NodeId], k: usize| ops[k].0 < n && !ops[..k].contains(&ops[k]);
+        let mut spans = vec![[0u32; 2]; n];
+        for node in nodes {
+            for k in 0..node.operands.len() {
+                if distinct(&node.operands, k) {
+                    spans[node.operands[k].0][1] += 1;
                 }
             }
         }
-        for i in 0..n {
-            count[i + 1] += count[i];
+        // Counts to empty ranges at their starts, then filled in node order
+        // (so each list is ascending), the end advancing.
+        let mut start = 0;
+        for s in &mut spans {
+            let count = s[1];
+            *s = [start, start];
+            start += count;
         }
-        let mut fill = count.clone();
-        let mut flat = vec![NodeId(0); count[n] as usize];
-        last.iter_mut().for_each(|l| *l = usize::MAX);
-        for (i, node) in g.nodes().iter().enumerate() {
-            for o in &node.operands {
-                if o.0 < n && last[o.0] != i {
-                    last[o.0] = i;
-                    flat[fill[o.0] as usize] = NodeId(i);
-                    fill[o.0] += 1;
+        let mut flat = vec![NodeId(0); start as usize];
+        for (i, node) in nodes.iter().enumerate() {
+            for k in 0..node.operands.len() {
+                if distinct(&node.operands, k) {
+                    let s = &mut spans[node.operands[k].0];
+                    flat[s[1] as usize] = NodeId(i);
+                    s[1] += 1;
                 }
             }
         }
-        Users { off: count, flat }
+        Users { spans, flat }
     }
 
     /// The consumers of `n` (empty for a foreign id).
+    #[inline]
     pub fn of(&self, n: NodeId) -> &[NodeId] {
-        match (self.off.get(n.0), self.off.get(n.0 + 1)) {
-            (Some(&a), Some(&b)) => &self.flat[a as usize..b as usize],
-            _ => &[],
+        match self.spans.get(n.0) {
+            Some(&[a, b]) => &self.flat[a as usize..b as usize],
+            None => &[],
         }
+    }
+}
+
+impl fmt::Debug for Users {
+    /// As the offsets of a flat list: every node's start, then the end
+    /// (the form plans have always been printed in).
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let off: Vec<u32> = self
+            .spans
+            .iter()
+            .map(|s| s[0])
+            .chain([self.flat.len() as u32])
+            .collect();
+        f.debug_struct("Users")
+            .field("off", &off)
+            .field("flat", &self.flat)
+            .finish()
     }
 }
 
