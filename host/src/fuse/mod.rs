@@ -1745,20 +1745,20 @@ fn store_layouts(st: &State<'_>) -> Vec<Option<Vec<usize>>> {
     if !st.opts.fuse {
         return out;
     }
-    for (i, slot) in out.iter_mut().enumerate() {
-        let id = NodeId(i);
-        if st.owner[i] == NONE || st.is_output[i] {
+    // From the transposes (few) to the value each reads: its only user.
+    for (t, node) in st.g.nodes().iter().enumerate() {
+        let crate::graph::Op::Transpose { perm } = &node.op else {
+            continue;
+        };
+        let Some(&id) = node.operands.first() else {
+            continue;
+        };
+        if st.owner[id.0] == NONE || st.is_output[id.0] || st.users.of(id) != [NodeId(t)] {
             continue;
         }
-        let users = st.users.of(id);
-        if users.len() != 1 {
-            continue;
-        }
-        if let crate::graph::Op::Transpose { perm } = &st.g[users[0]].op {
-            let identity = perm.iter().enumerate().all(|(k, &p)| k == p);
-            if !identity && perm.len() == st.g[id].shape.len() {
-                *slot = Some(perm.clone());
-            }
+        let identity = perm.iter().enumerate().all(|(k, &p)| k == p);
+        if !identity && perm.len() == st.g[id].shape.len() {
+            out[id.0] = Some(perm.clone());
         }
     }
     out
