@@ -139,6 +139,9 @@ struct Vertical {
     consumer: Sel,
     init: bool,
     work: VecDeque<Edge>,
+    /// Pairs of groups whose merge was rejected (a rejected pair stays
+    /// rejected). An accepted pair needs no entry: the driver applies the
+    /// merge at once and both groups are gone.
     tried: IdSet<u64>,
 }
 
@@ -222,10 +225,14 @@ impl Rule for Vertical {
     fn next(&mut self, st: &State<'_>, log: &mut Log) -> Option<Patch> {
         if !self.init {
             self.init = true;
-            self.tried.reserve(st.cluster_ids());
             self.work.reserve(st.cluster_ids());
             // Producers' outgoing edges in graph order (each edge once).
+            // Interior nodes have none (`State::interior`): by the time a
+            // later rule starts, most members of merged groups are.
             for m in (0..st.graph().nodes().len()).map(NodeId) {
+                if st.interior[m.0] {
+                    continue;
+                }
                 let Some(cm) = st.owner(m) else { continue };
                 if !is(self.producer, &st.cluster(cm).kind) {
                     continue;
@@ -255,12 +262,14 @@ impl Rule for Vertical {
             {
                 continue;
             }
-            if !self.tried.insert(pair_key(c.a, c.b)) {
+            let key = pair_key(c.a, c.b);
+            if self.tried.contains(&key) {
                 continue;
             }
             if let Some(patch) = merge_or_reject(st, log, self.name, &c, None) {
                 return Some(patch);
             }
+            self.tried.insert(key);
         }
         None
     }
@@ -288,6 +297,7 @@ impl Rule for Vertical {
 struct Siblings {
     init: bool,
     work: VecDeque<Pair>,
+    /// Rejected pairs of groups, smaller id first (as in [`Vertical`]).
     tried: IdSet<u64>,
 }
 
@@ -329,10 +339,13 @@ impl Rule for Siblings {
     fn next(&mut self, st: &State<'_>, log: &mut Log) -> Option<Patch> {
         if !self.init {
             self.init = true;
-            self.tried.reserve(st.cluster_ids());
             self.work.reserve(st.cluster_ids());
+            // The readers of an interior node are in its group or in none
+            // (`State::interior`): no pair to queue.
             for x in 0..st.graph().nodes().len() {
-                self.queue_readers(st, NodeId(x), None);
+                if !st.interior[x] {
+                    self.queue_readers(st, NodeId(x), None);
+                }
             }
         }
         while let Some(c) = self.work.pop_front().map(Pair::unpack) {
@@ -344,12 +357,14 @@ impl Rule for Siblings {
             if !ok(c.a) || !ok(c.b) || st.owner(x) == Some(c.a) || st.owner(x) == Some(c.b) {
                 continue;
             }
-            if !self.tried.insert(pair_key(c.a.min(c.b), c.a.max(c.b))) {
+            let key = pair_key(c.a.min(c.b), c.a.max(c.b));
+            if self.tried.contains(&key) {
                 continue;
             }
             if let Some(patch) = merge_or_reject(st, log, "siblings", &c, c.via) {
                 return Some(patch);
             }
+            self.tried.insert(key);
         }
         None
     }
@@ -384,29 +399,35 @@ struct ParallelStack {
     /// ([`State::reached_from`]; empty until asked). Valid until the state
     /// changes (a stack or a merge).
     reach: Vec<Vec<u64>>,
+    /// Scratch of [`Rule::next`]: the groups reading a node, and those
+    /// chosen for a stack (kept so that a scan allocates them once).
+    cands: Vec<usize>,
+    chosen: Vec<usize>,
 }
 
 impl ParallelStack {
     /// Whether group `c` reaches the unit of node `x`.
-    fn reaches(&mut self, st: &State<'_>, c: usize, x: NodeId) -> bool {
-        if self.reach.len() < st.cluster_ids() {
-            self.reach.resize_with(st.cluster_ids(), Vec::new);
+    fn reaches(reach: &mut Vec<Vec<u64>>, st: &State<'_>, c: usize, x: NodeId) -> bool {
+        if reach.len() < st.cluster_ids() {
+            reach.resize_with(st.cluster_ids(), Vec::new);
         }
-        if self.reach[c].is_empty() {
-            st.reached_from(c, &mut self.reach[c]);
+        if reach[c].is_empty() {
+            st.reached_from(c, &mut reach[c]);
         }
-        self.reach[c][x.0 / 64] >> (x.0 % 64) & 1 == 1
+        reach[c][x.0 / 64] >> (x.0 % 64) & 1 == 1
     }
 
     /// Whether groups `c` and `d` depend on each other: the earlier one in
-    /// the units' topological numbering reaches the later one.
-    fn dependent(&mut self, st: &State<'_>, c: usize, d: usize) -> bool {
+    /// the units' topological numbering reaches the later one. (A search
+    /// for one path, [`State::path_from`], costs more here: the reach of a
+    /// group is asked for again for other pairs.)
+    fn dependent(reach: &mut Vec<Vec<u64>>, st: &State<'_>, c: usize, d: usize) -> bool {
         let (lo, hi) = if st.position(c) < st.position(d) {
             (c, d)
         } else {
             (d, c)
         };
-        self.reaches(st, lo, st.cluster(hi).nodes[0])
+        Self::reaches(reach, st, lo, st.cluster(hi).nodes[0])
     }
 }
 
@@ -417,13 +438,14 @@ impl Rule for ParallelStack {
 
     fn next(&mut self, st: &State<'_>, _log: &mut Log) -> Option<Patch> {
         let n = st.graph().nodes().len();
+        let (cands, chosen, reach) = (&mut self.cands, &mut self.chosen, &mut self.reach);
         while self.next_node < n {
             let x = NodeId(self.next_node);
             self.next_node += 1;
             if st.users(x).len() < 2 {
                 continue;
             }
-            let mut cands: Vec<usize> = Vec::new();
+            cands.clear();
             for &u in st.users(x) {
                 if let Some(c) = st.owner(u) {
                     if !st.is_stacked(c) && st.owner(x) != Some(c) && !cands.contains(&c) {
@@ -434,26 +456,21 @@ impl Rule for ParallelStack {
             if cands.len() < 2 {
                 continue;
             }
-            let mut chosen: Vec<usize> = Vec::new();
-            for c in cands {
+            chosen.clear();
+            for &c in cands.iter() {
                 if chosen.len() >= self.max {
                     break;
                 }
-                let mut free = true;
-                for &d in &chosen {
-                    if self.dependent(st, c, d) {
-                        free = false;
-                        break;
-                    }
-                }
-                if free {
+                if !chosen.iter().any(|&d| Self::dependent(reach, st, c, d)) {
                     chosen.push(c);
                 }
             }
             if chosen.len() >= 2 {
                 // The stack changes the units: what reaches what.
-                self.reach.iter_mut().for_each(Vec::clear);
-                return Some(Patch::Stack { members: chosen });
+                reach.iter_mut().for_each(Vec::clear);
+                return Some(Patch::Stack {
+                    members: chosen.clone(),
+                });
             }
         }
         None
@@ -494,6 +511,8 @@ pub fn rules(opts: &FuseOptions) -> Vec<Box<dyn Rule>> {
             max: opts.max_stack,
             next_node: 0,
             reach: Vec::new(),
+            cands: Vec::new(),
+            chosen: Vec::new(),
         }));
     }
     r
