@@ -167,18 +167,9 @@ struct Rewriter<'a> {
 }
 
 impl Rewriter<'_> {
+    /// A node named after the composite: `suffix` starts with the dot
+    /// (`.max`), so that the name is two copies into an inline string.
     fn node(&mut self, suffix: &str, op: Op, operands: &[NodeId]) -> Result<NodeId, GraphError> {
-        self.node_named(&[suffix], op, operands)
-    }
-
-    /// [`Rewriter::node`] with the suffix given in parts (joined without a
-    /// separator), so that a caller needs no string of its own for it.
-    fn node_named(
-        &mut self,
-        suffix: &[&str],
-        op: Op,
-        operands: &[NodeId],
-    ) -> Result<NodeId, GraphError> {
         self.node_in(suffix, op, operands, None)
     }
 
@@ -191,40 +182,21 @@ impl Rewriter<'_> {
         operands: &[NodeId],
         like: NodeId,
     ) -> Result<NodeId, GraphError> {
-        self.node_in(&[suffix], op, operands, Some(like))
+        self.node_in(suffix, op, operands, Some(like))
     }
 
     fn node_in(
         &mut self,
-        suffix: &[&str],
+        suffix: &str,
         op: Op,
         operands: &[NodeId],
         like: Option<NodeId>,
     ) -> Result<NodeId, GraphError> {
-        let len = self.name.len() + 1 + suffix.iter().map(|p| p.len()).sum::<usize>();
-        // Joined on the stack when it fits a name held inline (most do):
-        // one copy into the name instead of a push per part.
-        let mut buf = [0u8; 24];
-        let joined = (len <= buf.len())
-            .then(|| {
-                let mut at = 0;
-                for p in [self.name, "."].iter().chain(suffix) {
-                    buf[at..at + p.len()].copy_from_slice(p.as_bytes());
-                    at += p.len();
-                }
-                std::str::from_utf8(&buf[..len]).ok()
-            })
-            .flatten();
-        let base = match joined {
-            Some(s) => CompactString::from(s),
-            None => {
-                let mut base = CompactString::with_capacity(len);
-                base.push_str(self.name);
-                base.push('.');
-                suffix.iter().for_each(|p| base.push_str(p));
-                base
-            }
-        };
+        // Pushed into a string of the right capacity (inline for most
+        // names): no UTF-8 check, as joining on a byte buffer would need.
+        let mut base = CompactString::with_capacity(self.name.len() + suffix.len());
+        base.push_str(self.name);
+        base.push_str(suffix);
         let taken =
             |n: &str| self.g.find(n).is_some() || self.orig.is_some_and(|o| o.find(n).is_some());
         let name = if !self.dotless && taken(&base) {
@@ -236,8 +208,8 @@ impl Rewriter<'_> {
             base
         };
         // Unused (checked above). The composite's name is valid and the
-        // suffixes are lowercase letters and `_`: the name is valid unless
-        // it grew too long, which is all there is left to check.
+        // suffixes are a dot, lowercase letters and `_`: the name is valid
+        // unless it grew too long, which is all there is left to check.
         if name.len() > super::MAX_NAME_LEN {
             check_name("node", &name)?;
         }
@@ -276,14 +248,15 @@ impl Rewriter<'_> {
         self.node(suffix, op, &[x])
     }
 
-    /// `sum(x, axes) / n`; the division is the final node when `last`.
+    /// `sum(x, axes) / n`, the sum named with suffix `sum` and the division
+    /// with `div`; without `div` the division is the final node.
     fn mean(
         &mut self,
-        suffix: &str,
+        sum_suffix: &str,
+        div: Option<&str>,
         x: NodeId,
         axes: &[usize],
         keepdims: bool,
-        last: bool,
     ) -> Result<NodeId, GraphError> {
         let shape = &self.g[x].shape;
         let constant = axes.iter().try_fold(1i64, |acc, &a| {
@@ -302,15 +275,14 @@ impl Rewriter<'_> {
             axes: axes.to_vec(),
             keepdims,
         };
-        let s = self.node_named(&[suffix, "sum"], sum, &[x])?;
-        let div = match n.as_const() {
+        let s = self.node(sum_suffix, sum, &[x])?;
+        let div_op = match n.as_const() {
             Some(c) => Op::Scalar(Opcode::DivS, c as f64),
             None => Op::ScalarDim(Opcode::DivS, n),
         };
-        if last {
-            self.last_like(div, &[s], s)
-        } else {
-            self.like(suffix.trim_end_matches('_'), div, &[s], s)
+        match div {
+            Some(suffix) => self.like(suffix, div_op, &[s], s),
+            None => self.last_like(div_op, &[s], s),
         }
     }
 
@@ -321,46 +293,46 @@ impl Rewriter<'_> {
                 op: ReduceOp::Mean,
                 ref axes,
                 keepdims,
-            } => self.mean("", x[0], axes, keepdims, true),
+            } => self.mean(".sum", None, x[0], axes, keepdims),
             Op::Softmax { axis } => {
-                let m = self.reduce("max", ReduceOp::Max, x[0], &[axis])?;
-                let d = self.like("sub", Op::Binary(Sub), &[x[0], m], x[0])?;
-                let e = self.like("exp", Op::Unary(Exp), &[d], d)?;
-                let s = self.reduce("sum", ReduceOp::Sum, e, &[axis])?;
+                let m = self.reduce(".max", ReduceOp::Max, x[0], &[axis])?;
+                let d = self.like(".sub", Op::Binary(Sub), &[x[0], m], x[0])?;
+                let e = self.like(".exp", Op::Unary(Exp), &[d], d)?;
+                let s = self.reduce(".sum", ReduceOp::Sum, e, &[axis])?;
                 // One reciprocal per row and a multiply per element: a
                 // division per element costs several times a multiply.
-                let r = self.like("recip", Op::Unary(Recip), &[s], s)?;
+                let r = self.like(".recip", Op::Unary(Recip), &[s], s)?;
                 self.last_like(Op::Binary(Mul), &[e, r], e)
             }
             Op::LogSoftmax { axis } => {
-                let m = self.reduce("max", ReduceOp::Max, x[0], &[axis])?;
-                let d = self.like("sub", Op::Binary(Sub), &[x[0], m], x[0])?;
-                let e = self.like("exp", Op::Unary(Exp), &[d], d)?;
-                let s = self.reduce("sum", ReduceOp::Sum, e, &[axis])?;
-                let l = self.like("log", Op::Unary(Log), &[s], s)?;
+                let m = self.reduce(".max", ReduceOp::Max, x[0], &[axis])?;
+                let d = self.like(".sub", Op::Binary(Sub), &[x[0], m], x[0])?;
+                let e = self.like(".exp", Op::Unary(Exp), &[d], d)?;
+                let s = self.reduce(".sum", ReduceOp::Sum, e, &[axis])?;
+                let l = self.like(".log", Op::Unary(Log), &[s], s)?;
                 self.last_like(Op::Binary(Sub), &[d, l], d)
             }
             Op::LayerNorm { eps } => {
                 let axis = self.g[x[0]].shape.len() - 1;
-                let mu = self.mean("mean_", x[0], &[axis], true, false)?;
-                let d = self.like("sub", Op::Binary(Sub), &[x[0], mu], x[0])?;
-                let sq = self.like("sq", Op::Binary(Mul), &[d, d], d)?;
-                let var = self.mean("var_", sq, &[axis], true, false)?;
-                let ve = self.like("eps", Op::Scalar(Opcode::AddS, eps), &[var], var)?;
-                let r = self.like("rsqrt", Op::Unary(Rsqrt), &[ve], ve)?;
-                let n = self.like("norm", Op::Binary(Mul), &[d, r], d)?;
+                let mu = self.mean(".mean_sum", Some(".mean"), x[0], &[axis], true)?;
+                let d = self.like(".sub", Op::Binary(Sub), &[x[0], mu], x[0])?;
+                let sq = self.like(".sq", Op::Binary(Mul), &[d, d], d)?;
+                let var = self.mean(".var_sum", Some(".var"), sq, &[axis], true)?;
+                let ve = self.like(".eps", Op::Scalar(Opcode::AddS, eps), &[var], var)?;
+                let r = self.like(".rsqrt", Op::Unary(Rsqrt), &[ve], ve)?;
+                let n = self.like(".norm", Op::Binary(Mul), &[d, r], d)?;
                 // The weights have the shape of the last axis (checked
                 // when the composite was added).
-                let gy = self.like("scale", Op::Binary(Mul), &[n, x[1]], n)?;
+                let gy = self.like(".scale", Op::Binary(Mul), &[n, x[1]], n)?;
                 self.last_like(Op::Binary(Add), &[gy, x[2]], gy)
             }
             Op::RmsNorm { eps } => {
                 let axis = self.g[x[0]].shape.len() - 1;
-                let sq = self.like("sq", Op::Binary(Mul), &[x[0], x[0]], x[0])?;
-                let ms = self.mean("ms_", sq, &[axis], true, false)?;
-                let ve = self.like("eps", Op::Scalar(Opcode::AddS, eps), &[ms], ms)?;
-                let r = self.like("rsqrt", Op::Unary(Rsqrt), &[ve], ve)?;
-                let n = self.like("norm", Op::Binary(Mul), &[x[0], r], x[0])?;
+                let sq = self.like(".sq", Op::Binary(Mul), &[x[0], x[0]], x[0])?;
+                let ms = self.mean(".ms_sum", Some(".ms"), sq, &[axis], true)?;
+                let ve = self.like(".eps", Op::Scalar(Opcode::AddS, eps), &[ms], ms)?;
+                let r = self.like(".rsqrt", Op::Unary(Rsqrt), &[ve], ve)?;
+                let n = self.like(".norm", Op::Binary(Mul), &[x[0], r], x[0])?;
                 self.last_like(Op::Binary(Mul), &[n, x[1]], n)
             }
             _ => {
