@@ -15,10 +15,11 @@
 
 use std::ops::Range;
 
-use dvm_isa::Opcode;
+use dvm_isa::{DType, Opcode};
 
 use super::error::GraphError;
-use super::{check_name, CompactString, Graph, Node, NodeId, Op, Operands, ReduceOp};
+use super::shape::{keeps_dtype, quick_reduced};
+use super::{check_name, CompactString, Graph, Node, NodeId, Op, Operands, ReduceOp, Shape};
 use crate::sym::Dim;
 
 /// A copy of `graph` in which every composite ([`Op::is_composite`]) is
@@ -73,13 +74,8 @@ pub fn decompose_with_spans(graph: &Graph) -> Result<(Graph, Vec<Range<usize>>),
         let operands: Operands = node.operands.iter().map(|o| map[o.0]).collect();
         let id = if node.op.is_composite() {
             let lo = out.nodes.len();
-            let id = Rewriter {
-                g: &mut out,
-                orig: Some(graph),
-                name: &node.name,
-                dotless,
-            }
-            .composite(node, &operands)?;
+            let id = Rewriter::new(&mut out, Some(graph), &node.name, dotless, &operands)
+                .composite(node, &operands)?;
             spans.push(lo..out.nodes.len());
             id
         } else {
@@ -134,13 +130,8 @@ pub fn decompose_owned(mut graph: Graph) -> Result<(Graph, Vec<Range<usize>>), G
         let id = if node.op.is_composite() {
             let lo = out.nodes.len();
             let operands = std::mem::take(&mut node.operands);
-            let id = Rewriter {
-                g: &mut out,
-                orig: None,
-                name: &node.name,
-                dotless: true,
-            }
-            .composite(&node, &operands)?;
+            let id = Rewriter::new(&mut out, None, &node.name, true, &operands)
+                .composite(&node, &operands)?;
             spans.push(lo..out.nodes.len());
             id
         } else {
@@ -164,6 +155,52 @@ struct Rewriter<'a> {
     name: &'a str,
     /// No name of `orig` has a dot (generated names are then fresh).
     dotless: bool,
+    /// The shapes of the composite's nodes follow from its operands'
+    /// ([`settled`]): the rewriter gives them without inference.
+    settled: bool,
+}
+
+/// The composite over `x` (operand, then weights) has operands whose
+/// shapes settle its nodes' shapes: the operand has a float dtype and a
+/// shape of settled dimensions ([`crate::sym::SymbolScope::is_settled`]),
+/// the weights its dtype and the shape of its last axis. Each element-wise
+/// node of the decomposition then combines a node of the operand's shape
+/// (its first operand, the `like` operand) with nodes of that shape, of it
+/// reduced over an axis (kept as 1) or with the weights: the quick
+/// inference gives it the first operand's dtype and shape, as it gives a
+/// reduction its reduced shape; none needs a canonical form computed.
+fn settled(g: &Graph, x: &[NodeId]) -> bool {
+    let Some((&first, weights)) = x.split_first() else {
+        return false;
+    };
+    let row = &g[first];
+    let last = row.shape.last();
+    row.dtype.is_float()
+        && row.shape.iter().all(|d| g.scope().is_settled(d))
+        && weights.iter().all(|&w| {
+            let w = &g[w];
+            w.dtype == row.dtype && w.shape.len() == 1 && last == w.shape.first()
+        })
+}
+
+impl<'a> Rewriter<'a> {
+    /// The rewriter of composite `name` over `x` into `g`.
+    fn new(
+        g: &'a mut Graph,
+        orig: Option<&'a Graph>,
+        name: &'a str,
+        dotless: bool,
+        x: &[NodeId],
+    ) -> Rewriter<'a> {
+        let settled = settled(g, x);
+        Rewriter {
+            g,
+            orig,
+            name,
+            dotless,
+            settled,
+        }
+    }
 }
 
 impl Rewriter<'_> {
@@ -214,10 +251,50 @@ impl Rewriter<'_> {
             check_name("node", &name)?;
         }
         debug_assert!(check_name("node", &name).is_ok());
+        self.add(name, op, operands, like)
+    }
+
+    /// Adds node `name`: a reduction of `operands[0]` (no `like`), or an
+    /// element-wise node that takes the dtype and shape of `like`
+    /// ([`Graph::add_like`]); derived without inference when the
+    /// composite is settled.
+    fn add(
+        &mut self,
+        name: CompactString,
+        op: Op,
+        operands: &[NodeId],
+        like: Option<NodeId>,
+    ) -> Result<NodeId, GraphError> {
+        if let Some((dtype, shape)) = self.derived(&op, operands, like) {
+            return Ok(self.g.add_derived(name, op, operands, dtype, shape));
+        }
         match like {
             Some(l) => self.g.add_like(name, op, operands, l),
             None => self.g.add_named(name, op, operands, None, None),
         }
+    }
+
+    /// The dtype and shape of [`Rewriter::add`]'s node in a settled
+    /// composite, as the quick inference gives them (`None`: not settled,
+    /// or not an operator it answers for).
+    fn derived(
+        &self,
+        op: &Op,
+        operands: &[NodeId],
+        like: Option<NodeId>,
+    ) -> Option<(DType, Shape)> {
+        if !self.settled {
+            return None;
+        }
+        let from = &self.g[like.unwrap_or(operands[0])];
+        let shape = match (op, like) {
+            (Op::Reduce { axes, keepdims, .. }, None) => {
+                quick_reduced(&from.shape, axes, *keepdims)
+            }
+            (_, Some(_)) => keeps_dtype(op, from.dtype).then(|| from.shape.clone()),
+            _ => None,
+        }?;
+        Some((from.dtype, shape))
     }
 
     /// The final node, named after the composite: a valid name of the
@@ -229,8 +306,7 @@ impl Rewriter<'_> {
         operands: &[NodeId],
         like: NodeId,
     ) -> Result<NodeId, GraphError> {
-        self.g
-            .add_like(CompactString::from(self.name), op, operands, like)
+        self.add(CompactString::from(self.name), op, operands, Some(like))
     }
 
     fn reduce(

@@ -221,6 +221,21 @@ impl Graph {
         }
         let l = &self.nodes[like.0];
         let (dtype, shape) = (l.dtype, l.shape.clone());
+        Ok(self.add_derived(name, op, operands, dtype, shape))
+    }
+
+    /// Appends a node whose dtype and shape the caller derived from its
+    /// operands, as [`Graph::add_named`] would infer them (a decomposition
+    /// knows them from the composite's), with a name known to be valid and
+    /// unused. Debug builds check the derivation against the inference.
+    pub(crate) fn add_derived(
+        &mut self,
+        name: CompactString,
+        op: Op,
+        operands: &[NodeId],
+        dtype: DType,
+        shape: Shape,
+    ) -> NodeId {
         #[cfg(debug_assertions)]
         {
             let args = self.args_of(operands);
@@ -233,38 +248,29 @@ impl Graph {
                     .ok()
                     .map(|(_, d, s)| (d, s))
             });
-            debug_assert_eq!(inferred, Some((dtype, shape.clone())), "add_like {name}");
+            debug_assert_eq!(inferred, Some((dtype, shape.clone())), "derived {name}");
         }
-        Ok(self.push(Node {
+        self.push(Node {
             op,
             operands: Operands::from(operands),
             name,
             dtype,
             shape,
-        }))
+        })
     }
 
     /// [`Graph::add_like`]'s test: `op` over `operands` gives the dtype
     /// and shape of `like`, node `id`, one of the operands.
     fn is_like(&self, op: &Op, operands: &[NodeId], id: NodeId, like: &Node) -> bool {
         let dt = like.dtype;
-        let accepts = |code: Opcode, kind: OpcodeKind| {
-            opcode_kind(code) == Some(kind)
-                && !is_comparison(code)
-                && opcode_dtypes(code).is_none_or(|d| d.contains(dt))
-        };
-        if !dt.is_float() {
+        if !dt.is_float() || !keeps_dtype(op, dt) {
             return false;
         }
         match (op, operands) {
-            (Op::Unary(code), [_]) => {
-                *code != Opcode::IsFinite && accepts(*code, OpcodeKind::Unary)
-            }
-            (Op::Scalar(code, _), [_]) => accepts(*code, OpcodeKind::Scalar),
-            (Op::Binary(code), [_, _]) => {
+            (Op::Unary(_) | Op::Scalar(..), [_]) => true,
+            (Op::Binary(_), [_, _]) => {
                 let l = &like.shape[..];
-                accepts(*code, OpcodeKind::Binary)
-                    && l.iter().all(Dim::is_const)
+                l.iter().all(Dim::is_const)
                     && operands.iter().all(|&o| {
                         o == id
                             || self.nodes.get(o.0).is_some_and(|n| {
@@ -278,6 +284,26 @@ impl Graph {
             }
             _ => false,
         }
+    }
+}
+
+/// The instruction set accepts `code`, of graph role `kind`, for elements
+/// of `dtype`, and it is not a comparison (whose result is bool).
+fn accepts(code: Opcode, kind: OpcodeKind, dtype: DType) -> bool {
+    opcode_kind(code) == Some(kind)
+        && !is_comparison(code)
+        && opcode_dtypes(code).is_none_or(|d| d.contains(dtype))
+}
+
+/// `op` is an element-wise operator whose result has its operands'
+/// dtype `dtype`, as [`quick_infer`] infers it: a unary (not `isfinite`),
+/// scalar or binary opcode, not a comparison, that accepts `dtype`.
+pub(crate) fn keeps_dtype(op: &Op, dtype: DType) -> bool {
+    match *op {
+        Op::Unary(code) => code != Opcode::IsFinite && accepts(code, OpcodeKind::Unary, dtype),
+        Op::Scalar(code, _) => accepts(code, OpcodeKind::Scalar, dtype),
+        Op::Binary(code) => accepts(code, OpcodeKind::Binary, dtype),
+        _ => false,
     }
 }
 
@@ -330,30 +356,26 @@ fn quick_infer(scope: &SymbolScope, op: &Op, args: &[Arg<'_>]) -> Option<(DType,
     if !a.dtype.is_float() || args.iter().any(|b| b.dtype != a.dtype) {
         return None;
     }
-    let accepts = |code: Opcode, kind: OpcodeKind| {
-        opcode_kind(code) == Some(kind)
-            && !is_comparison(code)
-            && opcode_dtypes(code).is_none_or(|d| d.contains(a.dtype))
-    };
     match (op, args) {
-        (Op::Unary(code), [_])
-            if *code != Opcode::IsFinite && accepts(*code, OpcodeKind::Unary) =>
-        {
+        (Op::Unary(_) | Op::Scalar(..), [_]) if keeps_dtype(op, a.dtype) => {
             Some((a.dtype, Shape::from(a.shape)))
         }
-        (Op::Scalar(code, _), [_]) if accepts(*code, OpcodeKind::Scalar) => {
-            Some((a.dtype, Shape::from(a.shape)))
-        }
-        (Op::Binary(code), [_, b]) if accepts(*code, OpcodeKind::Binary) => {
+        (Op::Binary(_), [_, b]) if keeps_dtype(op, a.dtype) => {
             quick_broadcast(scope, a.shape, b.shape).map(|s| (a.dtype, s))
         }
         (Op::Reduce { axes, keepdims, .. }, [_]) => {
-            let sorted = axes.windows(2).all(|w| w[0] < w[1]);
-            let in_range = axes.last().is_some_and(|&l| l < a.shape.len());
-            (sorted && in_range).then(|| (a.dtype, reduced_shape(a.shape, axes, *keepdims)))
+            quick_reduced(a.shape, axes, *keepdims).map(|s| (a.dtype, s))
         }
         _ => None,
     }
+}
+
+/// [`quick_infer`]'s shape of a reduction of `shape` over `axes`: `None`
+/// unless the axes are sorted, unique and in range.
+pub(crate) fn quick_reduced(shape: &[Dim], axes: &[usize], keepdims: bool) -> Option<Shape> {
+    let sorted = axes.windows(2).all(|w| w[0] < w[1]);
+    let in_range = axes.last().is_some_and(|&l| l < shape.len());
+    (sorted && in_range).then(|| reduced_shape(shape, axes, keepdims))
 }
 
 /// [`broadcast`] of shapes whose dimensions are settled (constants, or
