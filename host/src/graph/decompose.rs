@@ -152,7 +152,7 @@ struct Rewriter<'a> {
     /// (`None`: it has no name with a dot, `dotless`).
     orig: Option<&'a Graph>,
     /// The composite's name: the final node takes it.
-    name: &'a str,
+    name: &'a CompactString,
     /// No name of `orig` has a dot (generated names are then fresh).
     dotless: bool,
     /// The shapes of the composite's nodes follow from its operands'
@@ -188,7 +188,7 @@ impl<'a> Rewriter<'a> {
     fn new(
         g: &'a mut Graph,
         orig: Option<&'a Graph>,
-        name: &'a str,
+        name: &'a CompactString,
         dotless: bool,
         x: &[NodeId],
     ) -> Rewriter<'a> {
@@ -205,7 +205,7 @@ impl<'a> Rewriter<'a> {
 
 impl Rewriter<'_> {
     /// A node named after the composite: `suffix` starts with the dot
-    /// (`.max`), so that the name is two copies into an inline string.
+    /// (`.max`), so that the name is the composite's with one push.
     fn node(&mut self, suffix: &str, op: Op, operands: &[NodeId]) -> Result<NodeId, GraphError> {
         self.node_in(suffix, op, operands, None)
     }
@@ -229,10 +229,10 @@ impl Rewriter<'_> {
         operands: &[NodeId],
         like: Option<NodeId>,
     ) -> Result<NodeId, GraphError> {
-        // Pushed into a string of the right capacity (inline for most
-        // names): no UTF-8 check, as joining on a byte buffer would need.
-        let mut base = CompactString::with_capacity(self.name.len() + suffix.len());
-        base.push_str(self.name);
+        // The composite's name copied (held inline, most are) and the
+        // suffix pushed: one copy of a string, and no UTF-8 check, as
+        // joining on a byte buffer would need.
+        let mut base = self.name.clone();
         base.push_str(suffix);
         let taken =
             |n: &str| self.g.find(n).is_some() || self.orig.is_some_and(|o| o.find(n).is_some());
@@ -306,7 +306,7 @@ impl Rewriter<'_> {
         operands: &[NodeId],
         like: NodeId,
     ) -> Result<NodeId, GraphError> {
-        self.add(CompactString::from(self.name), op, operands, Some(like))
+        self.add(self.name.clone(), op, operands, Some(like))
     }
 
     fn reduce(
