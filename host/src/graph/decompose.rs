@@ -19,7 +19,9 @@ use dvm_isa::{DType, Opcode};
 
 use super::error::GraphError;
 use super::shape::{keeps_dtype, quick_reduced};
-use super::{check_name, CompactString, Graph, Node, NodeId, Op, Operands, ReduceOp, Shape};
+use super::{
+    check_name, to_shape, CompactString, Graph, Node, NodeId, Op, Operands, ReduceOp, Shape,
+};
 use crate::sym::Dim;
 
 /// A copy of `graph` in which every composite ([`Op::is_composite`]) is
@@ -291,7 +293,7 @@ impl Rewriter<'_> {
             (Op::Reduce { axes, keepdims, .. }, None) => {
                 quick_reduced(&from.shape, axes, *keepdims)
             }
-            (_, Some(_)) => keeps_dtype(op, from.dtype).then(|| from.shape.clone()),
+            (_, Some(_)) => keeps_dtype(op, from.dtype).then(|| to_shape(&from.shape)),
             _ => None,
         }?;
         Some((from.dtype, shape))

@@ -210,6 +210,17 @@ pub struct Node {
 /// slower on the fusion benchmark's window of rank-2 shapes.)
 pub type Shape = SmallVec<[Dim; 3]>;
 
+/// `dims` as a [`Shape`], a push per dimension: for the short shapes of
+/// most nodes that costs less than `SmallVec`'s `clone` and
+/// `From<&[Dim]>` (a generic `extend` behind `collect`).
+pub(crate) fn to_shape(dims: &[Dim]) -> Shape {
+    let mut s = Shape::with_capacity(dims.len());
+    for d in dims {
+        s.push(d.clone());
+    }
+    s
+}
+
 /// A tensor program over symbolic shapes (see the [module docs](self)).
 #[derive(Clone, Debug, Default)]
 pub struct Graph {
