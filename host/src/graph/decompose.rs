@@ -15,13 +15,11 @@
 
 use std::ops::Range;
 
-use dvm_isa::{DType, Opcode};
+use dvm_isa::Opcode;
 
 use super::error::GraphError;
 use super::shape::{keeps_dtype, quick_reduced};
-use super::{
-    check_name, to_shape, CompactString, Graph, Node, NodeId, Op, Operands, ReduceOp, Shape,
-};
+use super::{check_name, to_shape, CompactString, Graph, Node, NodeId, Op, Operands, ReduceOp};
 use crate::sym::Dim;
 
 /// A copy of `graph` in which every composite ([`Op::is_composite`]) is
@@ -267,36 +265,32 @@ impl Rewriter<'_> {
         operands: &[NodeId],
         like: Option<NodeId>,
     ) -> Result<NodeId, GraphError> {
-        if let Some((dtype, shape)) = self.derived(&op, operands, like) {
-            return Ok(self.g.add_derived(name, op, operands, dtype, shape));
+        if self.settled {
+            // The dtype and shape the quick inference gives (see
+            // `settled`), written straight into the node.
+            let from = &self.g[like.unwrap_or(operands[0])];
+            let dtype = from.dtype;
+            let shape = match (&op, like) {
+                (Op::Reduce { axes, keepdims, .. }, None) => {
+                    quick_reduced(&from.shape, axes, *keepdims)
+                }
+                (_, Some(_)) if keeps_dtype(&op, dtype) => Some(to_shape(&from.shape)),
+                _ => None,
+            };
+            if let Some(shape) = shape {
+                return Ok(self.g.add_derived(Node {
+                    op,
+                    operands: Operands::from(operands),
+                    name,
+                    dtype,
+                    shape,
+                }));
+            }
         }
         match like {
             Some(l) => self.g.add_like(name, op, operands, l),
             None => self.g.add_named(name, op, operands, None, None),
         }
-    }
-
-    /// The dtype and shape of [`Rewriter::add`]'s node in a settled
-    /// composite, as the quick inference gives them (`None`: not settled,
-    /// or not an operator it answers for).
-    fn derived(
-        &self,
-        op: &Op,
-        operands: &[NodeId],
-        like: Option<NodeId>,
-    ) -> Option<(DType, Shape)> {
-        if !self.settled {
-            return None;
-        }
-        let from = &self.g[like.unwrap_or(operands[0])];
-        let shape = match (op, like) {
-            (Op::Reduce { axes, keepdims, .. }, None) => {
-                quick_reduced(&from.shape, axes, *keepdims)
-            }
-            (_, Some(_)) => keeps_dtype(op, from.dtype).then(|| to_shape(&from.shape)),
-            _ => None,
-        }?;
-        Some((from.dtype, shape))
     }
 
     /// The final node, named after the composite: a valid name of the

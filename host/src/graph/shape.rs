@@ -221,42 +221,37 @@ impl Graph {
         }
         let l = &self.nodes[like.0];
         let (dtype, shape) = (l.dtype, l.shape.clone());
-        Ok(self.add_derived(name, op, operands, dtype, shape))
-    }
-
-    /// Appends a node whose dtype and shape the caller derived from its
-    /// operands, as [`Graph::add_named`] would infer them (a decomposition
-    /// knows them from the composite's), with a name known to be valid and
-    /// unused. Debug builds check the derivation against the inference.
-    pub(crate) fn add_derived(
-        &mut self,
-        name: CompactString,
-        op: Op,
-        operands: &[NodeId],
-        dtype: DType,
-        shape: Shape,
-    ) -> NodeId {
-        #[cfg(debug_assertions)]
-        {
-            let args = self.args_of(operands);
-            let cx = Ctx {
-                node: &name,
-                op: op.name(),
-            };
-            let inferred = quick_infer(&self.scope, &op, &args).or_else(|| {
-                infer(&self.scope, &cx, op.clone(), &args, None, None)
-                    .ok()
-                    .map(|(_, d, s)| (d, s))
-            });
-            debug_assert_eq!(inferred, Some((dtype, shape.clone())), "derived {name}");
-        }
-        self.push(Node {
+        Ok(self.add_derived(Node {
             op,
             operands: Operands::from(operands),
             name,
             dtype,
             shape,
-        })
+        }))
+    }
+
+    /// Appends `node`, whose dtype and shape the caller derived from its
+    /// operands as [`Graph::add_named`] would infer them (a decomposition
+    /// knows them from the composite's), and whose name is known to be
+    /// valid and unused. Debug builds check the derivation against the
+    /// inference.
+    pub(crate) fn add_derived(&mut self, node: Node) -> NodeId {
+        #[cfg(debug_assertions)]
+        {
+            let args = self.args_of(&node.operands);
+            let cx = Ctx {
+                node: &node.name,
+                op: node.op.name(),
+            };
+            let inferred = quick_infer(&self.scope, &node.op, &args).or_else(|| {
+                infer(&self.scope, &cx, node.op.clone(), &args, None, None)
+                    .ok()
+                    .map(|(_, d, s)| (d, s))
+            });
+            let derived = Some((node.dtype, node.shape.clone()));
+            debug_assert_eq!(inferred, derived, "derived {}", node.name);
+        }
+        self.push(node)
     }
 
     /// [`Graph::add_like`]'s test: `op` over `operands` gives the dtype
