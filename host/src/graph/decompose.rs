@@ -14,8 +14,9 @@
 //! outputs and later references are unchanged.
 
 use std::ops::Range;
+use std::sync::OnceLock;
 
-use dvm_isa::Opcode;
+use dvm_isa::{DType, Opcode};
 
 use super::error::GraphError;
 use super::shape::{keeps_dtype, quick_reduced};
@@ -161,8 +162,9 @@ struct Rewriter<'a> {
 }
 
 /// The composite over `x` (operand, then weights) has operands whose
-/// shapes settle its nodes' shapes: the operand has a float dtype and a
-/// shape of settled dimensions ([`crate::sym::SymbolScope::is_settled`]),
+/// shapes settle its nodes' shapes: the operand has a float dtype that
+/// the decompositions' opcodes accept ([`decomposes_in`]) and a shape of
+/// settled dimensions ([`crate::sym::SymbolScope::is_settled`]),
 /// the weights its dtype and the shape of its last axis. Each element-wise
 /// node of the decomposition then combines a node of the operand's shape
 /// (its first operand, the `like` operand) with nodes of that shape, of it
@@ -176,11 +178,40 @@ fn settled(g: &Graph, x: &[NodeId]) -> bool {
     let row = &g[first];
     let last = row.shape.last();
     row.dtype.is_float()
+        && decomposes_in(row.dtype)
         && row.shape.iter().all(|d| g.scope().is_settled(d))
         && weights.iter().all(|&w| {
             let w = &g[w];
             w.dtype == row.dtype && w.shape.len() == 1 && last == w.shape.first()
         })
+}
+
+/// The element-wise operators of the decompositions, one per opcode: a
+/// new one must be listed, as a settled composite's nodes are not checked
+/// one by one (debug builds check each against the inference).
+const ELEMENTWISE: [Op; 9] = {
+    use Opcode::{Add, AddS, DivS, Exp, Log, Mul, Recip, Rsqrt, Sub};
+    [
+        Op::Binary(Sub),
+        Op::Binary(Mul),
+        Op::Binary(Add),
+        Op::Unary(Exp),
+        Op::Unary(Recip),
+        Op::Unary(Log),
+        Op::Unary(Rsqrt),
+        Op::Scalar(AddS, 0.0),
+        Op::Scalar(DivS, 1.0),
+    ]
+};
+
+/// Every operator of [`ELEMENTWISE`] keeps dtype `dt` ([`keeps_dtype`]),
+/// from a table made once per process: the nodes of a settled composite
+/// then need no check of their own.
+fn decomposes_in(dt: DType) -> bool {
+    static TABLE: OnceLock<[bool; DType::ALL.len()]> = OnceLock::new();
+    let table =
+        TABLE.get_or_init(|| DType::ALL.map(|dt| ELEMENTWISE.iter().all(|op| keeps_dtype(op, dt))));
+    table[dt as usize]
 }
 
 impl<'a> Rewriter<'a> {
@@ -274,7 +305,10 @@ impl Rewriter<'_> {
                 (Op::Reduce { axes, keepdims, .. }, None) => {
                     quick_reduced(&from.shape, axes, *keepdims)
                 }
-                (_, Some(_)) if keeps_dtype(&op, dtype) => Some(to_shape(&from.shape)),
+                // One of `ELEMENTWISE`, which keep the dtype (`settled`).
+                (Op::Unary(_) | Op::Scalar(..) | Op::Binary(_), Some(_)) => {
+                    Some(to_shape(&from.shape))
+                }
                 _ => None,
             };
             if let Some(shape) = shape {
