@@ -616,6 +616,39 @@ fn decompose_avoids_name_clashes() {
     assert_eq!(dg[dg.outputs()[0].1].name, "p.max");
 }
 
+#[test]
+fn decompose_gives_each_node_what_inference_gives() {
+    // Operands of constant and of settled shapes (their nodes' shapes are
+    // derived) and of an unsettled one (`T`, rewritten by an equality
+    // declared after the composites: its nodes are inferred).
+    let mut g = Graph::new();
+    let s = g.symbol("S", 1, 64).unwrap();
+    let t = g.symbol("T", 1, 64).unwrap();
+    let gamma = g.input("gamma", DType::F32, &[d(16)]).unwrap();
+    let beta = g.input("beta", DType::F32, &[d(16)]).unwrap();
+    for (name, first) in [("c", d(4)), ("s", s.into()), ("t", t.into())] {
+        let x = g.input(name, DType::F32, &[first, d(16)]).unwrap();
+        let ln = g.layer_norm(x, gamma, beta, 1e-5).unwrap();
+        let sm = g.softmax(ln, -1).unwrap();
+        let ls = g.log_softmax(sm, 0).unwrap();
+        let rn = g.rms_norm(ls, gamma, 1e-6).unwrap();
+        let m = g.mean(rn, &[0, 1], false).unwrap();
+        g.output(&format!("{name}_m"), m).unwrap();
+    }
+    g.declare_equal(&t.into(), &s.into()).unwrap();
+    let dg = decompose(&g).unwrap();
+    // (An input keeps its declared shape.)
+    for (i, n) in dg
+        .nodes()
+        .iter()
+        .enumerate()
+        .filter(|(_, n)| n.op != Op::Input)
+    {
+        let (_, dtype, shape) = dg.reinfer(NodeId(i)).unwrap();
+        assert_eq!((dtype, &shape), (n.dtype, &n.shape), "node {}", n.name);
+    }
+}
+
 // ---- JSON ---------------------------------------------------------------------
 
 fn rich_graph() -> Graph {
