@@ -704,9 +704,11 @@ fn eager_window_from([x, wt, bt, gt]: &[LazyTensor; 4], shift: usize) {
 /// reasons, `DVM_PREP` decomposition + pass, `DVM_EAGER` the eager window
 /// in a fresh context each time (its decision and run, the medians of the
 /// decision and of the whole flush; `DVM_CORES` cores, default 1),
-/// `DVM_SECOND` the
-/// eager window at a second row count in a fresh context each time (the
-/// decision on the symbolic copy), `DVM_REPS` the repetitions.
+/// `DVM_ROTATE` new windows in used contexts (the window's nine other
+/// rotations after the first, in 20 contexts; `DVM_CORES` as above),
+/// `DVM_SECOND` the eager window at a second row count in a fresh context
+/// each time (the decision on the symbolic copy), `DVM_REPS` the
+/// repetitions.
 fn decision_loop() {
     if std::env::var_os("DVM_ROTATE").is_some() {
         let cores: usize = std::env::var("DVM_CORES")
