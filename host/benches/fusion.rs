@@ -613,17 +613,7 @@ fn decision_table(quick: bool, cores: usize) {
     let ex = dvm_host::eager::Eager::new(cores);
     let ins = eager_inputs(&ex);
     eager_window_from(&ins, 0);
-    let mut fresh = Vec::new();
-    for _ in 0..if quick { 1 } else { 5 } {
-        let ex = dvm_host::eager::Eager::new(cores);
-        let ins = eager_inputs(&ex);
-        eager_window_from(&ins, 0);
-        for shift in 1..10 {
-            let before = ex.stats().fuse_us;
-            eager_window_from(&ins, shift);
-            fresh.push(ex.stats().fuse_us - before);
-        }
-    }
+    let fresh = rotated_decisions(cores, if quick { 1 } else { 5 });
     println!(
         "eager, a new window in a context that ran others (9 rotations of the window, {} contexts): decision median {:.1} µs (min {:.1})",
         fresh.len() / 9,
@@ -650,6 +640,24 @@ fn decision_table(quick: bool, cores: usize) {
         st.decision_hits,
         st.flushes
     );
+}
+
+/// The decisions, in µs, of the window's nine other rotations (each a new
+/// structure) in each of `contexts` contexts on `cores` cores that ran the
+/// window itself first.
+fn rotated_decisions(cores: usize, contexts: usize) -> Vec<f64> {
+    let mut us = Vec::with_capacity(9 * contexts);
+    for _ in 0..contexts {
+        let ex = dvm_host::eager::Eager::new(cores);
+        let ins = eager_inputs(&ex);
+        eager_window_from(&ins, 0);
+        for shift in 1..10 {
+            let before = ex.stats().fuse_us;
+            eager_window_from(&ins, shift);
+            us.push(ex.stats().fuse_us - before);
+        }
+    }
+    us
 }
 
 /// [`eager_inputs`] with `rows` rows of x.
@@ -715,20 +723,9 @@ fn decision_loop() {
             .ok()
             .and_then(|s| s.parse().ok())
             .unwrap_or(1);
-        let mut us = Vec::new();
-        for _ in 0..20 {
-            let ex = dvm_host::eager::Eager::new(cores);
-            let ins = eager_inputs(&ex);
-            eager_window_from(&ins, 0);
-            for shift in 1..10 {
-                let before = ex.stats().fuse_us;
-                eager_window_from(&ins, shift);
-                us.push(ex.stats().fuse_us - before);
-            }
-        }
         println!(
             "eager new window in a used context decision median {:.1} µs",
-            median(us)
+            median(rotated_decisions(cores, 20))
         );
         return;
     }
