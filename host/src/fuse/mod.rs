@@ -314,11 +314,16 @@ pub struct FuseScratch {
 /// The options [`pattern::rules`] makes its rules from.
 type RuleKey = (bool, bool, usize);
 
+/// [`RuleKey`] of `opts`.
+fn rule_key(opts: &FuseOptions) -> RuleKey {
+    (opts.fuse, opts.stack, opts.max_stack)
+}
+
 impl FuseScratch {
     /// The rules for `opts`: the last pass's, reset, when they were made
     /// for the same options, else new ones.
     fn rules(&mut self, opts: &FuseOptions) -> Vec<Box<dyn Rule>> {
-        let key = (opts.fuse, opts.stack, opts.max_stack);
+        let key = rule_key(opts);
         match self.rules.take() {
             Some((k, mut rules)) if k == key => {
                 rules.iter_mut().for_each(|r| r.reset());
@@ -461,8 +466,6 @@ impl<'g> State<'g> {
         let (w0, w1, w2) = b.window;
         let mut pos = emptied(b.pos, n);
         pos.extend(0..n as u32);
-        let mut stacks = b.stacks;
-        stacks.clear();
         let mut st = State {
             g,
             roles,
@@ -471,7 +474,7 @@ impl<'g> State<'g> {
             owner: refill(b.owner, n, NONE),
             clusters: emptied(b.clusters, 2 * n),
             stack_of: emptied(b.stack_of, 2 * n),
-            stacks,
+            stacks: emptied(b.stacks, 0),
             opts,
             shapes: Shapes::new_in(g, b.shapes),
             scratch: RefCell::new((refill(b.scratch.0, n, 0), emptied(b.scratch.1, 0))),
@@ -1536,7 +1539,7 @@ impl FusionPlan {
         }
         let (plan, buffers) = Self::finish(st, log, applied)?;
         scratch.buffers = Some(buffers);
-        scratch.rules = Some(((opts.fuse, opts.stack, opts.max_stack), rules));
+        scratch.rules = Some((rule_key(opts), rules));
         Ok(plan)
     }
 
