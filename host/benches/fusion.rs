@@ -35,7 +35,7 @@ use dvm_isa::{DType, Opcode};
 
 #[path = "common/windows.rs"]
 mod windows;
-use windows::{window30, window30_primitive};
+use windows::{window30, window30_primitive, window30_shift};
 
 const H: i64 = 768;
 
@@ -571,6 +571,21 @@ fn decision_table(quick: bool, cores: usize) {
             median(prep)
         );
     }
+    // The same work over ten structures in turn, still warm: what the
+    // pass costs when the branch predictors cannot learn one graph.
+    let rotations: Vec<Graph> = (0..10).map(window30_shift).collect();
+    let mut turn = Vec::with_capacity(reps);
+    for r in 0..reps {
+        let t = Instant::now();
+        std::hint::black_box(
+            Prepared::with_options(&rotations[r % 10], &eager_opts).expect("prepares"),
+        );
+        turn.push(t.elapsed().as_secs_f64() * 1e6);
+    }
+    println!(
+        "  the latter's 10 rotations in turn (a new structure each time, warm): decomposition + pass {:.1} µs",
+        median(turn)
+    );
     // The eager API end to end on the same window (kernels cached after the
     // first flush): record 30 ops, read back.
     let ex = dvm_host::eager::Eager::new(cores);

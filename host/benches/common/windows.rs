@@ -40,6 +40,13 @@ pub fn window30_primitive() -> Graph {
 /// A window of 30 recorded operations as the eager API builds it (concrete
 /// shapes, composites included).
 pub fn window30() -> Graph {
+    window30_shift(0)
+}
+
+/// [`window30`] with its 10-op cycle started at op `shift` (as the eager
+/// bench's rotated windows): shifts 0 to 9 are ten structures of the same
+/// operations.
+pub fn window30_shift(shift: usize) -> Graph {
     let mut g = Graph::new();
     let x = g.input("v0", DType::F32, &[c(64), c(256)]).expect("x");
     let w = g.input("v1", DType::F32, &[c(256), c(256)]).expect("w");
@@ -47,7 +54,7 @@ pub fn window30() -> Graph {
     let gm = g.input("v3", DType::F32, &[c(256)]).expect("g");
     let mut cur = x;
     for i in 0..30 {
-        cur = match i % 10 {
+        cur = match (i + shift) % 10 {
             0 => g.matmul(cur, w, false, false),
             1 => g.binary(Opcode::Add, cur, b),
             2 => g.unary(Opcode::GeluTanh, cur),
