@@ -299,9 +299,10 @@ impl Users {
         let distinct = |ops: &[NodeId], k: usize| ops[k].0 < n && !ops[..k].contains(&ops[k]);
         let mut spans = vec![[0u32; 2]; n];
         for node in nodes {
-            for k in 0..node.operands.len() {
-                if distinct(&node.operands, k) {
-                    spans[node.operands[k].0][1] += 1;
+            let ops: &[NodeId] = &node.operands;
+            for (k, o) in ops.iter().enumerate() {
+                if distinct(ops, k) {
+                    spans[o.0][1] += 1;
                 }
             }
         }
@@ -315,9 +316,10 @@ impl Users {
         }
         let mut flat = vec![NodeId(0); start as usize];
         for (i, node) in nodes.iter().enumerate() {
-            for k in 0..node.operands.len() {
-                if distinct(&node.operands, k) {
-                    let s = &mut spans[node.operands[k].0];
+            let ops: &[NodeId] = &node.operands;
+            for (k, o) in ops.iter().enumerate() {
+                if distinct(ops, k) {
+                    let s = &mut spans[o.0];
                     flat[s[1] as usize] = NodeId(i);
                     s[1] += 1;
                 }
