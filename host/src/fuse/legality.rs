@@ -635,6 +635,10 @@ struct ShapeMemo {
     /// `(space, axis)` → (the space with the axis set to 1, the space
     /// without the axis).
     derived: HashMap<u64, (u32, u32), BuildHasherDefault<IdHasher>>,
+    /// Emptied lists of earlier passes, for new shapes, and a scratch shape
+    /// ([`Shapes::reduced`]): a pass allocates no list a pass before it had.
+    pool: Vec<Vec<Dim>>,
+    scratch: Vec<Dim>,
 }
 
 /// Above this many distinct shapes, [`ShapeMemo::intern`] hashes instead
@@ -651,7 +655,9 @@ impl ShapeMemo {
         match found {
             Some(i) => i as u32,
             None => {
-                self.list.push(shape.to_vec());
+                let mut v = self.pool.pop().unwrap_or_default();
+                v.extend_from_slice(shape);
+                self.list.push(v);
                 (self.list.len() - 1) as u32
             }
         }
@@ -678,7 +684,10 @@ impl Shapes {
         let ShapeBuffers { mut of, mut memo } = b;
         of.clear();
         of.reserve(g.nodes().len());
-        memo.list.clear();
+        for mut v in memo.list.drain(..) {
+            v.clear();
+            memo.pool.push(v);
+        }
         memo.rel.clear();
         memo.derived.clear();
         for node in g.nodes() {
@@ -751,16 +760,15 @@ impl Shapes {
         if let Some(&v) = memo.derived.get(&key) {
             return v;
         }
-        let full = memo.list[space as usize].clone();
-        let mut kept = full.clone();
-        kept[axis] = Dim::ONE;
-        let dropped: Vec<Dim> = full
-            .into_iter()
-            .enumerate()
-            .filter(|&(i, _)| i != axis)
-            .map(|(_, d)| d)
-            .collect();
-        let v = (memo.intern(&kept), memo.intern(&dropped));
+        let mut shape = std::mem::take(&mut memo.scratch);
+        shape.clear();
+        shape.extend_from_slice(&memo.list[space as usize]);
+        shape[axis] = Dim::ONE;
+        let kept = memo.intern(&shape);
+        shape.remove(axis);
+        let dropped = memo.intern(&shape);
+        memo.scratch = shape;
+        let v = (kept, dropped);
         memo.derived.insert(key, v);
         v
     }

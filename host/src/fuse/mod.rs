@@ -1368,40 +1368,41 @@ impl<'g> State<'g> {
         // the ties: the first node of every node's unit.
         first.clear();
         first.resize(n, NONE);
+        let mut units = 0;
         for i in 0..n {
             if first[i] == NONE {
                 self.for_members(self.unit(NodeId(i)), |m| first[m.0] = i as u32);
+                units += 1;
             }
         }
         let is_first = |first: &[u32], i: usize| first[i] == i as u32;
-        // Most plans keep every edge between units going from an earlier
-        // first node to a later one: the units in order of their first
-        // nodes are then the order the search below finds (every unit's
-        // predecessors come before it, so it is ready when all units of
-        // smaller first nodes are taken).
-        let forward = (0..n).all(|i| {
-            let f = first[i];
-            self.users.of(NodeId(i)).iter().all(|v| {
-                let fv = first[v.0];
-                fv == f || f < fv
-            })
-        });
-        if forward {
-            return Ok((0..n)
-                .filter(|&i| is_first(first, i))
-                .map(|i| self.unit(NodeId(i)))
-                .collect());
-        }
         // In-degrees over the node edges between units (an edge counted once
         // per node pair here and once when its unit is taken below).
         indeg.clear();
         indeg.resize(n, 0);
-        for i in 0..n {
+        let mut forward = true;
+        for (i, &f) in first.iter().enumerate() {
             for &v in self.users.of(NodeId(i)) {
-                if first[v.0] != first[i] {
-                    indeg[first[v.0] as usize] += 1;
+                let fv = first[v.0];
+                if fv != f {
+                    forward &= f < fv;
+                    indeg[fv as usize] += 1;
                 }
             }
+        }
+        // When every edge between units goes from an earlier first node to
+        // a later one, the units in order of their first nodes are the
+        // order the search below finds (every unit's predecessors come
+        // before it, so it is ready when all units of smaller first nodes
+        // are taken).
+        let mut order = Vec::with_capacity(units);
+        if forward {
+            order.extend(
+                (0..n)
+                    .filter(|&i| is_first(first, i))
+                    .map(|i| self.unit(NodeId(i))),
+            );
+            return Ok(order);
         }
         heap.clear();
         heap.extend(
@@ -1409,7 +1410,6 @@ impl<'g> State<'g> {
                 .filter(|&f| is_first(first, f as usize) && indeg[f as usize] == 0)
                 .map(Reverse),
         );
-        let mut order = Vec::with_capacity(n);
         while let Some(Reverse(f)) = heap.pop() {
             let u = self.unit(NodeId(f as usize));
             order.push(u);
@@ -1425,7 +1425,7 @@ impl<'g> State<'g> {
                 }
             });
         }
-        if order.len() != (0..n).filter(|&i| is_first(first, i)).count() {
+        if order.len() != units {
             return Err("the kernels' dependences form a cycle".into());
         }
         Ok(order)
