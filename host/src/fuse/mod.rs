@@ -597,32 +597,33 @@ impl<'g> State<'g> {
         nodes.clear();
         nodes.reserve(r.len().next_power_of_two());
         nodes.extend(r.clone().map(NodeId));
-        let mut classes = std::mem::take(&mut self.merge_scratch.get_mut().1);
-        let found = validate_fast(&self.facts(), &self.shapes, &nodes, member, &mut classes);
-        self.merge_scratch.get_mut().1 = classes;
-        let Some((kind, space)) = found else {
+        // The validation of a reduce group leaves its members' classes: in
+        // `class_of`, where the group keeps them. A range that forms no
+        // group gets them back full-size, as they were.
+        let facts = Facts {
+            graph: self.g,
+            users: &self.users,
+            is_output: &self.is_output,
+            roles: &self.roles,
+        };
+        let found = validate_fast(&facts, &self.shapes, &nodes, member, &mut self.class_of);
+        let bound = found.as_ref().and_then(|_| {
+            let bound: usize = nodes.iter().map(|&m| self.g[m].operands.len() + 1).sum();
+            if bound <= self.opts.max_params {
+                return Some(bound);
+            }
+            let bound = self.count_params(&nodes, member);
+            (bound <= self.opts.max_params).then_some(bound)
+        });
+        let (Some((kind, space)), Some(bound)) = (found, bound) else {
+            self.class_of[r.clone()].fill(Class::Full);
             self.spare.get_mut().push(nodes);
             return false;
         };
-        let mut bound: usize = nodes.iter().map(|&m| self.g[m].operands.len() + 1).sum();
-        if bound > self.opts.max_params {
-            bound = self.count_params(&nodes, member);
-            if bound > self.opts.max_params {
-                self.spare.get_mut().push(nodes);
-                return false;
-            }
-        }
         let id = self.clusters.len();
         for &m in &nodes {
             self.owner[m.0] = id as u32;
             self.pos[m.0] = r.start as u32;
-        }
-        // A reduce group's validation left its members' classes.
-        if matches!(kind, ClusterKind::Reduce { .. }) {
-            let classes = &self.merge_scratch.get_mut().1;
-            for &m in &nodes {
-                self.class_of[m.0] = classes[m.0];
-            }
         }
         self.clusters.push(Cluster {
             kind,
