@@ -295,16 +295,9 @@ impl Users {
     pub fn new(g: &Graph) -> Users {
         let nodes = g.nodes();
         let n = nodes.len();
-        // Each operand once per consumer (an operand may repeat).
-        let distinct = |ops: &[NodeId], k: usize| ops[k].0 < n && !ops[..k].contains(&ops[k]);
         let mut spans = vec![[0u32; 2]; n];
         for node in nodes {
-            let ops: &[NodeId] = &node.operands;
-            for (k, o) in ops.iter().enumerate() {
-                if distinct(ops, k) {
-                    spans[o.0][1] += 1;
-                }
-            }
+            each_operand(&node.operands, n, |o| spans[o][1] += 1);
         }
         // Counts to empty ranges at their starts, then filled in node order
         // (so each list is ascending), the end advancing.
@@ -316,14 +309,11 @@ impl Users {
         }
         let mut flat = vec![NodeId(0); start as usize];
         for (i, node) in nodes.iter().enumerate() {
-            let ops: &[NodeId] = &node.operands;
-            for (k, o) in ops.iter().enumerate() {
-                if distinct(ops, k) {
-                    let s = &mut spans[o.0];
-                    flat[s[1] as usize] = NodeId(i);
-                    s[1] += 1;
-                }
-            }
+            each_operand(&node.operands, n, |o| {
+                let s = &mut spans[o];
+                flat[s[1] as usize] = NodeId(i);
+                s[1] += 1;
+            });
         }
         Users { spans, flat }
     }
@@ -334,6 +324,35 @@ impl Users {
         match self.spans.get(n.0) {
             Some(&[a, b]) => &self.flat[a as usize..b as usize],
             None => &[],
+        }
+    }
+}
+
+/// Calls `f` once on each operand in `ops` below `n` (an operand may
+/// repeat), in order; most operators have one or two.
+#[inline]
+fn each_operand(ops: &[NodeId], n: usize, mut f: impl FnMut(usize)) {
+    match *ops {
+        [] => {}
+        [a] => {
+            if a.0 < n {
+                f(a.0);
+            }
+        }
+        [a, b] => {
+            if a.0 < n {
+                f(a.0);
+            }
+            if b != a && b.0 < n {
+                f(b.0);
+            }
+        }
+        _ => {
+            for (k, o) in ops.iter().enumerate() {
+                if o.0 < n && !ops[..k].contains(o) {
+                    f(o.0);
+                }
+            }
         }
     }
 }
