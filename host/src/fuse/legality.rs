@@ -295,15 +295,9 @@ impl Users {
     pub fn new(g: &Graph) -> Users {
         let nodes = g.nodes();
         let n = nodes.len();
-        // Each operand once per consumer (an operand may repeat).
-        let distinct = |ops: &[NodeId], k: usize| ops[k].0 < n && !ops[..k].contains(&ops[k]);
         let mut spans = vec![[0u32; 2]; n];
         for node in nodes {
-            for k in 0..node.operands.len() {
-                if distinct(&node.operands, k) {
-                    spans[node.operands[k].0][1] += 1;
-                }
-            }
+            each_operand(&node.operands, n, |o| spans[o][1] += 1);
         }
         // Counts to empty ranges at their starts, then filled in node order
         // (so each list is ascending), the end advancing.
@@ -315,13 +309,11 @@ impl Users {
         }
         let mut flat = vec![NodeId(0); start as usize];
         for (i, node) in nodes.iter().enumerate() {
-            for k in 0..node.operands.len() {
-                if distinct(&node.operands, k) {
-                    let s = &mut spans[node.operands[k].0];
-                    flat[s[1] as usize] = NodeId(i);
-                    s[1] += 1;
-                }
-            }
+            each_operand(&node.operands, n, |o| {
+                let s = &mut spans[o];
+                flat[s[1] as usize] = NodeId(i);
+                s[1] += 1;
+            });
         }
         Users { spans, flat }
     }
@@ -332,6 +324,35 @@ impl Users {
         match self.spans.get(n.0) {
             Some(&[a, b]) => &self.flat[a as usize..b as usize],
             None => &[],
+        }
+    }
+}
+
+/// Calls `f` once on each operand in `ops` below `n` (an operand may
+/// repeat), in order; most operators have one or two.
+#[inline]
+fn each_operand(ops: &[NodeId], n: usize, mut f: impl FnMut(usize)) {
+    match *ops {
+        [] => {}
+        [a] => {
+            if a.0 < n {
+                f(a.0);
+            }
+        }
+        [a, b] => {
+            if a.0 < n {
+                f(a.0);
+            }
+            if b != a && b.0 < n {
+                f(b.0);
+            }
+        }
+        _ => {
+            for (k, o) in ops.iter().enumerate() {
+                if o.0 < n && !ops[..k].contains(o) {
+                    f(o.0);
+                }
+            }
         }
     }
 }
@@ -633,6 +654,10 @@ struct ShapeMemo {
     /// `(space, axis)` → (the space with the axis set to 1, the space
     /// without the axis).
     derived: HashMap<u64, (u32, u32), BuildHasherDefault<IdHasher>>,
+    /// Emptied lists of earlier passes, for new shapes, and a scratch shape
+    /// ([`Shapes::reduced`]): a pass allocates no list a pass before it had.
+    pool: Vec<Vec<Dim>>,
+    scratch: Vec<Dim>,
 }
 
 /// Above this many distinct shapes, [`ShapeMemo::intern`] hashes instead
@@ -649,7 +674,9 @@ impl ShapeMemo {
         match found {
             Some(i) => i as u32,
             None => {
-                self.list.push(shape.to_vec());
+                let mut v = self.pool.pop().unwrap_or_default();
+                v.extend_from_slice(shape);
+                self.list.push(v);
                 (self.list.len() - 1) as u32
             }
         }
@@ -676,7 +703,10 @@ impl Shapes {
         let ShapeBuffers { mut of, mut memo } = b;
         of.clear();
         of.reserve(g.nodes().len());
-        memo.list.clear();
+        for mut v in memo.list.drain(..) {
+            v.clear();
+            memo.pool.push(v);
+        }
         memo.rel.clear();
         memo.derived.clear();
         for node in g.nodes() {
@@ -749,16 +779,15 @@ impl Shapes {
         if let Some(&v) = memo.derived.get(&key) {
             return v;
         }
-        let full = memo.list[space as usize].clone();
-        let mut kept = full.clone();
-        kept[axis] = Dim::ONE;
-        let dropped: Vec<Dim> = full
-            .into_iter()
-            .enumerate()
-            .filter(|&(i, _)| i != axis)
-            .map(|(_, d)| d)
-            .collect();
-        let v = (memo.intern(&kept), memo.intern(&dropped));
+        let mut shape = std::mem::take(&mut memo.scratch);
+        shape.clear();
+        shape.extend_from_slice(&memo.list[space as usize]);
+        shape[axis] = Dim::ONE;
+        let kept = memo.intern(&shape);
+        shape.remove(axis);
+        let dropped = memo.intern(&shape);
+        memo.scratch = shape;
+        let v = (kept, dropped);
         memo.derived.insert(key, v);
         v
     }

@@ -293,6 +293,10 @@ const NOT_ACCEPTED: (usize, usize, u32, u32, bool) = (usize::MAX, usize::MAX, NO
 /// has yet to check.
 type MergeScratch = (Vec<NodeId>, Vec<Class>, Vec<NodeId>, Vec<NodeId>);
 
+/// Scratch of [`State::topo_order`]: every node's unit's first node, the
+/// units' in-degrees, and the ready units.
+type OrderScratch = (Vec<u32>, Vec<u32>, BinaryHeap<Reverse<u32>>);
+
 /// Scratch of [`State::contract`]: the units ahead and behind (with their
 /// positions) and the positions they and the two contracted units hold.
 type Window = (Vec<(u32, Unit)>, Vec<(u32, Unit)>, Vec<u32>);
@@ -354,6 +358,7 @@ struct Buffers {
     visited: Vec<(u32, Unit)>,
     seeded: Vec<usize>,
     interior: Vec<bool>,
+    order_scratch: OrderScratch,
     shapes: legality::ShapeBuffers,
 }
 
@@ -436,6 +441,32 @@ pub struct State<'g> {
     /// nodes never join one). Set by [`pattern::neighbour_edges`], which
     /// then skips them; a group only grows, so a node stays interior.
     interior: Vec<bool>,
+    /// Scratch of [`State::topo_order`].
+    order_scratch: RefCell<OrderScratch>,
+}
+
+/// What the units of a [`State`] reach, found as [`State::dependent`]
+/// asks, by position in the units' topological numbering
+/// ([`State::position`]).
+#[derive(Default)]
+pub struct Reach {
+    /// A row of `words` words per position: bit `q` of row `p` is set when
+    /// the unit at position `p` reaches the unit at position `q`. Rows from
+    /// `swept` up are complete, the others empty.
+    bits: Vec<u64>,
+    words: usize,
+    swept: usize,
+    /// Whether the rows are those of the state (see [`Reach::invalidate`]).
+    valid: bool,
+    /// A node of the unit at every position.
+    at: Vec<u32>,
+}
+
+impl Reach {
+    /// Forgets what the units reach (the state changed: a merge or a stack).
+    pub fn invalidate(&mut self) {
+        self.valid = false;
+    }
 }
 
 impl<'g> State<'g> {
@@ -497,6 +528,7 @@ impl<'g> State<'g> {
             visited_for: Cell::new((usize::MAX, usize::MAX)),
             seeded: emptied(b.seeded, 0),
             interior: refill(b.interior, n, false),
+            order_scratch: RefCell::new(b.order_scratch),
         };
         let mut spans = composites
             .iter()
@@ -528,9 +560,13 @@ impl<'g> State<'g> {
                 _ => ClusterKind::Elementwise,
             };
             st.owner[id.0] = st.clusters.len() as u32;
+            // In a member list an earlier pass's merges left, if any.
+            let mut nodes = st.spare.get_mut().pop().unwrap_or_default();
+            nodes.clear();
+            nodes.push(id);
             st.clusters.push(Cluster {
                 kind,
-                nodes: vec![id],
+                nodes,
                 space: Vec::new(),
             });
             st.stack_of.push(NONE);
@@ -561,32 +597,33 @@ impl<'g> State<'g> {
         nodes.clear();
         nodes.reserve(r.len().next_power_of_two());
         nodes.extend(r.clone().map(NodeId));
-        let mut classes = std::mem::take(&mut self.merge_scratch.get_mut().1);
-        let found = validate_fast(&self.facts(), &self.shapes, &nodes, member, &mut classes);
-        self.merge_scratch.get_mut().1 = classes;
-        let Some((kind, space)) = found else {
+        // The validation of a reduce group leaves its members' classes: in
+        // `class_of`, where the group keeps them. A range that forms no
+        // group gets them back full-size, as they were.
+        let facts = Facts {
+            graph: self.g,
+            users: &self.users,
+            is_output: &self.is_output,
+            roles: &self.roles,
+        };
+        let found = validate_fast(&facts, &self.shapes, &nodes, member, &mut self.class_of);
+        let bound = found.as_ref().and_then(|_| {
+            let bound: usize = nodes.iter().map(|&m| self.g[m].operands.len() + 1).sum();
+            if bound <= self.opts.max_params {
+                return Some(bound);
+            }
+            let bound = self.count_params(&nodes, member);
+            (bound <= self.opts.max_params).then_some(bound)
+        });
+        let (Some((kind, space)), Some(bound)) = (found, bound) else {
+            self.class_of[r.clone()].fill(Class::Full);
             self.spare.get_mut().push(nodes);
             return false;
         };
-        let mut bound: usize = nodes.iter().map(|&m| self.g[m].operands.len() + 1).sum();
-        if bound > self.opts.max_params {
-            bound = self.count_params(&nodes, member);
-            if bound > self.opts.max_params {
-                self.spare.get_mut().push(nodes);
-                return false;
-            }
-        }
         let id = self.clusters.len();
         for &m in &nodes {
             self.owner[m.0] = id as u32;
             self.pos[m.0] = r.start as u32;
-        }
-        // A reduce group's validation left its members' classes.
-        if matches!(kind, ClusterKind::Reduce { .. }) {
-            let classes = &self.merge_scratch.get_mut().1;
-            for &m in &nodes {
-                self.class_of[m.0] = classes[m.0];
-            }
         }
         self.clusters.push(Cluster {
             kind,
@@ -667,33 +704,64 @@ impl<'g> State<'g> {
         }
     }
 
-    /// Sets, in `bits` (one bit per node, resized), every node of every unit
-    /// that group `c` reaches along edges (any path, direct ones included).
-    pub fn reached_from(&self, c: usize, bits: &mut Vec<u64>) {
-        bits.clear();
-        bits.resize(self.owner.len().div_ceil(64).max(1), 0);
-        let epoch = self.next_epoch();
-        let mut scratch = self.scratch.borrow_mut();
-        let (seen, work) = &mut *scratch;
-        work.clear();
-        let cc = c as u32;
-        for &m in &self.clusters[c].nodes {
-            seen[m.0] = epoch;
+    /// Whether groups `c` and `d` depend on each other: the earlier one in
+    /// the units' topological numbering ([`State::position`]) reaches the
+    /// later one along edges. `r` keeps what the units reach for the next
+    /// question, until [`Reach::invalidate`] (the state changed).
+    pub fn dependent(&self, r: &mut Reach, c: usize, d: usize) -> bool {
+        let (pc, pd) = (self.position(c) as usize, self.position(d) as usize);
+        let (lo, hi) = (pc.min(pd), pc.max(pd));
+        if !r.valid {
+            self.reach_reset(r);
         }
-        for &m in &self.clusters[c].nodes {
-            work.extend(self.users.of(m).iter().filter(|u| seen[u.0] != epoch));
+        self.reach_down_to(r, lo);
+        r.bits[lo * r.words + hi / 64] >> (hi % 64) & 1 == 1
+    }
+
+    /// Readies `r` for this state: nothing swept yet.
+    fn reach_reset(&self, r: &mut Reach) {
+        let n = self.owner.len();
+        r.words = n.div_ceil(64).max(1);
+        r.bits.clear();
+        r.bits.resize(n * r.words, 0);
+        // A node of the unit at every position (positions are below `n`).
+        r.at.clear();
+        r.at.resize(n, NONE);
+        for (i, &p) in self.pos.iter().enumerate() {
+            r.at[p as usize] = i as u32;
         }
-        while let Some(x) = work.pop() {
-            if seen[x.0] == epoch || self.owner[x.0] == cc {
+        r.swept = n;
+        r.valid = true;
+    }
+
+    /// Sweeps `r` down to position `lo`: the units from the last swept
+    /// position down, each reaching what its edges lead to and what those
+    /// reach. Every edge between two units leads to a higher position, so
+    /// those are complete when a unit is reached.
+    fn reach_down_to(&self, r: &mut Reach, lo: usize) {
+        let words = r.words;
+        while r.swept > lo {
+            r.swept -= 1;
+            let p = r.swept;
+            let x = r.at[p];
+            if x == NONE {
                 continue;
             }
-            let u = self.unit(x);
-            self.for_members(u, |m| {
-                seen[m.0] = epoch;
-                bits[m.0 / 64] |= 1 << (m.0 % 64);
-            });
-            self.for_members(u, |m| {
-                work.extend(self.users.of(m).iter().filter(|v| seen[v.0] != epoch));
+            // Row `p`, and the complete rows after it.
+            let (head, done) = r.bits.split_at_mut((p + 1) * words);
+            let row = &mut head[p * words..];
+            self.for_members(self.unit(NodeId(x as usize)), |m| {
+                for &v in self.users.of(m) {
+                    let q = self.pos[v.0] as usize;
+                    // Within the unit, or a unit already taken in (with
+                    // what it reaches).
+                    if q == p || row[q / 64] >> (q % 64) & 1 == 1 {
+                        continue;
+                    }
+                    row[q / 64] |= 1 << (q % 64);
+                    let next = &done[(q - p - 1) * words..][..words];
+                    row.iter_mut().zip(next).for_each(|(a, &b)| *a |= b);
+                }
             });
         }
     }
@@ -1130,15 +1198,14 @@ impl<'g> State<'g> {
                 for &n in &merged.nodes {
                     self.owner[n.0] = id as u32;
                 }
-                // Keep the larger member list for a later group.
-                let va = std::mem::take(&mut self.clusters[a].nodes);
-                let vb = std::mem::take(&mut self.clusters[b].nodes);
-                let keep = if va.capacity() >= vb.capacity() {
-                    va
-                } else {
-                    vb
-                };
-                self.spare.get_mut().push(keep);
+                // Keep both member lists for later groups: this pass's
+                // merges' and the next pass's singletons. (Every group
+                // takes one and every merge gives two back, so a pass
+                // leaves fewer lists than it found unless it made new
+                // ones: one per group of its plan.)
+                let spare = self.spare.get_mut();
+                spare.push(std::mem::take(&mut self.clusters[a].nodes));
+                spare.push(std::mem::take(&mut self.clusters[b].nodes));
                 let (pa, pb, space, params, onto) = self.accepted.replace(NOT_ACCEPTED);
                 let known = (pa, pb) == (a, b);
                 if known && matches!(merged.kind, ClusterKind::Reduce { .. }) {
@@ -1296,94 +1363,73 @@ impl<'g> State<'g> {
     /// id), or a description of the cycle.
     fn topo_order(&self) -> Result<Vec<Unit>, String> {
         let n = self.g.nodes().len();
-        let nc = self.clusters.len();
-        let idx = |u: Unit| match u {
-            Unit::Node(x) => x.0,
-            Unit::Cluster(c) => n + c,
-            Unit::Stack(s) => n + nc + s,
-        };
-        let total = n + nc + self.stacks.len();
-        let mut first = vec![usize::MAX; total];
-        let mut unit_at = vec![None; total];
-        let mut of = Vec::with_capacity(n);
+        let mut scratch = self.order_scratch.borrow_mut();
+        let (first, indeg, heap) = &mut *scratch;
+        // Every unit is known by its first (smallest) node, which orders
+        // the ties: the first node of every node's unit.
+        first.clear();
+        first.resize(n, NONE);
+        let mut units = 0;
         for i in 0..n {
-            let u = self.unit(NodeId(i));
-            let k = idx(u);
-            first[k] = first[k].min(i);
-            unit_at[k] = Some(u);
-            of.push(k);
+            if first[i] == NONE {
+                self.for_members(self.unit(NodeId(i)), |m| first[m.0] = i as u32);
+                units += 1;
+            }
         }
-        // Most plans keep every edge between units going from an earlier
-        // first node to a later one: the units in order of their first
-        // nodes are then the order the search below finds.
-        if let Some(order) = Self::first_node_order(&self.users, &of, &first, &unit_at) {
-            return Ok(order);
-        }
+        let is_first = |first: &[u32], i: usize| first[i] == i as u32;
         // In-degrees over the node edges between units (an edge counted once
         // per node pair here and once when its unit is taken below).
-        let mut indeg = vec![0usize; total];
-        for (i, &ui) in of.iter().enumerate() {
-            for &u in self.users.of(NodeId(i)) {
-                if of[u.0] != ui {
-                    indeg[of[u.0]] += 1;
+        indeg.clear();
+        indeg.resize(n, 0);
+        let mut forward = true;
+        for (i, &f) in first.iter().enumerate() {
+            for &v in self.users.of(NodeId(i)) {
+                let fv = first[v.0];
+                if fv != f {
+                    forward &= f < fv;
+                    indeg[fv as usize] += 1;
                 }
             }
         }
-        let mut heap: BinaryHeap<Reverse<(usize, usize)>> = (0..total)
-            .filter(|&k| unit_at[k].is_some() && indeg[k] == 0)
-            .map(|k| Reverse((first[k], k)))
-            .collect();
-        let mut order = Vec::with_capacity(total);
-        while let Some(Reverse((_, k))) = heap.pop() {
-            let Some(u) = unit_at[k] else { continue };
+        // When every edge between units goes from an earlier first node to
+        // a later one, the units in order of their first nodes are the
+        // order the search below finds (every unit's predecessors come
+        // before it, so it is ready when all units of smaller first nodes
+        // are taken).
+        let mut order = Vec::with_capacity(units);
+        if forward {
+            order.extend(
+                (0..n)
+                    .filter(|&i| is_first(first, i))
+                    .map(|i| self.unit(NodeId(i))),
+            );
+            return Ok(order);
+        }
+        heap.clear();
+        heap.extend(
+            (0..n as u32)
+                .filter(|&f| is_first(first, f as usize) && indeg[f as usize] == 0)
+                .map(Reverse),
+        );
+        while let Some(Reverse(f)) = heap.pop() {
+            let u = self.unit(NodeId(f as usize));
             order.push(u);
             self.for_members(u, |m| {
                 for &v in self.users.of(m) {
-                    let s = of[v.0];
-                    if s != k {
-                        indeg[s] -= 1;
-                        if indeg[s] == 0 {
-                            heap.push(Reverse((first[s], s)));
+                    let s = first[v.0];
+                    if s != f {
+                        indeg[s as usize] -= 1;
+                        if indeg[s as usize] == 0 {
+                            heap.push(Reverse(s));
                         }
                     }
                 }
             });
         }
-        let live = unit_at.iter().filter(|u| u.is_some()).count();
-        if order.len() != live {
+        if order.len() != units {
             return Err("the kernels' dependences form a cycle".into());
         }
         Ok(order)
-    }
-
-    /// The units in order of their first nodes, when every edge between
-    /// two units leaves the one whose first node comes first (`None`
-    /// otherwise). [`State::topo_order`]'s search, which takes the ready
-    /// unit of the smallest first node, then finds this order: every unit's
-    /// predecessors come before it, so it is ready when all units of
-    /// smaller first nodes are taken. `of` is the unit index of every node,
-    /// `first` and `unit_at` the first node and the unit of every index.
-    fn first_node_order(
-        users: &Users,
-        of: &[usize],
-        first: &[usize],
-        unit_at: &[Option<Unit>],
-    ) -> Option<Vec<Unit>> {
-        for (i, &ui) in of.iter().enumerate() {
-            for &u in users.of(NodeId(i)) {
-                let uu = of[u.0];
-                if uu != ui && first[ui] >= first[uu] {
-                    return None;
-                }
-            }
-        }
-        Some(
-            of.iter()
-                .enumerate()
-                .filter(|&(i, &k)| first[k] == i)
-                .filter_map(|(_, &k)| unit_at[k])
-                .collect(),
-        )
     }
 }
 
@@ -1705,6 +1751,7 @@ impl FusionPlan {
             visited: st.visited.into_inner(),
             seeded: st.seeded,
             interior: st.interior,
+            order_scratch: st.order_scratch.into_inner(),
             shapes: st.shapes.into_buffers(),
         };
         let plan = FusionPlan {
