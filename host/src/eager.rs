@@ -29,12 +29,14 @@
 //! ```
 
 use std::cell::RefCell;
+use std::collections::HashMap;
+use std::hash::BuildHasherDefault;
 use std::rc::Rc;
 use std::time::Instant;
 
 use dvm_isa::{DType, Opcode};
 
-use crate::fuse::{FuseOptions, FuseScratch};
+use crate::fuse::{FuseOptions, FuseScratch, IdHasher};
 use crate::graph::{Graph, GraphError, NodeId, ReduceOp, Shape};
 use crate::runtime::{Prepared, RunError, Runtime};
 use crate::sym::{Bindings, Dim};
@@ -145,7 +147,8 @@ struct Inner {
 /// and decided on its concrete shapes.
 #[derive(Default)]
 struct DecisionCache {
-    map: std::collections::HashMap<u64, Vec<Decision>>,
+    /// Keys are [`key_of`] folds already: a multiply-rotate is hash enough.
+    map: HashMap<u64, Vec<Decision>, BuildHasherDefault<IdHasher>>,
     len: usize,
 }
 
@@ -859,7 +862,10 @@ fn generalize(g: &Graph) -> Option<Graph> {
 fn signature(g: &Graph) -> (Vec<u64>, usize) {
     use crate::graph::Op;
     use std::hash::{Hash, Hasher};
-    let mut w: Vec<u64> = Vec::with_capacity(8 * g.nodes().len());
+    // Twelve words a node hold an operator of up to three words, two
+    // operands, the dtype and rank, and three extents: the signature of
+    // a window of common operators is written without regrowing.
+    let mut w: Vec<u64> = Vec::with_capacity(12 * g.nodes().len() + 8);
     let fixed = fixed_extents(g);
     let mut classes: Vec<i64> = Vec::new();
     let mut dim = |d: &Dim| -> u64 {
