@@ -29,12 +29,14 @@
 //! ```
 
 use std::cell::RefCell;
+use std::collections::HashMap;
+use std::hash::BuildHasherDefault;
 use std::rc::Rc;
 use std::time::Instant;
 
 use dvm_isa::{DType, Opcode};
 
-use crate::fuse::{FuseOptions, FuseScratch};
+use crate::fuse::{FuseOptions, FuseScratch, IdHasher, IdSet};
 use crate::graph::{Graph, GraphError, NodeId, ReduceOp, Shape};
 use crate::runtime::{Prepared, RunError, Runtime};
 use crate::sym::{Bindings, Dim};
@@ -145,7 +147,11 @@ struct Inner {
 /// and decided on its concrete shapes.
 #[derive(Default)]
 struct DecisionCache {
-    map: std::collections::HashMap<u64, Vec<Decision>>,
+    /// Keys are [`key_of`] folds already: a multiply-rotate is hash enough.
+    map: HashMap<u64, Vec<Decision>, BuildHasherDefault<IdHasher>>,
+    /// The keys of class signatures seen once ([`DecisionCache::seen_before`]).
+    seen: IdSet<u64>,
+    /// Entries of `map` and `seen`.
     len: usize,
 }
 
@@ -157,9 +163,6 @@ type Decision = (Vec<u64>, Decided);
 enum Decided {
     /// The prepared graph (symbolic for a class signature).
     Plan(Rc<Prepared>),
-    /// A class signature seen once: the next window with it, at other
-    /// lengths, is decided on the symbolic copy.
-    Seen,
     /// The window's structure does not generalise: use its concrete shapes.
     Concrete,
 }
@@ -182,12 +185,35 @@ impl DecisionCache {
             e.1 = d;
             return;
         }
-        if self.len >= DECISIONS {
-            self.map.clear();
-            self.len = 0;
-        }
+        self.make_room();
         self.map.entry(key).or_default().push((sig, d));
         self.len += 1;
+    }
+
+    /// Whether the class signature of key `key` was seen before (the next
+    /// window with it, at other lengths, is decided on the symbolic copy);
+    /// records it if not. Only the key is kept, not a copy of the
+    /// signature: a class signature that shares its key with one seen
+    /// before is taken for seen, and its window is decided on the symbolic
+    /// copy at once, which is as correct (the copy is checked) if less
+    /// thrifty.
+    fn seen_before(&mut self, key: u64) -> bool {
+        if self.seen.contains(&key) {
+            return true;
+        }
+        self.make_room();
+        self.seen.insert(key);
+        self.len += 1;
+        false
+    }
+
+    /// Forgets everything when the cache is full.
+    fn make_room(&mut self) {
+        if self.len >= DECISIONS {
+            self.map.clear();
+            self.seen.clear();
+            self.len = 0;
+        }
     }
 }
 
@@ -720,14 +746,15 @@ fn decide(inner: &mut Inner, graph: &mut Graph) -> Result<Rc<Prepared>, GraphErr
         inner.stats.decision_hits += 1;
         return Ok(p);
     }
-    let gsig = sig[..n].to_vec();
     let gkey = key_of(hg, n);
-    match inner.decisions.get(gkey, &gsig) {
+    match inner.decisions.get(gkey, &sig[..n]) {
         Some(Decided::Plan(p)) => {
             inner.stats.decision_hits += 1;
             return Ok(p);
         }
-        Some(Decided::Seen) => {
+        Some(Decided::Concrete) => {}
+        None if inner.decisions.seen_before(gkey) => {
+            let gsig = sig[..n].to_vec();
             // A copy that does not check out, or that fails to prepare,
             // leaves the structure to its concrete shapes.
             let scratch = &mut inner.scratch;
@@ -742,8 +769,7 @@ fn decide(inner: &mut Inner, graph: &mut Graph) -> Result<Rc<Prepared>, GraphErr
                 Some(Err(_)) | None => inner.decisions.insert(gkey, gsig, Decided::Concrete),
             }
         }
-        Some(Decided::Concrete) => {}
-        None => inner.decisions.insert(gkey, gsig, Decided::Seen),
+        None => {}
     }
     // A new decision on the window itself, which moves into it (a window
     // that hit a cached decision is left to the caller, as before).
@@ -859,7 +885,10 @@ fn generalize(g: &Graph) -> Option<Graph> {
 fn signature(g: &Graph) -> (Vec<u64>, usize) {
     use crate::graph::Op;
     use std::hash::{Hash, Hasher};
-    let mut w: Vec<u64> = Vec::with_capacity(8 * g.nodes().len());
+    // Twelve words a node hold an operator of up to three words, two
+    // operands, the dtype and rank, and three extents: the signature of
+    // a window of common operators is written without regrowing.
+    let mut w: Vec<u64> = Vec::with_capacity(12 * g.nodes().len() + 8);
     let fixed = fixed_extents(g);
     let mut classes: Vec<i64> = Vec::new();
     let mut dim = |d: &Dim| -> u64 {

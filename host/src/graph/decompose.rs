@@ -265,15 +265,10 @@ impl Rewriter<'_> {
         // joining on a byte buffer would need.
         let mut base = self.name.clone();
         base.push_str(suffix);
-        let taken =
-            |n: &str| self.g.find(n).is_some() || self.orig.is_some_and(|o| o.find(n).is_some());
-        let name = if !self.dotless && taken(&base) {
-            (1..)
-                .map(|i| compact_str::format_compact!("{base}_{i}"))
-                .find(|n| !taken(n))
-                .unwrap_or(base)
-        } else {
+        let name = if self.dotless {
             base
+        } else {
+            self.unclashed(base)
         };
         // Unused (checked above). The composite's name is valid and the
         // suffixes are a dot, lowercase letters and `_`: the name is valid
@@ -283,6 +278,22 @@ impl Rewriter<'_> {
         }
         debug_assert!(check_name("node", &name).is_ok());
         self.add(name, op, operands, like)
+    }
+
+    /// `base`, else the first of `base_1`, `base_2`, … that no node of
+    /// the graphs has (out of line: with `dotless`, the common case,
+    /// generated names clash with nothing).
+    #[cold]
+    fn unclashed(&self, base: CompactString) -> CompactString {
+        let taken =
+            |n: &str| self.g.find(n).is_some() || self.orig.is_some_and(|o| o.find(n).is_some());
+        if !taken(&base) {
+            return base;
+        }
+        (1..)
+            .map(|i| compact_str::format_compact!("{base}_{i}"))
+            .find(|n| !taken(n))
+            .unwrap_or(base)
     }
 
     /// Adds node `name`: a reduction of `operands[0]` (no `like`), or an

@@ -205,9 +205,10 @@ pub struct Node {
 
 /// The symbolic shape of a [`Node`]: a slice of [`Dim`]s
 /// ([`Deref`](std::ops::Deref)), held inline up to rank 3, so that a node
-/// of the common ranks costs no allocation for it. (A `Dim` is 32 bytes:
-/// room for rank 4 would make every node 32 bytes larger, which measured
-/// slower on the fusion benchmark's window of rank-2 shapes.)
+/// of the common ranks costs no allocation for it. (A `Dim` is 24 bytes:
+/// room for rank 4 would make every node 24 bytes larger; with 32-byte
+/// `Dim`s that measured slower on the fusion benchmark's window of rank-2
+/// shapes.)
 pub type Shape = SmallVec<[Dim; 3]>;
 
 /// `dims` as a [`Shape`], a push per dimension: for the short shapes of

@@ -47,9 +47,9 @@ pub(crate) fn interval(n: &Node, facts: &dyn Facts) -> (i64, i64) {
             }
             (clamp(lo), clamp(hi))
         }
-        Node::Mul(c, fs) => {
-            let mut acc = (*c, *c);
-            for f in fs.iter() {
+        Node::Mul(p) => {
+            let mut acc = (p.c, p.c);
+            for f in p.fs.iter() {
                 acc = mul_interval(acc, interval(f, facts));
             }
             acc
@@ -98,7 +98,7 @@ pub(crate) fn known_divisor(n: &Node, facts: &dyn Facts) -> i128 {
         Node::Add(ts) | Node::Min(ts) | Node::Max(ts) => {
             ts.iter().fold(0, |g, t| gcd(g, known_divisor(t, facts)))
         }
-        Node::Mul(c, fs) => term_divisor(*c, fs, facts),
+        Node::Mul(p) => term_divisor(p.c, &p.fs, facts),
         Node::Div(..) => 1,
         Node::Rem(x, d) => gcd(known_divisor(x, facts), i128::from(*d)),
     }

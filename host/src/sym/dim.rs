@@ -13,7 +13,7 @@ use super::symbol::Symbol;
 ///
 /// * `Add`: at least two terms, sorted by monomial, distinct monomials, the
 ///   constant (if nonzero) last as a `Val`; each other term is an atom or a `Mul`.
-/// * `Mul(c, fs)`: `c != 0`, `fs` sorted atoms (no `Val`, `Add`, `Mul`), and not
+/// * `Mul`, the [`Product`] `c · fs`: `c != 0`, `fs` sorted atoms (no `Val`, `Add`, `Mul`), and not
 ///   `c == 1` with a single factor.
 /// * `Div(x, d)` / `Rem(x, d)`: `d >= 2`, `x` not constant, the coefficients of
 ///   `x` in `0..d` with `gcd(coefficients, d) == 1`.
@@ -24,14 +24,33 @@ pub(crate) enum Node {
     Val(i64),
     Sym(Symbol),
     Add(Box<[Node]>),
-    Mul(i64, Box<[Node]>),
+    Mul(Box<Product>),
     Div(Box<Node>, i64),
     Rem(Box<Node>, i64),
     Min(Box<[Node]>),
     Max(Box<[Node]>),
 }
 
+/// The coefficient and factors of a [`Node::Mul`], `c · fs[0] · fs[1] · …`:
+/// boxed, so that a node, and with it a [`Dim`] and every dimension of a
+/// shape, takes 24 bytes rather than 32 (products are rare: most
+/// dimensions are constants or symbols).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub(crate) struct Product {
+    pub(crate) c: i64,
+    pub(crate) fs: Box<[Node]>,
+}
+
+// The point of boxing `Product` (on 64-bit targets).
+#[cfg(target_pointer_width = "64")]
+const _: () = assert!(std::mem::size_of::<Node>() == 24);
+
 impl Node {
+    /// The product `c · fs[0] · fs[1] · …`.
+    pub(crate) fn mul(c: i64, fs: Box<[Node]>) -> Node {
+        Node::Mul(Box::new(Product { c, fs }))
+    }
+
     /// True for nodes that may be factors of a canonical product.
     pub(crate) fn is_atom(&self) -> bool {
         !matches!(self, Node::Val(_) | Node::Add(_) | Node::Mul(..))
@@ -212,9 +231,8 @@ impl Dim {
 fn size(n: &Node) -> usize {
     1 + match n {
         Node::Val(_) | Node::Sym(_) => 0,
-        Node::Add(ts) | Node::Mul(_, ts) | Node::Min(ts) | Node::Max(ts) => {
-            ts.iter().map(size).sum()
-        }
+        Node::Add(ts) | Node::Min(ts) | Node::Max(ts) => ts.iter().map(size).sum(),
+        Node::Mul(p) => p.fs.iter().map(size).sum(),
         Node::Div(x, _) | Node::Rem(x, _) => size(x),
     }
 }
@@ -223,9 +241,10 @@ fn collect_symbols(n: &Node, out: &mut Vec<Symbol>) {
     match n {
         Node::Val(_) => {}
         Node::Sym(s) => out.push(*s),
-        Node::Add(ts) | Node::Mul(_, ts) | Node::Min(ts) | Node::Max(ts) => {
+        Node::Add(ts) | Node::Min(ts) | Node::Max(ts) => {
             ts.iter().for_each(|t| collect_symbols(t, out));
         }
+        Node::Mul(p) => p.fs.iter().for_each(|t| collect_symbols(t, out)),
         Node::Div(x, _) | Node::Rem(x, _) => collect_symbols(x, out),
     }
 }
@@ -234,9 +253,8 @@ pub(crate) fn contains(n: &Node, sym: Symbol) -> bool {
     match n {
         Node::Val(_) => false,
         Node::Sym(s) => *s == sym,
-        Node::Add(ts) | Node::Mul(_, ts) | Node::Min(ts) | Node::Max(ts) => {
-            ts.iter().any(|t| contains(t, sym))
-        }
+        Node::Add(ts) | Node::Min(ts) | Node::Max(ts) => ts.iter().any(|t| contains(t, sym)),
+        Node::Mul(p) => p.fs.iter().any(|t| contains(t, sym)),
         Node::Div(x, _) | Node::Rem(x, _) => contains(x, sym),
     }
 }
@@ -270,7 +288,7 @@ pub(crate) fn mul_nodes(a: &Node, b: &Node) -> Node {
         _ => {}
     }
     let product = Poly::of(a).and_then(|pa| Poly::of(b).and_then(|pb| pa.mul(&pb)));
-    product.map_or_else(|| raw(|fs| Node::Mul(1, fs), a, b), Poly::into_node)
+    product.map_or_else(|| raw(|fs| Node::mul(1, fs), a, b), Poly::into_node)
 }
 
 /// Unfolded binary node with sorted operands (overflow fallback).

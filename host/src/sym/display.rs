@@ -30,9 +30,9 @@ fn write_node(n: &Node, f: &mut Formatter<'_>, ctx: Prec) -> fmt::Result {
             for (i, t) in ts.iter().enumerate() {
                 match t {
                     Node::Val(c) if i > 0 && *c < 0 && *c != i64::MIN => write!(f, "-{}", -c)?,
-                    Node::Mul(c, fs) if i > 0 && *c < 0 && *c != i64::MIN => {
+                    Node::Mul(p) if i > 0 && p.c < 0 && p.c != i64::MIN => {
                         f.write_char('-')?;
-                        write_product(-c, fs, f, Prec::Sum)?;
+                        write_product(-p.c, &p.fs, f, Prec::Sum)?;
                     }
                     _ => {
                         if i > 0 {
@@ -44,7 +44,7 @@ fn write_node(n: &Node, f: &mut Formatter<'_>, ctx: Prec) -> fmt::Result {
             }
             Ok(())
         }),
-        Node::Mul(c, fs) => write_product(*c, fs, f, ctx),
+        Node::Mul(p) => write_product(p.c, &p.fs, f, ctx),
         Node::Div(x, d) => parens(ctx > Prec::Product, f, |f| {
             write_node(x, f, Prec::Product)?;
             write!(f, "/{d}")

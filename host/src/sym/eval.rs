@@ -127,7 +127,7 @@ fn eval<'a>(n: &'a Node, b: &Bindings) -> Result<i64, Fail<'a>> {
         Node::Add(ts) => ts.iter().try_fold(0i64, |acc, t| {
             acc.checked_add(eval(t, b)?).ok_or_else(overflow)
         }),
-        Node::Mul(c, fs) => fs.iter().try_fold(*c, |acc, f| {
+        Node::Mul(p) => p.fs.iter().try_fold(p.c, |acc, f| {
             acc.checked_mul(eval(f, b)?).ok_or_else(overflow)
         }),
         Node::Div(x, d) => eval(x, b)?.checked_div_euclid(*d).ok_or_else(overflow),

@@ -233,8 +233,8 @@ pub(crate) fn rebuild(n: &Node, facts: &dyn Facts, leaf: &dyn Fn(Symbol) -> Opti
             let parts: Vec<Node> = ts.iter().map(|t| rebuild(t, facts, leaf)).collect();
             cancel_exact(sum(&parts), facts)
         }
-        Node::Mul(c, fs) => {
-            let product = fs.iter().fold(Node::Val(*c), |acc, f| {
+        Node::Mul(p) => {
+            let product = p.fs.iter().fold(Node::Val(p.c), |acc, f| {
                 mul_nodes(&acc, &rebuild(f, facts, leaf))
             });
             cancel_exact(product, facts)
@@ -288,7 +288,8 @@ fn cancel_exact(n: Node, facts: &dyn Facts) -> Node {
 }
 
 fn cancel_term(t: &Node, facts: &dyn Facts) -> Option<Node> {
-    let Node::Mul(c, fs) = t else { return None };
+    let Node::Mul(p) = t else { return None };
+    let (c, fs) = (&p.c, &p.fs);
     let i = fs.iter().position(|f| {
         matches!(f, Node::Div(x, d) if *d > 0 && c % d == 0 && known_divisor(x, facts) % i128::from(*d) == 0)
     })?;

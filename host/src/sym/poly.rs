@@ -29,9 +29,9 @@ impl Poly {
     pub(crate) fn of(n: &Node) -> Option<Poly> {
         match n {
             Node::Val(c) => Some(Poly::constant(*c)),
-            Node::Mul(0, _) => Some(Poly::default()),
-            Node::Mul(c, fs) if fs.iter().all(Node::is_atom) => Some(Poly {
-                terms: vec![(fs.to_vec(), *c)],
+            Node::Mul(p) if p.c == 0 => Some(Poly::default()),
+            Node::Mul(p) if p.fs.iter().all(Node::is_atom) => Some(Poly {
+                terms: vec![(p.fs.to_vec(), p.c)],
             }),
             _ if n.is_atom() => Some(Poly {
                 terms: vec![(vec![n.clone()], 1)],
@@ -148,7 +148,7 @@ pub(crate) fn term_node(mut mono: Vec<Node>, c: i64) -> Node {
     if c == 1 && mono.len() == 1 {
         mono.pop().unwrap_or(Node::Val(1))
     } else {
-        Node::Mul(c, mono.into_boxed_slice())
+        Node::mul(c, mono.into_boxed_slice())
     }
 }
 
@@ -160,10 +160,12 @@ fn push_terms(n: &Node, acc: &mut Vec<(Vec<Node>, i128)>) -> Option<()> {
                 push_terms(t, acc)?;
             }
         }
-        Node::Mul(c, fs) if fs.iter().all(Node::is_atom) => acc.push((fs.to_vec(), i128::from(*c))),
-        Node::Mul(c, fs) => {
-            let mut p = Poly::constant(*c);
-            for f in fs.iter() {
+        Node::Mul(p) if p.fs.iter().all(Node::is_atom) => {
+            acc.push((p.fs.to_vec(), i128::from(p.c)));
+        }
+        Node::Mul(m) => {
+            let mut p = Poly::constant(m.c);
+            for f in m.fs.iter() {
                 p = p.mul(&Poly::of(f)?)?;
             }
             acc.extend(p.terms.into_iter().map(|(m, c)| (m, i128::from(c))));
