@@ -33,8 +33,7 @@ pub mod pattern;
 pub mod stack;
 
 use std::cell::{Cell, RefCell};
-use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashSet};
+use std::collections::HashSet;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::ops::Range;
 
@@ -293,9 +292,10 @@ const NOT_ACCEPTED: (usize, usize, u32, u32, bool) = (usize::MAX, usize::MAX, NO
 /// has yet to check.
 type MergeScratch = (Vec<NodeId>, Vec<Class>, Vec<NodeId>, Vec<NodeId>);
 
-/// Scratch of [`State::topo_order`]: every node's unit's first node, the
-/// units' in-degrees, and the ready units.
-type OrderScratch = (Vec<u32>, Vec<u32>, BinaryHeap<Reverse<u32>>);
+/// Scratch of [`State::topo_order`]: every node's unit's first node,
+/// whether each unit (by its first node) is taken, and the units waiting
+/// with the unit each waits on.
+type OrderScratch = (Vec<u32>, Vec<bool>, Vec<(u32, u32)>);
 
 /// Scratch of [`State::contract`]: the units ahead and behind (with their
 /// positions) and the positions they and the two contracted units hold.
@@ -1361,10 +1361,19 @@ impl<'g> State<'g> {
 
     /// Units in an order respecting every edge (ties broken by smallest node
     /// id), or a description of the cycle.
+    ///
+    /// That order is Kahn's algorithm taking the ready unit of smallest
+    /// first node at every step. Found here without in-degrees or a heap:
+    /// the units are visited in order of their first nodes, and one with a
+    /// member operand in a unit not yet taken waits (merged groups and
+    /// stacks have such edges to units of later first nodes) until the
+    /// unit it waits on is taken. Waiting units come before every unit not
+    /// yet visited, so the first of them that is ready is the smallest
+    /// ready unit; otherwise it is the next visited unit that is.
     fn topo_order(&self) -> Result<Vec<Unit>, String> {
         let n = self.g.nodes().len();
         let mut scratch = self.order_scratch.borrow_mut();
-        let (first, indeg, heap) = &mut *scratch;
+        let (first, taken, waiting) = &mut *scratch;
         // Every unit is known by its first (smallest) node, which orders
         // the ties: the first node of every node's unit.
         first.clear();
@@ -1376,55 +1385,56 @@ impl<'g> State<'g> {
                 units += 1;
             }
         }
-        let is_first = |first: &[u32], i: usize| first[i] == i as u32;
-        // In-degrees over the node edges between units (an edge counted once
-        // per node pair here and once when its unit is taken below).
-        indeg.clear();
-        indeg.resize(n, 0);
-        let mut forward = true;
-        for (i, &f) in first.iter().enumerate() {
-            for &v in self.users.of(NodeId(i)) {
-                let fv = first[v.0];
-                if fv != f {
-                    forward &= f < fv;
-                    indeg[fv as usize] += 1;
-                }
-            }
-        }
-        // When every edge between units goes from an earlier first node to
-        // a later one, the units in order of their first nodes are the
-        // order the search below finds (every unit's predecessors come
-        // before it, so it is ready when all units of smaller first nodes
-        // are taken).
-        let mut order = Vec::with_capacity(units);
-        if forward {
-            order.extend(
-                (0..n)
-                    .filter(|&i| is_first(first, i))
-                    .map(|i| self.unit(NodeId(i))),
-            );
-            return Ok(order);
-        }
-        heap.clear();
-        heap.extend(
-            (0..n as u32)
-                .filter(|&f| is_first(first, f as usize) && indeg[f as usize] == 0)
-                .map(Reverse),
-        );
-        while let Some(Reverse(f)) = heap.pop() {
-            let u = self.unit(NodeId(f as usize));
-            order.push(u);
-            self.for_members(u, |m| {
-                for &v in self.users.of(m) {
-                    let s = first[v.0];
-                    if s != f {
-                        indeg[s as usize] -= 1;
-                        if indeg[s as usize] == 0 {
-                            heap.push(Reverse(s));
-                        }
-                    }
+        taken.clear();
+        taken.resize(n, false);
+        // The first node of a unit not yet taken that unit `f` reads from,
+        // or `None` when `f` is ready.
+        let blocker = |f: u32, first: &[u32], taken: &[bool]| {
+            let mut on = None;
+            self.for_members(self.unit(NodeId(f as usize)), |m| {
+                if on.is_none() {
+                    on = self.g[m]
+                        .operands
+                        .iter()
+                        .map(|o| first[o.0])
+                        .find(|&s| s != f && !taken[s as usize]);
                 }
             });
+            on
+        };
+        // Units visited but not ready, ascending, with the unit each waits on.
+        waiting.clear();
+        let mut order = Vec::with_capacity(units);
+        let mut next = 0;
+        loop {
+            let mut ready = None;
+            for k in 0..waiting.len() {
+                let (f, on) = waiting[k];
+                if taken[on as usize] {
+                    match blocker(f, first, taken) {
+                        None => {
+                            waiting.remove(k);
+                            ready = Some(f);
+                            break;
+                        }
+                        Some(b) => waiting[k].1 = b,
+                    }
+                }
+            }
+            while ready.is_none() && next < n {
+                let f = next as u32;
+                next += 1;
+                if first[f as usize] != f {
+                    continue;
+                }
+                match blocker(f, first, taken) {
+                    None => ready = Some(f),
+                    Some(b) => waiting.push((f, b)),
+                }
+            }
+            let Some(f) = ready else { break };
+            taken[f as usize] = true;
+            order.push(self.unit(NodeId(f as usize)));
         }
         if order.len() != units {
             return Err("the kernels' dependences form a cycle".into());
