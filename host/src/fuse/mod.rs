@@ -1390,17 +1390,23 @@ impl<'g> State<'g> {
         // The first node of a unit not yet taken that unit `f` reads from,
         // or `None` when `f` is ready.
         let blocker = |f: u32, first: &[u32], taken: &[bool]| {
-            let mut on = None;
-            self.for_members(self.unit(NodeId(f as usize)), |m| {
-                if on.is_none() {
-                    on = self.g[m]
+            // Stops at the first such operand.
+            let among = |nodes: &[NodeId]| {
+                nodes.iter().find_map(|&m| {
+                    self.g[m]
                         .operands
                         .iter()
                         .map(|o| first[o.0])
-                        .find(|&s| s != f && !taken[s as usize]);
-                }
-            });
-            on
+                        .find(|&s| s != f && !taken[s as usize])
+                })
+            };
+            match self.unit(NodeId(f as usize)) {
+                Unit::Node(n) => among(&[n]),
+                Unit::Cluster(c) => among(&self.clusters[c].nodes),
+                Unit::Stack(s) => self.stacks[s]
+                    .iter()
+                    .find_map(|&c| among(&self.clusters[c].nodes)),
+            }
         };
         // Units visited but not ready, ascending, with the unit each waits on.
         waiting.clear();
