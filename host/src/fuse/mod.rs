@@ -798,6 +798,12 @@ impl<'g> State<'g> {
         self.visited_for.set((usize::MAX, usize::MAX));
         let mut visited = self.visited.borrow_mut();
         visited.clear();
+        if !direct && pb - pa == 1 {
+            // No position between the two: no unit to pass through (a
+            // merge along an edge in a chain mostly finds them adjacent).
+            self.visited_for.set((a, b));
+            return None;
+        }
         // Epoch-stamped visited marks: no clearing between searches.
         let epoch = self.next_epoch();
         let mut scratch = self.scratch.borrow_mut();
@@ -1127,7 +1133,7 @@ impl<'g> State<'g> {
             Vec::new()
         };
         self.accepted.set((a, b, space_id, bound as u32, onto_used));
-        // The merged list becomes the group's; a spare list (the larger
+        // The merged list becomes the group's; a spare list (the last
         // one a merge left) is the next scratch.
         let spare = self.spare.borrow_mut().pop().unwrap_or_default();
         let members = std::mem::replace(nodes, spare);
