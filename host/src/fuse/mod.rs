@@ -1076,12 +1076,29 @@ impl<'g> State<'g> {
                 let ClusterKind::Reduce { axis } = self.clusters[x].kind else {
                     return None;
                 };
-                let xx = x as u32;
+                let (xx, yy) = (x as u32, y as u32);
+                // `y` a reduce group of the same axis and space: its
+                // classes are known too, and only what changes where the
+                // two groups meet is validated (a reduce chain).
+                let both = self.clusters[y].kind == self.clusters[x].kind
+                    && self.space_id[y] == self.space_id[x];
                 let base = legality::Base {
-                    member: |m: NodeId| self.owner[m.0] == xx,
+                    member: |m: NodeId| {
+                        let o = self.owner[m.0];
+                        o == xx || (both && o == yy)
+                    },
                     space: self.space_id[x],
                     axis,
                     classes: &self.class_of,
+                };
+                let new: &[NodeId] = if both {
+                    let in_x = |m: NodeId| self.owner[m.0] == xx;
+                    let ys = &self.clusters[y].nodes;
+                    legality::crossings(&facts, ys, in_x, &self.class_of, queue);
+                    &[]
+                } else {
+                    queue.clear();
+                    &self.clusters[y].nodes
                 };
                 let epoch = self.next_epoch();
                 let mut marks = self.scratch.borrow_mut();
@@ -1092,7 +1109,6 @@ impl<'g> State<'g> {
                     checked,
                     queue,
                 };
-                let new = &self.clusters[y].nodes;
                 validate_onto(&facts, &self.shapes, new, member, &base, &mut sc)
             });
         let onto_used = onto.is_some();
@@ -1103,6 +1119,13 @@ impl<'g> State<'g> {
                 debug_assert_eq!(
                     found,
                     validate_fast(&facts, &self.shapes, nodes, member, classes)
+                );
+                debug_assert!(
+                    found.is_none()
+                        || nodes
+                            .iter()
+                            .all(|&n| checked.contains(&n) || self.class_of[n.0] == classes[n.0]),
+                    "a member the walk skipped changed its class"
                 );
                 found
             }
