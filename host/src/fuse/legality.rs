@@ -988,7 +988,8 @@ impl<'a, 'g> ReduceStep<'a, 'g> {
 
 /// A reduce group validated before, as [`validate_onto`] takes it.
 pub(crate) struct Base<'a, B: Fn(NodeId) -> bool> {
-    /// Membership.
+    /// Membership (of either group, when it is two: see
+    /// [`validate_onto`]).
     pub member: B,
     /// Its space (a shape id).
     pub space: u32,
@@ -1009,8 +1010,41 @@ pub(crate) struct Onto<'a> {
     /// the base whose class may have changed (their classes are the
     /// union's, the other members' are the base's).
     pub checked: &'a mut Vec<NodeId>,
-    /// Members of the base to check, descending.
+    /// Members of the base to check, descending, each once: on entry,
+    /// those to check besides the new members (none, or [`crossings`]).
     pub queue: &'a mut Vec<NodeId>,
+}
+
+/// The members to check first ([`Onto::queue`]) when [`validate_onto`]
+/// validates the union of two reduce groups of the same axis and space,
+/// each with its classes in `classes`, onto both: `y`'s members
+/// (ascending) and `x`'s (`in_x`) that read a value of the other group
+/// whose class there is not full-size. Their own group saw that value from
+/// outside, as full-size; every other member reads the classes its own
+/// group saw, until the walk finds one that changed.
+pub(crate) fn crossings(
+    facts: &Facts<'_>,
+    y: &[NodeId],
+    in_x: impl Fn(NodeId) -> bool,
+    classes: &[Class],
+    queue: &mut Vec<NodeId>,
+) {
+    queue.clear();
+    for &n in y {
+        let reduced = |o: NodeId| classes[o.0] != Class::Full;
+        if facts.graph[n]
+            .operands
+            .iter()
+            .any(|&o| in_x(o) && reduced(o))
+        {
+            queue.push(n);
+        }
+        if reduced(n) {
+            queue.extend(facts.users.of(n).iter().filter(|&&u| in_x(u)));
+        }
+    }
+    queue.sort_unstable_by(|p, q| q.cmp(p));
+    queue.dedup();
 }
 
 /// [`validate_fast`] of the union of reduce group `base` and the nodes
@@ -1028,6 +1062,14 @@ pub(crate) struct Onto<'a> {
 /// users in `base`, in ascending order as [`validate_fast`] does: a merge
 /// that adds a prologue (full-size values) or an epilogue to a reduce
 /// group checks only the new members.
+///
+/// `base` may also be two such groups of the same axis and space (the
+/// union's, as in [`validate_fast`], whose first reduction is one of
+/// theirs), each validated on its own, with no new members: the same
+/// holds with each member's classes those of its own group (a value of
+/// the other group counted as full-size there), and the walk starts from
+/// the members that read a value whose class that changes
+/// ([`crossings`]).
 pub(crate) fn validate_onto<M: Fn(NodeId) -> bool, B: Fn(NodeId) -> bool>(
     facts: &Facts<'_>,
     shapes: &Shapes,
@@ -1054,7 +1096,6 @@ pub(crate) fn validate_onto<M: Fn(NodeId) -> bool, B: Fn(NodeId) -> bool>(
     let fits = |n: NodeId, space: u32| fits_space(facts, shapes, &member, n, space);
     let mut step = ReduceStep::new(facts, shapes, space, axis);
     sc.checked.clear();
-    sc.queue.clear();
     let mut next_new = new.iter().copied().peekable();
     loop {
         let n = match (next_new.peek(), sc.queue.last()) {

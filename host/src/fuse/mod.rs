@@ -415,8 +415,9 @@ pub struct State<'g> {
     accepted: Cell<(usize, usize, u32, u32, bool)>,
     /// An upper bound of every group's buffer parameters ([`count_params`]):
     /// a union needs at most the sum of its parts' (its external operands
-    /// and stored values are among theirs), so a merge counts exactly only
-    /// when that sum exceeds the limit.
+    /// and stored values are among theirs), so a merge looks closer only
+    /// when that sum exceeds the limit ([`State::params_onto`], then the
+    /// count).
     params: Vec<u32>,
     /// Position of every node's unit in a topological order of the units
     /// (all members of a group or stack share it; distinct units have
@@ -798,6 +799,12 @@ impl<'g> State<'g> {
         self.visited_for.set((usize::MAX, usize::MAX));
         let mut visited = self.visited.borrow_mut();
         visited.clear();
+        if !direct && pb - pa == 1 {
+            // No position between the two: no unit to pass through (a
+            // merge along an edge in a chain mostly finds them adjacent).
+            self.visited_for.set((a, b));
+            return None;
+        }
         // Epoch-stamped visited marks: no clearing between searches.
         let epoch = self.next_epoch();
         let mut scratch = self.scratch.borrow_mut();
@@ -1069,12 +1076,29 @@ impl<'g> State<'g> {
                 let ClusterKind::Reduce { axis } = self.clusters[x].kind else {
                     return None;
                 };
-                let xx = x as u32;
+                let (xx, yy) = (x as u32, y as u32);
+                // `y` a reduce group of the same axis and space: its
+                // classes are known too, and only what changes where the
+                // two groups meet is validated (a reduce chain).
+                let both = self.clusters[y].kind == self.clusters[x].kind
+                    && self.space_id[y] == self.space_id[x];
                 let base = legality::Base {
-                    member: |m: NodeId| self.owner[m.0] == xx,
+                    member: |m: NodeId| {
+                        let o = self.owner[m.0];
+                        o == xx || (both && o == yy)
+                    },
                     space: self.space_id[x],
                     axis,
                     classes: &self.class_of,
+                };
+                let new: &[NodeId] = if both {
+                    let in_x = |m: NodeId| self.owner[m.0] == xx;
+                    let ys = &self.clusters[y].nodes;
+                    legality::crossings(&facts, ys, in_x, &self.class_of, queue);
+                    &[]
+                } else {
+                    queue.clear();
+                    &self.clusters[y].nodes
                 };
                 let epoch = self.next_epoch();
                 let mut marks = self.scratch.borrow_mut();
@@ -1085,7 +1109,6 @@ impl<'g> State<'g> {
                     checked,
                     queue,
                 };
-                let new = &self.clusters[y].nodes;
                 validate_onto(&facts, &self.shapes, new, member, &base, &mut sc)
             });
         let onto_used = onto.is_some();
@@ -1096,6 +1119,13 @@ impl<'g> State<'g> {
                 debug_assert_eq!(
                     found,
                     validate_fast(&facts, &self.shapes, nodes, member, classes)
+                );
+                debug_assert!(
+                    found.is_none()
+                        || nodes
+                            .iter()
+                            .all(|&n| checked.contains(&n) || self.class_of[n.0] == classes[n.0]),
+                    "a member the walk skipped changed its class"
                 );
                 found
             }
@@ -1108,9 +1138,14 @@ impl<'g> State<'g> {
                 Ok(_) => Reason::MatmulReduce,
             }));
         };
-        // At most the parts' parameters together: count only when that
-        // bound exceeds the limit.
+        // At most the parts' parameters together. Only when that bound
+        // exceeds the limit: the larger part's bound corrected from the
+        // smaller part's edges, and only when that one does too, the count.
         let mut bound = (self.params[a] + self.params[b]) as usize;
+        if bound > self.opts.max_params {
+            bound = self.params_onto(x, y);
+            debug_assert!(bound >= self.count_params(nodes, member));
+        }
         if bound > self.opts.max_params {
             bound = self.count_params(nodes, member);
             if bound > self.opts.max_params {
@@ -1127,7 +1162,7 @@ impl<'g> State<'g> {
             Vec::new()
         };
         self.accepted.set((a, b, space_id, bound as u32, onto_used));
-        // The merged list becomes the group's; a spare list (the larger
+        // The merged list becomes the group's; a spare list (the last
         // one a merge left) is the next scratch.
         let spare = self.spare.borrow_mut().pop().unwrap_or_default();
         let members = std::mem::replace(nodes, spare);
@@ -1173,6 +1208,55 @@ impl<'g> State<'g> {
             }
         }
         count
+    }
+
+    /// An upper bound of the buffer parameters of the union of groups `x`
+    /// and `y` ([`count_params`]), from `y`'s edges alone: `x`'s bound
+    /// ([`State::params`]) corrected by exactly what the merge changes, so
+    /// exact when `x`'s is. An operand of `y` outside the union is a new
+    /// parameter unless `x` reads it too; a member of `x` that `y` reads
+    /// (stored for `y`) stays stored only when it is an output or read
+    /// outside the union; a member of `y` that `x` reads is one of `x`'s
+    /// operands no longer; and a member of `y` is stored when it is an
+    /// output or read outside the union.
+    fn params_onto(&self, x: usize, y: usize) -> usize {
+        let (xx, yy) = (x as u32, y as u32);
+        let outside = |u: &NodeId| {
+            let o = self.owner[u.0];
+            o != xx && o != yy
+        };
+        let in_x = |u: &NodeId| self.owner[u.0] == xx;
+        let epoch = self.next_epoch();
+        let mut scratch = self.scratch.borrow_mut();
+        let seen = &mut scratch.0;
+        let (mut added, mut removed) = (0, 0);
+        for &n in &self.clusters[y].nodes {
+            for &o in &self.g[n].operands {
+                let oo = self.owner[o.0];
+                if oo == yy || seen[o.0] == epoch {
+                    continue;
+                }
+                seen[o.0] = epoch;
+                let users = self.users.of(o);
+                if oo == xx {
+                    if !self.is_output[o.0] && !users.iter().any(outside) {
+                        removed += 1;
+                    }
+                } else if !users.iter().any(in_x) {
+                    added += 1;
+                }
+            }
+            let users = self.users.of(n);
+            if users.iter().any(in_x) {
+                removed += 1;
+            }
+            if self.is_output[n.0] || users.iter().any(outside) {
+                added += 1;
+            }
+        }
+        // Every member removed was counted in `x`'s exact count, which
+        // its bound is at least.
+        self.params[x] as usize + added - removed
     }
 
     /// A fresh epoch for the visited marks in `scratch.0` (cleared when the
