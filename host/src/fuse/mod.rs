@@ -446,30 +446,6 @@ pub struct State<'g> {
     order_scratch: RefCell<OrderScratch>,
 }
 
-/// What the units of a [`State`] reach, found as [`State::dependent`]
-/// asks, by position in the units' topological numbering
-/// ([`State::position`]).
-#[derive(Default)]
-pub struct Reach {
-    /// A row of `words` words per position: bit `q` of row `p` is set when
-    /// the unit at position `p` reaches the unit at position `q`. Rows from
-    /// `swept` up are complete, the others empty.
-    bits: Vec<u64>,
-    words: usize,
-    swept: usize,
-    /// Whether the rows are those of the state (see [`Reach::invalidate`]).
-    valid: bool,
-    /// A node of the unit at every position.
-    at: Vec<u32>,
-}
-
-impl Reach {
-    /// Forgets what the units reach (the state changed: a merge or a stack).
-    pub fn invalidate(&mut self) {
-        self.valid = false;
-    }
-}
-
 impl<'g> State<'g> {
     /// The initial state: every composite range of `composites` that forms
     /// a group ([`State::seed`]) is one group, every other element-wise,
@@ -705,64 +681,33 @@ impl<'g> State<'g> {
         }
     }
 
-    /// Whether groups `c` and `d` depend on each other: the earlier one in
-    /// the units' topological numbering ([`State::position`]) reaches the
-    /// later one along edges. `r` keeps what the units reach for the next
-    /// question, until [`Reach::invalidate`] (the state changed).
-    pub fn dependent(&self, r: &mut Reach, c: usize, d: usize) -> bool {
-        let (pc, pd) = (self.position(c) as usize, self.position(d) as usize);
-        let (lo, hi) = (pc.min(pd), pc.max(pd));
-        if !r.valid {
-            self.reach_reset(r);
+    /// Sets, in `bits` (one bit per node, resized), every node of every unit
+    /// that group `c` reaches along edges (any path, direct ones included).
+    pub fn reached_from(&self, c: usize, bits: &mut Vec<u64>) {
+        bits.clear();
+        bits.resize(self.owner.len().div_ceil(64).max(1), 0);
+        let epoch = self.next_epoch();
+        let mut scratch = self.scratch.borrow_mut();
+        let (seen, work) = &mut *scratch;
+        work.clear();
+        let cc = c as u32;
+        for &m in &self.clusters[c].nodes {
+            seen[m.0] = epoch;
         }
-        self.reach_down_to(r, lo);
-        r.bits[lo * r.words + hi / 64] >> (hi % 64) & 1 == 1
-    }
-
-    /// Readies `r` for this state: nothing swept yet.
-    fn reach_reset(&self, r: &mut Reach) {
-        let n = self.owner.len();
-        r.words = n.div_ceil(64).max(1);
-        r.bits.clear();
-        r.bits.resize(n * r.words, 0);
-        // A node of the unit at every position (positions are below `n`).
-        r.at.clear();
-        r.at.resize(n, NONE);
-        for (i, &p) in self.pos.iter().enumerate() {
-            r.at[p as usize] = i as u32;
+        for &m in &self.clusters[c].nodes {
+            work.extend(self.users.of(m).iter().filter(|u| seen[u.0] != epoch));
         }
-        r.swept = n;
-        r.valid = true;
-    }
-
-    /// Sweeps `r` down to position `lo`: the units from the last swept
-    /// position down, each reaching what its edges lead to and what those
-    /// reach. Every edge between two units leads to a higher position, so
-    /// those are complete when a unit is reached.
-    fn reach_down_to(&self, r: &mut Reach, lo: usize) {
-        let words = r.words;
-        while r.swept > lo {
-            r.swept -= 1;
-            let p = r.swept;
-            let x = r.at[p];
-            if x == NONE {
+        while let Some(x) = work.pop() {
+            if seen[x.0] == epoch || self.owner[x.0] == cc {
                 continue;
             }
-            // Row `p`, and the complete rows after it.
-            let (head, done) = r.bits.split_at_mut((p + 1) * words);
-            let row = &mut head[p * words..];
-            self.for_members(self.unit(NodeId(x as usize)), |m| {
-                for &v in self.users.of(m) {
-                    let q = self.pos[v.0] as usize;
-                    // Within the unit, or a unit already taken in (with
-                    // what it reaches).
-                    if q == p || row[q / 64] >> (q % 64) & 1 == 1 {
-                        continue;
-                    }
-                    row[q / 64] |= 1 << (q % 64);
-                    let next = &done[(q - p - 1) * words..][..words];
-                    row.iter_mut().zip(next).for_each(|(a, &b)| *a |= b);
-                }
+            let u = self.unit(x);
+            self.for_members(u, |m| {
+                seen[m.0] = epoch;
+                bits[m.0 / 64] |= 1 << (m.0 % 64);
+            });
+            self.for_members(u, |m| {
+                work.extend(self.users.of(m).iter().filter(|v| seen[v.0] != epoch));
             });
         }
     }

@@ -18,7 +18,7 @@
 
 use std::collections::VecDeque;
 
-use super::{ClusterKind, FuseOptions, IdSet, Log, Patch, Reach, Rejection, Rule, State};
+use super::{ClusterKind, FuseOptions, IdSet, Log, Patch, Rejection, Rule, State};
 use crate::graph::NodeId;
 
 /// Tries to merge the groups of candidate `c`: the patch on success, or the
@@ -395,13 +395,40 @@ impl Rule for Siblings {
 struct ParallelStack {
     max: usize,
     next_node: usize,
-    /// What the units reach ([`State::dependent`]), until the state
+    /// Per group id: the nodes of the units it reaches, as bits
+    /// ([`State::reached_from`]; empty until asked). Valid until the state
     /// changes (a stack or a merge).
-    reach: Reach,
+    reach: Vec<Vec<u64>>,
     /// Scratch of [`Rule::next`]: the groups reading a node, and those
     /// chosen for a stack (kept so that a scan allocates them once).
     cands: Vec<usize>,
     chosen: Vec<usize>,
+}
+
+impl ParallelStack {
+    /// Whether group `c` reaches the unit of node `x`.
+    fn reaches(reach: &mut Vec<Vec<u64>>, st: &State<'_>, c: usize, x: NodeId) -> bool {
+        if reach.len() < st.cluster_ids() {
+            reach.resize_with(st.cluster_ids(), Vec::new);
+        }
+        if reach[c].is_empty() {
+            st.reached_from(c, &mut reach[c]);
+        }
+        reach[c][x.0 / 64] >> (x.0 % 64) & 1 == 1
+    }
+
+    /// Whether groups `c` and `d` depend on each other: the earlier one in
+    /// the units' topological numbering reaches the later one. (A search
+    /// for one path, [`State::path_from`], costs more here: the reach of a
+    /// group is asked for again for other pairs.)
+    fn dependent(reach: &mut Vec<Vec<u64>>, st: &State<'_>, c: usize, d: usize) -> bool {
+        let (lo, hi) = if st.position(c) < st.position(d) {
+            (c, d)
+        } else {
+            (d, c)
+        };
+        Self::reaches(reach, st, lo, st.cluster(hi).nodes[0])
+    }
 }
 
 impl Rule for ParallelStack {
@@ -411,7 +438,7 @@ impl Rule for ParallelStack {
 
     fn next(&mut self, st: &State<'_>, _log: &mut Log) -> Option<Patch> {
         let n = st.graph().nodes().len();
-        let (cands, chosen) = (&mut self.cands, &mut self.chosen);
+        let (cands, chosen, reach) = (&mut self.cands, &mut self.chosen, &mut self.reach);
         while self.next_node < n {
             let x = NodeId(self.next_node);
             self.next_node += 1;
@@ -434,13 +461,13 @@ impl Rule for ParallelStack {
                 if chosen.len() >= self.max {
                     break;
                 }
-                if !chosen.iter().any(|&d| st.dependent(&mut self.reach, c, d)) {
+                if !chosen.iter().any(|&d| Self::dependent(reach, st, c, d)) {
                     chosen.push(c);
                 }
             }
             if chosen.len() >= 2 {
                 // The stack changes the units: what reaches what.
-                self.reach.invalidate();
+                reach.iter_mut().for_each(Vec::clear);
                 return Some(Patch::Stack {
                     members: chosen.clone(),
                 });
@@ -452,12 +479,12 @@ impl Rule for ParallelStack {
     fn notify(&mut self, _st: &State<'_>, _c: usize, _edges: &[Cand]) {
         // Merges after stacking started restart the scan.
         self.next_node = 0;
-        self.reach.invalidate();
+        self.reach.iter_mut().for_each(Vec::clear);
     }
 
     fn reset(&mut self) {
         self.next_node = 0;
-        self.reach.invalidate();
+        self.reach.iter_mut().for_each(Vec::clear);
     }
 }
 
@@ -483,7 +510,7 @@ pub fn rules(opts: &FuseOptions) -> Vec<Box<dyn Rule>> {
         r.push(Box::new(ParallelStack {
             max: opts.max_stack,
             next_node: 0,
-            reach: Reach::default(),
+            reach: Vec::new(),
             cands: Vec::new(),
             chosen: Vec::new(),
         }));
