@@ -576,7 +576,8 @@ impl<'g> State<'g> {
         nodes.extend(r.clone().map(NodeId));
         // The validation of a reduce group leaves its members' classes: in
         // `class_of`, where the group keeps them. A range that forms no
-        // group gets them back full-size, as they were.
+        // group gets them back full-size, as they were. (`State::facts`'s
+        // fields spelled out: it would borrow `class_of` too.)
         let facts = Facts {
             graph: self.g,
             users: &self.users,
