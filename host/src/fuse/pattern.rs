@@ -302,17 +302,30 @@ struct Siblings {
 }
 
 impl Siblings {
-    /// Queues every pair of groups reading `x`, where one of them is
-    /// `only` (all pairs when `None`).
+    /// Queues every pair of groups reading `x` that may merge as siblings,
+    /// where one of them is `only` (all pairs when `None`).
+    ///
+    /// A pair may merge only when neither group is a matmul group nor
+    /// holds `x`. Both facts hold for as long as the two groups live (a
+    /// group's kind and members never change: a merge makes a new group,
+    /// whose pairs are queued again), so a pair failing them would only be
+    /// skipped when popped. Leaving such readers out here keeps the queue
+    /// linear in a node read by many matmuls (a shared weight), whose
+    /// pairs of readers would otherwise be queued, quadratically many.
     fn queue_readers(&mut self, st: &State<'_>, x: NodeId, only: Option<usize>) {
         let users = st.users(x);
         if users.len() < 2 {
             return;
         }
+        let ox = st.owner(x);
+        let sibling = |u: NodeId| {
+            st.owner(u)
+                .filter(|&c| ox != Some(c) && !matches!(st.cluster(c).kind, ClusterKind::Matmul))
+        };
         for (i, &u) in users.iter().enumerate() {
-            let Some(cu) = st.owner(u) else { continue };
+            let Some(cu) = sibling(u) else { continue };
             for &v in &users[i + 1..] {
-                let Some(cv) = st.owner(v) else { continue };
+                let Some(cv) = sibling(v) else { continue };
                 if cu == cv || only.is_some_and(|o| o != cu && o != cv) {
                     continue;
                 }
@@ -352,11 +365,11 @@ impl Rule for Siblings {
             if st.owner(c.na) != Some(c.a) || st.owner(c.nb) != Some(c.b) {
                 continue;
             }
-            let ok = |k: usize| !matches!(st.cluster(k).kind, ClusterKind::Matmul);
-            let x = c.via.unwrap_or(c.na);
-            if !ok(c.a) || !ok(c.b) || st.owner(x) == Some(c.a) || st.owner(x) == Some(c.b) {
-                continue;
-            }
+            // Both groups alive: still siblings (`Siblings::queue_readers`).
+            debug_assert!([c.a, c.b].iter().all(|&k| {
+                let x = c.via.unwrap_or(c.na);
+                st.owner(x) != Some(k) && !matches!(st.cluster(k).kind, ClusterKind::Matmul)
+            }));
             let key = pair_key(c.a.min(c.b), c.a.max(c.b));
             if self.tried.contains(&key) {
                 continue;
