@@ -1692,6 +1692,9 @@ impl FusionPlan {
                 .map(|r| (st.owner[r.a.0], st.owner[r.b.0]))
                 .collect();
             let mut extra: Vec<Rejection> = Vec::new();
+            // The pairs already asked about: the state does not change
+            // here, so a pair's answer does not either.
+            let mut asked: IdSet<(u32, u32)> = IdSet::default();
             for p in 0..st.owner.len() {
                 let a = st.owner[p];
                 if a == NONE {
@@ -1699,13 +1702,7 @@ impl FusionPlan {
                 }
                 for &c in st.users.of(NodeId(p)) {
                     let b = st.owner[c.0];
-                    if b == NONE || a == b || seen.contains(&(a, b)) {
-                        continue;
-                    }
-                    if extra
-                        .iter()
-                        .any(|r| st.owner[r.a.0] == a && st.owner[r.b.0] == b)
-                    {
+                    if b == NONE || a == b || seen.contains(&(a, b)) || !asked.insert((a, b)) {
                         continue;
                     }
                     if let Err(reason) = st.try_merge(a as usize, b as usize) {
@@ -1782,15 +1779,10 @@ impl FusionPlan {
             .collect();
         // Rejections between groups that stayed apart, last reason per pair.
         let mut rejections: Vec<Rejection> = Vec::new();
+        let mut pairs: IdSet<(Option<usize>, Option<usize>)> = IdSet::default();
         for r in log.rejections.into_iter().rev() {
             let (ua, ub) = (owner[r.a.0], owner[r.b.0]);
-            if ua == ub {
-                continue;
-            }
-            let dup = rejections
-                .iter()
-                .any(|q| owner[q.a.0] == ua && owner[q.b.0] == ub);
-            if !dup {
+            if ua != ub && pairs.insert((ua, ub)) {
                 rejections.push(r);
             }
         }
