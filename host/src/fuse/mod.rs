@@ -682,33 +682,50 @@ impl<'g> State<'g> {
         }
     }
 
-    /// Sets, in `bits` (one bit per node, resized), every node of every unit
-    /// that group `c` reaches along edges (any path, direct ones included).
-    pub fn reached_from(&self, c: usize, bits: &mut Vec<u64>) {
+    /// Sets, in `bits` (resized), bit `p - position(c)` for the position `p`
+    /// of every unit numbered at most `limit` that group `c` reaches along
+    /// edges (any path, direct ones included; see [`State::position`]).
+    ///
+    /// The positions number the units in a topological order, so a path
+    /// from `c` to a unit numbered `p` only runs through units numbered
+    /// below `p`: the search never enters a unit beyond `limit`, and costs
+    /// what lies between `c` and `limit` instead of everything downstream
+    /// of `c` (a group early in a long chain reaches the rest of it).
+    pub fn reached_from(&self, c: usize, limit: u32, bits: &mut Vec<u64>) {
+        let base = self.position(c);
         bits.clear();
-        bits.resize(self.owner.len().div_ceil(64).max(1), 0);
+        bits.resize((limit.saturating_sub(base) as usize + 1).div_ceil(64), 0);
         let epoch = self.next_epoch();
         let mut scratch = self.scratch.borrow_mut();
         let (seen, work) = &mut *scratch;
         work.clear();
-        let cc = c as u32;
+        // `c`'s members are marked first: the search never re-enters `c`.
         for &m in &self.clusters[c].nodes {
             seen[m.0] = epoch;
         }
         for &m in &self.clusters[c].nodes {
-            work.extend(self.users.of(m).iter().filter(|u| seen[u.0] != epoch));
+            work.extend(
+                self.users
+                    .of(m)
+                    .iter()
+                    .filter(|v| seen[v.0] != epoch && self.pos[v.0] <= limit),
+            );
         }
         while let Some(x) = work.pop() {
-            if seen[x.0] == epoch || self.owner[x.0] == cc {
+            if seen[x.0] == epoch {
                 continue;
             }
+            let k = (self.pos[x.0] - base) as usize;
+            bits[k / 64] |= 1 << (k % 64);
             let u = self.unit(x);
+            self.for_members(u, |m| seen[m.0] = epoch);
             self.for_members(u, |m| {
-                seen[m.0] = epoch;
-                bits[m.0 / 64] |= 1 << (m.0 % 64);
-            });
-            self.for_members(u, |m| {
-                work.extend(self.users.of(m).iter().filter(|v| seen[v.0] != epoch));
+                work.extend(
+                    self.users
+                        .of(m)
+                        .iter()
+                        .filter(|v| seen[v.0] != epoch && self.pos[v.0] <= limit),
+                );
             });
         }
     }
@@ -1675,6 +1692,9 @@ impl FusionPlan {
                 .map(|r| (st.owner[r.a.0], st.owner[r.b.0]))
                 .collect();
             let mut extra: Vec<Rejection> = Vec::new();
+            // The pairs already asked about: the state does not change
+            // here, so a pair's answer does not either.
+            let mut asked: IdSet<(u32, u32)> = IdSet::default();
             for p in 0..st.owner.len() {
                 let a = st.owner[p];
                 if a == NONE {
@@ -1682,13 +1702,7 @@ impl FusionPlan {
                 }
                 for &c in st.users.of(NodeId(p)) {
                     let b = st.owner[c.0];
-                    if b == NONE || a == b || seen.contains(&(a, b)) {
-                        continue;
-                    }
-                    if extra
-                        .iter()
-                        .any(|r| st.owner[r.a.0] == a && st.owner[r.b.0] == b)
-                    {
+                    if b == NONE || a == b || seen.contains(&(a, b)) || !asked.insert((a, b)) {
                         continue;
                     }
                     if let Err(reason) = st.try_merge(a as usize, b as usize) {
@@ -1765,15 +1779,10 @@ impl FusionPlan {
             .collect();
         // Rejections between groups that stayed apart, last reason per pair.
         let mut rejections: Vec<Rejection> = Vec::new();
+        let mut pairs: IdSet<(Option<usize>, Option<usize>)> = IdSet::default();
         for r in log.rejections.into_iter().rev() {
             let (ua, ub) = (owner[r.a.0], owner[r.b.0]);
-            if ua == ub {
-                continue;
-            }
-            let dup = rejections
-                .iter()
-                .any(|q| owner[q.a.0] == ua && owner[q.b.0] == ub);
-            if !dup {
+            if ua != ub && pairs.insert((ua, ub)) {
                 rejections.push(r);
             }
         }

@@ -302,17 +302,30 @@ struct Siblings {
 }
 
 impl Siblings {
-    /// Queues every pair of groups reading `x`, where one of them is
-    /// `only` (all pairs when `None`).
+    /// Queues every pair of groups reading `x` that may merge as siblings,
+    /// where one of them is `only` (all pairs when `None`).
+    ///
+    /// A pair may merge only when neither group is a matmul group nor
+    /// holds `x`. Both facts hold for as long as the two groups live (a
+    /// group's kind and members never change: a merge makes a new group,
+    /// whose pairs are queued again), so a pair failing them would only be
+    /// skipped when popped. Leaving such readers out here keeps the queue
+    /// linear in a node read by many matmuls (a shared weight), whose
+    /// pairs of readers would otherwise be queued, quadratically many.
     fn queue_readers(&mut self, st: &State<'_>, x: NodeId, only: Option<usize>) {
         let users = st.users(x);
         if users.len() < 2 {
             return;
         }
+        let ox = st.owner(x);
+        let sibling = |u: NodeId| {
+            st.owner(u)
+                .filter(|&c| ox != Some(c) && !matches!(st.cluster(c).kind, ClusterKind::Matmul))
+        };
         for (i, &u) in users.iter().enumerate() {
-            let Some(cu) = st.owner(u) else { continue };
+            let Some(cu) = sibling(u) else { continue };
             for &v in &users[i + 1..] {
-                let Some(cv) = st.owner(v) else { continue };
+                let Some(cv) = sibling(v) else { continue };
                 if cu == cv || only.is_some_and(|o| o != cu && o != cv) {
                     continue;
                 }
@@ -352,11 +365,11 @@ impl Rule for Siblings {
             if st.owner(c.na) != Some(c.a) || st.owner(c.nb) != Some(c.b) {
                 continue;
             }
-            let ok = |k: usize| !matches!(st.cluster(k).kind, ClusterKind::Matmul);
-            let x = c.via.unwrap_or(c.na);
-            if !ok(c.a) || !ok(c.b) || st.owner(x) == Some(c.a) || st.owner(x) == Some(c.b) {
-                continue;
-            }
+            // Both groups alive: still siblings (`Siblings::queue_readers`).
+            debug_assert!([c.a, c.b].iter().all(|&k| {
+                let x = c.via.unwrap_or(c.na);
+                st.owner(x) != Some(k) && !matches!(st.cluster(k).kind, ClusterKind::Matmul)
+            }));
             let key = pair_key(c.a.min(c.b), c.a.max(c.b));
             if self.tried.contains(&key) {
                 continue;
@@ -395,10 +408,21 @@ impl Rule for Siblings {
 struct ParallelStack {
     max: usize,
     next_node: usize,
-    /// Per group id: the nodes of the units it reaches, as bits
-    /// ([`State::reached_from`]; empty until asked). Valid until the state
-    /// changes (a stack or a merge).
-    reach: Vec<Vec<u64>>,
+    /// Per group id: the units it reaches up to a position, as bits
+    /// ([`State::reached_from`]), stamped with the generation they were
+    /// found in (`(generation, limit, bits)`). Only the current
+    /// generation's are valid: a stack or a merge changes the units and
+    /// starts a new one, in O(1) however many groups were asked about.
+    reach: Vec<(u32, u32, Vec<u64>)>,
+    /// The current generation of `reach` (never 0, which marks no entry).
+    generation: u32,
+    /// Per group id: the last scan of a node that listed it as a
+    /// candidate (a stamp of `scans`), so that a node's candidates are
+    /// kept distinct without searching them (a weight that every matmul
+    /// reads has thousands).
+    listed: Vec<u32>,
+    /// Scans of a node so far (never reset, so that no stamp is reused).
+    scans: u32,
     /// Scratch of [`Rule::next`]: the groups reading a node, and those
     /// chosen for a stack (kept so that a scan allocates them once).
     cands: Vec<usize>,
@@ -406,28 +430,49 @@ struct ParallelStack {
 }
 
 impl ParallelStack {
-    /// Whether group `c` reaches the unit of node `x`.
-    fn reaches(reach: &mut Vec<Vec<u64>>, st: &State<'_>, c: usize, x: NodeId) -> bool {
-        if reach.len() < st.cluster_ids() {
-            reach.resize_with(st.cluster_ids(), Vec::new);
+    fn new(max: usize) -> ParallelStack {
+        ParallelStack {
+            max,
+            next_node: 0,
+            reach: Vec::new(),
+            generation: 1,
+            listed: Vec::new(),
+            scans: 0,
+            cands: Vec::new(),
+            chosen: Vec::new(),
         }
-        if reach[c].is_empty() {
-            st.reached_from(c, &mut reach[c]);
+    }
+
+    /// Forgets every group's reach (the units changed).
+    fn invalidate(&mut self) {
+        self.generation = self.generation.wrapping_add(1);
+        if self.generation == 0 {
+            // Wrapped: no stale stamp may pass for the new generation.
+            self.reach.iter_mut().for_each(|r| r.0 = 0);
+            self.generation = 1;
         }
-        reach[c][x.0 / 64] >> (x.0 % 64) & 1 == 1
     }
 
     /// Whether groups `c` and `d` depend on each other: the earlier one in
-    /// the units' topological numbering reaches the later one. (A search
-    /// for one path, [`State::path_from`], costs more here: the reach of a
-    /// group is asked for again for other pairs.)
-    fn dependent(reach: &mut Vec<Vec<u64>>, st: &State<'_>, c: usize, d: usize) -> bool {
-        let (lo, hi) = if st.position(c) < st.position(d) {
-            (c, d)
-        } else {
-            (d, c)
-        };
-        Self::reaches(reach, st, lo, st.cluster(hi).nodes[0])
+    /// the units' topological numbering reaches the later one. Both are
+    /// numbered at most `limit` (the candidates' largest position), which
+    /// bounds the reach search: the reach found for one pair serves the
+    /// later pairs of the same node. (A search for one path,
+    /// [`State::path_from`], costs more here: the reach of a group is asked
+    /// for again for other pairs.)
+    fn dependent(&mut self, st: &State<'_>, c: usize, d: usize, limit: u32) -> bool {
+        let (pc, pd) = (st.position(c), st.position(d));
+        let (lo, p_lo, p_hi) = if pc < pd { (c, pc, pd) } else { (d, pd, pc) };
+        if self.reach.len() < st.cluster_ids() {
+            self.reach.resize_with(st.cluster_ids(), Default::default);
+        }
+        let r = &mut self.reach[lo];
+        if r.0 != self.generation || r.1 < p_hi {
+            st.reached_from(lo, limit, &mut r.2);
+            (r.0, r.1) = (self.generation, limit);
+        }
+        let k = (p_hi - p_lo) as usize;
+        r.2[k / 64] >> (k % 64) & 1 == 1
     }
 }
 
@@ -438,38 +483,53 @@ impl Rule for ParallelStack {
 
     fn next(&mut self, st: &State<'_>, _log: &mut Log) -> Option<Patch> {
         let n = st.graph().nodes().len();
-        let (cands, chosen, reach) = (&mut self.cands, &mut self.chosen, &mut self.reach);
+        if self.listed.len() < st.cluster_ids() {
+            self.listed.resize(st.cluster_ids(), u32::MAX);
+        }
         while self.next_node < n {
             let x = NodeId(self.next_node);
             self.next_node += 1;
             if st.users(x).len() < 2 {
                 continue;
             }
-            cands.clear();
+            self.scans = self.scans.wrapping_add(1);
+            if self.scans == u32::MAX {
+                // Wrapped (`u32::MAX` marks no scan): forget every stamp.
+                self.listed.iter_mut().for_each(|s| *s = u32::MAX);
+                self.scans = 0;
+            }
+            let stamp = self.scans;
+            self.cands.clear();
             for &u in st.users(x) {
                 if let Some(c) = st.owner(u) {
-                    if !st.is_stacked(c) && st.owner(x) != Some(c) && !cands.contains(&c) {
-                        cands.push(c);
+                    if !st.is_stacked(c) && st.owner(x) != Some(c) && self.listed[c] != stamp {
+                        self.listed[c] = stamp;
+                        self.cands.push(c);
                     }
                 }
             }
-            if cands.len() < 2 {
+            if self.cands.len() < 2 {
                 continue;
             }
+            let limit = self.cands.iter().map(|&c| st.position(c)).max();
+            let limit = limit.unwrap_or(0);
+            let mut chosen = std::mem::take(&mut self.chosen);
             chosen.clear();
-            for &c in cands.iter() {
+            for i in 0..self.cands.len() {
                 if chosen.len() >= self.max {
                     break;
                 }
-                if !chosen.iter().any(|&d| Self::dependent(reach, st, c, d)) {
+                let c = self.cands[i];
+                if !chosen.iter().any(|&d| self.dependent(st, c, d, limit)) {
                     chosen.push(c);
                 }
             }
-            if chosen.len() >= 2 {
+            self.chosen = chosen;
+            if self.chosen.len() >= 2 {
                 // The stack changes the units: what reaches what.
-                reach.iter_mut().for_each(Vec::clear);
+                self.invalidate();
                 return Some(Patch::Stack {
-                    members: chosen.clone(),
+                    members: self.chosen.clone(),
                 });
             }
         }
@@ -479,12 +539,12 @@ impl Rule for ParallelStack {
     fn notify(&mut self, _st: &State<'_>, _c: usize, _edges: &[Cand]) {
         // Merges after stacking started restart the scan.
         self.next_node = 0;
-        self.reach.iter_mut().for_each(Vec::clear);
+        self.invalidate();
     }
 
     fn reset(&mut self) {
         self.next_node = 0;
-        self.reach.iter_mut().for_each(Vec::clear);
+        self.invalidate();
     }
 }
 
@@ -507,13 +567,7 @@ pub fn rules(opts: &FuseOptions) -> Vec<Box<dyn Rule>> {
         }));
     }
     if opts.stack {
-        r.push(Box::new(ParallelStack {
-            max: opts.max_stack,
-            next_node: 0,
-            reach: Vec::new(),
-            cands: Vec::new(),
-            chosen: Vec::new(),
-        }));
+        r.push(Box::new(ParallelStack::new(opts.max_stack)));
     }
     r
 }
