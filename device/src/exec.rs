@@ -282,6 +282,36 @@ fn run_stage<const N: usize, const B: usize>(
     run_tiles(program, s, launch.bufs(), start as u32, end as u32, ub)
 }
 
+/// Runs tiles `[start, end)` (clamped to the kernel's tiles) of `program`,
+/// a kernel of any kind but sequence, over the buffers of `launch`, with
+/// `ub` as this core's unified buffer. The tiles are numbered as blocks
+/// split them: the bodies' tile ranges one after the other, each in
+/// row-major order of its grid. Any split of the tiles into ranges, run
+/// in any order or at once on several cores, gives the same result as
+/// [`run_block`] does for the blocks of the kernel (its tiles write
+/// disjoint elements): a runtime can hand out chunks of tiles to
+/// whichever core is free, so that a core that runs slower (taken by
+/// another process, or a smaller core) does not hold up the launch.
+///
+/// # Errors
+/// - [`ExecError::Launch`]: [`LaunchError::Staged`] for a sequence
+///   kernel; `ub` is smaller than the kernel's UB or not 64-byte aligned;
+/// - [`ExecError::Bind`] and [`ExecError::Fault`]: as [`run_block`].
+pub fn run_tile_range<const N: usize, const B: usize>(
+    program: &Program<N, B>,
+    launch: &Launch<'_>,
+    start: u64,
+    end: u64,
+    ub: &mut [u8],
+) -> Result<RunStats, ExecError> {
+    if program.kind() == KernelKind::Sequence {
+        return Err(LaunchError::Staged.into());
+    }
+    check(program, launch, 0, 1, ub)?;
+    let total = program.total_tiles();
+    run_flat_range(program, launch.bufs(), start.min(total), end.min(total), ub)
+}
+
 /// The flat range of all bodies (one body for the single-body kinds).
 fn run_flat<const N: usize, const B: usize>(
     program: &Program<N, B>,
@@ -291,6 +321,17 @@ fn run_flat<const N: usize, const B: usize>(
     ub: &mut [u8],
 ) -> Result<RunStats, ExecError> {
     let (start, end) = block_range(program.total_tiles(), block_idx, block_dim);
+    run_flat_range(program, bufs, start, end, ub)
+}
+
+/// Tiles `[start, end)` of the flat range of all bodies.
+fn run_flat_range<const N: usize, const B: usize>(
+    program: &Program<N, B>,
+    bufs: &[GmBuf<'_>],
+    start: u64,
+    end: u64,
+    ub: &mut [u8],
+) -> Result<RunStats, ExecError> {
     let mut stats = RunStats::default();
     let mut off = 0u64;
     for b in 0..program.body_count() {

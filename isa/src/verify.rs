@@ -261,6 +261,10 @@ pub enum LaunchError {
         /// Count.
         dim: u32,
     },
+    /// A range of tiles of a sequence kernel, whose stages need the
+    /// barriers between them: it runs by blocks.
+    #[error("a sequence kernel runs by blocks (its stages need barriers), not by ranges of tiles")]
+    Staged,
 }
 
 /// A kernel that passed every static rule. Only [`verify_kernel`] builds one.

@@ -3,8 +3,8 @@
 #![allow(dead_code)]
 
 use dvm_device::{
-    run_all_blocks_sequentially, run_block, Barrier, ExecError, GmBuf, Launch, Program, RunStats,
-    UbStorage,
+    run_all_blocks_sequentially, run_block, run_tile_range, Barrier, ExecError, GmBuf, Launch,
+    Program, RunStats, UbStorage,
 };
 use dvm_isa::builder::{BodyDef, CodeWriter, KernelDef, ModuleBuilder, ParamDef};
 use dvm_isa::{
@@ -361,6 +361,43 @@ pub fn run_seq(
     run_all_blocks_sequentially(&prog, &launch, block_dim, ub.as_mut_slice())
 }
 
+/// Runs kernel `k` with `bufs` as ranges of `chunk` tiles
+/// ([`run_tile_range`]), the last range first, then every other one
+/// backwards: the order a runtime's claims may take.
+pub fn run_ranges(
+    bytes: &[u8],
+    k: usize,
+    bufs: &mut [Buf],
+    chunk: u64,
+) -> Result<RunStats, ExecError> {
+    let m = Module::parse(bytes).expect("parse");
+    let vk = verify_kernel(&m, k, &DeviceLimits::DEFAULT).expect("verify");
+    let prog: Program = Program::new(&vk).expect("predecode");
+    let w = writable(bytes, k);
+    let gm: Vec<GmBuf<'_>> = bufs
+        .iter_mut()
+        .zip(&w)
+        .map(|(b, w)| {
+            if *w {
+                GmBuf::from_mut_slice(b.bytes_mut())
+            } else {
+                GmBuf::from_slice(b.bytes())
+            }
+        })
+        .collect();
+    let launch = Launch::new(&vk, gm).expect("launch");
+    let mut ub = ub();
+    let starts: Vec<u64> = (0..prog.total_tiles()).step_by(chunk as usize).collect();
+    let mut total = RunStats::default();
+    for &s in starts.iter().rev() {
+        total += run_tile_range(&prog, &launch, s, s + chunk, ub.as_mut_slice())?;
+    }
+    // Ranges past the end run nothing.
+    let end = prog.total_tiles();
+    total += run_tile_range(&prog, &launch, end, end + chunk, ub.as_mut_slice())?;
+    Ok(total)
+}
+
 /// `std::sync::Barrier` as the executor's barrier.
 pub struct StdBarrier(pub std::sync::Barrier);
 
@@ -437,6 +474,23 @@ pub fn check_multi_block(bytes: &[u8], k: usize, inputs: &[Buf], tiles: u32) -> 
         let sb = run_threads(bytes, k, &mut b, dim).expect("threaded blocks");
         assert_eq!(b, reference, "threads, {dim} blocks");
         assert_eq!(sb, st, "stats, threads, {dim} blocks");
+    }
+    let kind = program(bytes, k).kind();
+    for chunk in [1, 2, 3, 7] {
+        let mut c = inputs.to_vec();
+        let sc = run_ranges(bytes, k, &mut c, chunk);
+        if kind == KernelKind::Sequence {
+            assert!(
+                matches!(
+                    sc,
+                    Err(ExecError::Launch(dvm_isa::verify::LaunchError::Staged))
+                ),
+                "a sequence kernel does not run by ranges"
+            );
+            continue;
+        }
+        assert_eq!(c, reference, "ranges of {chunk} tiles");
+        assert_eq!(sc.expect("ranges"), st, "stats, ranges of {chunk} tiles");
     }
     reference
 }

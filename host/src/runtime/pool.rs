@@ -3,7 +3,11 @@
 //!
 //! A launch publishes a job (the predecoded program and raw buffer
 //! descriptors), wakes the workers, runs block 0 on the calling thread and
-//! waits for the rest. Workers spin briefly after each job before parking,
+//! waits for the rest. With several tiles per participant (and no stages),
+//! the participants claim chunks of tiles as they come free instead of a
+//! block each, so that a core that runs slower, taken by another process
+//! on a shared machine, delays the launch by one chunk, not by the rest of
+//! its block. Workers spin briefly after each job before parking,
 //! so back-to-back launches do not pay a wake-up each time; a new worker
 //! parks until its first job.
 
@@ -12,7 +16,7 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use dvm_device::exec::{run_block, Barrier, ExecError, RunStats, UbStorage};
+use dvm_device::exec::{run_block, run_tile_range, Barrier, ExecError, RunStats, UbStorage};
 use dvm_device::gm::{GmBuf, Launch};
 use dvm_device::predecode::Program;
 use dvm_isa::KernelKind;
@@ -63,6 +67,9 @@ struct Shared {
     shutdown: AtomicU32,
     /// Workers that have finished starting up (their UB allocated).
     ready: AtomicUsize,
+    /// The first tile not yet claimed, when the current job's tiles are
+    /// claimed in chunks ([`JobSlot::chunk`]).
+    next_tile: AtomicU64,
 }
 
 #[derive(Clone, Copy)]
@@ -72,6 +79,35 @@ struct JobSlot {
     nbufs: usize,
     block_dim: u32,
     barrier: usize,
+    /// Tiles per claim, or 0 when every participant runs its block
+    /// ([`chunk_for`]).
+    chunk: u64,
+}
+
+/// Chunks of tiles each participant of a launch claims, about: enough that
+/// a participant that runs slower (its core taken by another process, or
+/// a smaller core) holds up the launch by one chunk at most, few enough
+/// that claims (an atomic add on a line every participant writes) cost
+/// nothing next to the tiles.
+const CLAIMS_PER_PARTICIPANT: u64 = 16;
+
+/// Fewest tiles per participant for which a launch claims chunks: below,
+/// every participant runs its block (its tile range) as before, and a
+/// launch of a few tiles pays no claims.
+const MIN_TILES_PER_PARTICIPANT: u64 = 4;
+
+/// Tiles per claim for `program`'s `tiles` tiles on `block_dim`
+/// participants, or 0 for a launch by blocks: one participant, a sequence
+/// kernel (its stages need the barriers between them) or few tiles.
+fn chunk_for(program: &Program, tiles: u64, block_dim: u32) -> u64 {
+    let parts = block_dim as u64;
+    if parts < 2
+        || program.kind() == KernelKind::Sequence
+        || tiles < MIN_TILES_PER_PARTICIPANT * parts
+    {
+        return 0;
+    }
+    (tiles / (parts * CLAIMS_PER_PARTICIPANT)).max(1)
 }
 
 /// A barrier over `n` participants that spins, then yields (stages are
@@ -146,6 +182,7 @@ impl CpuPool {
             stats_instrs: AtomicU64::new(0),
             shutdown: AtomicU32::new(0),
             ready: AtomicUsize::new(0),
+            next_tile: AtomicU64::new(0),
         });
         let workers = (1..cores)
             .map(|idx| {
@@ -184,7 +221,11 @@ impl CpuPool {
         self.workers.len() + 1
     }
 
-    /// Runs `program` over `bufs` on up to [`CpuPool::cores`] blocks.
+    /// Runs `program` over `bufs` on up to [`CpuPool::cores`] blocks. A
+    /// launch of several tiles per participant (any kind but sequence)
+    /// hands its tiles out in chunks to whichever participant is free, so
+    /// a participant whose core runs slower does not hold up the others
+    /// ([`dvm_device::exec::run_tile_range`]; the result is the same).
     ///
     /// # Errors
     /// The first [`ExecError`] any block reported (binding errors included).
@@ -206,6 +247,7 @@ impl CpuPool {
                 1,
                 ub.as_mut_slice(),
                 &dvm_device::exec::NoBarrier,
+                None,
             );
         }
         let barrier = SpinBarrier::new(block_dim);
@@ -214,6 +256,9 @@ impl CpuPool {
         self.shared.stats_tiles.store(0, Ordering::Relaxed);
         self.shared.stats_instrs.store(0, Ordering::Relaxed);
         self.shared.pending.store(helpers, Ordering::Release);
+        let chunk = chunk_for(program, tiles, block_dim);
+        // Published with the job: the generation's increment below orders it.
+        self.shared.next_tile.store(0, Ordering::Relaxed);
         {
             let mut slot = self.shared.job.lock().unwrap_or_else(|p| p.into_inner());
             *slot = Some(JobSlot {
@@ -222,11 +267,21 @@ impl CpuPool {
                 nbufs: bufs.len(),
                 block_dim,
                 barrier: &barrier as *const SpinBarrier as usize,
+                chunk,
             });
             self.shared.generation.fetch_add(1, Ordering::AcqRel);
         }
         self.shared.wake.notify_all();
-        let mine = run_one(program, bufs, 0, block_dim, ub.as_mut_slice(), &barrier);
+        let claim = (chunk > 0).then_some((&self.shared.next_tile, chunk));
+        let mine = run_one(
+            program,
+            bufs,
+            0,
+            block_dim,
+            ub.as_mut_slice(),
+            &barrier,
+            claim,
+        );
         // Wait for the helpers: spin, then yield.
         let start = Instant::now();
         while self.shared.pending.load(Ordering::Acquire) != 0 {
@@ -253,7 +308,8 @@ impl CpuPool {
     }
 }
 
-/// Runs one block over raw buffers.
+/// Runs one block over raw buffers, or with `claim` (the launch's next
+/// unclaimed tile and the chunk size), chunks of tiles until none is left.
 fn run_one(
     program: &Program,
     bufs: &[RawBuf],
@@ -261,6 +317,7 @@ fn run_one(
     block_dim: u32,
     ub: &mut [u8],
     barrier: &dyn Barrier,
+    claim: Option<(&AtomicU64, u64)>,
 ) -> Result<RunStats, ExecError> {
     // SAFETY: the launcher's contract (see `CpuPool::launch`) makes every
     // RawBuf valid for the launch and free of outside access; blocks of one
@@ -269,7 +326,10 @@ fn run_one(
         .iter()
         .map(|b| unsafe { GmBuf::from_raw_parts(b.ptr, b.len, b.writable) });
     match Launch::with_signature(program.params(), gm) {
-        Ok(launch) => run_block(program, &launch, block, block_dim, ub, barrier),
+        Ok(launch) => match claim {
+            Some((next, chunk)) => run_claimed(program, &launch, next, chunk, ub),
+            None => run_block(program, &launch, block, block_dim, ub, barrier),
+        },
         Err(e) => {
             // Keep sequence-kernel siblings from waiting forever.
             if program.kind() == KernelKind::Sequence {
@@ -278,6 +338,35 @@ fn run_one(
                 }
             }
             Err(ExecError::Bind(e))
+        }
+    }
+}
+
+/// Claims chunks of `chunk` tiles from `next` and runs them until every
+/// tile is claimed; after an error, claims the rest so that the other
+/// participants stop too.
+fn run_claimed(
+    program: &Program,
+    launch: &Launch<'_>,
+    next: &AtomicU64,
+    chunk: u64,
+    ub: &mut [u8],
+) -> Result<RunStats, ExecError> {
+    let total = program.total_tiles();
+    let mut stats = RunStats::default();
+    loop {
+        // Only the claims need to be atomic: the results are published
+        // when the launch joins its participants (`pending`).
+        let start = next.fetch_add(chunk, Ordering::Relaxed);
+        if start >= total {
+            return Ok(stats);
+        }
+        match run_tile_range(program, launch, start, start.saturating_add(chunk), ub) {
+            Ok(s) => stats += s,
+            Err(e) => {
+                next.store(total, Ordering::Relaxed);
+                return Err(e);
+            }
         }
     }
 }
@@ -333,6 +422,7 @@ fn worker(shared: Arc<Shared>, idx: u32) {
                 &*(job.barrier as *const SpinBarrier),
             )
         };
+        let claim = (job.chunk > 0).then_some((&shared.next_tile, job.chunk));
         match run_one(
             program,
             bufs,
@@ -340,6 +430,7 @@ fn worker(shared: Arc<Shared>, idx: u32) {
             job.block_dim,
             ub.as_mut_slice(),
             barrier,
+            claim,
         ) {
             Ok(s) => {
                 shared.stats_tiles.fetch_add(s.tiles, Ordering::Relaxed);
