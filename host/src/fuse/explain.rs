@@ -5,7 +5,7 @@
 
 use std::fmt::Write as _;
 
-use crate::fuse::{FuseOptions, Role, Unit};
+use crate::fuse::{FuseOptions, Reason, Rejection, Role, Unit};
 use crate::graph::{Graph, NodeId, ShapeDisplay};
 use crate::lower::{LaunchKind, Plan};
 use crate::runtime::{Prepared, RunError, Runtime};
@@ -124,19 +124,8 @@ pub fn explain(
     }
 
     let _ = writeln!(out, "\nwhy neighbours were not fused:");
-    let mut any = false;
-    for r in &f.rejections {
-        any = true;
-        let via = r
-            .via
-            .map(|v| format!(" (both read `{}`)", g[v].name))
-            .unwrap_or_default();
-        let _ = writeln!(
-            out,
-            "  {} / {}{via} [{}]: {}",
-            g[r.a].name, g[r.b].name, r.rule, r.reason
-        );
-    }
+    let mut any = !f.rejections.is_empty();
+    write_rejections(&mut out, g, &f.rejections);
     // Group outputs consumed by views or opaque operators.
     for (i, node) in g.nodes().iter().enumerate() {
         if !matches!(f.roles[i], Role::Data | Role::Opaque) || node.op == crate::graph::Op::Input {
@@ -237,4 +226,78 @@ pub fn explain(
 /// Number of kernels (steps) and launches of `plan`.
 pub fn counts(plan: &Plan) -> (usize, usize) {
     (plan.steps.len(), plan.launches.len())
+}
+
+/// Rejections of sibling candidates listed per shared input, at most this
+/// many: an input every layer of a model reads (an attention mask, a
+/// bias shared by all layers) has readers in every layer, and every pair
+/// of them is a candidate that a dependence between the layers rejects,
+/// which would be hundreds of thousands of lines for a deep model.
+pub(crate) const SIBLINGS_LISTED: usize = 6;
+
+/// One line per rejection; sibling candidates beyond
+/// [`SIBLINGS_LISTED`] per shared input are counted in one line after
+/// that input's last listed rejection, by reason (a cycle between
+/// kernels, or another).
+fn write_rejections(out: &mut String, g: &Graph, rejections: &[Rejection]) {
+    use std::collections::HashMap;
+    // Per shared input: the rejections past the listed ones, as
+    // (cycles, others).
+    let mut rest: HashMap<NodeId, (usize, usize)> = HashMap::new();
+    let mut seen: HashMap<NodeId, usize> = HashMap::new();
+    for r in rejections {
+        if let Some(v) = r.via {
+            let k = seen.entry(v).or_default();
+            *k += 1;
+            if *k > SIBLINGS_LISTED {
+                let e = rest.entry(v).or_default();
+                match r.reason {
+                    Reason::Cycle { .. } => e.0 += 1,
+                    _ => e.1 += 1,
+                }
+            }
+        }
+    }
+    seen.clear();
+    for r in rejections {
+        let mut last_listed = None;
+        if let Some(v) = r.via {
+            let k = seen.entry(v).or_default();
+            *k += 1;
+            if *k > SIBLINGS_LISTED {
+                continue;
+            }
+            if *k == SIBLINGS_LISTED {
+                last_listed = rest.get(&v).map(|&counts| (v, counts));
+            }
+        }
+        let via = r
+            .via
+            .map(|v| format!(" (both read `{}`)", g[v].name))
+            .unwrap_or_default();
+        let _ = writeln!(
+            out,
+            "  {} / {}{via} [{}]: {}",
+            g[r.a].name, g[r.b].name, r.rule, r.reason
+        );
+        if let Some((v, (cycles, others))) = last_listed {
+            let mut why = Vec::new();
+            if cycles > 0 {
+                why.push(format!(
+                    "{cycles} would create a cycle between kernels (one group depends on the other)"
+                ));
+            }
+            if others > 0 {
+                why.push(format!("{others} for other reasons"));
+            }
+            let _ = writeln!(
+                out,
+                "  … and {} more pairs of groups that both read `{}` [{}]: {}",
+                cycles + others,
+                g[v].name,
+                r.rule,
+                why.join(", ")
+            );
+        }
+    }
 }

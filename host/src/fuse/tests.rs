@@ -840,3 +840,51 @@ fn a_reused_scratch_gives_the_same_plans() {
         assert_eq!(format!("{fresh:?}"), format!("{reused:?}"), "graph {seed}");
     }
 }
+
+/// An input every layer reads (an attention mask): every pair of its
+/// readers is a sibling candidate, rejected by the dependence between the
+/// layers. `dvm explain` lists a few per shared input and counts the rest
+/// in one line, so that a deep model's report grows with its layers, not
+/// with their square.
+#[test]
+fn explain_counts_sibling_rejections_past_a_few_per_shared_input() {
+    let layers = 20;
+    let mut g = Graph::new();
+    let s = Dim::from(g.symbol("S", 1, 4096).unwrap());
+    let mut h = g
+        .input("x", DType::F32, &[s.clone(), Dim::from(64)])
+        .unwrap();
+    let mask = g.input("mask", DType::F32, &[Dim::from(64)]).unwrap();
+    let w = g
+        .input("w", DType::F32, &[Dim::from(64), Dim::from(64)])
+        .unwrap();
+    for _ in 0..layers {
+        let m = g.matmul(h, w, false, false).unwrap();
+        let sc = g.scalar(Opcode::MulS, m, 0.125).unwrap();
+        let a = g.binary(Opcode::Add, sc, mask).unwrap();
+        h = g.softmax(a, -1).unwrap();
+    }
+    g.output("y", h).unwrap();
+    let rt = crate::runtime::Runtime::new(1, 16);
+    let mut b = crate::sym::Bindings::new();
+    b.set(g.scope().lookup("S").unwrap(), 8);
+    let text = super::explain::explain(&g, &b, &FuseOptions::default(), &rt).unwrap();
+    let p = crate::runtime::Prepared::new(&g).unwrap();
+    let via_mask = p
+        .fusion()
+        .rejections
+        .iter()
+        .filter(|r| r.via.is_some_and(|v| p.graph()[v].name == "mask"))
+        .count();
+    assert!(via_mask > 2 * super::explain::SIBLINGS_LISTED, "{via_mask}");
+    let listed = text
+        .lines()
+        .filter(|l| l.contains("(both read `mask`)"))
+        .count();
+    assert_eq!(listed, super::explain::SIBLINGS_LISTED, "{text}");
+    let more = format!(
+        "… and {} more pairs of groups that both read `mask` [siblings]",
+        via_mask - listed
+    );
+    assert!(text.contains(&more), "missing `{more}` in\n{text}");
+}
