@@ -334,13 +334,13 @@ fn writable(bytes: &[u8], k: usize) -> Vec<bool> {
         .collect()
 }
 
-/// Runs kernel `k` with `bufs`, blocks `0..block_dim` one after the other.
-pub fn run_seq(
+/// Calls `f` with kernel `k`'s program, a launch over `bufs` and a UB.
+fn with_launch<R>(
     bytes: &[u8],
     k: usize,
     bufs: &mut [Buf],
-    block_dim: u32,
-) -> Result<RunStats, ExecError> {
+    f: impl FnOnce(&Program, &Launch<'_>, &mut [u8]) -> R,
+) -> R {
     let m = Module::parse(bytes).expect("parse");
     let vk = verify_kernel(&m, k, &DeviceLimits::DEFAULT).expect("verify");
     let prog: Program = Program::new(&vk).expect("predecode");
@@ -358,7 +358,19 @@ pub fn run_seq(
         .collect();
     let launch = Launch::new(&vk, gm).expect("launch");
     let mut ub = ub();
-    run_all_blocks_sequentially(&prog, &launch, block_dim, ub.as_mut_slice())
+    f(&prog, &launch, ub.as_mut_slice())
+}
+
+/// Runs kernel `k` with `bufs`, blocks `0..block_dim` one after the other.
+pub fn run_seq(
+    bytes: &[u8],
+    k: usize,
+    bufs: &mut [Buf],
+    block_dim: u32,
+) -> Result<RunStats, ExecError> {
+    with_launch(bytes, k, bufs, |prog, launch, ub| {
+        run_all_blocks_sequentially(prog, launch, block_dim, ub)
+    })
 }
 
 /// Runs kernel `k` with `bufs` as ranges of `chunk` tiles
@@ -370,32 +382,17 @@ pub fn run_ranges(
     bufs: &mut [Buf],
     chunk: u64,
 ) -> Result<RunStats, ExecError> {
-    let m = Module::parse(bytes).expect("parse");
-    let vk = verify_kernel(&m, k, &DeviceLimits::DEFAULT).expect("verify");
-    let prog: Program = Program::new(&vk).expect("predecode");
-    let w = writable(bytes, k);
-    let gm: Vec<GmBuf<'_>> = bufs
-        .iter_mut()
-        .zip(&w)
-        .map(|(b, w)| {
-            if *w {
-                GmBuf::from_mut_slice(b.bytes_mut())
-            } else {
-                GmBuf::from_slice(b.bytes())
-            }
-        })
-        .collect();
-    let launch = Launch::new(&vk, gm).expect("launch");
-    let mut ub = ub();
-    let starts: Vec<u64> = (0..prog.total_tiles()).step_by(chunk as usize).collect();
-    let mut total = RunStats::default();
-    for &s in starts.iter().rev() {
-        total += run_tile_range(&prog, &launch, s, s + chunk, ub.as_mut_slice())?;
-    }
-    // Ranges past the end run nothing.
-    let end = prog.total_tiles();
-    total += run_tile_range(&prog, &launch, end, end + chunk, ub.as_mut_slice())?;
-    Ok(total)
+    with_launch(bytes, k, bufs, |prog, launch, ub| {
+        let end = prog.total_tiles();
+        let starts: Vec<u64> = (0..end).step_by(chunk as usize).collect();
+        let mut total = RunStats::default();
+        for &s in starts.iter().rev() {
+            total += run_tile_range(prog, launch, s, s + chunk, ub)?;
+        }
+        // Ranges past the end run nothing.
+        total += run_tile_range(prog, launch, end, end + chunk, ub)?;
+        Ok(total)
+    })
 }
 
 /// `std::sync::Barrier` as the executor's barrier.
