@@ -692,9 +692,36 @@ impl<'g> State<'g> {
     /// what lies between `c` and `limit` instead of everything downstream
     /// of `c` (a group early in a long chain reaches the rest of it).
     pub fn reached_from(&self, c: usize, limit: u32, bits: &mut Vec<u64>) {
+        self.reach_search(c, limit, true, bits);
+    }
+
+    /// [`State::reached_from`] against the edges: bit `position(c) - p`
+    /// for the position `p` of every unit numbered at least `floor` that
+    /// reaches group `c`.
+    pub fn reaching(&self, c: usize, floor: u32, bits: &mut Vec<u64>) {
+        self.reach_search(c, floor, false, bits);
+    }
+
+    /// The search of [`State::reached_from`] (`forward`, along users, up to
+    /// position `bound`) or of [`State::reaching`] (along operands, down to
+    /// `bound`).
+    fn reach_search(&self, c: usize, bound: u32, forward: bool, bits: &mut Vec<u64>) {
         let base = self.position(c);
+        let span = if forward {
+            bound.saturating_sub(base)
+        } else {
+            base.saturating_sub(bound)
+        };
         bits.clear();
-        bits.resize((limit.saturating_sub(base) as usize + 1).div_ceil(64), 0);
+        bits.resize((span as usize + 1).div_ceil(64), 0);
+        let within = |p: u32| if forward { p <= bound } else { p >= bound };
+        let next = |m: NodeId| -> &[NodeId] {
+            if forward {
+                self.users.of(m)
+            } else {
+                &self.g[m].operands
+            }
+        };
         let epoch = self.next_epoch();
         let mut scratch = self.scratch.borrow_mut();
         let (seen, work) = &mut *scratch;
@@ -705,26 +732,24 @@ impl<'g> State<'g> {
         }
         for &m in &self.clusters[c].nodes {
             work.extend(
-                self.users
-                    .of(m)
+                next(m)
                     .iter()
-                    .filter(|v| seen[v.0] != epoch && self.pos[v.0] <= limit),
+                    .filter(|v| seen[v.0] != epoch && within(self.pos[v.0])),
             );
         }
         while let Some(x) = work.pop() {
             if seen[x.0] == epoch {
                 continue;
             }
-            let k = (self.pos[x.0] - base) as usize;
+            let k = self.pos[x.0].abs_diff(base) as usize;
             bits[k / 64] |= 1 << (k % 64);
             let u = self.unit(x);
             self.for_members(u, |m| seen[m.0] = epoch);
             self.for_members(u, |m| {
                 work.extend(
-                    self.users
-                        .of(m)
+                    next(m)
                         .iter()
-                        .filter(|v| seen[v.0] != epoch && self.pos[v.0] <= limit),
+                        .filter(|v| seen[v.0] != epoch && within(self.pos[v.0])),
                 );
             });
         }

@@ -16,9 +16,10 @@
 //! memory-bound and gains the most from keeping its prologue and epilogue in
 //! UB, while an element-wise tail costs a matmul kernel the same either way.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
+use std::hash::BuildHasherDefault;
 
-use super::{ClusterKind, FuseOptions, IdSet, Log, Patch, Rejection, Rule, State};
+use super::{ClusterKind, FuseOptions, IdHasher, IdSet, Log, Patch, Rejection, Rule, State};
 use crate::graph::NodeId;
 
 /// Tries to merge the groups of candidate `c`: the patch on success, or the
@@ -322,11 +323,21 @@ impl Siblings {
             st.owner(u)
                 .filter(|&c| ox != Some(c) && !matches!(st.cluster(c).kind, ClusterKind::Matmul))
         };
+        let mut dependent =
+            (users.len() >= DEPENDENCE_READERS).then(|| Dependence::new(st, users, &sibling));
         for (i, &u) in users.iter().enumerate() {
             let Some(cu) = sibling(u) else { continue };
             for &v in &users[i + 1..] {
                 let Some(cv) = sibling(v) else { continue };
                 if cu == cv || only.is_some_and(|o| o != cu && o != cv) {
+                    continue;
+                }
+                if dependent
+                    .as_mut()
+                    .is_some_and(|d| d.through_others(st, cu, cv, only))
+                {
+                    // The merge's own cycle search agrees.
+                    debug_assert!(st.path_between(cu, cv, false).is_some());
                     continue;
                 }
                 self.work.push_back(Pair::pack(
@@ -341,6 +352,89 @@ impl Siblings {
                 ));
             }
         }
+    }
+}
+
+/// Readers of one input from which [`Siblings::queue_readers`] leaves out
+/// the pairs of groups that depend on each other through other units: an
+/// input every layer of a model reads (a mask, a shared bias) has readers
+/// in every layer, and each such pair would cost a cycle search as long as
+/// the distance between the layers.
+const DEPENDENCE_READERS: usize = 16;
+
+/// Which pairs of groups reading one input depend on each other through
+/// other units, from searches bounded by the readers' positions
+/// ([`State::reached_from`], [`State::reaching`]), each made once per
+/// group and kept for the input's other pairs.
+///
+/// A pair left out this way is one the merge would reject: a path
+/// between the two groups through other units exists, and it stays while
+/// both groups live (a merge or a stack contracts units, which removes no
+/// path and keeps an intermediate unit apart from the two groups, since
+/// a group that merges is gone). A pair with a direct edge is asked as
+/// before: the edge alone does not forbid the merge.
+struct Dependence {
+    /// The smallest and largest position of the readers' groups.
+    lo: u32,
+    hi: u32,
+    /// Per group: what it reaches up to `hi`, or what reaches it from
+    /// `lo`, as bits by distance in positions ([`State::reached_from`],
+    /// [`State::reaching`]).
+    forward: HashMap<usize, Vec<u64>, BuildHasherDefault<IdHasher>>,
+    backward: HashMap<usize, Vec<u64>, BuildHasherDefault<IdHasher>>,
+}
+
+impl Dependence {
+    fn new(st: &State<'_>, users: &[NodeId], sibling: &dyn Fn(NodeId) -> Option<usize>) -> Self {
+        let positions = users
+            .iter()
+            .filter_map(|&u| sibling(u))
+            .map(|c| st.position(c));
+        let (lo, hi) = positions.fold((u32::MAX, 0), |(lo, hi), p| (lo.min(p), hi.max(p)));
+        Dependence {
+            lo,
+            hi,
+            forward: HashMap::default(),
+            backward: HashMap::default(),
+        }
+    }
+
+    /// Whether a path between groups `a` and `b` runs through other units
+    /// (known to, when `true`). With `only`, one of them is `only`, whose
+    /// searches serve every pair: forward to the later groups, backward to
+    /// the earlier ones.
+    fn through_others(&mut self, st: &State<'_>, a: usize, b: usize, only: Option<usize>) -> bool {
+        let (pa, pb) = (st.position(a), st.position(b));
+        let (early, late, k) = if pa < pb {
+            (a, b, pb - pa)
+        } else {
+            (b, a, pa - pb)
+        };
+        let bit = |bits: &[u64]| bits[k as usize / 64] >> (k % 64) & 1 == 1;
+        let reached = if only == Some(late) {
+            let bits = self.backward.entry(late).or_insert_with(|| {
+                let mut bits = Vec::new();
+                st.reaching(late, self.lo, &mut bits);
+                bits
+            });
+            bit(bits)
+        } else {
+            let bits = self.forward.entry(early).or_insert_with(|| {
+                let mut bits = Vec::new();
+                st.reached_from(early, self.hi, &mut bits);
+                bits
+            });
+            bit(bits)
+        };
+        reached && !Self::direct(st, early, late)
+    }
+
+    /// Whether a member of group `early` is an operand of group `late`.
+    fn direct(st: &State<'_>, early: usize, late: usize) -> bool {
+        st.cluster(early)
+            .nodes
+            .iter()
+            .any(|&m| st.users(m).iter().any(|&u| st.owner(u) == Some(late)))
     }
 }
 

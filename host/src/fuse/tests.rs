@@ -8,7 +8,7 @@ use super::legality::{broadcasts_into, dim_eq, role_of, same_shape, validate, Fa
 use super::stack::{combine, pack_sequences, relink, SequencePolicy};
 use super::*;
 use crate::compile::{compile, Group, GroupKind, Node as GNode, Target, View};
-use crate::graph::{decompose, Graph, NodeId};
+use crate::graph::{decompose, decompose_with_spans, Graph, NodeId};
 use crate::lower::{Buf, BufKind, Launch, LaunchKind, Plan, Step};
 use crate::sym::Dim;
 
@@ -848,7 +848,8 @@ fn a_reused_scratch_gives_the_same_plans() {
 /// with their square.
 #[test]
 fn explain_counts_sibling_rejections_past_a_few_per_shared_input() {
-    let layers = 20;
+    // Fewer readers than `pattern::DEPENDENCE_READERS`: every pair is asked.
+    let layers = 12;
     let mut g = Graph::new();
     let s = Dim::from(g.symbol("S", 1, 4096).unwrap());
     let mut h = g
@@ -887,4 +888,61 @@ fn explain_counts_sibling_rejections_past_a_few_per_shared_input() {
         via_mask - listed
     );
     assert!(text.contains(&more), "missing `{more}` in\n{text}");
+}
+
+/// An input read by more groups than `pattern::DEPENDENCE_READERS`: the
+/// siblings rule leaves out the pairs that depend on each other through
+/// other units (debug builds check each against the cycle search) and
+/// still merges the independent ones: one layer after another (a chain
+/// through softmaxes and matmuls), and beside it branches that share only
+/// the inputs.
+#[test]
+fn siblings_of_a_widely_read_input_skip_dependent_pairs_and_merge_the_rest() {
+    let mut g = Graph::new();
+    let s = Dim::from(g.symbol("S", 1, 4096).unwrap());
+    let x = g
+        .input("x", DType::F32, &[s.clone(), Dim::from(64)])
+        .unwrap();
+    let mask = g.input("mask", DType::F32, &[Dim::from(64)]).unwrap();
+    let w = g
+        .input("w", DType::F32, &[Dim::from(64), Dim::from(64)])
+        .unwrap();
+    let mut h = x;
+    for _ in 0..20 {
+        let m = g.matmul(h, w, false, false).unwrap();
+        let sc = g.scalar(Opcode::MulS, m, 0.125).unwrap();
+        let a = g.binary(Opcode::Add, sc, mask).unwrap();
+        h = g.softmax(a, -1).unwrap();
+    }
+    g.output("y", h).unwrap();
+    let mut branches = Vec::new();
+    for i in 0..6 {
+        let e = g.unary(Opcode::Exp, x).unwrap();
+        let a = g.binary(Opcode::Add, e, mask).unwrap();
+        let t = g.unary(Opcode::Tanh, a).unwrap();
+        g.output(&format!("b{i}"), t).unwrap();
+        branches.push(t);
+    }
+    let (d, spans) = decompose_with_spans(&g).unwrap();
+    assert!(d.nodes().iter().any(|n| n.name == "mask"));
+    let p = FusionPlan::with_composites(&d, &FuseOptions::default(), &spans).unwrap();
+    let owner_of = |name: &str| {
+        let id = d.find(name).unwrap();
+        p.owner[id.0].unwrap()
+    };
+    // The six independent branches read `x` and `mask`: each was merged
+    // as a sibling (its group holds more than its own three nodes).
+    for &t in &branches {
+        let c = owner_of(&g[t].name);
+        assert!(p.clusters[c].nodes.len() > 3, "{:?}", p.clusters);
+    }
+    // Each layer's softmax stays its own group: the layers depend on each
+    // other through the matmuls.
+    let softmaxes: std::collections::HashSet<usize> = d
+        .nodes()
+        .iter()
+        .filter(|n| n.name.starts_with("softmax") && !n.name.contains('.'))
+        .map(|n| owner_of(&n.name))
+        .collect();
+    assert_eq!(softmaxes.len(), 20);
 }
