@@ -692,31 +692,32 @@ impl<'g> State<'g> {
     /// what lies between `c` and `limit` instead of everything downstream
     /// of `c` (a group early in a long chain reaches the rest of it).
     pub fn reached_from(&self, c: usize, limit: u32, bits: &mut Vec<u64>) {
-        self.reach_search(c, limit, true, bits);
+        self.reach_search::<true>(c, limit, bits);
     }
 
     /// [`State::reached_from`] against the edges: bit `position(c) - p`
     /// for the position `p` of every unit numbered at least `floor` that
     /// reaches group `c`.
     pub fn reaching(&self, c: usize, floor: u32, bits: &mut Vec<u64>) {
-        self.reach_search(c, floor, false, bits);
+        self.reach_search::<false>(c, floor, bits);
     }
 
-    /// The search of [`State::reached_from`] (`forward`, along users, up to
+    /// The search of [`State::reached_from`] (`FORWARD`, along users, up to
     /// position `bound`) or of [`State::reaching`] (along operands, down to
     /// `bound`).
-    fn reach_search(&self, c: usize, bound: u32, forward: bool, bits: &mut Vec<u64>) {
+    #[inline]
+    fn reach_search<const FORWARD: bool>(&self, c: usize, bound: u32, bits: &mut Vec<u64>) {
         let base = self.position(c);
-        let span = if forward {
+        let span = if FORWARD {
             bound.saturating_sub(base)
         } else {
             base.saturating_sub(bound)
         };
         bits.clear();
         bits.resize((span as usize + 1).div_ceil(64), 0);
-        let within = |p: u32| if forward { p <= bound } else { p >= bound };
+        let within = |p: u32| if FORWARD { p <= bound } else { p >= bound };
         let next = |m: NodeId| -> &[NodeId] {
-            if forward {
+            if FORWARD {
                 self.users.of(m)
             } else {
                 &self.g[m].operands

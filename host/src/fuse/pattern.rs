@@ -324,7 +324,7 @@ impl Siblings {
                 .filter(|&c| ox != Some(c) && !matches!(st.cluster(c).kind, ClusterKind::Matmul))
         };
         let mut dependent =
-            (users.len() >= DEPENDENCE_READERS).then(|| Dependence::new(st, users, &sibling));
+            (users.len() >= DEPENDENCE_READERS).then(|| Dependence::new(st, users, sibling));
         for (i, &u) in users.iter().enumerate() {
             let Some(cu) = sibling(u) else { continue };
             for &v in &users[i + 1..] {
@@ -385,7 +385,7 @@ struct Dependence {
 }
 
 impl Dependence {
-    fn new(st: &State<'_>, users: &[NodeId], sibling: &dyn Fn(NodeId) -> Option<usize>) -> Self {
+    fn new(st: &State<'_>, users: &[NodeId], sibling: impl Fn(NodeId) -> Option<usize>) -> Self {
         let positions = users
             .iter()
             .filter_map(|&u| sibling(u))
