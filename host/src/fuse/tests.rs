@@ -841,6 +841,27 @@ fn a_reused_scratch_gives_the_same_plans() {
     }
 }
 
+/// `layers` layers over `x: [S, 64]`, each `softmax(x·w · 0.125 + mask)`
+/// with one `w` and one `mask` for all (output `y`), and `x` and `mask`.
+fn masked_layers(layers: usize) -> (Graph, NodeId, NodeId) {
+    let mut g = Graph::new();
+    let s = Dim::from(g.symbol("S", 1, 4096).unwrap());
+    let x = g.input("x", DType::F32, &[s, Dim::from(64)]).unwrap();
+    let mask = g.input("mask", DType::F32, &[Dim::from(64)]).unwrap();
+    let w = g
+        .input("w", DType::F32, &[Dim::from(64), Dim::from(64)])
+        .unwrap();
+    let mut h = x;
+    for _ in 0..layers {
+        let m = g.matmul(h, w, false, false).unwrap();
+        let sc = g.scalar(Opcode::MulS, m, 0.125).unwrap();
+        let a = g.binary(Opcode::Add, sc, mask).unwrap();
+        h = g.softmax(a, -1).unwrap();
+    }
+    g.output("y", h).unwrap();
+    (g, x, mask)
+}
+
 /// An input every layer reads (an attention mask): every pair of its
 /// readers is a sibling candidate, rejected by the dependence between the
 /// layers. `dvm explain` lists a few per shared input and counts the rest
@@ -849,23 +870,7 @@ fn a_reused_scratch_gives_the_same_plans() {
 #[test]
 fn explain_counts_sibling_rejections_past_a_few_per_shared_input() {
     // Fewer readers than `pattern::DEPENDENCE_READERS`: every pair is asked.
-    let layers = 12;
-    let mut g = Graph::new();
-    let s = Dim::from(g.symbol("S", 1, 4096).unwrap());
-    let mut h = g
-        .input("x", DType::F32, &[s.clone(), Dim::from(64)])
-        .unwrap();
-    let mask = g.input("mask", DType::F32, &[Dim::from(64)]).unwrap();
-    let w = g
-        .input("w", DType::F32, &[Dim::from(64), Dim::from(64)])
-        .unwrap();
-    for _ in 0..layers {
-        let m = g.matmul(h, w, false, false).unwrap();
-        let sc = g.scalar(Opcode::MulS, m, 0.125).unwrap();
-        let a = g.binary(Opcode::Add, sc, mask).unwrap();
-        h = g.softmax(a, -1).unwrap();
-    }
-    g.output("y", h).unwrap();
+    let (g, _, _) = masked_layers(12);
     let rt = crate::runtime::Runtime::new(1, 16);
     let mut b = crate::sym::Bindings::new();
     b.set(g.scope().lookup("S").unwrap(), 8);
@@ -898,23 +903,7 @@ fn explain_counts_sibling_rejections_past_a_few_per_shared_input() {
 /// the inputs.
 #[test]
 fn siblings_of_a_widely_read_input_skip_dependent_pairs_and_merge_the_rest() {
-    let mut g = Graph::new();
-    let s = Dim::from(g.symbol("S", 1, 4096).unwrap());
-    let x = g
-        .input("x", DType::F32, &[s.clone(), Dim::from(64)])
-        .unwrap();
-    let mask = g.input("mask", DType::F32, &[Dim::from(64)]).unwrap();
-    let w = g
-        .input("w", DType::F32, &[Dim::from(64), Dim::from(64)])
-        .unwrap();
-    let mut h = x;
-    for _ in 0..20 {
-        let m = g.matmul(h, w, false, false).unwrap();
-        let sc = g.scalar(Opcode::MulS, m, 0.125).unwrap();
-        let a = g.binary(Opcode::Add, sc, mask).unwrap();
-        h = g.softmax(a, -1).unwrap();
-    }
-    g.output("y", h).unwrap();
+    let (mut g, x, mask) = masked_layers(20);
     let mut branches = Vec::new();
     for i in 0..6 {
         let e = g.unary(Opcode::Exp, x).unwrap();
