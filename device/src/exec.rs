@@ -291,7 +291,8 @@ fn run_stage<const N: usize, const B: usize>(
 /// [`run_block`] does for the blocks of the kernel (its tiles write
 /// disjoint elements): a runtime can hand out chunks of tiles to
 /// whichever core is free, so that a core that runs slower (taken by
-/// another process, or a smaller core) does not hold up the launch.
+/// another process, or a smaller core) does not hold up the launch
+/// ([`run_tile_ranges`]).
 ///
 /// # Errors
 /// - [`ExecError::Launch`]: [`LaunchError::Staged`] for a sequence
@@ -304,12 +305,31 @@ pub fn run_tile_range<const N: usize, const B: usize>(
     end: u64,
     ub: &mut [u8],
 ) -> Result<RunStats, ExecError> {
+    let mut once = Some((start, end));
+    run_tile_ranges(program, launch, ub, || once.take())
+}
+
+/// [`run_tile_range`] for every range `next` gives, until it gives `None`
+/// (a runtime's claims of chunks of tiles); the launch is checked once.
+///
+/// # Errors
+/// As [`run_tile_range`]; stops at the first error.
+pub fn run_tile_ranges<const N: usize, const B: usize>(
+    program: &Program<N, B>,
+    launch: &Launch<'_>,
+    ub: &mut [u8],
+    mut next: impl FnMut() -> Option<(u64, u64)>,
+) -> Result<RunStats, ExecError> {
     if program.kind() == KernelKind::Sequence {
         return Err(LaunchError::Staged.into());
     }
     check(program, launch, 0, 1, ub)?;
     let total = program.total_tiles();
-    run_flat_range(program, launch.bufs(), start.min(total), end.min(total), ub)
+    let mut stats = RunStats::default();
+    while let Some((start, end)) = next() {
+        stats += run_flat_range(program, launch.bufs(), start.min(total), end.min(total), ub)?;
+    }
+    Ok(stats)
 }
 
 /// The flat range of all bodies (one body for the single-body kinds).

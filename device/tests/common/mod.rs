@@ -3,8 +3,8 @@
 #![allow(dead_code)]
 
 use dvm_device::{
-    run_all_blocks_sequentially, run_block, run_tile_range, Barrier, ExecError, GmBuf, Launch,
-    Program, RunStats, UbStorage,
+    run_all_blocks_sequentially, run_block, run_tile_range, run_tile_ranges, Barrier, ExecError,
+    GmBuf, Launch, Program, RunStats, UbStorage,
 };
 use dvm_isa::builder::{BodyDef, CodeWriter, KernelDef, ModuleBuilder, ParamDef};
 use dvm_isa::{
@@ -374,7 +374,7 @@ pub fn run_seq(
 }
 
 /// Runs kernel `k` with `bufs` as ranges of `chunk` tiles
-/// ([`run_tile_range`]), the last range first, then every other one
+/// ([`run_tile_ranges`]), the last range first, then every other one
 /// backwards: the order a runtime's claims may take.
 pub fn run_ranges(
     bytes: &[u8],
@@ -385,10 +385,8 @@ pub fn run_ranges(
     with_launch(bytes, k, bufs, |prog, launch, ub| {
         let end = prog.total_tiles();
         let starts: Vec<u64> = (0..end).step_by(chunk as usize).collect();
-        let mut total = RunStats::default();
-        for &s in starts.iter().rev() {
-            total += run_tile_range(prog, launch, s, s + chunk, ub)?;
-        }
+        let mut ranges = starts.iter().rev().map(|&s| (s, s + chunk));
+        let mut total = run_tile_ranges(prog, launch, ub, || ranges.next())?;
         // Ranges past the end run nothing.
         total += run_tile_range(prog, launch, end, end + chunk, ub)?;
         Ok(total)

@@ -16,7 +16,7 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use dvm_device::exec::{run_block, run_tile_range, Barrier, ExecError, RunStats, UbStorage};
+use dvm_device::exec::{run_block, run_tile_ranges, Barrier, ExecError, RunStats, UbStorage};
 use dvm_device::gm::{GmBuf, Launch};
 use dvm_device::predecode::Program;
 use dvm_isa::KernelKind;
@@ -225,7 +225,7 @@ impl CpuPool {
     /// launch of several tiles per participant (any kind but sequence)
     /// hands its tiles out in chunks to whichever participant is free, so
     /// a participant whose core runs slower does not hold up the others
-    /// ([`dvm_device::exec::run_tile_range`]; the result is the same).
+    /// ([`dvm_device::exec::run_tile_ranges`]; the result is the same).
     ///
     /// # Errors
     /// The first [`ExecError`] any block reported (binding errors included).
@@ -353,22 +353,14 @@ fn run_claimed(
     ub: &mut [u8],
 ) -> Result<RunStats, ExecError> {
     let total = program.total_tiles();
-    let mut stats = RunStats::default();
-    loop {
-        // Only the claims need to be atomic: the results are published
-        // when the launch joins its participants (`pending`).
+    // Only the claims need to be atomic: the results are published when
+    // the launch joins its participants (`pending`).
+    let claim = || {
         let start = next.fetch_add(chunk, Ordering::Relaxed);
-        if start >= total {
-            return Ok(stats);
-        }
-        match run_tile_range(program, launch, start, start.saturating_add(chunk), ub) {
-            Ok(s) => stats += s,
-            Err(e) => {
-                next.store(total, Ordering::Relaxed);
-                return Err(e);
-            }
-        }
-    }
+        (start < total).then(|| (start, start.saturating_add(chunk)))
+    };
+    run_tile_ranges(program, launch, ub, claim)
+        .inspect_err(|_| next.store(total, Ordering::Relaxed))
 }
 
 fn worker(shared: Arc<Shared>, idx: u32) {
