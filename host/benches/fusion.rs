@@ -293,20 +293,21 @@ fn measure(rt: &Runtime, p: &Prepared, inputs: &[(&str, &Tensor)], reps: usize) 
 /// The fused and unfused preparations of a workload, both warmed up first,
 /// then sampled in turn, each first in every other round (with a single
 /// sample, the one run second measured up to 10% faster on the very same
-/// kernel). With `copy`, every round also samples that copy reference, so
-/// that the workload and the bandwidth it is compared with are measured
-/// in the same seconds (this VM's bandwidth drifts by up to 2× within an
-/// hour).
+/// kernel). With `copy`, every round also samples a copy of as many bytes
+/// as the fused plan moves (returned), so that the workload and the
+/// bandwidth it is compared with are measured in the same seconds (this
+/// VM's bandwidth drifts by up to 2× within an hour).
 fn measure_pair(
     rt: &Runtime,
     fused: &Prepared,
     unfused: &Prepared,
     inputs: &[(&str, &Tensor)],
     reps: usize,
-    mut copy: Option<&mut CopyRef>,
-) -> (Measured, Measured) {
+    copy: bool,
+) -> (Measured, Measured, Option<CopyRef>) {
     let mut f = Sampler::new(rt, fused, inputs);
     let mut u = Sampler::new(rt, unfused, inputs);
+    let mut copy = copy.then(|| CopyRef::new(rt, (f.m.bytes / 2) as usize));
     for r in 0..reps {
         // Each goes first in every other round.
         let (a, b) = if r % 2 == 0 {
@@ -315,12 +316,12 @@ fn measure_pair(
             (&mut u, &mut f)
         };
         a.sample(rt, inputs);
-        if let Some(c) = copy.as_deref_mut() {
+        if let Some(c) = copy.as_mut() {
             c.sample(rt);
         }
         b.sample(rt, inputs);
     }
-    (f.m, u.m)
+    (f.m, u.m, copy)
 }
 
 /// A copy of `n` bytes (`2n` moved) three ways, best times so far: plain
@@ -416,17 +417,6 @@ fn copy_bandwidth(rt: &Runtime, mib: usize) -> (f64, f64, f64) {
     c.gbs()
 }
 
-/// Bytes the kernels of `p`'s plan read and write in global memory per call
-/// with `inputs`.
-fn plan_bytes(rt: &Runtime, p: &Prepared, inputs: &[(&str, &Tensor)]) -> u64 {
-    let bindings = p
-        .graph()
-        .bind_tensors(inputs, &Bindings::new())
-        .expect("binds");
-    let (_, kernels) = rt.plan(p, &bindings).expect("plans");
-    kernels.iter().map(|k| k.info.bytes_moved).sum()
-}
-
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     v[v.len() / 2]
@@ -450,7 +440,7 @@ fn main() {
                 .map(|(i, (n, sh, k))| (n, tensor(&sh, i as u32 + 1, k)))
                 .collect();
             let named: Vec<(&str, &Tensor)> = ins.iter().map(|(n, t)| (*n, t)).collect();
-            let (a, b) = measure_pair(&rt, &f, &u, &named, 30, None);
+            let (a, b, _) = measure_pair(&rt, &f, &u, &named, 30, false);
             println!(
                 "S={s}: fused {:.3} ms, unfused {:.3} ms",
                 a.kernel_ms, b.kernel_ms
@@ -523,9 +513,7 @@ fn main() {
             };
             // Beyond the last-level cache, the copy bandwidth is measured
             // beside the workload, over as many bytes as it moves.
-            let mut copy = (s >= 32768)
-                .then(|| CopyRef::new(&rt, (plan_bytes(&rt, &fused, &named) / 2) as usize));
-            let (f, u) = measure_pair(&rt, &fused, &unfused, &named, reps, copy.as_mut());
+            let (f, u, copy) = measure_pair(&rt, &fused, &unfused, &named, reps, s >= 32768);
             let gbs = f.bytes as f64 / (f.kernel_ms * 1e-3) / 1e9;
             let reference = copy.as_ref().map_or(copy_bw, CopyRef::best_gbs);
             let mib = |b: u64| b as f64 / (1u64 << 20) as f64;
