@@ -66,8 +66,10 @@ impl<'a> GmBuf<'a> {
     ///   during the launch (tiles of different blocks write disjoint
     ///   elements), and an element updated with `store_add` (atomic per
     ///   element) is only updated with `store_add` by every block while they
-    ///   run. Several buffers of one launch may alias each other; a single
-    ///   block then sees its own loads and stores in program order.
+    ///   run ([`VerifiedKernel::tiles_independent`] proves this of a
+    ///   kernel for any split of its tiles; a kernel it refuses must run
+    ///   as one block). Several buffers of one launch may alias each other;
+    ///   a single block then sees its own loads and stores in program order.
     pub unsafe fn from_raw_parts(ptr: *mut u8, len: usize, writable: bool) -> GmBuf<'a> {
         GmBuf {
             ptr,

@@ -162,6 +162,7 @@ pub struct Program<const N: usize = DEFAULT_INSTRS, const B: usize = DEFAULT_BOD
     kind: KernelKind,
     ub_bytes: u32,
     params: ParamSig,
+    independent: bool,
     bodies: heapless::Vec<BodyInfo, B>,
     code: heapless::Vec<VInstr, N>,
 }
@@ -181,6 +182,7 @@ impl<const N: usize, const B: usize> Program<N, B> {
             kind: KernelKind::Vector,
             ub_bytes: 0,
             params: ParamSig::EMPTY,
+            independent: false,
             bodies: heapless::Vec::new(),
             code: heapless::Vec::new(),
         }
@@ -199,6 +201,7 @@ impl<const N: usize, const B: usize> Program<N, B> {
             core::ptr::addr_of_mut!((*p).kind).write(KernelKind::Vector);
             core::ptr::addr_of_mut!((*p).ub_bytes).write(0);
             core::ptr::addr_of_mut!((*p).params).write(ParamSig::EMPTY);
+            core::ptr::addr_of_mut!((*p).independent).write(false);
             core::ptr::addr_of_mut!((*p).bodies).write(heapless::Vec::new());
             core::ptr::addr_of_mut!((*p).code).write(heapless::Vec::new());
             slot.assume_init_mut()
@@ -354,6 +357,7 @@ impl<const N: usize, const B: usize> Program<N, B> {
         self.kind = kernel.kind();
         self.ub_bytes = kernel.ub_bytes();
         self.params = ParamSig::of(kernel);
+        self.independent = kernel.tiles_independent().is_ok();
         let params = self.params;
         for v in self.code.iter_mut() {
             if let VInstr::Store { pattern, stream } = v {
@@ -440,6 +444,14 @@ impl<const N: usize, const B: usize> Program<N, B> {
     /// What the kernel needs from its buffers.
     pub fn params(&self) -> &ParamSig {
         &self.params
+    }
+
+    /// Whether the kernel's tiles may run on several cores at once, in
+    /// any split ([`VerifiedKernel::tiles_independent`] proved that no
+    /// tile writes what another reads or writes). A multi-core executor
+    /// runs any other kernel on one core.
+    pub fn tiles_independent(&self) -> bool {
+        self.independent
     }
 
     /// Number of bodies.

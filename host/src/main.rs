@@ -444,6 +444,20 @@ fn run(cli: Cli) -> Result<(), Failure> {
                 module.display(),
                 m.kernel_count()
             );
+            // Kernels a multi-core runtime keeps on one core, and why.
+            let names = m.meta().ok().map(|meta| meta.kernels);
+            for i in 0..m.kernel_count() {
+                let Ok(k) = dvm_isa::verify_kernel(&m, i, &DeviceLimits::DEFAULT) else {
+                    continue;
+                };
+                if let Err(why) = k.tiles_independent() {
+                    let name = names
+                        .as_ref()
+                        .and_then(|n| n.get(i))
+                        .map_or(String::new(), |k| format!(" {:?}", k.name));
+                    println!("  kernel {i}{name}: runs on one core ({why})");
+                }
+            }
             Ok(())
         }
         Command::Asm { input, output } => {

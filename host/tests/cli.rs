@@ -132,6 +132,8 @@ fn compile_disasm_verify_and_bad_bindings() {
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let v = dvm().arg("verify").arg(&m).output().unwrap();
     assert!(v.status.success());
+    // The compiler's kernels may all run on several cores.
+    assert!(!String::from_utf8_lossy(&v.stdout).contains("one core"));
     let d = dvm().arg("disasm").arg(&m).output().unwrap();
     assert!(d.status.success());
     let text = String::from_utf8_lossy(&d.stdout);
@@ -312,4 +314,50 @@ fn explain_the_demo_encoder_block() {
     ] {
         assert!(text.contains(want), "missing `{want}` in\n{text}");
     }
+}
+
+/// `dvm verify` names a kernel whose tiles all store the same box: valid,
+/// but a multi-core runtime keeps it on one core.
+#[test]
+fn verify_names_kernels_that_run_on_one_core() {
+    let dir = scratch("one_core");
+    let box_ = |op: &str, buf: u8, step0: u64| {
+        let (pad, padv) = if op == "load" {
+            (" pad=fill", " padv=0.0")
+        } else {
+            ("", "")
+        };
+        format!(
+            "    {op} dt=f32{pad} buf={buf} row_dim=- col_dim=- ub=0 pitch=16 rows=4 cols=16 \
+             row_total=4 col_total=16{padv} base=0 step0={step0} step1=0 step2=0 row_stride=16 \
+             col_stride=1"
+        )
+    };
+    let text = format!(
+        ".module 1.0 features=none\n.kernel \"same_box\" kind=vector ub=4096\n  \
+         .param \"x\" f32 in dims=[64,16]\n  .param \"y\" f32 out dims=[4,16]\n  \
+         .body grid=16,1,1\n{}\n{}\n    end\n.end\n",
+        box_("load", 0, 64),
+        box_("store", 1, 0)
+    );
+    let src = dir.join("same_box.s");
+    let m = dir.join("same_box.dvmb");
+    std::fs::write(&src, text).unwrap();
+    assert!(dvm()
+        .arg("asm")
+        .arg(&src)
+        .arg("-o")
+        .arg(&m)
+        .status()
+        .unwrap()
+        .success());
+    let v = dvm().arg("verify").arg(&m).output().unwrap();
+    assert!(v.status.success());
+    let out = String::from_utf8_lossy(&v.stdout);
+    assert!(
+        out.contains(
+            "kernel 0 \"same_box\": runs on one core (body 0: tiles of one access to parameter 1"
+        ),
+        "{out}"
+    );
 }

@@ -8,6 +8,7 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
+use dvm_device::predecode::Program;
 use dvm_host::compile::{Group, GroupKind, Node, Target, View};
 use dvm_host::demo::data;
 use dvm_host::kernel::build;
@@ -135,4 +136,52 @@ fn matmul_kernels_claim_chunks_with_the_same_result() {
     let a = data((m * k) as usize, 3);
     let b = data((k * n) as usize, 4);
     same_on_every_pool(&matmul(m, n, k), &[a, b], (m * n) as usize);
+}
+
+/// A kernel whose 16 tiles all store rows 0..4 of `y` (tile `t` the rows
+/// `4t..4t + 4` of `x`) is not proven independent: the pool runs it on the
+/// caller alone, in tile order, so the last tile's rows are what `y`
+/// holds, launch after launch. On two threads the winner would be
+/// whichever finished last.
+#[test]
+fn kernels_with_overlapping_stores_run_on_one_core() {
+    let access = |op: &str, buf: u8, step0: u64| {
+        let (pad, padv) = if op == "load" {
+            (" pad=fill", " padv=0.0")
+        } else {
+            ("", "")
+        };
+        format!(
+            "    {op} dt=f32{pad} buf={buf} row_dim=- col_dim=- ub=0 pitch=16 rows=4 cols=16 \
+             row_total=4 col_total=16{padv} base=0 step0={step0} step1=0 step2=0 row_stride=16 \
+             col_stride=1"
+        )
+    };
+    let text = format!(
+        ".module 1.0 features=none\n.kernel \"same_box\" kind=vector ub=4096\n  \
+         .param \"x\" f32 in dims=[64,16]\n  .param \"y\" f32 out dims=[4,16]\n  \
+         .body grid=16,1,1\n{}\n{}\n    end\n.end\n",
+        access("load", 0, 64),
+        access("store", 1, 0)
+    );
+    let bytes = dvm_isa::asm::assemble(&text).unwrap();
+    let m = dvm_isa::Module::parse(&bytes).unwrap();
+    let v = dvm_isa::verify_kernel(&m, 0, &dvm_isa::DeviceLimits::DEFAULT).unwrap();
+    assert!(v.tiles_independent().is_err());
+    let mut slot = Box::<Program>::new_uninit();
+    Program::init(&mut slot).predecode(&v).unwrap();
+    // SAFETY: `Program::init` initialised the slot.
+    let program = unsafe { slot.assume_init() };
+    assert!(!program.tiles_independent());
+    let x: Vec<f32> = (0..64 * 16).map(|i| i as f32).collect();
+    let pool = CpuPool::new(2);
+    for _ in 0..200 {
+        let mut y = vec![0f32; 4 * 16];
+        let bufs = [RawBuf::input(&x), RawBuf::output(&mut y)];
+        // SAFETY: both buffers are live vectors owned here, untouched
+        // during the launch; only `y` is written.
+        let stats = unsafe { pool.launch(&program, &bufs) }.expect("runs");
+        assert_eq!(stats.tiles, 16);
+        assert_eq!(y, x[60 * 16..]);
+    }
 }

@@ -13,6 +13,8 @@
 //! - [`access`]: the UB ranges and GM patterns instructions touch.
 //! - [`module`]: the container (header, sections, tables) parsed in place.
 //! - [`verify`]: static and launch checks; the only maker of [`VerifiedKernel`].
+//! - [`tiles`]: whether a verified kernel's tiles may run on several cores
+//!   at once ([`VerifiedKernel::tiles_independent`]).
 //! - [`job`]: the job a host hands the firmware and the report it gets back.
 //! - `builder`, `meta` (feature `alloc`): writing modules, their metadata.
 //! - `asm` (feature `alloc`): the text assembly format, `assemble` and
@@ -37,6 +39,7 @@ pub mod meta;
 pub mod module;
 pub mod operand;
 mod table;
+pub mod tiles;
 pub mod verify;
 pub mod word;
 
@@ -47,6 +50,7 @@ pub use instr::{Instr, Opcode};
 pub use module::{KernelKind, KernelRef, Module, Param, ParamAccess};
 pub use operand::{Axis, GridDim, MmFlags, Operand, PadMode, Scalar};
 pub use table::layout_words;
+pub use tiles::TileConflict;
 pub use verify::{
     verify_kernel, verify_kernel_visit, verify_module, DeviceLimits, LaunchError, Rule,
     VerifiedKernel, VerifyError,

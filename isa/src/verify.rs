@@ -37,6 +37,7 @@ use crate::module::{
     dtype_features, features, opcode_features, KernelKind, KernelRef, Module, Param, ParamAccess,
 };
 use crate::operand::GridDim;
+use crate::tiles::{TileConflict, Tracker};
 use crate::word::{Head, Pipe};
 
 /// Most parameters one kernel may have.
@@ -273,6 +274,8 @@ pub struct VerifiedKernel<'m> {
     kernel: KernelRef<'m>,
     /// Bytes each parameter must have (furthest access + 1 element).
     need: [u64; MAX_PARAMS],
+    /// Whether the tiles may run concurrently ([`crate::tiles`]).
+    tiles: Result<(), TileConflict>,
 }
 
 impl<'m> VerifiedKernel<'m> {
@@ -320,6 +323,17 @@ impl<'m> VerifiedKernel<'m> {
     /// Bytes parameter `i` must have for every access to stay inside it.
     pub fn required_bytes(&self, i: usize) -> u64 {
         self.need.get(i).copied().unwrap_or(0)
+    }
+
+    /// Whether the kernel's tiles may run concurrently, in any split over
+    /// any number of cores: no tile writes an element another tile running
+    /// beside it reads or writes (proved during verification; see
+    /// [`crate::tiles`]).
+    ///
+    /// # Errors
+    /// The first [`TileConflict`] found, naming the body and parameter.
+    pub fn tiles_independent(&self) -> Result<(), TileConflict> {
+        self.tiles
     }
 
     /// The decoded instructions of body `b`, with their word offsets.
@@ -462,7 +476,10 @@ pub fn verify_kernel_visit<'m>(
     let mut v = VerifiedKernel {
         kernel,
         need: [0; MAX_PARAMS],
+        tiles: Ok(()),
     };
+    let mut tiles = Tracker::new();
+    let staged = kernel.kind == KernelKind::Sequence;
     let (mut vector, mut cube) = (false, false);
     for b in 0..nbodies {
         let grid = kernel.bodies[b].grid();
@@ -484,6 +501,15 @@ pub fn verify_kernel_visit<'m>(
                 Instr::decode(&code[at..]).map_err(|e| err(b, word, Rule::Decode(e)))?;
             check_instr(&head, &instr, &kernel, module.features(), grid, &mut v.need)
                 .map_err(|r| err(b, word, r))?;
+            if let Some(gm) = instr.gm() {
+                let p = &gm.pattern;
+                let writable = kernel
+                    .param(p.buf as usize)
+                    .is_some_and(|q| q.access.writable());
+                // Cannot fail: `check_instr` computed it.
+                let last = furthest_element(p, grid).unwrap_or(u64::MAX);
+                tiles.add(b as u32, grid, gm.kind, p, last, writable);
+            }
             visit(b, word, &head, &instr);
             match instr.opcode().pipe() {
                 Pipe::Vector => vector = true,
@@ -496,7 +522,12 @@ pub fn verify_kernel_visit<'m>(
         if !ended {
             return Err(err(b, code.len() as u32, Rule::MissingEnd));
         }
+        if staged {
+            tiles.close_stage();
+        }
     }
+    tiles.close_stage();
+    v.tiles = tiles.result();
     let kind_ok = match kernel.kind {
         KernelKind::Vector => !cube,
         KernelKind::Cube => cube && !vector,

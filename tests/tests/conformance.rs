@@ -47,3 +47,46 @@ fn case_names_are_unique() {
     assert_eq!(names.len(), n);
     assert!(n > 100, "the suite has {n} cases");
 }
+
+/// Every kernel the compiler makes for the suite, fused and unfused, is
+/// proven to have independent tiles: none falls back to one core.
+#[test]
+fn every_compiled_kernel_has_independent_tiles() {
+    use dvm_host::fuse::FuseOptions;
+    let cases = cases().unwrap();
+    let rt = Runtime::new(2, 1024);
+    let mut refused = Vec::new();
+    let mut kernels = 0;
+    for case in &cases {
+        for opts in [FuseOptions::default(), FuseOptions::off()] {
+            let p = Prepared::with_options(&case.graph, &opts).unwrap();
+            let bindings = p
+                .graph()
+                .bind_tensors(&case.named(), &Bindings::new())
+                .unwrap();
+            let Ok((_, ready)) = rt.plan(&p, &bindings) else {
+                continue;
+            };
+            for k in &ready {
+                kernels += 1;
+                if !k.program.tiles_independent() {
+                    let m = dvm_isa::Module::parse(&k.module).unwrap();
+                    let v = dvm_isa::verify_kernel(&m, 0, &dvm_isa::DeviceLimits::DEFAULT).unwrap();
+                    refused.push(format!(
+                        "{} ({}): {:?}",
+                        case.name,
+                        k.name(),
+                        v.tiles_independent()
+                    ));
+                }
+            }
+        }
+    }
+    assert!(kernels > 200, "{kernels} kernels");
+    assert!(
+        refused.is_empty(),
+        "{} kernels refused:\n{}",
+        refused.len(),
+        refused.join("\n")
+    );
+}

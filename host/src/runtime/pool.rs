@@ -221,7 +221,9 @@ impl CpuPool {
         self.workers.len() + 1
     }
 
-    /// Runs `program` over `bufs` on up to [`CpuPool::cores`] blocks. A
+    /// Runs `program` over `bufs` on up to [`CpuPool::cores`] blocks, or on
+    /// the caller alone when its tiles are not proven independent
+    /// ([`Program::tiles_independent`]). A
     /// launch of several tiles per participant (any kind but sequence)
     /// hands its tiles out in chunks to whichever participant is free, so
     /// a participant whose core runs slower does not hold up the others
@@ -237,7 +239,14 @@ impl CpuPool {
     pub unsafe fn launch(&self, program: &Program, bufs: &[RawBuf]) -> Result<RunStats, ExecError> {
         let _serial = self.launch_lock.lock().unwrap_or_else(|p| p.into_inner());
         let tiles = program.total_tiles();
-        let block_dim = (self.cores() as u64).min(tiles.max(1)) as u32;
+        // Tiles not proven apart (a kernel from elsewhere than the
+        // compiler, say) run on the caller alone: no two threads then
+        // write the same element.
+        let block_dim = if program.tiles_independent() {
+            (self.cores() as u64).min(tiles.max(1)) as u32
+        } else {
+            1
+        };
         let mut ub = self.ub.lock().unwrap_or_else(|p| p.into_inner());
         if block_dim == 1 {
             return run_one(
@@ -321,7 +330,9 @@ fn run_one(
 ) -> Result<RunStats, ExecError> {
     // SAFETY: the launcher's contract (see `CpuPool::launch`) makes every
     // RawBuf valid for the launch and free of outside access; blocks of one
-    // launch write disjoint elements by construction of the kernels.
+    // launch run at once only when the program's tiles are independent
+    // (`Program::tiles_independent`): no element one writes is read or
+    // written by another.
     let gm = bufs
         .iter()
         .map(|b| unsafe { GmBuf::from_raw_parts(b.ptr, b.len, b.writable) });
