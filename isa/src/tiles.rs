@@ -118,8 +118,8 @@ impl Tracker {
         }
     }
 
-    /// Records an access of body `body` (of `grid`) through `p`, whose
-    /// furthest element is `last`; `writable` is the parameter's access.
+    /// Records an access of body `body` (of `grid`) to a writable
+    /// parameter through `p`, whose furthest element is `last`.
     pub(crate) fn add(
         &mut self,
         body: u32,
@@ -127,9 +127,8 @@ impl Tracker {
         kind: GmKind,
         p: &GmPattern,
         last: u64,
-        writable: bool,
     ) {
-        if !writable || self.result.is_err() {
+        if self.result.is_err() {
             return;
         }
         let live = &mut self.groups[..self.len];

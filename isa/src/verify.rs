@@ -499,16 +499,10 @@ pub fn verify_kernel_visit<'m>(
             }
             let (head, instr) =
                 Instr::decode(&code[at..]).map_err(|e| err(b, word, Rule::Decode(e)))?;
-            check_instr(&head, &instr, &kernel, module.features(), grid, &mut v.need)
+            let gm = check_instr(&head, &instr, &kernel, module.features(), grid, &mut v.need)
                 .map_err(|r| err(b, word, r))?;
-            if let Some(gm) = instr.gm() {
-                let p = &gm.pattern;
-                let writable = kernel
-                    .param(p.buf as usize)
-                    .is_some_and(|q| q.access.writable());
-                // Cannot fail: `check_instr` computed it.
-                let last = furthest_element(p, grid).unwrap_or(u64::MAX);
-                tiles.add(b as u32, grid, gm.kind, p, last, writable);
+            if let Some((gm, last)) = gm {
+                tiles.add(b as u32, grid, gm.kind, &gm.pattern, last);
             }
             visit(b, word, &head, &instr);
             match instr.opcode().pipe() {
@@ -551,7 +545,7 @@ fn check_instr(
     declared: u64,
     grid: [u32; 3],
     need: &mut [u64; MAX_PARAMS],
-) -> Result<(), Rule> {
+) -> Result<Option<(GmAccess, u64)>, Rule> {
     let op = instr.opcode();
     // Wait flags.
     let pipe = op.pipe();
@@ -646,10 +640,10 @@ fn check_instr(
         }
     }
     // Global memory.
-    if let Some(gm) = instr.gm() {
-        check_gm(&gm, kernel, grid, need)?;
+    match instr.gm() {
+        Some(gm) => Ok(check_gm(&gm, kernel, grid, need)?.map(|last| (gm, last))),
+        None => Ok(None),
     }
-    Ok(())
 }
 
 /// The first zero extent of a 2-D tile operation or matmul, if any.
@@ -677,12 +671,15 @@ fn is_elementwise(op: Opcode) -> bool {
     )
 }
 
+/// Checks a load's or store's global-memory side and raises its
+/// parameter's required bytes; returns the furthest element it touches
+/// when its parameter is writable (what [`Tracker`] needs).
 fn check_gm(
     gm: &GmAccess,
     kernel: &KernelRef<'_>,
     grid: [u32; 3],
     need: &mut [u64; MAX_PARAMS],
-) -> Result<(), Rule> {
+) -> Result<Option<u64>, Rule> {
     let p = &gm.pattern;
     let count = kernel.param_count() as u32;
     let param = kernel
@@ -713,7 +710,7 @@ fn check_gm(
         .ok_or(Rule::GmOverflow)?;
     let slot = &mut need[p.buf as usize];
     *slot = (*slot).max(bytes);
-    Ok(())
+    Ok(param.access.writable().then_some(last))
 }
 
 /// The largest element offset any tile of `grid` touches through `p`,
