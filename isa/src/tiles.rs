@@ -214,8 +214,13 @@ fn check_stage<'a>(groups: impl Iterator<Item = &'a Group> + Clone) -> Result<()
 /// row), or their hulls, `[origin, origin + span)`, are apart along the
 /// grid's steps (a mixed radix, with the last tile's span shorter along a
 /// tail dimension). Sufficient, not exact: it may refuse disjoint layouts
-/// but never accepts overlapping ones.
+/// but never accepts overlapping ones. A pattern the verifier would reject
+/// (an empty grid dimension or box, totals that do not match the grid) is
+/// refused, never a panic.
 pub fn boxes_disjoint(p: &GmPattern, grid: [u32; 3]) -> bool {
+    if grid.contains(&0) || p.rows == 0 || p.cols == 0 {
+        return false;
+    }
     boxes_disjoint_2d(p, grid).unwrap_or(false) || boxes_disjoint_1d(p, grid)
 }
 

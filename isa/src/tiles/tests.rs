@@ -244,6 +244,23 @@ fn layout() -> impl Strategy<Value = (GmPattern, [u32; 3])> {
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(4000))]
 
+    /// Any pattern and grid, also ones the verifier rejects (zero or huge
+    /// extents, totals that do not match): an answer, never a panic.
+    #[test]
+    fn any_pattern_gets_an_answer(
+        (rows, cols, row_total, col_total) in (any::<u32>(), any::<u32>(), any::<u32>(), any::<u32>()),
+        (rs, cs, base) in (any::<u64>(), any::<u64>(), any::<u64>()),
+        step in any::<[u64; 3]>(),
+        grid in any::<[u32; 3]>(),
+        (rd, cd) in (0u8..5, 0u8..5),
+    ) {
+        let dim = |d: u8| if d < 4 { GridDim::Dim(d) } else { GridDim::None };
+        let p = GmPattern { base, ..pat(rows, cols, rs, cs, step, dim(rd), row_total, dim(cd), col_total) };
+        let _ = boxes_disjoint(&p, grid);
+        let small = grid.map(|g| g % 5);
+        let _ = boxes_disjoint(&p, small);
+    }
+
     /// Never accepts a layout where two tiles share an element.
     #[test]
     fn accepted_layouts_never_overlap((p, grid) in layout()) {
