@@ -321,28 +321,8 @@ fn explain_the_demo_encoder_block() {
 #[test]
 fn verify_names_kernels_that_run_on_one_core() {
     let dir = scratch("one_core");
-    let box_ = |op: &str, buf: u8, step0: u64| {
-        let (pad, padv) = if op == "load" {
-            (" pad=fill", " padv=0.0")
-        } else {
-            ("", "")
-        };
-        format!(
-            "    {op} dt=f32{pad} buf={buf} row_dim=- col_dim=- ub=0 pitch=16 rows=4 cols=16 \
-             row_total=4 col_total=16{padv} base=0 step0={step0} step1=0 step2=0 row_stride=16 \
-             col_stride=1"
-        )
-    };
-    let text = format!(
-        ".module 1.0 features=none\n.kernel \"same_box\" kind=vector ub=4096\n  \
-         .param \"x\" f32 in dims=[64,16]\n  .param \"y\" f32 out dims=[4,16]\n  \
-         .body grid=16,1,1\n{}\n{}\n    end\n.end\n",
-        box_("load", 0, 64),
-        box_("store", 1, 0)
-    );
-    let src = dir.join("same_box.s");
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/same_box.s");
     let m = dir.join("same_box.dvmb");
-    std::fs::write(&src, text).unwrap();
     assert!(dvm()
         .arg("asm")
         .arg(&src)

@@ -145,26 +145,9 @@ fn matmul_kernels_claim_chunks_with_the_same_result() {
 /// whichever finished last.
 #[test]
 fn kernels_with_overlapping_stores_run_on_one_core() {
-    let access = |op: &str, buf: u8, step0: u64| {
-        let (pad, padv) = if op == "load" {
-            (" pad=fill", " padv=0.0")
-        } else {
-            ("", "")
-        };
-        format!(
-            "    {op} dt=f32{pad} buf={buf} row_dim=- col_dim=- ub=0 pitch=16 rows=4 cols=16 \
-             row_total=4 col_total=16{padv} base=0 step0={step0} step1=0 step2=0 row_stride=16 \
-             col_stride=1"
-        )
-    };
-    let text = format!(
-        ".module 1.0 features=none\n.kernel \"same_box\" kind=vector ub=4096\n  \
-         .param \"x\" f32 in dims=[64,16]\n  .param \"y\" f32 out dims=[4,16]\n  \
-         .body grid=16,1,1\n{}\n{}\n    end\n.end\n",
-        access("load", 0, 64),
-        access("store", 1, 0)
-    );
-    let bytes = dvm_isa::asm::assemble(&text).unwrap();
+    // Tile t loads rows 4t..4t + 4 of x; every tile stores rows 0..4 of y.
+    let text = include_str!("data/same_box.s");
+    let bytes = dvm_isa::asm::assemble(text).unwrap();
     let m = dvm_isa::Module::parse(&bytes).unwrap();
     let v = dvm_isa::verify_kernel(&m, 0, &dvm_isa::DeviceLimits::DEFAULT).unwrap();
     assert!(v.tiles_independent().is_err());
