@@ -26,8 +26,10 @@ use crate::access::{GmKind, GmPattern};
 use crate::operand::GridDim;
 
 /// Most distinct access groups to written buffers one stage may have; a
-/// stage with more is not proven independent.
-pub const MAX_GROUPS: usize = 16;
+/// stage with more is not proven independent. The compiler's parallel
+/// launches stack at most 8 kernels (the fuser's default `max_stack`),
+/// which leaves each of them 4 stored outputs.
+pub const MAX_GROUPS: usize = 32;
 
 /// Why a kernel's tiles may not run concurrently.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]

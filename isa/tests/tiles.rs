@@ -124,3 +124,25 @@ fn read_only_buffers_may_be_read_by_every_tile() {
         Ok(())
     );
 }
+
+#[test]
+fn more_write_groups_than_the_tracker_holds_are_refused() {
+    // 17 bodies of one tile, each storing two boxes: 34 groups, over
+    // `MAX_GROUPS` (32); the refusal names the body where it ran out.
+    let code = [access("store", 1, 0, 0), access("store", 1, 64, 0)].join("\n");
+    let bodies: Vec<(&str, &str)> = (0..17).map(|_| ("1,1,1", code.as_str())).collect();
+    assert_eq!(dvm_isa::tiles::MAX_GROUPS, 32);
+    assert_eq!(
+        independent(&kernel("parallel", "out", &bodies)),
+        Err(TileConflict::TooManyAccesses { body: 16 })
+    );
+    // 16 such bodies fit, and then their overlap is what is reported.
+    assert_eq!(
+        independent(&kernel("parallel", "out", &bodies[..16])),
+        Err(TileConflict::Overlap {
+            body: 0,
+            other: 1,
+            param: 1
+        })
+    );
+}
