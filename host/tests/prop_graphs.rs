@@ -240,7 +240,8 @@ proptest! {
     #![proptest_config(ProptestConfig::with_cases(64))]
 
     /// Fused (with stacking and sequence launches) and unfused execution of
-    /// random DAGs agree with the reference, and fusion never adds kernels.
+    /// random DAGs agree with the reference, fusion never adds kernels, and
+    /// every kernel's tiles are proven independent.
     #[test]
     fn fused_and_unfused_match_reference(
         bc in (0..EXTENTS.len(), 0..EXTENTS.len()),
@@ -274,8 +275,12 @@ proptest! {
             let prepared = Prepared::with_options(&g, &opts).unwrap();
             prop_assert!(prepared.fuse_error().is_none(), "{:?}", prepared.fuse_error());
             let bindings = g.bind_tensors(&inputs, &Bindings::new()).unwrap();
-            let (plan, _) = rt.plan(&prepared, &bindings).unwrap();
+            let (plan, ready) = rt.plan(&prepared, &bindings).unwrap();
             kernels.push(plan.steps.len());
+            // Every kernel may run on both cores (none is kept on one).
+            for k in &ready {
+                prop_assert!(k.program.tiles_independent(), "{} not independent for {:?}", k.name(), steps);
+            }
             let got = rt.run(&prepared, &inputs, &Bindings::new()).unwrap();
             for ((_, w), (n, t)) in want.iter().zip(&got) {
                 prop_assert_eq!(w.shape(), t.shape());
