@@ -19,8 +19,8 @@ use dvm_isa::verify::{LaunchError, UB_ALIGN};
 use dvm_isa::{DeviceLimits, KernelKind};
 
 use crate::gm::{
-    load_tile, load_tile_fused, store_add_tile, store_tile, store_tile_streaming, BindError, GmBuf,
-    GmFault, Launch, Prefetch,
+    load_tile, load_tile_fused, load_tile_map, store_add_tile, store_tile, store_tile_streaming,
+    BindError, GmBuf, GmFault, Launch, Prefetch,
 };
 use crate::loadfold;
 use crate::predecode::{Program, VInstr};
@@ -414,6 +414,16 @@ fn run_tiles<const N: usize, const B: usize>(
             Some(VInstr::Ub(fold)) => Some((at as usize, fold.gm?.load?, &fold.args)),
             _ => None,
         });
+    // The fused pair and the instruction after it, reading the tile from
+    // global memory: the fold's and that instruction's handlers.
+    let load_map = load_fold.filter(|_| info.load_map).and_then(|(at, _, _)| {
+        match (code.get(at + 1), code.get(at + 2)) {
+            (Some(VInstr::Ub(fold)), Some(VInstr::Ub(map))) => {
+                Some(((fold.gm?.handler, &fold.args), (map.from_gm?, &map.args)))
+            }
+            _ => None,
+        }
+    });
     while t < end {
         if let Some(f) = &forward {
             if f.run_tile(code, bufs, c, ub.len(), (b, t))? {
@@ -422,9 +432,10 @@ fn run_tiles<const N: usize, const B: usize>(
                 continue;
             }
         }
-        let mut skip = None;
+        // Instructions before this index already ran, fused into one.
+        let mut skip_to = 0;
         for (i, v) in code.iter().enumerate() {
-            if skip.take() == Some(i) {
+            if i < skip_to {
                 continue;
             }
             match v {
@@ -434,10 +445,18 @@ fn run_tiles<const N: usize, const B: usize>(
                         .get(pattern.buf as usize)
                         .ok_or_else(|| fault(i, t, GmFault::Operand))?;
                     if let Some((_, handler, args)) = load_fold.filter(|l| l.0 == i) {
+                        if let Some((fold, map)) = load_map {
+                            if load_tile_map(pattern, c, buf, ub, fold, map)
+                                .map_err(|e| fault(i, t, e))?
+                            {
+                                skip_to = i + 3;
+                                continue;
+                            }
+                        }
                         if load_tile_fused(pattern, c, buf, ub, handler, args)
                             .map_err(|e| fault(i, t, e))?
                         {
-                            skip = Some(i + 1);
+                            skip_to = i + 2;
                             continue;
                         }
                     }

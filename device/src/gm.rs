@@ -658,6 +658,42 @@ pub fn load_tile_fused(
     }
 }
 
+/// The fold after a load and the instruction after the fold, both reading
+/// tile `coord` of `buf` through `p` in global memory
+/// ([`crate::loadfold::plan_map`]): `fold` (a fold along the columns'
+/// [`GmHandler`](crate::ops::GmHandler), its results into UB at
+/// `fold.1.dst`), then `map` (`handler(ub, box, _, args)`), when the tile
+/// is one contiguous, aligned run of the buffer; returns `false`, having
+/// done nothing, otherwise.
+///
+/// # Errors
+/// A [`GmFault`] if the box leaves `buf` or `ub`; nothing is written then.
+#[inline]
+pub fn load_tile_map(
+    p: &GmPattern,
+    coord: [u32; 3],
+    buf: &GmBuf<'_>,
+    ub: &mut [u8],
+    fold: (crate::ops::GmHandler, &crate::ops::UbArgs),
+    map: (crate::ops::GmHandler, &crate::ops::UbArgs),
+) -> Result<bool, GmFault> {
+    let size = p.dtype.size() as usize;
+    let g = Geom::new(p, coord, buf.len, ub.len())?;
+    let Some(src) = g
+        .gm_run(buf, size)
+        .filter(|s| (s.as_ptr() as usize).is_multiple_of(size))
+    else {
+        return Ok(false);
+    };
+    let at = fold.1.dst as usize;
+    let Some(out) = ub.get_mut(at..at + fold.1.n as usize * size) else {
+        return Ok(false);
+    };
+    (fold.0)(out, src, &[], fold.1);
+    (map.0)(ub, src, &[], map.1);
+    Ok(true)
+}
+
 /// Stores the valid box of tile `coord` from `ub` through `p` into `buf`.
 /// Where several elements of the box map to one address (stride 0), the
 /// last in row-major order wins.

@@ -11,6 +11,14 @@
 //! same order), so nothing else about the body changes. Tiles with a tail
 //! or padding run the pair as two instructions.
 //!
+//! When the instruction after the fold is one that overwrites the whole
+//! box in place and can read its source from global memory (the softmax
+//! superinstruction, `ops::UbOp::from_gm`; [`plan_map`]), a full tile
+//! skips the copy into UB altogether: the fold reads the tile in global
+//! memory, then that instruction reads it there too and writes the box.
+//! UB ends up with the same bytes (the box as the instruction writes it,
+//! the folds), one tile's worth of writes and reads fewer.
+//!
 //! At launch ([`fits`]) the pair is fused only when the loaded buffer
 //! overlaps no writable buffer: the fused pass reads the tile as a slice.
 
@@ -49,6 +57,28 @@ pub fn plan(code: &[VInstr]) -> Option<u8> {
                 && (out.1 <= boxed.0 || boxed.1 <= out.0)
         })
         .map(|i| i as u8)
+}
+
+/// Whether the instruction after the fused pair at `at` (see [`plan`])
+/// overwrites the loaded box in place and reads it from global memory
+/// when given it: its source and destination are exactly the box, `rows ×
+/// cols` contiguous (the pitch is the width), in elements of the load's
+/// size.
+pub fn plan_map(code: &[VInstr], at: u8) -> bool {
+    let at = at as usize;
+    let (Some(VInstr::Load { pattern: p, .. }), Some(VInstr::Ub(op))) =
+        (code.get(at), code.get(at + 2))
+    else {
+        return false;
+    };
+    let a = &op.args;
+    op.from_gm.is_some()
+        && p.dtype.size() == 4
+        && a.a == p.ub
+        && a.dst == p.ub
+        && a.n == p.rows
+        && a.cols == p.cols
+        && p.pitch == p.cols
 }
 
 /// Whether the load at `at` of `code` may run fused under `bufs`: its

@@ -20,7 +20,10 @@
 //! read). Profiled on the compiler's 21 × 768 softmax tile, `exp` is half
 //! of the body's time; this saves about 7% in cache, 4% from DRAM.
 
-use crate::ops::{binary_col_handler, col_exp_sum_handler, Footprint, Peep, Simd, UbArgs, UbOp};
+use crate::ops::{
+    binary_col_handler, col_exp_sum_gm_handler, col_exp_sum_handler, Footprint, Peep, Simd, UbArgs,
+    UbOp,
+};
 use crate::predecode::VInstr;
 
 /// `(start, end)` byte ranges overlap.
@@ -127,6 +130,7 @@ fn fuse(brc: &UbOp, bin: &UbOp, simd: Simd) -> Option<(UbOp, (u32, u32))> {
         },
         gm: None,
         peep: Peep::BinaryCol(op, dt, col_first),
+        from_gm: None,
         foot: Footprint {
             read: (or.0.min(vr.0), or.1.max(vr.1)),
             write: dr,
@@ -174,6 +178,7 @@ fn fuse_exp_sum(bc: &UbOp, exp: &UbOp, sum: &UbOp, simd: Simd) -> Option<UbOp> {
         args: UbArgs { c: rs, ..bc.args },
         gm: None,
         peep: Peep::None,
+        from_gm: col_exp_sum_gm_handler(simd, op, dt, col_first),
         // It also writes the sums: `write` lists only the tile, which makes
         // any later liveness scan more conservative, never less (it is
         // built after the pair scans of this body).

@@ -68,6 +68,10 @@ pub struct BodyInfo {
     /// The load whose full tiles run fused with the fold after it
     /// ([`crate::loadfold`]).
     pub load_fold: Option<u8>,
+    /// Whether the instruction after that fold then reads the loaded tile
+    /// from global memory, so full tiles skip the copy into UB
+    /// ([`crate::loadfold::plan_map`]).
+    pub load_map: bool,
     start: u32,
     len: u32,
 }
@@ -413,6 +417,7 @@ impl<const N: usize, const B: usize> Program<N, B> {
             let forward = forward::plan(code).filter(|f| f.independent(code, others));
             let (start, end) = (start as u32, end as u32);
             let has_load = code.iter().any(|v| matches!(v, VInstr::Load { .. }));
+            let load_fold = loadfold::plan(code);
             let prefetch_at = code
                 .iter()
                 .rposition(|v| matches!(v, VInstr::Store { stream: true, .. }))
@@ -424,7 +429,8 @@ impl<const N: usize, const B: usize> Program<N, B> {
                 tiles: kernel.tiles(b),
                 prefetch_at,
                 forward,
-                load_fold: loadfold::plan(code),
+                load_fold,
+                load_map: load_fold.is_some_and(|at| loadfold::plan_map(code, at)),
                 start,
                 len: end - start,
             });
@@ -495,6 +501,16 @@ impl<const N: usize, const B: usize> Program<N, B> {
     pub fn disable_load_fold(&mut self) {
         for b in self.bodies.iter_mut() {
             b.load_fold = None;
+            b.load_map = false;
+        }
+    }
+
+    /// Keeps the fused load and fold but copies every tile into UB for the
+    /// instruction after them ([`crate::loadfold::plan_map`]): the same
+    /// results, for comparisons and benchmarks.
+    pub fn disable_load_map(&mut self) {
+        for b in self.bodies.iter_mut() {
+            b.load_map = false;
         }
     }
 }

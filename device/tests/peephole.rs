@@ -359,3 +359,87 @@ fn softmax_middle_fuses_with_the_same_bytes() {
         }
     }
 }
+
+/// Runs kernel 0 with the peephole on, the loaded tile read from global
+/// memory by the softmax superinstruction or copied into UB first
+/// (`Program::disable_load_map`): outputs, and whether that was planned.
+fn run_map(bytes: &[u8], x: &Buf, len: usize, map: bool) -> (Buf, bool) {
+    let m = Module::parse(bytes).unwrap();
+    let vk = verify_kernel(&m, 0, &DeviceLimits::DEFAULT).unwrap();
+    let mut prog: Program = Program::new(&vk).unwrap();
+    let planned = prog.body_info(0).unwrap().load_map;
+    if !map {
+        prog.disable_load_map();
+    }
+    let mut out = Buf::zeroed(len);
+    let launch = Launch::new(
+        &vk,
+        [
+            GmBuf::from_slice(x.bytes()),
+            GmBuf::from_mut_slice(out.bytes_mut()),
+        ],
+    )
+    .unwrap();
+    let mut ub = ub();
+    run_all_blocks_sequentially(&prog, &launch, 2, ub.as_mut_slice()).unwrap();
+    drop(launch);
+    (out, planned)
+}
+
+#[test]
+fn softmax_tiles_read_from_global_memory_give_the_same_bytes() {
+    let mut rng = Rng(17);
+    let special = [
+        f32::NAN,
+        -0.0,
+        0.0,
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+        -1e30,
+        1e30,
+    ];
+    // Full tiles and tails (those copy into UB), rows of every width class.
+    for shape in [
+        (4, 96, 10),
+        (3, 7, 3),
+        (5, 200, 23),
+        (8, 256, 16),
+        (21, 768, 43),
+        (70, 16, 150),
+    ] {
+        let (_, cols, total) = shape;
+        let n = (total * cols) as usize;
+        let v: Vec<f32> = (0..n)
+            .map(|_| match rng.next() % 97 {
+                k @ 0..=6 => special[k as usize],
+                _ => rng.f32(-90.0, 90.0),
+            })
+            .collect();
+        let x = Buf::from_f32(&v);
+        for sums in [Sums::OverMaxima, Sums::Apart] {
+            let bytes = softmax_module(DType::F32, shape, sums);
+            let (from_gm, planned) = run_map(&bytes, &x, n * 4, true);
+            assert!(planned, "{shape:?} {sums:?}: not planned");
+            let (copied, _) = run_map(&bytes, &x, n * 4, false);
+            let (plain, _) = run(&bytes, &x, 1, n * 4, false);
+            let same = |a: &Buf, b: &Buf| {
+                a.f32s()
+                    .iter()
+                    .zip(b.f32s())
+                    .all(|(p, q)| p.to_bits() == q.to_bits() || (p.is_nan() && q.is_nan()))
+            };
+            assert!(
+                same(&from_gm, &copied),
+                "{shape:?} {sums:?}: differs from the copy"
+            );
+            assert!(
+                same(&from_gm, &plain[0]),
+                "{shape:?} {sums:?}: differs from the plain body"
+            );
+        }
+    }
+    // Not in place (`exp` into another tile): the copy stays.
+    let bytes = softmax_module(DType::F32, (4, 96, 8), Sums::ExpElsewhere);
+    let x = Buf::from_f32(&rng.f32s(4 * 96 * 2, -3.0, 3.0));
+    assert!(!run_map(&bytes, &x, 4 * 96 * 2 * 4, true).1);
+}

@@ -62,8 +62,9 @@ use self::tile2d::{
 };
 use self::ub::{Bf16, Bool, F16};
 use self::unary::{
-    binary_col, col_map_fold, scalar, scalar_gm, unary, unary_gm, Abs, Ceil, Erf, Exp, Floor,
-    GeluErf, GeluTanh, Log, Neg, Not, Recip, Relu, Round, Rsqrt, Sigmoid, Silu, Sqrt, Tanh,
+    binary_col, col_map_fold, col_map_fold_gm, scalar, scalar_gm, unary, unary_gm, Abs, Ceil, Erf,
+    Exp, Floor, GeluErf, GeluTanh, Log, Neg, Not, Recip, Relu, Round, Rsqrt, Sigmoid, Silu, Sqrt,
+    Tanh,
 };
 
 /// Operands of a UB-only instruction, in byte offsets and element counts.
@@ -156,6 +157,11 @@ pub struct UbOp {
     pub gm: Option<GmOp>,
     /// What the predecoder's peephole pass may fuse it with.
     pub peep: Peep,
+    /// The op with its source (`args.a`, a whole tile it overwrites in
+    /// place) read from that tile's load in global memory instead of UB:
+    /// `handler(ub, box, _, args)`, for the loaded tile `box`
+    /// (`crate::loadfold`; the softmax superinstruction).
+    pub from_gm: Option<GmHandler>,
     /// The UB bytes it reads (one hull over every read range) and writes.
     /// The softmax superinstruction also writes its row sums outside
     /// `write`; it is built after every liveness scan of its body, and a
@@ -678,6 +684,7 @@ pub fn resolve_with(instr: &Instr, simd: Simd) -> Option<UbOp> {
         args,
         gm: resolve_gm(instr, simd),
         peep,
+        from_gm: None,
         foot: Footprint::of(instr),
     })
 }
@@ -804,6 +811,24 @@ pub fn col_exp_sum_handler(simd: Simd, op: BinKind, dt: DType, col_first: bool) 
     let s = simd;
     match (op, dt, col_first) {
         (BinKind::Sub, DType::F32, false) => Some(pick!(s, col_map_fold::<Sub, Exp, Sum, false>)),
+        _ => None,
+    }
+}
+
+/// [`col_exp_sum_handler`] with its source read from a loaded tile in
+/// global memory (`unary::col_map_fold_gm`, `crate::loadfold`): the same
+/// copies, the same bytes.
+pub fn col_exp_sum_gm_handler(
+    simd: Simd,
+    op: BinKind,
+    dt: DType,
+    col_first: bool,
+) -> Option<GmHandler> {
+    let s = simd;
+    match (op, dt, col_first) {
+        (BinKind::Sub, DType::F32, false) => {
+            Some(pick!(@gm s, col_map_fold_gm::<Sub, Exp, Sum, false>))
+        }
         _ => None,
     }
 }

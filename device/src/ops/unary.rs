@@ -247,6 +247,38 @@ where
     K: Kern<f32> + Default,
     R: super::tile2d::RedOp<f32>,
 {
+    col_map_fold_in::<O, K, R, REV>(ub, None, a)
+}
+
+/// [`col_map_fold`] with its source read from `src` (a loaded tile in
+/// global memory, `rows × cols` contiguous) instead of UB at `a.a`: what
+/// the load of that tile and then the superinstruction leave in UB, since
+/// the superinstruction overwrites the whole box in place
+/// (`crate::loadfold`). A [`GmHandler`](super::GmHandler) by signature,
+/// `ub` the whole UB; does nothing when a length or alignment is off.
+#[inline(always)]
+pub(crate) fn col_map_fold_gm<O, K, R, const REV: bool>(
+    ub: &mut [u8],
+    src: &[u8],
+    _b: &[u8],
+    a: &UbArgs,
+) where
+    O: BinOp<f32>,
+    K: Kern<f32> + Default,
+    R: super::tile2d::RedOp<f32>,
+{
+    col_map_fold_in::<O, K, R, REV>(ub, Some(src), a)
+}
+
+/// [`col_map_fold`], the source from `gm` when given (see
+/// [`col_map_fold_gm`]).
+#[inline(always)]
+fn col_map_fold_in<O, K, R, const REV: bool>(ub: &mut [u8], gm: Option<&[u8]>, a: &UbArgs)
+where
+    O: BinOp<f32>,
+    K: Kern<f32> + Default,
+    R: super::tile2d::RedOp<f32>,
+{
     let (rows, cols) = (a.n as usize, a.cols as usize);
     let Some(elems) = rows.checked_mul(cols) else {
         return;
@@ -262,8 +294,18 @@ where
     let apart = |x: &core::ops::Range<usize>, y: &core::ops::Range<usize>| {
         x.end <= y.start || y.end <= x.start
     };
-    let src_ok = rs == rd || apart(&rs, &rd);
-    let fold_ok = apart(&rf, &rd) && apart(&rf, &rs) && (rf == rv || apart(&rf, &rv));
+    // From global memory the source is the slice; in UB, identical to the
+    // destination or apart from it.
+    let gm: Option<&[f32]> = match gm {
+        Some(g) => match view::<f32>(g) {
+            Some(v) if v.len() == elems => Some(v),
+            _ => return,
+        },
+        None => None,
+    };
+    let src_ok = gm.is_some() || rs == rd || apart(&rs, &rd);
+    let fold_ok =
+        apart(&rf, &rd) && (gm.is_some() || apart(&rf, &rs)) && (rf == rv || apart(&rf, &rv));
     let aligned = (ub.as_ptr() as usize).is_multiple_of(4)
         && [a.dst, a.a, a.b, a.c].iter().all(|o| o.is_multiple_of(4));
     if cols == 0
@@ -271,7 +313,8 @@ where
         || !src_ok
         || !apart(&rv, &rd)
         || !fold_ok
-        || [&rd, &rs, &rv, &rf].iter().any(|r| r.end > ub.len())
+        || [&rd, &rv, &rf].iter().any(|r| r.end > ub.len())
+        || (gm.is_none() && rs.end > ub.len())
     {
         return;
     }
@@ -292,11 +335,18 @@ where
             let Some(sp) = Split::new(ub, at(&rd, r0, row_bytes)) else {
                 return;
             };
-            let Some(src) = sp
-                .src(at(&rs, r0, row_bytes))
-                .and_then(|s| s.typed::<f32>())
-            else {
-                return;
+            let src = match gm {
+                Some(g) => match g.get(r0 * cols..(r0 + m) * cols) {
+                    Some(s) => TSrc::Slice(s),
+                    None => return,
+                },
+                None => match sp
+                    .src(at(&rs, r0, row_bytes))
+                    .and_then(|s| s.typed::<f32>())
+                {
+                    Some(s) => s,
+                    None => return,
+                },
             };
             let Some(d) = view_mut::<f32>(sp.dst) else {
                 return;
