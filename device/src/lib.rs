@@ -12,7 +12,9 @@
 //! - [`peephole`]: instruction pairs fused into superinstructions at predecode.
 //! - [`exec`]: the tile loop ([`run_block`]), block partition, UB storage.
 //! - [`forward`]: lone element-wise bodies run straight over global memory.
-//! - [`loadfold`]: a load and the fold along columns after it in one pass.
+//! - [`loadfold`]: a load and the fold along columns after it in one pass
+//!   (and, for a softmax tile, the superinstruction after them reading the
+//!   tile in global memory instead of a copy in UB).
 #![no_std]
 #![warn(missing_docs)]
 
