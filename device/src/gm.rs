@@ -647,15 +647,29 @@ pub fn load_tile_fused(
     handler: crate::ops::GmHandler,
     args: &crate::ops::UbArgs,
 ) -> Result<bool, GmFault> {
+    let Some(src) = full_run(p, coord, buf, ub.len())? else {
+        return Ok(false);
+    };
+    handler(ub, src, &[], args);
+    Ok(true)
+}
+
+/// The global-memory bytes of tile `coord` through `p` in `buf` when the
+/// tile is full (no tail, no padding) and one contiguous, element-aligned
+/// run: what the fused loads read in place of a copy into UB.
+///
+/// # Errors
+/// A [`GmFault`] if the box leaves `buf` or a UB of `ub_len` bytes.
+fn full_run<'b>(
+    p: &GmPattern,
+    coord: [u32; 3],
+    buf: &'b GmBuf<'_>,
+    ub_len: usize,
+) -> Result<Option<&'b [u8]>, GmFault> {
     let size = p.dtype.size() as usize;
-    let g = Geom::new(p, coord, buf.len, ub.len())?;
-    match g.gm_run(buf, size) {
-        Some(src) if (src.as_ptr() as usize).is_multiple_of(size) => {
-            handler(ub, src, &[], args);
-            Ok(true)
-        }
-        _ => Ok(false),
-    }
+    let g = Geom::new(p, coord, buf.len, ub_len)?;
+    Ok(g.gm_run(buf, size)
+        .filter(|s| (s.as_ptr() as usize).is_multiple_of(size)))
 }
 
 /// The fold after a load and the instruction after the fold, both reading
@@ -677,14 +691,10 @@ pub fn load_tile_map(
     fold: (crate::ops::GmHandler, &crate::ops::UbArgs),
     map: (crate::ops::GmHandler, &crate::ops::UbArgs),
 ) -> Result<bool, GmFault> {
-    let size = p.dtype.size() as usize;
-    let g = Geom::new(p, coord, buf.len, ub.len())?;
-    let Some(src) = g
-        .gm_run(buf, size)
-        .filter(|s| (s.as_ptr() as usize).is_multiple_of(size))
-    else {
+    let Some(src) = full_run(p, coord, buf, ub.len())? else {
         return Ok(false);
     };
+    let size = p.dtype.size() as usize;
     let at = fold.1.dst as usize;
     let Some(out) = ub.get_mut(at..at + fold.1.n as usize * size) else {
         return Ok(false);

@@ -223,7 +223,7 @@ pub fn boxes_disjoint(p: &GmPattern, grid: [u32; 3]) -> bool {
     if grid.contains(&0) || p.rows == 0 || p.cols == 0 {
         return false;
     }
-    boxes_disjoint_2d(p, grid).unwrap_or(false) || boxes_disjoint_1d(p, grid)
+    boxes_disjoint_2d(p, grid).unwrap_or(false) || boxes_disjoint_1d(p, grid).unwrap_or(false)
 }
 
 /// The proof on the box's hull: each tile's box lies in the element range
@@ -231,12 +231,8 @@ pub fn boxes_disjoint(p: &GmPattern, grid: [u32; 3]) -> bool {
 /// along a dimension that drives a tail. Taken in order of increasing
 /// step, each grid dimension's step must clear the reach of the block of
 /// tiles the smaller steps span (a mixed radix), so the ranges are apart.
-fn boxes_disjoint_1d(p: &GmPattern, grid: [u32; 3]) -> bool {
-    boxes_disjoint_1d_checked(p, grid).unwrap_or(false)
-}
-
-/// [`boxes_disjoint_1d`], `None` on arithmetic overflow.
-fn boxes_disjoint_1d_checked(p: &GmPattern, grid: [u32; 3]) -> Option<bool> {
+/// `None` on arithmetic overflow.
+fn boxes_disjoint_1d(p: &GmPattern, grid: [u32; 3]) -> Option<bool> {
     let tail = |dim: GridDim, full: u32, total: u32| -> Option<(Option<usize>, u64)> {
         match dim.index() {
             Some(d) if d < 3 => {
