@@ -19,8 +19,8 @@ use dvm_isa::verify::{LaunchError, UB_ALIGN};
 use dvm_isa::{DeviceLimits, KernelKind};
 
 use crate::gm::{
-    load_tile, load_tile_fused, load_tile_map, store_add_tile, store_tile, store_tile_streaming,
-    BindError, GmBuf, GmFault, Launch, Prefetch,
+    load_tile, load_tile_fused, load_tile_map, store_add_tile, store_tile, store_tile_scaled,
+    store_tile_streaming, BindError, GmBuf, GmFault, Launch, Prefetch,
 };
 use crate::loadfold;
 use crate::predecode::{Program, VInstr};
@@ -462,7 +462,11 @@ fn run_tiles<const N: usize, const B: usize>(
                     }
                     load_tile(pattern, *pad, c, buf, ub).map_err(|e| fault(i, t, e))?;
                 }
-                VInstr::Store { pattern, stream } => {
+                VInstr::Store {
+                    pattern,
+                    stream,
+                    scale,
+                } => {
                     let buf = bufs
                         .get(pattern.buf as usize)
                         .ok_or_else(|| fault(i, t, GmFault::Operand))?;
@@ -478,10 +482,17 @@ fn run_tiles<const N: usize, const B: usize>(
                                 }
                             }
                         }
-                        store_tile_streaming(pattern, c, buf, ub, &pf)
-                            .map_err(|e| fault(i, t, e))?;
+                        match scale {
+                            Some(v) => store_tile_scaled(pattern, c, buf, ub, *v, Some(&pf)),
+                            None => store_tile_streaming(pattern, c, buf, ub, &pf),
+                        }
+                        .map_err(|e| fault(i, t, e))?;
                     } else {
-                        store_tile(pattern, c, buf, ub).map_err(|e| fault(i, t, e))?;
+                        match scale {
+                            Some(v) => store_tile_scaled(pattern, c, buf, ub, *v, None),
+                            None => store_tile(pattern, c, buf, ub),
+                        }
+                        .map_err(|e| fault(i, t, e))?;
                     }
                 }
                 VInstr::StoreAdd(pattern) => {

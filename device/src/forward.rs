@@ -51,7 +51,12 @@ pub fn plan(code: &[VInstr]) -> Option<Forward> {
         return None;
     };
     let gm = op.gm?;
-    let VInstr::Store { pattern: st, .. } = &code[store_at] else {
+    let VInstr::Store {
+        pattern: st,
+        scale: None,
+        ..
+    } = &code[store_at]
+    else {
         return None;
     };
     let (n_src, n_dst) = gm.shape.elems(&op.args);

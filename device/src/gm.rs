@@ -1005,6 +1005,145 @@ pub fn store_tile_streaming(
     Ok(())
 }
 
+/// [`store_tile`] of an `f32` box whose row `r` is multiplied by the `f32`
+/// at UB byte offset `scale + 4r` on its way out: a row scale (`brccol`
+/// then `mul`, as a softmax ends) fused with the store of its result by
+/// `crate::peephole`, the same products as the two instructions leave in
+/// global memory, without the scaled tile's pass through UB. With
+/// `prefetch`, long runs go out with non-temporal stores as in
+/// [`store_tile_streaming`], prefetching it on the way.
+///
+/// # Errors
+/// As [`store_tile`]; [`GmFault::Operand`] for a box that is not `f32`
+/// with contiguous columns, and [`GmFault::Ub`] for factors outside `ub`
+/// or off the element alignment; nothing is written then.
+#[inline]
+pub fn store_tile_scaled(
+    p: &GmPattern,
+    coord: [u32; 3],
+    buf: &GmBuf<'_>,
+    ub: &[u8],
+    scale: u32,
+    prefetch: Option<&Prefetch>,
+) -> Result<(), GmFault> {
+    if !buf.writable {
+        return Err(GmFault::ReadOnly);
+    }
+    if p.dtype != DType::F32 || p.col_stride != 1 {
+        return Err(GmFault::Operand);
+    }
+    let g = Geom::new(p, coord, buf.len, ub.len())?;
+    let factors_end = g
+        .rows
+        .checked_mul(4)
+        .and_then(|b| b.checked_add(scale as usize));
+    if !scale.is_multiple_of(4) || factors_end.is_none_or(|e| e > ub.len()) {
+        return Err(GmFault::Ub);
+    }
+    if g.re == 0 || g.ce == 0 {
+        return Ok(());
+    }
+    let run = if g.contiguous() { g.re * g.ce } else { g.ce } * 4;
+    // Rows that overlap in GM (row stride below the width) keep plain
+    // stores in program order.
+    let overlapping = g.re > 1 && g.rs < g.ce;
+    let stream = prefetch.filter(|_| !overlapping && run >= STREAM_MIN_RUN);
+    let mut cur = Cursor::new(stream.unwrap_or(&Prefetch::NONE), g.re * g.ce * 4);
+    // SAFETY: `Geom::new` checked the UB box lies inside `ub`, and the
+    // factors were checked above; `ub` is not written here.
+    let (box_ptr, factors) = unsafe {
+        (
+            ub.as_ptr().add(g.ub).cast::<f32>(),
+            ub.as_ptr().add(scale as usize).cast::<f32>(),
+        )
+    };
+    let gm = buf.ptr.cast::<f32>();
+    for r in 0..g.re {
+        // SAFETY: row `r < re ≤ rows` has its factor inside the checked
+        // range and its `ce ≤ pitch` elements inside the UB box and, at
+        // `row(r)`, inside the checked GM box of the writable `buf`; UB
+        // and GM do not overlap.
+        unsafe {
+            let f = factors.add(r).read_unaligned();
+            let (dst, src) = (gm.add(g.row(r)), box_ptr.add(r * g.pitch));
+            if stream.is_some() {
+                stream_scaled(dst, src, g.ce, f, &mut cur);
+            } else {
+                scale_run(dst, src, g.ce, f);
+            }
+        }
+    }
+    if stream.is_some() {
+        stream_fence();
+    }
+    Ok(())
+}
+
+/// `dst[i] = src[i] · f` for `i < n`, in order.
+///
+/// # Safety
+/// `src` valid for reads and `dst` for writes of `n` `f32`s (any
+/// alignment); no overlap.
+#[inline(always)]
+unsafe fn scale_run(dst: *mut f32, src: *const f32, n: usize, f: f32) {
+    for i in 0..n {
+        // SAFETY: `i < n`, as the caller guarantees.
+        unsafe { dst.add(i).write_unaligned(src.add(i).read_unaligned() * f) };
+    }
+}
+
+/// [`scale_run`] with non-temporal stores where the target has them
+/// (x86-64; the same products: SSE multiplies round as scalar ones do),
+/// prefetching through `cur` as it goes.
+///
+/// # Safety
+/// As [`scale_run`].
+#[inline(always)]
+unsafe fn stream_scaled(dst: *mut f32, src: *const f32, n: usize, f: f32, cur: &mut Cursor<'_>) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use core::arch::x86_64::{_mm_loadu_ps, _mm_mul_ps, _mm_set1_ps, _mm_stream_ps};
+        let misaligned = (dst as usize) & 15;
+        if !misaligned.is_multiple_of(4) {
+            // Not even element-aligned: no vector stores.
+            // SAFETY: as the caller guarantees.
+            unsafe { scale_run(dst, src, n, f) };
+            return;
+        }
+        let head = ((16 - misaligned) & 15) / 4;
+        let head = head.min(n);
+        // SAFETY: the head, 16-element blocks and tail below partition
+        // `0..n`; the blocks' destinations are 16-byte aligned.
+        unsafe {
+            scale_run(dst, src, head, f);
+            let k = _mm_set1_ps(f);
+            let mut i = head;
+            while i + 16 <= n {
+                cur.step();
+                let (s, d) = (src.add(i), dst.add(i));
+                let v0 = _mm_mul_ps(_mm_loadu_ps(s), k);
+                let v1 = _mm_mul_ps(_mm_loadu_ps(s.add(4)), k);
+                let v2 = _mm_mul_ps(_mm_loadu_ps(s.add(8)), k);
+                let v3 = _mm_mul_ps(_mm_loadu_ps(s.add(12)), k);
+                _mm_stream_ps(d, v0);
+                _mm_stream_ps(d.add(4), v1);
+                _mm_stream_ps(d.add(8), v2);
+                _mm_stream_ps(d.add(12), v3);
+                i += 16;
+            }
+            scale_run(dst.add(i), src.add(i), n - i, f);
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        for _ in 0..(n * 4).div_ceil(64) {
+            cur.step();
+        }
+        // SAFETY: as the caller guarantees.
+        unsafe { scale_run(dst, src, n, f) };
+    }
+}
+
 /// Adds the valid box of tile `coord` from `ub` into `buf` through `p`,
 /// atomically per element: correct when several blocks add into the same
 /// elements concurrently. Floats add in `f32` and round to the element

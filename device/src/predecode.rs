@@ -45,6 +45,11 @@ pub enum VInstr {
         /// Whether the parameter is large enough (at least
         /// [`STREAM_MIN_BYTES`]) for non-temporal stores.
         stream: bool,
+        /// Row `r` of the box multiplied by the `f32` at UB byte offset
+        /// `scale + 4r` as it is stored: the superinstruction of an `f32`
+        /// row scale (`brccol` then `mul`) and the store of its result
+        /// (`crate::peephole`). `None` from the decoder.
+        scale: Option<u32>,
     },
     /// UB → global memory, adding atomically per element.
     StoreAdd(GmPattern),
@@ -364,7 +369,10 @@ impl<const N: usize, const B: usize> Program<N, B> {
         self.independent = kernel.tiles_independent().is_ok();
         let params = self.params;
         for v in self.code.iter_mut() {
-            if let VInstr::Store { pattern, stream } = v {
+            if let VInstr::Store {
+                pattern, stream, ..
+            } = v
+            {
                 *stream = params.required_bytes(pattern.buf as usize) >= STREAM_MIN_BYTES;
             }
         }
@@ -540,6 +548,7 @@ fn lower(instr: &Instr, params: &ParamSig) -> Lowered {
                 GmKind::Store => Lowered::V(VInstr::Store {
                     pattern: gm.pattern,
                     stream: params.required_bytes(gm.pattern.buf as usize) >= STREAM_MIN_BYTES,
+                    scale: None,
                 }),
                 GmKind::StoreAdd => Lowered::V(VInstr::StoreAdd(gm.pattern)),
                 GmKind::Load => Lowered::Unsupported,

@@ -1,7 +1,8 @@
 //! Predecode superinstructions (`dvm_device::peephole`): `brccol` followed
 //! by a binary op reading the broadcast tile runs as one handler when the
 //! tile is dead afterwards, with the same bytes as the two instructions;
-//! when the tile is read later, the pair stays.
+//! when the tile is read later, the pair stays. An `f32` row scale whose
+//! result only its store reads becomes that store, scaling on the way out.
 
 mod common;
 
@@ -169,7 +170,14 @@ fn fused_broadcast_ops_match_the_pair() {
                     let (fused, nf) = run(&bytes, &x, outs, len, true);
                     let (pair, np) = run(&bytes, &x, outs, len, false);
                     assert_eq!(fused, pair, "{dt:?} {what} {shape:?} store_t={store_t}");
-                    let want = if store_t { np } else { np - 1 };
+                    // An f32 row scale whose tile only the store reads
+                    // also fuses with that store.
+                    let scaled = what == "x * t" && dt == DType::F32;
+                    let want = match (store_t, scaled) {
+                        (true, _) => np,
+                        (false, false) => np - 1,
+                        (false, true) => np - 2,
+                    };
                     assert_eq!(nf, want, "{dt:?} {what}: fused {nf} of {np} instructions");
                 }
             }
@@ -351,9 +359,11 @@ fn softmax_middle_fuses_with_the_same_bytes() {
                 assert_eq!(fused, plain, "{dt:?} {shape:?} {sums:?}");
                 // The two broadcast pairs always fuse; the triple only in
                 // place, over f32, with the sums where they cannot clobber
-                // a maximum still to be read.
+                // a maximum still to be read; over f32 the row scale then
+                // fuses with the store.
                 let triple = dt == DType::F32 && matches!(sums, Sums::OverMaxima | Sums::Apart);
-                let want = np - 2 - 2 * triple as usize;
+                let scaled = dt == DType::F32;
+                let want = np - 2 - 2 * triple as usize - scaled as usize;
                 assert_eq!(nf, want, "{dt:?} {shape:?} {sums:?}: {nf} of {np}");
             }
         }
@@ -442,4 +452,120 @@ fn softmax_tiles_read_from_global_memory_give_the_same_bytes() {
     let bytes = softmax_module(DType::F32, (4, 96, 8), Sums::ExpElsewhere);
     let x = Buf::from_f32(&rng.f32s(4 * 96 * 2, -3.0, 3.0));
     assert!(!run_map(&bytes, &x, 4 * 96 * 2 * 4, true).1);
+}
+
+/// `load x; rsum s ← x; recip s; brccol t ← s; x · t; store` (rows
+/// normalised by their sums) over `total` rows of `cols` in tiles of
+/// `rows`, the store `base` elements into the output.
+fn row_scale_module((rows, cols, total): (u32, u32, u32), base: u64) -> Vec<u8> {
+    let dt = DType::F32;
+    let l = Layout::new(dt, (rows, cols, total));
+    let n = rows * cols;
+    let code = vec![
+        l.bx(0, l.x).load_fill(dvm_isa::Scalar(0)),
+        Instr::ReduceSum {
+            dt,
+            axis: Axis::Cols,
+            dst: l.m,
+            src: l.x,
+            rows,
+            cols,
+        },
+        Instr::Recip {
+            dt,
+            dst: l.m,
+            src: l.m,
+            n: rows,
+        },
+        Instr::BroadcastCol {
+            dt,
+            dst: l.t,
+            src: l.m,
+            rows,
+            cols,
+        },
+        Instr::Mul {
+            dt,
+            dst: l.x,
+            a: l.x,
+            b: l.t,
+            n,
+        },
+        l.bx(1, l.x).base(base).store(),
+    ];
+    build(vec![K::vector(
+        l.t + l.tile,
+        &[(dt, R), (dt, W)],
+        l.grid(),
+        code,
+    )])
+}
+
+#[test]
+fn row_scales_fuse_with_their_stores_streamed_or_not() {
+    use dvm_device::VInstr;
+    let mut rng = Rng(23);
+    let special = [f32::NAN, -0.0, 0.0, f32::INFINITY, f32::NEG_INFINITY, 1e-40];
+    // Small outputs store plainly; 5470 rows of 768 (over 16 MiB) stream,
+    // from a misaligned start (3 elements in) and with a tail tile.
+    for (shape, base) in [((4, 96, 10), 0), ((3, 7, 3), 1), ((21, 768, 5470), 3)] {
+        let (_, cols, total) = shape;
+        let n = (total * cols) as usize;
+        let v: Vec<f32> = (0..n)
+            .map(|_| match rng.next() % 211 {
+                k @ 0..=5 => special[k as usize],
+                _ => rng.f32(-4.0, 4.0),
+            })
+            .collect();
+        let x = Buf::from_f32(&v);
+        let bytes = row_scale_module(shape, base);
+        let m = Module::parse(&bytes).unwrap();
+        let vk = verify_kernel(&m, 0, &DeviceLimits::DEFAULT).unwrap();
+        let prog: Program = Program::new(&vk).unwrap();
+        let body = prog.body(0);
+        let stream = n >= 4 << 20;
+        assert!(
+            matches!(body.last(), Some(VInstr::Store { scale: Some(_), stream: s, .. }) if *s == stream),
+            "{shape:?}: the scale fuses with the store (streaming: {stream})"
+        );
+        let len = (n + base as usize) * 4;
+        let (fused, nf) = run(&bytes, &x, 1, len, true);
+        let (plain, np) = run(&bytes, &x, 1, len, false);
+        assert_eq!(nf, np - 2, "{shape:?}: brccol, mul and store become one");
+        let same = fused[0]
+            .f32s()
+            .iter()
+            .zip(plain[0].f32s())
+            .all(|(p, q)| p.to_bits() == q.to_bits() || (p.is_nan() && q.is_nan()));
+        assert!(same, "{shape:?}: scaled store differs from mul then store");
+    }
+}
+
+#[test]
+fn a_scaled_tile_read_after_its_store_keeps_the_mul() {
+    // The scaled tile is stored twice: the second store reads it, so the
+    // mul must still write it.
+    let dt = DType::F32;
+    let l = Layout::new(dt, (4, 96, 10));
+    let mut code = l.head();
+    code.push(Instr::Mul {
+        dt,
+        dst: l.x,
+        a: l.x,
+        b: l.t,
+        n: l.rows * l.cols,
+    });
+    code.push(l.bx(1, l.x).store());
+    code.push(l.bx(2, l.x).store());
+    let bytes = build(vec![K::vector(
+        l.t + l.tile,
+        &[(dt, R), (dt, W), (dt, W)],
+        l.grid(),
+        code,
+    )]);
+    let x = Buf::from_f32(&Rng(29).f32s(960, -3.0, 3.0));
+    let (fused, nf) = run(&bytes, &x, 2, 960 * 4, true);
+    let (plain, np) = run(&bytes, &x, 2, 960 * 4, false);
+    assert_eq!(fused, plain);
+    assert_eq!(nf, np - 1, "only the broadcast pair fuses");
 }

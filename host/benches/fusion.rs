@@ -495,6 +495,9 @@ fn main() {
         }
         let fused = Prepared::new(&w.graph).expect("prepares");
         let unfused = Prepared::with_options(&w.graph, &FuseOptions::off()).expect("prepares");
+        // The fused rate at cache-resident lengths (S = 512, 1024): what
+        // the kernel's arithmetic allows when memory does not hold it up.
+        let mut in_cache_gbs = 0.0f64;
         for &s in &w.lens {
             let ins: Vec<(&str, Tensor)> = (w.inputs)(s)
                 .into_iter()
@@ -515,6 +518,9 @@ fn main() {
             // beside the workload, over as many bytes as it moves.
             let (f, u, copy) = measure_pair(&rt, &fused, &unfused, &named, reps, s >= 32768);
             let gbs = f.bytes as f64 / (f.kernel_ms * 1e-3) / 1e9;
+            if (512..=1024).contains(&s) {
+                in_cache_gbs = in_cache_gbs.max(gbs);
+            }
             let reference = copy.as_ref().map_or(copy_bw, CopyRef::best_gbs);
             let mib = |b: u64| b as f64 / (1u64 << 20) as f64;
             println!(
@@ -541,6 +547,24 @@ fn main() {
                     "{:<18} {:>6}   copy beside it ({:.0} MiB, in the same rounds): memcpy 1 thread {one:.1} GB/s, {cores} threads {all:.1} GB/s, VM copy kernel {vm:.1} GB/s",
                     "", "", c.src.len() as f64 / (1u64 << 20) as f64
                 );
+                // The roofline on this machine: a kernel whose in-cache
+                // rate is below the copy bandwidth is compute-bound here,
+                // and no memory schedule brings it to the copy's rate.
+                let copy_gbs = c.best_gbs();
+                if in_cache_gbs > 0.0 {
+                    let bound = if in_cache_gbs >= copy_gbs {
+                        "memory-bound here".to_string()
+                    } else {
+                        format!(
+                            "compute-bound here ({:.0}% of the copy at best)",
+                            100.0 * in_cache_gbs / copy_gbs
+                        )
+                    };
+                    println!(
+                        "{:<18} {:>6}   roofline: {in_cache_gbs:.1} GB/s in cache (S = 512, 1024): {bound}; beyond the cache it keeps {:.0}% of that rate",
+                        "", "", 100.0 * gbs / in_cache_gbs
+                    );
+                }
             }
         }
     }

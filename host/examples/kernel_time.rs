@@ -1,0 +1,84 @@
+//! Times the fused kernels of one memory-bound workload at one length, for
+//! A/B runs of a device change without the whole fusion benchmark:
+//!
+//! ```text
+//! cargo run --release -p dvm-host --example kernel_time -- softmax 32768 30
+//! ```
+//!
+//! Arguments: workload (`softmax`, `layernorm`, `row-sum`), rows S (the
+//! hidden size is 768), calls. Prints the best and the median kernel time
+//! over the calls (launches only, as the fusion benchmark's "kernel ms")
+//! and the rate in GB/s of the bytes the kernels move.
+
+use std::time::Duration;
+
+use dvm_host::graph::{Graph, ReduceOp};
+use dvm_host::runtime::{Prepared, Runtime};
+use dvm_host::sym::{Bindings, Dim};
+use dvm_host::tensor::Tensor;
+use dvm_isa::DType;
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let what = args.get(1).map_or("softmax", String::as_str);
+    let s: u64 = args.get(2).and_then(|a| a.parse().ok()).unwrap_or(32768);
+    let calls: usize = args.get(3).and_then(|a| a.parse().ok()).unwrap_or(30);
+    let h = 768u64;
+    let mut g = Graph::new();
+    let dims = [Dim::from(s as i64), Dim::from(h as i64)];
+    let x = g.input("x", DType::F32, &dims).expect("x");
+    let y = match what {
+        "softmax" => g.softmax(x, -1),
+        "layernorm" => {
+            let gamma = g.input("g", DType::F32, &dims[1..]).expect("g");
+            let beta = g.input("b", DType::F32, &dims[1..]).expect("b");
+            g.layer_norm(x, gamma, beta, 1e-5)
+        }
+        "row-sum" => g.reduce(x, ReduceOp::Sum, &[-1], false),
+        other => {
+            eprintln!("unknown workload `{other}` (softmax, layernorm, row-sum)");
+            std::process::exit(2);
+        }
+    }
+    .expect("records");
+    g.output("y", y).expect("output");
+    let n = (s * h) as usize;
+    let data: Vec<f32> = (0..n)
+        .map(|i| ((i * 7919) % 1000) as f32 / 250.0 - 2.0)
+        .collect();
+    let xt = Tensor::from_f32(&[s, h], &data).expect("x tensor");
+    let ones = Tensor::from_f32(&[h], &vec![1.0; h as usize]).expect("g tensor");
+    let zeros = Tensor::from_f32(&[h], &vec![0.0; h as usize]).expect("b tensor");
+    let inputs: Vec<(&str, &Tensor)> = match what {
+        "layernorm" => vec![("x", &xt), ("g", &ones), ("b", &zeros)],
+        _ => vec![("x", &xt)],
+    };
+    let rt = Runtime::new(
+        std::thread::available_parallelism().map_or(1, |n| n.get()),
+        64,
+    );
+    let p = Prepared::new(&g).expect("prepares");
+    let bindings = p
+        .graph()
+        .bind_tensors(&inputs, &Bindings::new())
+        .expect("binds");
+    let (_, kernels) = rt.plan(&p, &bindings).expect("plans");
+    let bytes: u64 = kernels.iter().map(|k| k.info.bytes_moved).sum();
+    let mut out = rt.run(&p, &inputs, &Bindings::new()).expect("warm-up");
+    let mut times = Vec::with_capacity(calls);
+    for _ in 0..calls {
+        let mut prof: Vec<(String, Duration)> = Vec::new();
+        out = rt
+            .run_profiled(&p, &inputs, &Bindings::new(), Some(&mut prof))
+            .expect("runs");
+        times.push(prof.iter().map(|(_, d)| d.as_secs_f64()).sum::<f64>() * 1e3);
+    }
+    std::hint::black_box(out);
+    times.sort_by(f64::total_cmp);
+    let (best, median) = (times[0], times[times.len() / 2]);
+    println!(
+        "{what} S={s}: kernels best {best:.3} ms, median {median:.3} ms, {:.1} GB/s at best ({:.1} MiB moved)",
+        bytes as f64 / (best * 1e-3) / 1e9,
+        bytes as f64 / (1u64 << 20) as f64
+    );
+}
