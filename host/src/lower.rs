@@ -100,10 +100,22 @@ pub struct Plan {
 }
 
 impl Plan {
-    /// The buffers launch `l` binds, each once, and whether it writes them
-    /// (inputs first-seen order over its steps; a buffer one step writes and
-    /// another reads is writable).
+    /// The buffers launch `l` binds and whether it writes them. A single
+    /// launch binds its step's arguments as they are: its kernel takes one
+    /// parameter per group input, and a group may read one buffer through
+    /// two views (a matmul's operand, read again by its epilogue as a
+    /// residual). A stacked launch binds each buffer once, in first-seen
+    /// order over its steps (a buffer one step writes and another reads is
+    /// writable), which [`crate::fuse::stack::launch_maps`] maps its
+    /// members' parameters onto.
     pub fn launch_args(&self, l: &Launch) -> (Vec<BufId>, Vec<bool>) {
+        if let (LaunchKind::Single, [s]) = (l.kind, &l.steps[..]) {
+            if let Some(step) = self.steps.get(*s) {
+                let n_in = step.group.inputs.len();
+                let writable = (0..step.args.len()).map(|k| k >= n_in).collect();
+                return (step.args.clone(), writable);
+            }
+        }
         let mut bufs: Vec<BufId> = Vec::new();
         let mut writable: Vec<bool> = Vec::new();
         for &s in &l.steps {

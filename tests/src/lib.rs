@@ -392,6 +392,16 @@ fn matmuls(out: &mut Vec<Case>) -> R<()> {
         let z = b.g.matmul(x, y, ta, tb)?;
         out.push(b.output(&[z])?);
     }
+    // A mix kernel whose epilogue reads the matmul's own operand again (a
+    // residual of the input): one buffer bound through two views.
+    let mut b = Builder::new("matmul/residual-of-operand").tol(1e-4, 1e-5);
+    let x = b.input("x", F32, &[17, 33], Domain::Any)?;
+    let w = b.input("w", F32, &[33, 33], Domain::Any)?;
+    let bias = b.input("bias", F32, &[33], Domain::Any)?;
+    let m = b.g.matmul(x, w, false, false)?;
+    let a = b.g.binary(Opcode::Add, m, bias)?;
+    let r = b.g.binary(Opcode::Add, a, x)?;
+    out.push(b.output(&[r])?);
     Ok(())
 }
 
