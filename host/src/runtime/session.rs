@@ -733,10 +733,12 @@ impl Runtime {
             // SAFETY: every buffer is live for the launch: device buffers
             // and output vectors owned by the caller's `mems`, input
             // tensors borrowed for the whole call. None is otherwise
-            // accessed during the launch; a launch binds each buffer once;
-            // the buffers it writes are temporaries or outputs, distinct
-            // from every other buffer, and input tensors are bound
-            // read-only (`Mem::raw` never marks them writable).
+            // accessed during the launch; a buffer it binds twice (one
+            // group reading it through two views) is an input, read-only
+            // both times; the buffers it writes are temporaries or outputs,
+            // distinct from every other buffer and bound once, and input
+            // tensors are bound read-only (`Mem::raw` never marks them
+            // writable).
             unsafe { self.pool.launch(&kernel.program, &raw) }.map_err(|error| {
                 RunError::Launch {
                     step: kernel.name().to_string(),
