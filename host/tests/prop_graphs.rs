@@ -1,6 +1,7 @@
 //! Property tests: random graphs of element-wise, broadcast and reduce ops
-//! with random shapes (1-sized and prime extents) give the same results on
-//! the CPU device as on the reference device, fused and unfused.
+//! (and, in the DAGs, matmuls with their epilogues) with random shapes
+//! (1-sized and prime extents) give the same results on the CPU device as
+//! on the reference device, fused and unfused.
 
 use dvm_host::demo::data;
 use dvm_host::fuse::FuseOptions;
@@ -144,6 +145,10 @@ enum DagStep {
     Reduce(usize, usize, bool, usize),
     Softmax(usize, usize),
     LayerNorm(usize),
+    /// `v · w` for a value `v` whose last axis is `c` (`w: [c, c]`): a mix
+    /// kernel with whatever element-wise steps read it, the matmul's own
+    /// operand among them.
+    Matmul(usize),
 }
 
 fn dag_step() -> impl Strategy<Value = DagStep> {
@@ -158,12 +163,13 @@ fn dag_step() -> impl Strategy<Value = DagStep> {
         (0..REDUCE.len(), 0usize..3, any::<bool>(), pick.clone())
             .prop_map(|(o, ax, k, a)| DagStep::Reduce(o, ax, k, a)),
         (0usize..3, pick.clone()).prop_map(|(ax, a)| DagStep::Softmax(ax, a)),
-        pick.prop_map(DagStep::LayerNorm),
+        pick.clone().prop_map(DagStep::LayerNorm),
+        pick.prop_map(DagStep::Matmul),
     ]
 }
 
-/// A random DAG over `x: [S, b, c]`, `y` (x's shape with some axes 1) and
-/// `gamma: [c]`, with two outputs. Steps that do not apply are skipped.
+/// A random DAG over `x: [S, b, c]`, `y` (x's shape with some axes 1),
+/// `gamma: [c]` and `w: [c, c]`, with two outputs. Steps that do not apply are skipped.
 fn build_dag(b: u64, c: u64, mask: &[bool], steps: &[DagStep], second: usize) -> Option<Graph> {
     let mut g = Graph::new();
     let s = g.symbol("S", 1, 64).ok()?;
@@ -176,6 +182,9 @@ fn build_dag(b: u64, c: u64, mask: &[bool], steps: &[DagStep], second: usize) ->
     let x = g.input("x", DType::F32, &dims).ok()?;
     let y = g.input("y", DType::F32, &ydims).ok()?;
     let gamma = g.input("gamma", DType::F32, &[Dim::from(c as i64)]).ok()?;
+    let w = g
+        .input("w", DType::F32, &[Dim::from(c as i64), Dim::from(c as i64)])
+        .ok()?;
     let mut pool: Vec<NodeId> = vec![x];
     for st in steps {
         let at = |k: usize| pool[k % pool.len()];
@@ -219,6 +228,14 @@ fn build_dag(b: u64, c: u64, mask: &[bool], steps: &[DagStep], second: usize) ->
                 // eps 1e-2, not the usual 1e-5: see the tolerance below.
                 g.layer_norm(v, gamma, z, 1e-2)
             }
+            DagStep::Matmul(a) => {
+                let v = at(a);
+                let ok = rank(&g, v) >= 2 && g[v].shape.last() == Some(&Dim::from(c as i64));
+                if !ok {
+                    continue;
+                }
+                g.matmul(v, w, false, false)
+            }
         };
         if let Ok(n) = made {
             pool.push(n);
@@ -258,7 +275,8 @@ proptest! {
         let x = Tensor::from_f32(&shape, &data((sv * b * c) as usize, seed)).unwrap();
         let y = Tensor::from_f32(&yshape, &data(yshape.iter().product::<u64>() as usize, seed ^ 0x77)).unwrap();
         let gamma = Tensor::from_f32(&[c], &data(c as usize, seed ^ 0x99)).unwrap();
-        let inputs = [("x", &x), ("y", &y), ("gamma", &gamma)];
+        let w = Tensor::from_f32(&[c, c], &data((c * c) as usize, seed ^ 0x55)).unwrap();
+        let inputs = [("x", &x), ("y", &y), ("gamma", &gamma), ("w", &w)];
         let want = reference::run(&g, &inputs, &Bindings::new()).unwrap();
         let rt = Runtime::new(2, 64);
         // A layernorm of a nearly constant row (a `y` broadcast along the
