@@ -1363,6 +1363,9 @@ fn matmul_all_pairs_flags_and_edges() {
         (37, 70, 130),
         (2, 9, 0),
         (64, 40, 3),
+        // Across the host's 64 × 128 blocks: partial blocks in both
+        // directions, a partial micro-tile and a partial depth slice.
+        (130, 137, 70),
     ];
     for (dt, out) in pairs {
         for &(m, n, k) in &dims {
