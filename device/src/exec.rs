@@ -470,7 +470,9 @@ fn run_tiles<const N: usize, const B: usize>(
                     let buf = bufs
                         .get(pattern.buf as usize)
                         .ok_or_else(|| fault(i, t, GmFault::Operand))?;
-                    if *stream {
+                    // Streamed: what to prefetch on the way (the next
+                    // tile's loads, at the body's last streaming store).
+                    let pf = stream.then(|| {
                         let mut pf = Prefetch::NONE;
                         if info.prefetch_at == Some(i as u32) && t + 1 < end {
                             let next = next_coord(c, g1, g2);
@@ -482,18 +484,14 @@ fn run_tiles<const N: usize, const B: usize>(
                                 }
                             }
                         }
-                        match scale {
-                            Some(v) => store_tile_scaled(pattern, c, buf, ub, *v, Some(&pf)),
-                            None => store_tile_streaming(pattern, c, buf, ub, &pf),
-                        }
-                        .map_err(|e| fault(i, t, e))?;
-                    } else {
-                        match scale {
-                            Some(v) => store_tile_scaled(pattern, c, buf, ub, *v, None),
-                            None => store_tile(pattern, c, buf, ub),
-                        }
-                        .map_err(|e| fault(i, t, e))?;
+                        pf
+                    });
+                    match (scale, &pf) {
+                        (Some(v), pf) => store_tile_scaled(pattern, c, buf, ub, *v, pf.as_ref()),
+                        (None, Some(pf)) => store_tile_streaming(pattern, c, buf, ub, pf),
+                        (None, None) => store_tile(pattern, c, buf, ub),
                     }
+                    .map_err(|e| fault(i, t, e))?;
                 }
                 VInstr::StoreAdd(pattern) => {
                     let buf = bufs

@@ -462,6 +462,31 @@ impl Geom {
         self.origin + r * self.rs
     }
 
+    /// True when non-temporal stores of `size`-byte elements suit the
+    /// valid box: contiguous columns, runs of at least [`STREAM_MIN_RUN`]
+    /// bytes, and rows apart in GM (rows that overlap, a row stride below
+    /// the width, keep plain stores, which keep their program order).
+    #[inline(always)]
+    fn streams(&self, size: usize) -> bool {
+        let overlapping = self.re > 1 && self.rs < self.ce;
+        self.re > 0
+            && self.ce > 0
+            && self.cs == 1
+            && !overlapping
+            && self.run_bytes(size) >= STREAM_MIN_RUN
+    }
+
+    /// Bytes of the longest run a store writes at once: the whole valid
+    /// box when it is contiguous, one row otherwise.
+    #[inline(always)]
+    fn run_bytes(&self, size: usize) -> usize {
+        if self.contiguous() {
+            self.re * self.ce * size
+        } else {
+            self.ce * size
+        }
+    }
+
     /// True when the valid box is one run of elements on both sides.
     #[inline(always)]
     fn contiguous(&self) -> bool {
@@ -968,11 +993,8 @@ pub fn store_tile_streaming(
     if !(1..=4).contains(&size) {
         return Err(GmFault::Operand);
     }
-    let run = if g.contiguous() { g.re * g.ce } else { g.ce } * size;
-    // Rows that overlap in GM (row stride below the width) keep plain
-    // stores, which keep their program order.
-    let overlapping = g.re > 1 && g.rs < g.ce;
-    if g.re == 0 || g.ce == 0 || g.cs != 1 || overlapping || run < STREAM_MIN_RUN {
+    let run = g.run_bytes(size);
+    if !g.streams(size) {
         match size {
             4 => store_t::<u32>(&g, buf, ub),
             2 => store_t::<u16>(&g, buf, ub),
@@ -1043,11 +1065,7 @@ pub fn store_tile_scaled(
     if g.re == 0 || g.ce == 0 {
         return Ok(());
     }
-    let run = if g.contiguous() { g.re * g.ce } else { g.ce } * 4;
-    // Rows that overlap in GM (row stride below the width) keep plain
-    // stores in program order.
-    let overlapping = g.re > 1 && g.rs < g.ce;
-    let stream = prefetch.filter(|_| !overlapping && run >= STREAM_MIN_RUN);
+    let stream = prefetch.filter(|_| g.streams(4));
     let mut cur = Cursor::new(stream.unwrap_or(&Prefetch::NONE), g.re * g.ce * 4);
     // SAFETY: `Geom::new` checked the UB box lies inside `ub`, and the
     // factors were checked above; `ub` is not written here.
