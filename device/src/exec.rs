@@ -19,8 +19,8 @@ use dvm_isa::verify::{LaunchError, UB_ALIGN};
 use dvm_isa::{DeviceLimits, KernelKind};
 
 use crate::gm::{
-    load_tile, load_tile_fused, load_tile_map, store_add_tile, store_tile, store_tile_scaled,
-    store_tile_streaming, BindError, GmBuf, GmFault, Launch, Prefetch,
+    load_tile, load_tile_fused, load_tile_map, load_tile_map_rows, store_add_tile, store_tile,
+    store_tile_scaled, store_tile_streaming, BindError, GmBuf, GmFault, Launch, Prefetch,
 };
 use crate::loadfold;
 use crate::predecode::{Program, VInstr};
@@ -424,6 +424,44 @@ fn run_tiles<const N: usize, const B: usize>(
             _ => None,
         }
     });
+    // After that instruction, the op on its folds and the scaled store, run
+    // with it a row at a time: its row handler, the op, and the store's
+    // pattern, index and streaming.
+    let load_rows = load_map.filter(|_| info.load_rows).and_then(|_| {
+        let at = load_fold?.0;
+        match (code.get(at + 2), code.get(at + 3), code.get(at + 4)) {
+            (
+                Some(VInstr::Ub(map)),
+                Some(VInstr::Ub(un)),
+                Some(VInstr::Store {
+                    pattern, stream, ..
+                }),
+            ) => Some((
+                (map.from_gm?, &map.args),
+                (un.handler, &un.args),
+                pattern,
+                at + 4,
+                *stream,
+            )),
+            _ => None,
+        }
+    });
+    // The next tile's loads, to prefetch while the streaming store at `i`
+    // writes tile `t` (at the body's last streaming store).
+    let prefetch = |i: usize, t: u32, c: [u32; 3]| {
+        let mut pf = Prefetch::NONE;
+        if info.prefetch_at == Some(i as u32) && t + 1 < end {
+            let next = next_coord(c, g1, g2);
+            for v in code {
+                if let VInstr::Load { pattern: lp, .. } = v {
+                    if let Some(lb) = bufs.get(lp.buf as usize) {
+                        pf.add_load(lp, next, lb);
+                    }
+                }
+            }
+        }
+        pf
+    };
     while t < end {
         if let Some(f) = &forward {
             if f.run_tile(code, bufs, c, ub.len(), (b, t))? {
@@ -445,6 +483,29 @@ fn run_tiles<const N: usize, const B: usize>(
                         .get(pattern.buf as usize)
                         .ok_or_else(|| fault(i, t, GmFault::Operand))?;
                     if let Some((_, handler, args)) = load_fold.filter(|l| l.0 == i) {
+                        if let (Some((fold, _)), Some((map, un, sp, si, stream))) =
+                            (load_map, load_rows)
+                        {
+                            let out = bufs
+                                .get(sp.buf as usize)
+                                .ok_or_else(|| fault(si, t, GmFault::Operand))?;
+                            let pf = stream.then(|| prefetch(si, t, c));
+                            if load_tile_map_rows(
+                                pattern,
+                                c,
+                                buf,
+                                ub,
+                                fold,
+                                map,
+                                un,
+                                (sp, out, pf.as_ref()),
+                            )
+                            .map_err(|e| fault(i, t, e))?
+                            {
+                                skip_to = i + 5;
+                                continue;
+                            }
+                        }
                         if let Some((fold, map)) = load_map {
                             if load_tile_map(pattern, c, buf, ub, fold, map)
                                 .map_err(|e| fault(i, t, e))?
@@ -472,20 +533,7 @@ fn run_tiles<const N: usize, const B: usize>(
                         .ok_or_else(|| fault(i, t, GmFault::Operand))?;
                     // Streamed: what to prefetch on the way (the next
                     // tile's loads, at the body's last streaming store).
-                    let pf = stream.then(|| {
-                        let mut pf = Prefetch::NONE;
-                        if info.prefetch_at == Some(i as u32) && t + 1 < end {
-                            let next = next_coord(c, g1, g2);
-                            for v in code {
-                                if let VInstr::Load { pattern: lp, .. } = v {
-                                    if let Some(lb) = bufs.get(lp.buf as usize) {
-                                        pf.add_load(lp, next, lb);
-                                    }
-                                }
-                            }
-                        }
-                        pf
-                    });
+                    let pf = stream.then(|| prefetch(i, t, c));
                     match (scale, &pf) {
                         (Some(v), pf) => store_tile_scaled(pattern, c, buf, ub, *v, pf.as_ref()),
                         (None, Some(pf)) => store_tile_streaming(pattern, c, buf, ub, pf),

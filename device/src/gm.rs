@@ -729,6 +729,119 @@ pub fn load_tile_map(
     Ok(true)
 }
 
+/// How many rows [`load_tile_map_rows`] runs at a time.
+const PIPE_ROWS: usize = 1;
+
+/// [`load_tile_map`] followed by `unary` on the map's row folds and the
+/// scaled store of the map's box through `sp` into `out` (with the factors
+/// `unary` writes), run [`PIPE_ROWS`] rows at a time
+/// ([`crate::loadfold::plan_rows`]): the same bytes in UB and global
+/// memory as the three over the whole tile, each row stored while it is in
+/// L1. Runs when the loaded tile is one contiguous, aligned run and the
+/// stored box is the whole tile with rows apart; returns `false`, having
+/// done nothing, otherwise, or when the store would fault (the
+/// instructions one by one then report it). With `prefetch`, long rows go
+/// out with non-temporal stores, prefetching it on the way, as
+/// [`store_tile_scaled`] does.
+///
+/// # Errors
+/// A [`GmFault`] if the loaded box leaves `buf` or `ub`; nothing is
+/// written then.
+#[allow(clippy::too_many_arguments)]
+#[inline]
+pub fn load_tile_map_rows(
+    p: &GmPattern,
+    coord: [u32; 3],
+    buf: &GmBuf<'_>,
+    ub: &mut [u8],
+    fold: (crate::ops::GmHandler, &crate::ops::UbArgs),
+    map: (crate::ops::GmHandler, &crate::ops::UbArgs),
+    unary: (crate::ops::Handler, &crate::ops::UbArgs),
+    (sp, out, prefetch): (&GmPattern, &GmBuf<'_>, Option<&Prefetch>),
+) -> Result<bool, GmFault> {
+    let Some(src) = full_run(p, coord, buf, ub.len())? else {
+        return Ok(false);
+    };
+    let (m, u) = (map.1, unary.1);
+    let (rows, cols) = (m.n as usize, m.cols as usize);
+    let Ok(g) = Geom::new(sp, coord, out.len, ub.len()) else {
+        return Ok(false);
+    };
+    let row_bytes = cols * 4;
+    let factors_end = (u.dst as usize).checked_add(rows * 4);
+    let fits = out.writable
+        && sp.dtype == DType::F32
+        && p.dtype == DType::F32
+        && g.re == rows
+        && g.ce == cols
+        && g.cs == 1
+        && (rows <= 1 || g.rs >= cols)
+        && src.len() == rows * row_bytes
+        && g.ub == m.dst as usize
+        && g.pitch == cols
+        && u.dst.is_multiple_of(4)
+        && factors_end.is_some_and(|e| e <= ub.len());
+    if !fits || rows == 0 || cols == 0 {
+        return Ok(false);
+    }
+    let at = fold.1.dst as usize;
+    let Some(folds) = ub.get_mut(at..at + fold.1.n as usize * 4) else {
+        return Ok(false);
+    };
+    (fold.0)(folds, src, &[], fold.1);
+    let stream = prefetch.filter(|_| g.streams(4));
+    let mut cur = Cursor::new(stream.unwrap_or(&Prefetch::NONE), rows * row_bytes);
+    let gm = out.ptr.cast::<f32>();
+    let mut r0 = 0;
+    while r0 < rows {
+        let k = (rows - r0).min(PIPE_ROWS);
+        // Rows of operands the whole-tile instructions were checked
+        // against: none of these offsets overflows.
+        let (rb, fb) = ((r0 * row_bytes) as u32, (r0 * 4) as u32);
+        let ma = crate::ops::UbArgs {
+            n: k as u32,
+            dst: m.dst + rb,
+            a: m.a.wrapping_add(rb),
+            b: m.b + fb,
+            c: m.c + fb,
+            ..*m
+        };
+        (map.0)(ub, &src[r0 * row_bytes..(r0 + k) * row_bytes], &[], &ma);
+        let ua = crate::ops::UbArgs {
+            n: k as u32,
+            dst: u.dst + fb,
+            a: u.a + fb,
+            ..*u
+        };
+        (unary.0)(ub, &ua);
+        for r in r0..r0 + k {
+            // SAFETY: `Geom::new` checked the UB box (`rows × pitch` from
+            // `g.ub`) lies inside `ub` and row `r < re` inside the GM box
+            // of the writable `out`; the factors were checked above; UB
+            // and GM do not overlap.
+            unsafe {
+                let f = ub
+                    .as_ptr()
+                    .add(u.dst as usize + 4 * r)
+                    .cast::<f32>()
+                    .read_unaligned();
+                let x = ub.as_ptr().add(g.ub + r * row_bytes).cast::<f32>();
+                let dst = gm.add(g.row(r));
+                if stream.is_some() {
+                    stream_scaled(dst, x, cols, f, &mut cur);
+                } else {
+                    scale_run(dst, x, cols, f);
+                }
+            }
+        }
+        r0 += k;
+    }
+    if stream.is_some() {
+        stream_fence();
+    }
+    Ok(true)
+}
+
 /// Stores the valid box of tile `coord` from `ub` through `p` into `buf`.
 /// Where several elements of the box map to one address (stride 0), the
 /// last in row-major order wins.

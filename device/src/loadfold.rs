@@ -23,7 +23,9 @@
 //! overlaps no writable buffer: the fused pass reads the tile as a slice.
 
 use crate::gm::GmBuf;
-use crate::ops::GmShape;
+use dvm_isa::DType;
+
+use crate::ops::{GmShape, Peep};
 use crate::predecode::VInstr;
 
 /// The index of the load that starts a fusable pair in body `code` (the
@@ -79,6 +81,45 @@ pub fn plan_map(code: &[VInstr], at: u8) -> bool {
         && a.n == p.rows
         && a.cols == p.cols
         && p.pitch == p.cols
+}
+
+/// Whether the three instructions after the fused pair at `at` (see
+/// [`plan_map`], which must hold) may run a row at a time
+/// ([`crate::gm::load_tile_map_rows`]): the map folds each row of its box
+/// into sums (`args.c`; a softmax's exponentials and their row sums), then
+/// an element-wise `f32` op turns the sums into factors in place, then a
+/// scaled store writes the box out with row `r` multiplied by factor `r`.
+/// Row `r` of each only reads row `r` of the one before (the map reads its
+/// row value `r` before it writes sum `r`, which may be the same element),
+/// so running the three on one row, then the next, leaves the same bytes
+/// in UB and in global memory as running each over the whole tile. The
+/// store then writes each row while it is still in L1.
+pub fn plan_rows(code: &[VInstr], at: u8) -> bool {
+    let at = at as usize;
+    let (
+        Some(VInstr::Ub(map)),
+        Some(VInstr::Ub(un)),
+        Some(VInstr::Store {
+            pattern: sp,
+            scale: Some(factors),
+            ..
+        }),
+    ) = (code.get(at + 2), code.get(at + 3), code.get(at + 4))
+    else {
+        return false;
+    };
+    let (m, u) = (&map.args, &un.args);
+    matches!(un.peep, Peep::Unary(DType::F32) | Peep::Exp(DType::F32))
+        && u.a == m.c
+        && u.dst == m.c
+        && u.n == m.n
+        && *factors == m.c
+        && sp.dtype == DType::F32
+        && sp.ub == m.dst
+        && sp.rows == m.n
+        && sp.pitch == m.cols
+        && sp.cols == m.cols
+        && sp.col_stride == 1
 }
 
 /// Whether the load at `at` of `code` may run fused under `bufs`: its

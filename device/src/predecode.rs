@@ -77,6 +77,10 @@ pub struct BodyInfo {
     /// from global memory, so full tiles skip the copy into UB
     /// ([`crate::loadfold::plan_map`]).
     pub load_map: bool,
+    /// Whether, after that instruction, an element-wise op on its row folds
+    /// and a scaled store of its box run with it a few rows at a time
+    /// ([`crate::loadfold::plan_rows`]).
+    pub load_rows: bool,
     start: u32,
     len: u32,
 }
@@ -439,6 +443,9 @@ impl<const N: usize, const B: usize> Program<N, B> {
                 forward,
                 load_fold,
                 load_map: load_fold.is_some_and(|at| loadfold::plan_map(code, at)),
+                load_rows: load_fold.is_some_and(|at| {
+                    loadfold::plan_map(code, at) && loadfold::plan_rows(code, at)
+                }),
                 start,
                 len: end - start,
             });
@@ -510,6 +517,7 @@ impl<const N: usize, const B: usize> Program<N, B> {
         for b in self.bodies.iter_mut() {
             b.load_fold = None;
             b.load_map = false;
+            b.load_rows = false;
         }
     }
 
@@ -519,6 +527,17 @@ impl<const N: usize, const B: usize> Program<N, B> {
     pub fn disable_load_map(&mut self) {
         for b in self.bodies.iter_mut() {
             b.load_map = false;
+            b.load_rows = false;
+        }
+    }
+
+    /// Keeps the map after the fused load and fold reading global memory,
+    /// but runs it, the op on its folds and the scaled store each over the
+    /// whole tile ([`crate::loadfold::plan_rows`]): the same results, for
+    /// comparisons and benchmarks.
+    pub fn disable_load_rows(&mut self) {
+        for b in self.bodies.iter_mut() {
+            b.load_rows = false;
         }
     }
 }

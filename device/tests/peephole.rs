@@ -370,16 +370,31 @@ fn softmax_middle_fuses_with_the_same_bytes() {
     }
 }
 
-/// Runs kernel 0 with the peephole on, the loaded tile read from global
-/// memory by the softmax superinstruction or copied into UB first
-/// (`Program::disable_load_map`): outputs, and whether that was planned.
-fn run_map(bytes: &[u8], x: &Buf, len: usize, map: bool) -> (Buf, bool) {
+/// How [`run_map`] runs a softmax's full tiles.
+#[derive(Clone, Copy, Debug)]
+enum Map {
+    /// Read from global memory by the superinstruction, then it, the
+    /// reciprocals and the scaled store a row at a time (the default).
+    Rows,
+    /// Read from global memory, each instruction over the whole tile
+    /// (`Program::disable_load_rows`).
+    Tile,
+    /// Copied into UB first (`Program::disable_load_map`).
+    Copied,
+}
+
+/// Runs kernel 0 with the peephole on and its full tiles run as `map`
+/// says: outputs, and whether the load map and the rows were planned.
+fn run_map(bytes: &[u8], x: &Buf, len: usize, map: Map) -> (Buf, bool, bool) {
     let m = Module::parse(bytes).unwrap();
     let vk = verify_kernel(&m, 0, &DeviceLimits::DEFAULT).unwrap();
     let mut prog: Program = Program::new(&vk).unwrap();
-    let planned = prog.body_info(0).unwrap().load_map;
-    if !map {
-        prog.disable_load_map();
+    let info = prog.body_info(0).unwrap();
+    let planned = (info.load_map, info.load_rows);
+    match map {
+        Map::Rows => {}
+        Map::Tile => prog.disable_load_rows(),
+        Map::Copied => prog.disable_load_map(),
     }
     let mut out = Buf::zeroed(len);
     let launch = Launch::new(
@@ -393,7 +408,7 @@ fn run_map(bytes: &[u8], x: &Buf, len: usize, map: bool) -> (Buf, bool) {
     let mut ub = ub();
     run_all_blocks_sequentially(&prog, &launch, 2, ub.as_mut_slice()).unwrap();
     drop(launch);
-    (out, planned)
+    (out, planned.0, planned.1)
 }
 
 #[test]
@@ -408,7 +423,8 @@ fn softmax_tiles_read_from_global_memory_give_the_same_bytes() {
         -1e30,
         1e30,
     ];
-    // Full tiles and tails (those copy into UB), rows of every width class.
+    // Full tiles and tails (those copy into UB), rows of every width class;
+    // 5470 rows of 768 (over 16 MiB) store with non-temporal stores.
     for shape in [
         (4, 96, 10),
         (3, 7, 3),
@@ -416,6 +432,7 @@ fn softmax_tiles_read_from_global_memory_give_the_same_bytes() {
         (8, 256, 16),
         (21, 768, 43),
         (70, 16, 150),
+        (21, 768, 5470),
     ] {
         let (_, cols, total) = shape;
         let n = (total * cols) as usize;
@@ -428,9 +445,10 @@ fn softmax_tiles_read_from_global_memory_give_the_same_bytes() {
         let x = Buf::from_f32(&v);
         for sums in [Sums::OverMaxima, Sums::Apart] {
             let bytes = softmax_module(DType::F32, shape, sums);
-            let (from_gm, planned) = run_map(&bytes, &x, n * 4, true);
-            assert!(planned, "{shape:?} {sums:?}: not planned");
-            let (copied, _) = run_map(&bytes, &x, n * 4, false);
+            let (rows, planned, by_rows) = run_map(&bytes, &x, n * 4, Map::Rows);
+            assert!(planned && by_rows, "{shape:?} {sums:?}: not planned");
+            let (from_gm, ..) = run_map(&bytes, &x, n * 4, Map::Tile);
+            let (copied, ..) = run_map(&bytes, &x, n * 4, Map::Copied);
             let (plain, _) = run(&bytes, &x, 1, n * 4, false);
             let same = |a: &Buf, b: &Buf| {
                 a.f32s()
@@ -438,6 +456,10 @@ fn softmax_tiles_read_from_global_memory_give_the_same_bytes() {
                     .zip(b.f32s())
                     .all(|(p, q)| p.to_bits() == q.to_bits() || (p.is_nan() && q.is_nan()))
             };
+            assert!(
+                same(&rows, &from_gm),
+                "{shape:?} {sums:?}: by rows differs from by tiles"
+            );
             assert!(
                 same(&from_gm, &copied),
                 "{shape:?} {sums:?}: differs from the copy"
@@ -451,7 +473,7 @@ fn softmax_tiles_read_from_global_memory_give_the_same_bytes() {
     // Not in place (`exp` into another tile): the copy stays.
     let bytes = softmax_module(DType::F32, (4, 96, 8), Sums::ExpElsewhere);
     let x = Buf::from_f32(&rng.f32s(4 * 96 * 2, -3.0, 3.0));
-    assert!(!run_map(&bytes, &x, 4 * 96 * 2 * 4, true).1);
+    assert!(!run_map(&bytes, &x, 4 * 96 * 2 * 4, Map::Rows).1);
 }
 
 /// `load x; rsum s ← x; recip s; brccol t ← s; x · t; store` (rows

@@ -185,6 +185,62 @@ fn exp_bound() {
     );
 }
 
+/// `exp_map` gives `exp`'s bits block by block: over the sweep in its
+/// order (blocks of every mix of fast, subnormal, overflowing and NaN
+/// results), over blocks that are all in the fast range but for one
+/// element at each position, and with a function before it.
+#[test]
+fn exp_map_is_exp() {
+    let same = |a: f32, b: f32| a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan());
+    let xs: std::vec::Vec<f32> = sweep().collect();
+    let mut got = std::vec![0f32; xs.len()];
+    exp_map(&mut got, &xs, |x| x);
+    for (&x, &g) in xs.iter().zip(&got) {
+        assert!(
+            same(g, exp(x)),
+            "exp_map({x:e}) = {g:e}, exp = {:e}",
+            exp(x)
+        );
+    }
+    // A sweep of the range that takes the integer scaling, sorted so that
+    // whole blocks do, with one outsider moved through a block.
+    let fast: std::vec::Vec<f32> = (0..EXP_BLOCK * 40)
+        .map(|i| -86.5 + 174.5 * i as f32 / (EXP_BLOCK * 40) as f32)
+        .collect();
+    for outsider in [
+        f32::NAN,
+        -87.5,
+        -100.0,
+        88.5,
+        f32::NEG_INFINITY,
+        f32::INFINITY,
+    ] {
+        for at in [
+            0,
+            1,
+            EXP_BLOCK / 2,
+            EXP_BLOCK - 1,
+            EXP_BLOCK,
+            3 * EXP_BLOCK + 5,
+        ] {
+            let mut x = fast.clone();
+            x[at] = outsider;
+            let n = x.len() - at % 7; // a tail block too
+            let mut got = std::vec![0f32; n];
+            exp_map(&mut got, &x[..n], |v| v * 1.0);
+            for (&x, &g) in x.iter().zip(&got) {
+                assert!(same(g, exp(x)), "exp_map({x:e}) = {g:e}");
+            }
+        }
+    }
+    // With a function before it: `exp(x − 3)`.
+    let mut got = std::vec![0f32; fast.len()];
+    exp_map(&mut got, &fast, |x| x - 3.0);
+    for (&x, &g) in fast.iter().zip(&got) {
+        assert!(same(g, exp(x - 3.0)), "exp({x:e} − 3) = {g:e}");
+    }
+}
+
 #[test]
 fn log_bound() {
     let m = max_ulp("log", log, f64::ln, |x| x > 0.0 && x.is_finite());

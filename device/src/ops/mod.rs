@@ -186,6 +186,9 @@ pub enum Peep {
     Exp(DType),
     /// A sum along columns of this dtype.
     SumCols(DType),
+    /// Another element-wise unary op of this float dtype: each element of
+    /// its result depends only on the element at the same index.
+    Unary(DType),
 }
 
 /// The binary ops a column broadcast can feed.
@@ -672,6 +675,12 @@ pub fn resolve_with(instr: &Instr, simd: Simd) -> Option<UbOp> {
         I::Max { dt, .. } if dt != DType::Bool => Peep::Binary(BinKind::Max, dt),
         I::Min { dt, .. } if dt != DType::Bool => Peep::Binary(BinKind::Min, dt),
         I::Exp { dt, .. } => Peep::Exp(dt),
+        I::Log { dt, .. }
+        | I::Sqrt { dt, .. }
+        | I::Rsqrt { dt, .. }
+        | I::Recip { dt, .. }
+        | I::Tanh { dt, .. }
+        | I::Sigmoid { dt, .. } => Peep::Unary(dt),
         I::ReduceSum {
             dt,
             axis: Axis::Cols,

@@ -32,6 +32,21 @@ pub(crate) trait Kern<C: Copy>: Copy {
             *x = self.f(*x);
         }
     }
+    /// `dst[i] = f(a(src[i]))` (equal lengths): [`Then`]'s slice kernel,
+    /// which the second function may override.
+    #[inline(always)]
+    fn run_after<A: Kern<C>>(&self, a: &A, dst: &mut [C], src: &[C]) {
+        for (d, s) in dst.iter_mut().zip(src) {
+            *d = self.f(a.f(*s));
+        }
+    }
+    /// `xs[i] = f(a(xs[i]))`.
+    #[inline(always)]
+    fn run_after_inplace<A: Kern<C>>(&self, a: &A, xs: &mut [C]) {
+        for x in xs {
+            *x = self.f(a.f(*x));
+        }
+    }
 }
 
 /// Runs `k` over `n` elements from byte offset `src` to `dst` (identical or
@@ -223,6 +238,14 @@ impl<C: Copy, A: Kern<C>, B: Kern<C>> Kern<C> for Then<A, B> {
     fn f(&self, x: C) -> C {
         self.1.f(self.0.f(x))
     }
+    #[inline(always)]
+    fn run(&self, dst: &mut [C], src: &[C]) {
+        self.1.run_after(&self.0, dst, src);
+    }
+    #[inline(always)]
+    fn run_inplace(&self, xs: &mut [C]) {
+        self.1.run_after_inplace(&self.0, xs);
+    }
 }
 
 /// Rows per chunk of [`col_map_fold`]: the column values and the folds of
@@ -409,10 +432,50 @@ kern!(
         i32 => |x| x.max(0);
     }
 );
-kern!(
-    /// [`math::exp`].
-    Exp { f32 => |x| math::exp(x); }
-);
+/// [`math::exp`]; over slices [`math::exp_map`] (the same bits).
+#[derive(Clone, Copy, Default)]
+pub(crate) struct Exp;
+
+impl Kern<f32> for Exp {
+    #[inline(always)]
+    fn f(&self, x: f32) -> f32 {
+        math::exp(x)
+    }
+    #[inline(always)]
+    fn run(&self, dst: &mut [f32], src: &[f32]) {
+        math::exp_map(dst, src, |x| x);
+    }
+    #[inline(always)]
+    fn run_inplace(&self, xs: &mut [f32]) {
+        self.run_after_inplace(&Id, xs);
+    }
+    #[inline(always)]
+    fn run_after<A: Kern<f32>>(&self, a: &A, dst: &mut [f32], src: &[f32]) {
+        math::exp_map(dst, src, |x| a.f(x));
+    }
+    /// Through a copy of each block: [`math::exp_map`] may read its
+    /// source twice.
+    #[inline(always)]
+    fn run_after_inplace<A: Kern<f32>>(&self, a: &A, xs: &mut [f32]) {
+        let mut copy = [0f32; math::EXP_BLOCK];
+        for b in xs.chunks_mut(math::EXP_BLOCK) {
+            let c = &mut copy[..b.len()];
+            c.copy_from_slice(b);
+            math::exp_map(b, c, |x| a.f(x));
+        }
+    }
+}
+
+/// The identity.
+#[derive(Clone, Copy, Default)]
+struct Id;
+
+impl Kern<f32> for Id {
+    #[inline(always)]
+    fn f(&self, x: f32) -> f32 {
+        x
+    }
+}
 kern!(
     /// [`math::log`].
     Log { f32 => |x| math::log(x); }
