@@ -161,9 +161,11 @@ pub fn exp(x: f32) -> f32 {
 /// and adding `n` to `y`'s exponent field gives it exactly, as the two
 /// exact multiplications do. So each block of [`EXP_BLOCK`] elements is
 /// computed that way, one integer addition instead of two multiplications
-/// and five integer steps, while the loop keeps the least and greatest
-/// `t = M + n`; when either is outside that range (a NaN's `t` is too: it
-/// is no such integer), the block is computed again by [`exp`]. The one
+/// and five integer steps, and without [`exp`]'s clamps (no-ops in that
+/// range), while the loop keeps the least and greatest `t = M + n`. When
+/// either is outside the range (so is the `t` of a NaN, an infinity or any
+/// `x` the clamps would have moved: no such integer), the block is
+/// computed again by [`exp`]. The one
 /// branch is per block, on what the block held, never on an element; the
 /// vector units run the rest. A softmax's `exp(x − max)` stays in the
 /// fast range unless its row spans more than 86 (a masked position,
@@ -174,7 +176,8 @@ pub fn exp_map(dst: &mut [f32], src: &[f32], pre: impl Fn(f32) -> f32) {
     for (d, s) in dst.chunks_mut(EXP_BLOCK).zip(src.chunks(EXP_BLOCK)) {
         let (mut lo, mut hi) = (u32::MAX, 0u32);
         for (d, &x) in d.iter_mut().zip(s) {
-            let (y, Pow2(t)) = exp_parts(pre(x), -104.0);
+            // Unclamped: the clamps change nothing in the range kept.
+            let (y, Pow2(t)) = exp_reduced(pre(x));
             // `(M + n) << 23` wraps to `n << 23`: `M`'s low 9 bits are 0.
             *d = f32::from_bits(y.to_bits().wrapping_add(t << 23));
             lo = lo.min(t);
@@ -195,13 +198,22 @@ pub const EXP_BLOCK: usize = 256;
 /// clamping of `x` to `[lo, 89]`; `lo ≥ −120` keeps `n ∈ -174..=128`.
 #[inline(always)]
 fn exp_parts(x: f32, lo: f32) -> (f32, Pow2) {
+    // NaN-preserving clamps (a NaN compares false and stays).
+    let x = sel(x > 89.0, 89.0, x);
+    let x = sel(x < lo, lo, x);
+    exp_reduced(x)
+}
+
+/// [`exp_parts`] without the clamps: `y` and `t = n + MAGIC` (as bits)
+/// for any `x`. For `x` outside `[lo, 89]` (or NaN) both are meaningless,
+/// except that then `t` is not `M + n` for any `n ∈ −125..=127` (see
+/// [`exp_map`]); inside, the clamps change nothing.
+#[inline(always)]
+fn exp_reduced(x: f32) -> (f32, Pow2) {
     const LOG2E: f32 = core::f32::consts::LOG2_E;
     const C1: f32 = 0.693_359_4; // 355/512, exact
     const C2: f32 = -2.121_944_4e-4;
     const MAGIC: f32 = 12_582_912.0; // 1.5·2^23: adding it rounds to an integer
-                                     // NaN-preserving clamps (a NaN compares false and stays).
-    let x = sel(x > 89.0, 89.0, x);
-    let x = sel(x < lo, lo, x);
     let t = mul_add(x, LOG2E, MAGIC);
     let nf = t - MAGIC;
     let r = mul_add(-nf, C2, mul_add(-nf, C1, x));
