@@ -437,7 +437,7 @@ fn run_tiles<const N: usize, const B: usize>(
                     pattern, stream, ..
                 }),
             ) => Some((
-                (map.from_gm?, &map.args),
+                ((map.from_gm?, &map.args), map.from_gm_row?),
                 (un.handler, &un.args),
                 pattern,
                 at + 4,

@@ -729,20 +729,19 @@ pub fn load_tile_map(
     Ok(true)
 }
 
-/// How many rows [`load_tile_map_rows`] runs at a time.
-const PIPE_ROWS: usize = 1;
-
 /// [`load_tile_map`] followed by `unary` on the map's row folds and the
 /// scaled store of the map's box through `sp` into `out` (with the factors
-/// `unary` writes), run [`PIPE_ROWS`] rows at a time
-/// ([`crate::loadfold::plan_rows`]): the same bytes in UB and global
-/// memory as the three over the whole tile, each row stored while it is in
-/// L1. Runs when the loaded tile is one contiguous, aligned run and the
-/// stored box is the whole tile with rows apart; returns `false`, having
-/// done nothing, otherwise, or when the store would fault (the
-/// instructions one by one then report it). With `prefetch`, long rows go
-/// out with non-temporal stores, prefetching it on the way, as
-/// [`store_tile_scaled`] does.
+/// `unary` writes), run a row at a time ([`crate::loadfold::plan_rows`]):
+/// the same bytes in UB and global memory as the three over the whole
+/// tile. `map` is the map's handler over whole rows, `row_map` its
+/// [`crate::ops::RowHandler`]. With plain stores, `row_map` computes row
+/// `r` while it stores row `r − 1`, the stores overlapping the arithmetic;
+/// with `prefetch` (long rows go out with non-temporal stores, prefetching
+/// it on the way, as in [`store_tile_scaled`]), each row is stored right
+/// after `map` computes it. Runs when the loaded tile is one contiguous,
+/// aligned run and the stored box is the whole tile with rows apart and
+/// aligned; returns `false`, having done nothing, otherwise, or when the
+/// store would fault (the instructions one by one then report it).
 ///
 /// # Errors
 /// A [`GmFault`] if the loaded box leaves `buf` or `ub`; nothing is
@@ -755,7 +754,10 @@ pub fn load_tile_map_rows(
     buf: &GmBuf<'_>,
     ub: &mut [u8],
     fold: (crate::ops::GmHandler, &crate::ops::UbArgs),
-    map: (crate::ops::GmHandler, &crate::ops::UbArgs),
+    (map, row_map): (
+        (crate::ops::GmHandler, &crate::ops::UbArgs),
+        crate::ops::RowHandler,
+    ),
     unary: (crate::ops::Handler, &crate::ops::UbArgs),
     (sp, out, prefetch): (&GmPattern, &GmBuf<'_>, Option<&Prefetch>),
 ) -> Result<bool, GmFault> {
@@ -770,6 +772,7 @@ pub fn load_tile_map_rows(
     let row_bytes = cols * 4;
     let factors_end = (u.dst as usize).checked_add(rows * 4);
     let fits = out.writable
+        && (out.ptr as usize).is_multiple_of(4)
         && sp.dtype == DType::F32
         && p.dtype == DType::F32
         && g.re == rows
@@ -792,52 +795,76 @@ pub fn load_tile_map_rows(
     let stream = prefetch.filter(|_| g.streams(4));
     let mut cur = Cursor::new(stream.unwrap_or(&Prefetch::NONE), rows * row_bytes);
     let gm = out.ptr.cast::<f32>();
-    let mut r0 = 0;
-    while r0 < rows {
-        let k = (rows - r0).min(PIPE_ROWS);
-        // Rows of operands the whole-tile instructions were checked
-        // against: none of these offsets overflows.
-        let (rb, fb) = ((r0 * row_bytes) as u32, (r0 * 4) as u32);
+    let factor = |ub: &[u8], r: usize| {
+        let at = u.dst as usize + 4 * r;
+        ub.get(at..at + 4)
+            .map_or(0.0, |b| f32::from_ne_bytes([b[0], b[1], b[2], b[3]]))
+    };
+    // Row `r` of the map's and the unary's operands: sub-ranges of those
+    // the whole-tile instructions were checked against (no overflow).
+    let row_args = |r: usize| {
+        let (rb, fb) = ((r * row_bytes) as u32, (r * 4) as u32);
         let ma = crate::ops::UbArgs {
-            n: k as u32,
+            n: 1,
             dst: m.dst + rb,
             a: m.a.wrapping_add(rb),
             b: m.b + fb,
             c: m.c + fb,
             ..*m
         };
-        (map.0)(ub, &src[r0 * row_bytes..(r0 + k) * row_bytes], &[], &ma);
         let ua = crate::ops::UbArgs {
-            n: k as u32,
+            n: 1,
             dst: u.dst + fb,
             a: u.a + fb,
             ..*u
         };
-        (unary.0)(ub, &ua);
-        for r in r0..r0 + k {
-            // SAFETY: `Geom::new` checked the UB box (`rows × pitch` from
-            // `g.ub`) lies inside `ub` and row `r < re` inside the GM box
-            // of the writable `out`; the factors were checked above; UB
-            // and GM do not overlap.
-            unsafe {
-                let f = ub
-                    .as_ptr()
-                    .add(u.dst as usize + 4 * r)
-                    .cast::<f32>()
-                    .read_unaligned();
-                let x = ub.as_ptr().add(g.ub + r * row_bytes).cast::<f32>();
-                let dst = gm.add(g.row(r));
-                if stream.is_some() {
-                    stream_scaled(dst, x, cols, f, &mut cur);
-                } else {
-                    scale_run(dst, x, cols, f);
-                }
-            }
+        (ma, ua)
+    };
+    let row = |r: usize| &src[r * row_bytes..(r + 1) * row_bytes];
+    // SAFETY (for the callers): `Geom::new` checked that the UB box
+    // (`rows × pitch` from `g.ub`) lies inside `ub` and row `r < re` of
+    // `cols` elements at `row(r)` inside the writable `out`; the factors
+    // were checked above; UB and GM do not overlap.
+    let store_row = |ub: &[u8], r: usize, cur: &mut Cursor<'_>| unsafe {
+        let f = ub
+            .as_ptr()
+            .add(u.dst as usize + 4 * r)
+            .cast::<f32>()
+            .read_unaligned();
+        let x = ub.as_ptr().add(g.ub + r * row_bytes).cast::<f32>();
+        let dst = gm.add(g.row(r));
+        if stream.is_some() {
+            stream_scaled(dst, x, cols, f, cur);
+        } else {
+            scale_run(dst, x, cols, f);
         }
-        r0 += k;
-    }
+    };
     if stream.is_some() {
+        // Streamed, each row goes out right after it is computed (stores
+        // woven into the next row's loop were slower, `crate::ops::rowpipe`).
+        for r in 0..rows {
+            let (ma, ua) = row_args(r);
+            (map.0)(ub, row(r), &[], &ma);
+            (unary.0)(ub, &ua);
+            store_row(ub, r, &mut cur);
+        }
         stream_fence();
+    } else {
+        for r in 0..rows {
+            let (ma, ua) = row_args(r);
+            let store = r.checked_sub(1).map(|q| crate::ops::ScaledRow {
+                // SAFETY: as for `store_row`; rows are apart (`rs ≥ cols`)
+                // and `out` is 4-aligned (checked above), and only this
+                // slice touches these bytes while it lives (other blocks
+                // write other tiles).
+                dst: unsafe { core::slice::from_raw_parts_mut(gm.add(g.row(q)), cols) },
+                src: ma.dst - row_bytes as u32,
+                f: factor(ub, q),
+            });
+            row_map(ub, row(r), &ma, store);
+            (unary.0)(ub, &ua);
+        }
+        store_row(ub, rows - 1, &mut cur);
     }
     Ok(true)
 }

@@ -23,8 +23,8 @@
 use dvm_isa::DType;
 
 use crate::ops::{
-    binary_col_handler, col_exp_sum_gm_handler, col_exp_sum_handler, BinKind, Footprint, Peep,
-    Simd, UbArgs, UbOp,
+    binary_col_handler, col_exp_sum_gm_handler, col_exp_sum_handler, col_exp_sum_row_handler,
+    BinKind, Footprint, Peep, Simd, UbArgs, UbOp,
 };
 use crate::predecode::VInstr;
 
@@ -141,6 +141,7 @@ fn fuse(brc: &UbOp, bin: &UbOp, simd: Simd) -> Option<(UbOp, (u32, u32))> {
         gm: None,
         peep: Peep::BinaryCol(op, dt, col_first),
         from_gm: None,
+        from_gm_row: None,
         foot: Footprint {
             read: (or.0.min(vr.0), or.1.max(vr.1)),
             write: dr,
@@ -189,6 +190,7 @@ fn fuse_exp_sum(bc: &UbOp, exp: &UbOp, sum: &UbOp, simd: Simd) -> Option<UbOp> {
         gm: None,
         peep: Peep::None,
         from_gm: col_exp_sum_gm_handler(simd, op, dt, col_first),
+        from_gm_row: col_exp_sum_row_handler(simd, op, dt, col_first),
         // It also writes the sums: `write` lists only the tile, which makes
         // any later liveness scan more conservative, never less (it is
         // built after the pair scans of this body).

@@ -40,6 +40,7 @@ mod cast;
 mod compare;
 mod ew;
 mod matmul;
+mod rowpipe;
 pub mod simd;
 mod tile2d;
 mod ub;
@@ -54,6 +55,8 @@ use self::binary::{binary, binary_gm, Add, And, Div, Max, Min, Mul, Or, Pow, Squ
 use self::cast::{cast, copy, fill, iota};
 use self::compare::{compare, compare_s, isfinite, select, Eq, Ge, Gt, Le, Lt, Ne};
 use self::matmul::matmul;
+use self::rowpipe::col_map_fold_row;
+pub use self::rowpipe::{RowHandler, ScaledRow};
 use self::simd::pick;
 pub use self::simd::Simd;
 use self::tile2d::{
@@ -162,6 +165,9 @@ pub struct UbOp {
     /// `handler(ub, box, _, args)`, for the loaded tile `box`
     /// (`crate::loadfold`; the softmax superinstruction).
     pub from_gm: Option<GmHandler>,
+    /// [`UbOp::from_gm`] one row at a time, storing a scaled row on the
+    /// way (the softmax superinstruction; `crate::loadfold::plan_rows`).
+    pub from_gm_row: Option<RowHandler>,
     /// The UB bytes it reads (one hull over every read range) and writes.
     /// The softmax superinstruction also writes its row sums outside
     /// `write`; it is built after every liveness scan of its body, and a
@@ -694,6 +700,7 @@ pub fn resolve_with(instr: &Instr, simd: Simd) -> Option<UbOp> {
         gm: resolve_gm(instr, simd),
         peep,
         from_gm: None,
+        from_gm_row: None,
         foot: Footprint::of(instr),
     })
 }
@@ -837,6 +844,24 @@ pub fn col_exp_sum_gm_handler(
     match (op, dt, col_first) {
         (BinKind::Sub, DType::F32, false) => {
             Some(pick!(@gm s, col_map_fold_gm::<Sub, Exp, Sum, false>))
+        }
+        _ => None,
+    }
+}
+
+/// [`col_exp_sum_gm_handler`] one row at a time, weaving the scaled store
+/// of another row into its loop (`rowpipe::col_map_fold_row`): the same
+/// row, the same bytes.
+pub fn col_exp_sum_row_handler(
+    simd: Simd,
+    op: BinKind,
+    dt: DType,
+    col_first: bool,
+) -> Option<RowHandler> {
+    let s = simd;
+    match (op, dt, col_first) {
+        (BinKind::Sub, DType::F32, false) => {
+            Some(pick!(@row s, col_map_fold_row::<Sub, Exp, Sum, false>))
         }
         _ => None,
     }

@@ -103,13 +103,17 @@ impl Simd {
 /// copy of it compiled with AVX-512 when `$simd.avx512()`, or with AVX2
 /// when `$simd.avx2()` (the handler and everything it inlines), otherwise
 /// the baseline function. `pick!(@gm $simd, $h)` does the same for a
-/// [`GmHandler`](super::GmHandler).
+/// [`GmHandler`](super::GmHandler), `pick!(@row $simd, $h)` for a
+/// [`RowHandler`](super::RowHandler).
 macro_rules! pick {
     ($simd:ident, $($h:tt)+) => {
         pick!(@as Handler [ub: &mut [u8], a: &UbArgs] $simd, $($h)+)
     };
     (@gm $simd:ident, $($h:tt)+) => {
         pick!(@as GmHandler [d: &mut [u8], x: &[u8], y: &[u8], a: &UbArgs] $simd, $($h)+)
+    };
+    (@row $simd:ident, $($h:tt)+) => {
+        pick!(@as RowHandler [d: &mut [u8], x: &[u8], a: &UbArgs, s: Option<ScaledRow<'_>>] $simd, $($h)+)
     };
     (@as $ty:ident [$($p:ident : $t:ty),*] $simd:ident, $($h:tt)+) => {{
         #[cfg(target_arch = "x86_64")]

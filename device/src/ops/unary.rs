@@ -141,7 +141,7 @@ pub(crate) fn unary_gm<T: Elem, K: Kern<T::C> + Default>(
 
 /// A binary op with its second (or, `REV`, first) operand fixed to the
 /// instruction's immediate.
-pub(crate) struct WithImm<C, O, const REV: bool>(pub C, PhantomData<O>);
+pub(crate) struct WithImm<C, O, const REV: bool>(pub C, pub PhantomData<O>);
 
 impl<C: Copy, O, const REV: bool> Clone for WithImm<C, O, REV> {
     fn clone(&self) -> Self {
