@@ -164,15 +164,21 @@ pub fn exp(x: f32) -> f32 {
 /// and five integer steps, and without [`exp`]'s clamps (no-ops in that
 /// range), while the loop keeps the least and greatest `t = M + n`. When
 /// either is outside the range (so is the `t` of a NaN, an infinity or any
-/// `x` the clamps would have moved: no such integer), the block is
-/// computed again by [`exp`]. The one
-/// branch is per block, on what the block held, never on an element; the
-/// vector units run the rest. A softmax's `exp(x − max)` stays in the
-/// fast range unless its row spans more than 86 (a masked position,
-/// `−inf`, sends its block round twice).
+/// `x` the clamps would move: no such integer), a second pass over the
+/// block finishes [`exp`]'s way: `t` again from the clamped input, `y`
+/// back from the first pass's sum (the same `y` wherever the clamps moved
+/// nothing), [`scale2`] for the rounding, and the clamped inputs' results
+/// (+0 below, +inf above, NaN) without multiplying a subnormal, which
+/// x86 cores take microcode assists for. The one branch is per block, on
+/// what the block held, never on an element; the vector units run the
+/// rest. A softmax's `exp(x − max)` stays in the fast range unless its row
+/// spans more than 86; a masked position (`−inf`) sends its block through
+/// the second pass, which costs less than [`exp`] did alone (a causal mask
+/// over 1024 × 768: 0.47 → 0.33 ms on a Zen 3).
 #[inline(always)]
 pub fn exp_map(dst: &mut [f32], src: &[f32], pre: impl Fn(f32) -> f32) {
     const M: u32 = 0x4b40_0000;
+    const LO: f32 = -104.0;
     for (d, s) in dst.chunks_mut(EXP_BLOCK).zip(src.chunks(EXP_BLOCK)) {
         let (mut lo, mut hi) = (u32::MAX, 0u32);
         for (d, &x) in d.iter_mut().zip(s) {
@@ -183,10 +189,20 @@ pub fn exp_map(dst: &mut [f32], src: &[f32], pre: impl Fn(f32) -> f32) {
             lo = lo.min(t);
             hi = hi.max(t);
         }
-        if lo < M - 125 || hi > M + 127 {
-            for (d, &x) in d.iter_mut().zip(s) {
-                *d = exp(pre(x));
-            }
+        if lo >= M - 125 && hi <= M + 127 {
+            continue;
+        }
+        for (d, &x) in d.iter_mut().zip(s) {
+            let x = pre(x);
+            // Within exp's clamps, the pass above computed exp's `y` and
+            // `t`: `t` again by one multiply-add, `y` back from the sum.
+            let Pow2(t) = exp_t(sel(x > 89.0, 89.0, sel(x < LO, LO, x)));
+            let y = f32::from_bits(d.to_bits().wrapping_sub(t << 23));
+            // Clamped below, exp rounds `y·2^−150` (`y < 1`) to +0, as
+            // `0·2^n` is; above, `y·2^128` (`y > 1`) overflows as `2·2^128`
+            // does (and neither multiplies a subnormal).
+            let y = sel(x < LO, 0.0, sel(x > 89.0, 2.0, y));
+            *d = sel(x.is_nan(), x, scale2(y, Pow2(t)));
         }
     }
 }
@@ -204,17 +220,23 @@ fn exp_parts(x: f32, lo: f32) -> (f32, Pow2) {
     exp_reduced(x)
 }
 
+/// The `t` of [`exp_reduced`]: `x·log2(e) + MAGIC`, rounded once.
+#[inline(always)]
+fn exp_t(x: f32) -> Pow2 {
+    Pow2(mul_add(x, core::f32::consts::LOG2_E, 12_582_912.0).to_bits())
+}
+
 /// [`exp_parts`] without the clamps: `y` and `t = n + MAGIC` (as bits)
 /// for any `x`. For `x` outside `[lo, 89]` (or NaN) both are meaningless,
 /// except that then `t` is not `M + n` for any `n ∈ −125..=127` (see
 /// [`exp_map`]); inside, the clamps change nothing.
 #[inline(always)]
 fn exp_reduced(x: f32) -> (f32, Pow2) {
-    const LOG2E: f32 = core::f32::consts::LOG2_E;
     const C1: f32 = 0.693_359_4; // 355/512, exact
     const C2: f32 = -2.121_944_4e-4;
     const MAGIC: f32 = 12_582_912.0; // 1.5·2^23: adding it rounds to an integer
-    let t = mul_add(x, LOG2E, MAGIC);
+    let Pow2(tb) = exp_t(x);
+    let t = f32::from_bits(tb);
     let nf = t - MAGIC;
     let r = mul_add(-nf, C2, mul_add(-nf, C1, x));
     let p = horner(

@@ -5,7 +5,8 @@
 //! cargo run --release -p dvm-host --example kernel_time -- softmax 32768 30
 //! ```
 //!
-//! Arguments: workload (`softmax`, `layernorm`, `row-sum`), rows S (the
+//! Arguments: workload (`softmax`, `softmax-causal`: its rows masked
+//! with `-inf` as causal attention does, `layernorm`, `row-sum`), rows S (the
 //! hidden size is 768), calls. Prints the best and the median kernel time
 //! over the calls (launches only, as the fusion benchmark's "kernel ms")
 //! and the rate in GB/s of the bytes the kernels move.
@@ -28,7 +29,7 @@ fn main() {
     let dims = [Dim::from(s as i64), Dim::from(h as i64)];
     let x = g.input("x", DType::F32, &dims).expect("x");
     let y = match what {
-        "softmax" => g.softmax(x, -1),
+        "softmax" | "softmax-causal" => g.softmax(x, -1),
         "layernorm" => {
             let gamma = g.input("g", DType::F32, &dims[1..]).expect("g");
             let beta = g.input("b", DType::F32, &dims[1..]).expect("b");
@@ -36,15 +37,25 @@ fn main() {
         }
         "row-sum" => g.reduce(x, ReduceOp::Sum, &[-1], false),
         other => {
-            eprintln!("unknown workload `{other}` (softmax, layernorm, row-sum)");
+            eprintln!("unknown workload `{other}` (softmax, softmax-causal, layernorm, row-sum)");
             std::process::exit(2);
         }
     }
     .expect("records");
     g.output("y", y).expect("output");
     let n = (s * h) as usize;
+    // `softmax-causal`: row `r` keeps its first `r mod 768 + 1` columns,
+    // the rest are `-inf` (a causal attention mask).
+    let causal = what == "softmax-causal";
     let data: Vec<f32> = (0..n)
-        .map(|i| ((i * 7919) % 1000) as f32 / 250.0 - 2.0)
+        .map(|i| {
+            let (r, c) = (i / h as usize, i % h as usize);
+            if causal && c > r % h as usize {
+                f32::NEG_INFINITY
+            } else {
+                ((i * 7919) % 1000) as f32 / 250.0 - 2.0
+            }
+        })
         .collect();
     let xt = Tensor::from_f32(&[s, h], &data).expect("x tensor");
     let ones = Tensor::from_f32(&[h], &vec![1.0; h as usize]).expect("g tensor");

@@ -207,14 +207,23 @@ fn exp_map_is_exp() {
     let fast: std::vec::Vec<f32> = (0..EXP_BLOCK * 40)
         .map(|i| -86.5 + 174.5 * i as f32 / (EXP_BLOCK * 40) as f32)
         .collect();
-    for outsider in [
+    let outsiders = [
         f32::NAN,
+        -f32::NAN,
         -87.5,
         -100.0,
+        -103.99,
+        -104.5,
         88.5,
+        88.8,
+        89.5,
         f32::NEG_INFINITY,
         f32::INFINITY,
-    ] {
+        -1e30,
+        1e30,
+        -1e6,
+    ];
+    for outsider in outsiders {
         for at in [
             0,
             1,
@@ -232,6 +241,22 @@ fn exp_map_is_exp() {
                 assert!(same(g, exp(x)), "exp_map({x:e}) = {g:e}");
             }
         }
+    }
+    // Blocks of nothing but one outsider (a masked row), and of every
+    // outsider in turn.
+    for outsider in outsiders {
+        let x = std::vec![outsider; 2 * EXP_BLOCK + 3];
+        let mut got = std::vec![0f32; x.len()];
+        exp_map(&mut got, &x, |v| v);
+        assert!(got.iter().all(|&g| same(g, exp(outsider))), "{outsider:e}");
+    }
+    let x: std::vec::Vec<f32> = (0..4 * EXP_BLOCK)
+        .map(|i| outsiders[i % outsiders.len()])
+        .collect();
+    let mut got = std::vec![0f32; x.len()];
+    exp_map(&mut got, &x, |v| v);
+    for (&x, &g) in x.iter().zip(&got) {
+        assert!(same(g, exp(x)), "exp_map({x:e}) = {g:e}");
     }
     // With a function before it: `exp(x − 3)`.
     let mut got = std::vec![0f32; fast.len()];
