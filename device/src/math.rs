@@ -155,7 +155,7 @@ pub fn exp(x: f32) -> f32 {
 /// `dst[i] = exp(pre(src[i]))` over the common length of the slices: the
 /// same bits as [`exp`], faster.
 ///
-/// [`exp`]'s last step, `y·2^n` by two multiplications ([`scale2`]), is
+/// [`exp`]'s last step, `y·2^n` by two multiplications (`scale2`), is
 /// there for the results it must round: subnormal ones and overflows.
 /// When `n ∈ −125..=127`, `y·2^n` (`y ∈ [0.7, 1.42]`) is a normal number,
 /// and adding `n` to `y`'s exponent field gives it exactly, as the two
@@ -167,7 +167,7 @@ pub fn exp(x: f32) -> f32 {
 /// `x` the clamps would move: no such integer), a second pass over the
 /// block finishes [`exp`]'s way: `t` again from the clamped input, `y`
 /// back from the first pass's sum (the same `y` wherever the clamps moved
-/// nothing), [`scale2`] for the rounding, and the clamped inputs' results
+/// nothing), `scale2` for the rounding, and the clamped inputs' results
 /// (+0 below, +inf above, NaN) without multiplying a subnormal, which
 /// x86 cores take microcode assists for. The one branch is per block, on
 /// what the block held, never on an element; the vector units run the

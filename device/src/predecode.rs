@@ -78,7 +78,7 @@ pub struct BodyInfo {
     /// ([`crate::loadfold::plan_map`]).
     pub load_map: bool,
     /// Whether, after that instruction, an element-wise op on its row folds
-    /// and a scaled store of its box run with it a few rows at a time
+    /// and a scaled store of its box run with it a row at a time
     /// ([`crate::loadfold::plan_rows`]).
     pub load_rows: bool,
     start: u32,
