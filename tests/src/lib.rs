@@ -50,6 +50,9 @@ pub enum Domain {
     Positive,
     /// Integers in `[-50, 50)` (for integer dtypes) or in `{-2, …, 2}` as floats.
     Small,
+    /// As [`Domain::Any`], with about a third of the floats `-inf` (an
+    /// attention mask).
+    Masked,
 }
 
 /// Deterministic values for `dtype` in `domain`, seeded per input (the
@@ -65,6 +68,8 @@ pub fn values(n: usize, seed: u32, domain: Domain, dtype: DType) -> Vec<f64> {
                 (_, DType::I8) => (u * 100.0).floor() - 50.0,
                 (_, DType::I32) => (u * 2000.0).floor() - 1000.0,
                 (Domain::Any, _) => u * 4.0 - 2.0,
+                (Domain::Masked, _) if u < 1.0 / 3.0 => f64::NEG_INFINITY,
+                (Domain::Masked, _) => u * 4.0 - 2.0,
                 (Domain::Positive, _) => u * 4.0 + 0.25,
                 (Domain::Small, _) => (u * 5.0).floor() - 2.0,
             }
@@ -342,6 +347,11 @@ fn composites(out: &mut Vec<Case>) -> R<()> {
         let y = b.g.softmax(x, -1)?;
         out.push(b.output(&[y])?);
     }
+    // Masked positions (`-inf`): their `exp` blocks leave the fast range.
+    let mut b = Builder::new("softmax/masked-17x768").tol(1e-5, 1e-6);
+    let x = b.input("x", F32, &[17, 768], Domain::Masked)?;
+    let y = b.g.softmax(x, -1)?;
+    out.push(b.output(&[y])?);
     // A vocabulary-sized softmax (GPT-2's 50257): too long for one fused pass.
     let mut b = Builder::new("softmax/vocab-50257").tol(1e-5, 1e-7);
     let x = b.input("x", F32, &[2, 50_257], Domain::Any)?;
