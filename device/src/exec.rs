@@ -425,8 +425,8 @@ fn run_tiles<const N: usize, const B: usize>(
         }
     });
     // After that instruction, the op on its folds and the scaled store, run
-    // with it a row at a time: its row handler, the op, and the store's
-    // pattern, index and streaming.
+    // with it a row at a time: the map's row handler, the op, and the
+    // store's pattern, index and streaming.
     let load_rows = load_map.filter(|_| info.load_rows).and_then(|_| {
         let at = load_fold?.0;
         match (code.get(at + 2), code.get(at + 3), code.get(at + 4)) {
@@ -437,7 +437,7 @@ fn run_tiles<const N: usize, const B: usize>(
                     pattern, stream, ..
                 }),
             ) => Some((
-                ((map.from_gm?, &map.args), map.from_gm_row?),
+                map.from_gm_row?,
                 (un.handler, &un.args),
                 pattern,
                 at + 4,
@@ -483,7 +483,7 @@ fn run_tiles<const N: usize, const B: usize>(
                         .get(pattern.buf as usize)
                         .ok_or_else(|| fault(i, t, GmFault::Operand))?;
                     if let Some((_, handler, args)) = load_fold.filter(|l| l.0 == i) {
-                        if let (Some((fold, _)), Some((map, un, sp, si, stream))) =
+                        if let (Some((fold, map)), Some((row_map, un, sp, si, stream))) =
                             (load_map, load_rows)
                         {
                             let out = bufs
@@ -496,7 +496,7 @@ fn run_tiles<const N: usize, const B: usize>(
                                 buf,
                                 ub,
                                 fold,
-                                map,
+                                (map, row_map),
                                 un,
                                 (sp, out, pf.as_ref()),
                             )

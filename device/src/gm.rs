@@ -826,11 +826,7 @@ pub fn load_tile_map_rows(
     // `cols` elements at `row(r)` inside the writable `out`; the factors
     // were checked above; UB and GM do not overlap.
     let store_row = |ub: &[u8], r: usize, cur: &mut Cursor<'_>| unsafe {
-        let f = ub
-            .as_ptr()
-            .add(u.dst as usize + 4 * r)
-            .cast::<f32>()
-            .read_unaligned();
+        let f = factor(ub, r);
         let x = ub.as_ptr().add(g.ub + r * row_bytes).cast::<f32>();
         let dst = gm.add(g.row(r));
         if stream.is_some() {
