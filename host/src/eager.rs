@@ -281,11 +281,13 @@ impl Drop for LazyTensor {
 
 impl Eager {
     /// A context on `cores` CPU cores with fusion on (without recording
-    /// rejection reasons, which only `dvm explain` needs) and a window of 64
+    /// rejection reasons, which only `dvm explain` needs), decided by the
+    /// one-pass sweep ([`FuseOptions::sweep`]), and a window of 64
     /// operations.
     pub fn new(cores: usize) -> Eager {
         let options = FuseOptions {
             reasons: false,
+            sweep: true,
             ..FuseOptions::default()
         };
         Eager::with_options(cores, options, 64)

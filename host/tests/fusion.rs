@@ -32,9 +32,35 @@ fn fused() -> FuseOptions {
     }
 }
 
+/// `opts` deciding with the eager API's one-pass sweep.
+fn swept(opts: &FuseOptions) -> FuseOptions {
+    FuseOptions {
+        sweep: true,
+        reasons: false,
+        ..*opts
+    }
+}
+
 /// Plans `g` at the given symbol values; returns (kernels, launches, launch
-/// kinds of the stacked kernels' [`KernelKind`]s).
+/// kinds of the stacked kernels' [`KernelKind`]s). With fusion on, the
+/// eager API's sweep must plan the same kernels and launches as the rules.
 fn counts(g: &Graph, opts: &FuseOptions, binds: &[(&str, i64)]) -> (usize, usize, Vec<KernelKind>) {
+    let got = counts_with(g, opts, binds);
+    if opts.fuse && !opts.sweep {
+        assert_eq!(
+            counts_with(g, &swept(opts), binds),
+            got,
+            "the sweep plans otherwise"
+        );
+    }
+    got
+}
+
+fn counts_with(
+    g: &Graph,
+    opts: &FuseOptions,
+    binds: &[(&str, i64)],
+) -> (usize, usize, Vec<KernelKind>) {
     let rt = Runtime::new(2, 256);
     let p = Prepared::with_options(g, opts).unwrap();
     assert!(p.fuse_error().is_none(), "{:?}", p.fuse_error());
@@ -57,7 +83,12 @@ fn check(g: &Graph, inputs: &[(&str, Tensor)], rtol: f64, atol: f64) {
     let named: Vec<(&str, &Tensor)> = inputs.iter().map(|(n, t)| (*n, t)).collect();
     let want = reference::run(g, &named, &Bindings::new()).expect("reference runs");
     let rt = Runtime::new(2, 256);
-    for opts in [FuseOptions::default(), fused(), FuseOptions::off()] {
+    for opts in [
+        FuseOptions::default(),
+        fused(),
+        swept(&fused()),
+        FuseOptions::off(),
+    ] {
         let p = Prepared::with_options(g, &opts).unwrap();
         let got = rt.run(&p, &named, &Bindings::new()).expect("cpu runs");
         assert_eq!(want.len(), got.len());

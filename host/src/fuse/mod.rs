@@ -25,15 +25,17 @@
 //! - [`legality`]: symbolic shape checks and group validation.
 //! - [`pattern`]: the rewrite rules.
 //! - [`stack`]: building parallel and sequence kernels from compiled groups.
+//! - [`sweep`]: the one-pass fuser of the eager API.
 //! - [`explain`]: the `dvm explain` report.
 
 pub mod explain;
 pub mod legality;
 pub mod pattern;
 pub mod stack;
+pub mod sweep;
 
 use std::cell::{Cell, RefCell};
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::hash::{BuildHasherDefault, Hasher};
 use std::ops::Range;
 
@@ -149,6 +151,12 @@ pub struct FuseOptions {
     /// when it forms one ([`FusionPlan::with_composites`]); `false`: every
     /// operator starts alone and the rules rediscover them.
     pub composites: bool,
+    /// Decide with the one-pass [`sweep`] instead of the rules to a fixed
+    /// point, when no reasons are asked for: the eager API's choice, a
+    /// fraction of the work for a window of a few dozen operators. The
+    /// plans are legal all the same; they may group differently where
+    /// the rules' order of merges would.
+    pub sweep: bool,
 }
 
 impl Default for FuseOptions {
@@ -162,6 +170,7 @@ impl Default for FuseOptions {
             max_stack: 8,
             reasons: true,
             composites: true,
+            sweep: false,
         }
     }
 }
@@ -1615,6 +1624,9 @@ impl FusionPlan {
         composites: &[Range<usize>],
         scratch: &mut FuseScratch,
     ) -> Result<FusionPlan, FuseError> {
+        if opts.sweep && !opts.reasons && (opts.fuse || opts.stack) {
+            return sweep::plan(graph, opts, composites);
+        }
         let buffers = scratch.buffers.take().unwrap_or_default();
         let mut st = State::with_buffers(graph, *opts, composites, buffers);
         let mut log = Log {
@@ -1813,7 +1825,9 @@ impl FusionPlan {
             }
         }
         rejections.reverse();
-        let layouts = store_layouts(&st);
+        let layouts = store_layouts(st.g, &st.users, &st.is_output, st.opts.fuse, |m| {
+            st.owner[m.0] != NONE
+        });
         live.clear();
         let buffers = Buffers {
             owner: st.owner,
@@ -1861,6 +1875,114 @@ impl FusionPlan {
         }
     }
 
+    /// Checks the plan against `graph`, the graph it was made for: every
+    /// node's group holds it and every group's members are owned by it,
+    /// each group is valid ([`legality::validate`]) with its kind and
+    /// space, within the node and parameter limits, the groups of a stack
+    /// read nothing from each other, and the order lists every unit once,
+    /// each after the units it reads from.
+    ///
+    /// # Errors
+    /// The first broken invariant, described.
+    pub fn verify(&self, graph: &Graph) -> Result<(), String> {
+        let n = graph.nodes().len();
+        if self.owner.len() != n {
+            return Err(format!("{} owners for {n} nodes", self.owner.len()));
+        }
+        let facts = self.facts(graph);
+        let name = |m: NodeId| graph[m].name.to_string();
+        for (c, cl) in self.clusters.iter().enumerate() {
+            if cl.nodes.is_empty() || !cl.nodes.windows(2).all(|w| w[0] < w[1]) {
+                return Err(format!("group {c} is empty or not sorted"));
+            }
+            if let Some(&m) = cl.nodes.iter().find(|m| self.owner[m.0] != Some(c)) {
+                return Err(format!(
+                    "node `{}` is in group {c} but not owned by it",
+                    name(m)
+                ));
+            }
+            let member = |m: NodeId| self.owner[m.0] == Some(c);
+            let (kind, space) = validate(&facts, &cl.nodes, &member)
+                .map_err(|r| format!("group {c} is invalid: {r}"))?;
+            if kind != cl.kind || space != cl.space {
+                return Err(format!("group {c} has a stale kind or space"));
+            }
+            if self.options.fuse && cl.nodes.len() > self.options.max_nodes {
+                return Err(format!("group {c} has {} nodes", cl.nodes.len()));
+            }
+            let params = count_params(&facts, &cl.nodes, &member);
+            if params > self.options.max_params {
+                return Err(format!("group {c} has {params} parameters"));
+            }
+        }
+        for (i, o) in self.owner.iter().enumerate() {
+            if let Some(c) = *o {
+                if self
+                    .clusters
+                    .get(c)
+                    .is_none_or(|cl| !cl.nodes.contains(&NodeId(i)))
+                {
+                    return Err(format!("node `{}` is not in its group", name(NodeId(i))));
+                }
+            }
+        }
+        let mut stack_of = vec![usize::MAX; self.clusters.len()];
+        for (s, members) in self.stacks.iter().enumerate() {
+            for &c in members {
+                match stack_of.get_mut(c) {
+                    Some(x) if *x == usize::MAX => *x = s,
+                    _ => return Err(format!("stack {s} holds group {c} twice or a foreign one")),
+                }
+            }
+        }
+        let unit = |m: usize| match self.owner[m] {
+            Some(c) if stack_of[c] != usize::MAX => Unit::Stack(stack_of[c]),
+            Some(c) => Unit::Cluster(c),
+            None => Unit::Node(NodeId(m)),
+        };
+        let mut pos: HashMap<Unit, usize> = HashMap::with_capacity(self.order.len());
+        for (k, &u) in self.order.iter().enumerate() {
+            if pos.insert(u, k).is_some() {
+                return Err(format!("{u:?} is listed twice in the order"));
+            }
+        }
+        for m in 0..n {
+            let u = unit(m);
+            let Some(&pu) = pos.get(&u) else {
+                return Err(format!("the order misses {u:?}"));
+            };
+            for &o in &graph[NodeId(m)].operands {
+                let v = unit(o.0);
+                if v == u {
+                    let (a, b) = (self.owner[o.0], self.owner[m]);
+                    if matches!(u, Unit::Stack(_)) && a != b {
+                        return Err(format!(
+                            "`{}` reads `{}` within one stack",
+                            name(NodeId(m)),
+                            name(o)
+                        ));
+                    }
+                } else if pos.get(&v).is_none_or(|&pv| pv >= pu) {
+                    return Err(format!(
+                        "`{}` is ordered before its operand `{}`",
+                        name(NodeId(m)),
+                        name(o)
+                    ));
+                }
+            }
+        }
+        if pos.len() != self.order.len()
+            || self.order.iter().any(|u| match *u {
+                Unit::Node(m) => m.0 >= n || unit(m.0) != *u,
+                Unit::Cluster(c) => c >= self.clusters.len() || stack_of[c] != usize::MAX,
+                Unit::Stack(s) => s >= self.stacks.len(),
+            })
+        {
+            return Err("the order lists a unit that is not one".into());
+        }
+        Ok(())
+    }
+
     /// Groups that compute something (one kernel each when nothing is split).
     pub fn kernel_groups(&self) -> usize {
         self.clusters.len()
@@ -1870,25 +1992,31 @@ impl FusionPlan {
 /// The transposed store layouts (see [`FusionPlan::layouts`]): a group
 /// member that is not a graph output and whose only consumer is a transpose
 /// whose result is not dense otherwise.
-fn store_layouts(st: &State<'_>) -> Vec<Option<Vec<usize>>> {
-    let n = st.owner.len();
+fn store_layouts(
+    g: &Graph,
+    users: &Users,
+    is_output: &[bool],
+    fuse: bool,
+    in_group: impl Fn(NodeId) -> bool,
+) -> Vec<Option<Vec<usize>>> {
+    let n = g.nodes().len();
     let mut out = vec![None; n];
-    if !st.opts.fuse {
+    if !fuse {
         return out;
     }
     // From the transposes (few) to the value each reads: its only user.
-    for (t, node) in st.g.nodes().iter().enumerate() {
+    for (t, node) in g.nodes().iter().enumerate() {
         let crate::graph::Op::Transpose { perm } = &node.op else {
             continue;
         };
         let Some(&id) = node.operands.first() else {
             continue;
         };
-        if st.owner[id.0] == NONE || st.is_output[id.0] || st.users.of(id) != [NodeId(t)] {
+        if !in_group(id) || is_output[id.0] || users.of(id) != [NodeId(t)] {
             continue;
         }
         let identity = perm.iter().enumerate().all(|(k, &p)| k == p);
-        if !identity && perm.len() == st.g[id].shape.len() {
+        if !identity && perm.len() == g[id].shape.len() {
             out[id.0] = Some(perm.clone());
         }
     }

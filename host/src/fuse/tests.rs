@@ -935,3 +935,222 @@ fn siblings_of_a_widely_read_input_skip_dependent_pairs_and_merge_the_rest() {
         .collect();
     assert_eq!(softmaxes.len(), 20);
 }
+
+/// The eager API's options: no reasons, the one-pass sweep.
+fn sweep_opts() -> FuseOptions {
+    FuseOptions {
+        reasons: false,
+        sweep: true,
+        ..FuseOptions::default()
+    }
+}
+
+/// The groups of a plan as (kind, member names), and its stacks as sets
+/// of groups' first members: what two passes must agree on.
+fn grouping(g: &Graph, p: &FusionPlan) -> (Vec<(ClusterKind, Vec<String>)>, Vec<Vec<String>>) {
+    let mut groups: Vec<_> = p
+        .clusters
+        .iter()
+        .map(|cl| (cl.kind.clone(), names(g, &cl.nodes)))
+        .collect();
+    groups.sort_by(|a, b| a.1.cmp(&b.1));
+    let mut stacks: Vec<Vec<String>> = p
+        .stacks
+        .iter()
+        .map(|s| {
+            let mut v: Vec<String> = s
+                .iter()
+                .map(|&c| g[p.clusters[c].nodes[0]].name.to_string())
+                .collect();
+            v.sort();
+            v
+        })
+        .collect();
+    stacks.sort();
+    (groups, stacks)
+}
+
+/// The eager benchmark's window: ten operators (matmul, bias, GELU,
+/// residual, layernorm, scaling, softmax, product, tanh, layernorm) three
+/// times over, the cycle started at `shift`.
+fn eager_window(shift: usize) -> Graph {
+    let mut g = Graph::new();
+    let x = g.input("x", DType::F32, &[c(64), c(256)]).unwrap();
+    let w = g.input("w", DType::F32, &[c(256), c(256)]).unwrap();
+    let b = g.input("b", DType::F32, &[c(256)]).unwrap();
+    let gm = g.input("g", DType::F32, &[c(256)]).unwrap();
+    let mut cur = x;
+    for i in 0..30 {
+        cur = match (i + shift) % 10 {
+            0 => g.matmul(cur, w, false, false),
+            1 => g.binary(Opcode::Add, cur, b),
+            2 => g.unary(Opcode::GeluTanh, cur),
+            3 => g.binary(Opcode::Add, cur, x),
+            4 => g.layer_norm(cur, gm, b, 1e-5),
+            5 => g.scalar(Opcode::MulS, cur, 0.5),
+            6 => g.softmax(cur, -1),
+            7 => g.binary(Opcode::Mul, cur, x),
+            8 => g.unary(Opcode::Tanh, cur),
+            _ => g.layer_norm(cur, gm, b, 1e-6),
+        }
+        .unwrap();
+    }
+    g.output("y", cur).unwrap();
+    g
+}
+
+#[test]
+fn the_sweep_groups_the_eager_window_and_the_encoder_as_the_rules_do() {
+    let cfg = crate::models::EncoderConfig {
+        hidden: 32,
+        heads: 2,
+        ffn: 64,
+        max_len: 64,
+    };
+    let mut graphs: Vec<Graph> = (0..10).map(eager_window).collect();
+    graphs.push(crate::models::encoder_block(&cfg).unwrap());
+    for (k, g) in graphs.iter().enumerate() {
+        let (d, spans) = decompose_with_spans(g).unwrap();
+        let rules = FusionPlan::with_composites(&d, &FuseOptions::default(), &spans).unwrap();
+        let swept = FusionPlan::with_composites(&d, &sweep_opts(), &spans).unwrap();
+        swept.verify(&d).unwrap();
+        assert!(swept.rejections.is_empty());
+        assert_eq!(grouping(&d, &swept), grouping(&d, &rules), "graph {k}");
+    }
+    // The window: per cycle a matmul and one reduce group with everything
+    // else (bias, GELU and residual as the first norm's prologue).
+    let (d, spans) = decompose_with_spans(&graphs[0]).unwrap();
+    let p = FusionPlan::with_composites(&d, &sweep_opts(), &spans).unwrap();
+    let kinds: Vec<&ClusterKind> = p.clusters.iter().map(|c| &c.kind).collect();
+    assert_eq!(kinds.len(), 6, "{kinds:?}");
+    assert_eq!(
+        kinds.iter().filter(|k| ***k == ClusterKind::Matmul).count(),
+        3
+    );
+}
+
+#[test]
+fn the_sweep_never_closes_a_cycle() {
+    // Through a view: exp cannot join the add that reads its transpose.
+    let mut g = Graph::new();
+    let x = g.input("x", DType::F32, &[c(16), c(16)]).unwrap();
+    let e = g.unary(Opcode::Exp, x).unwrap();
+    let t = g.transpose(e, &[1, 0]).unwrap();
+    let f = g.binary(Opcode::Add, e, t).unwrap();
+    g.output("f", f).unwrap();
+    let p = FusionPlan::new(&g, &sweep_opts()).unwrap();
+    p.verify(&g).unwrap();
+    assert_ne!(p.owner[e.0], p.owner[f.0]);
+    // Through a matmul: a residual add after a projection of a norm's
+    // output cannot join the norm.
+    let (mut g, x, _) = seq(16);
+    let w = g.input("w", DType::F32, &[c(16), c(16)]).unwrap();
+    let sm = g.softmax(x, -1).unwrap();
+    let h = g.matmul(sm, w, false, false).unwrap();
+    let y = g.binary(Opcode::Add, sm, h).unwrap();
+    g.output("y", y).unwrap();
+    let (d, spans) = decompose_with_spans(&g).unwrap();
+    let p = FusionPlan::with_composites(&d, &sweep_opts(), &spans).unwrap();
+    p.verify(&d).unwrap();
+    let (sm_out, mm, add) = (
+        NodeId(spans[0].end - 1),
+        NodeId(spans[0].end),
+        NodeId(d.nodes().len() - 1),
+    );
+    assert_eq!(d[mm].op, g[h].op);
+    assert_ne!(p.owner[sm_out.0], p.owner[add.0]);
+    // The add is the matmul's epilogue instead.
+    assert_eq!(p.owner[mm.0], p.owner[add.0]);
+    // A path that leaves a group and enters it again at a lower id (the
+    // plan check orders the units: a cycle would fail it).
+    let (g, _) = reentry_graph();
+    for stack in [false, true] {
+        let p = FusionPlan::new(
+            &g,
+            &FuseOptions {
+                stack,
+                ..sweep_opts()
+            },
+        )
+        .unwrap();
+        p.verify(&g).unwrap();
+        assert!(p.kernel_groups() < 4, "{:?}", p.clusters);
+    }
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(256))]
+    /// The sweep's plans of random graphs pass the plan check (groups
+    /// valid, limits kept, stacks independent, the order topological),
+    /// as the rules' do.
+    #[test]
+    fn sweep_plans_of_random_graphs_verify(
+        steps in proptest::collection::vec((0u8..=255, 0u8..6, 0u8..6), 1..40),
+        max_nodes in 2usize..64,
+        max_params in 3usize..12,
+        stack in proptest::bool::ANY,
+        composites in proptest::bool::ANY,
+    ) {
+        let (g, spans) = crate::graph::decompose_with_spans(&random_graph(&steps)).unwrap();
+        for sweep in [false, true] {
+            let opts = FuseOptions {
+                max_nodes, max_params, stack, composites, sweep, reasons: false,
+                ..FuseOptions::default()
+            };
+            let p = FusionPlan::with_composites(&g, &opts, &spans);
+            proptest::prop_assert!(p.is_ok(), "{:?}", p.err());
+            let p = p.unwrap();
+            let checked = p.verify(&g);
+            proptest::prop_assert!(checked.is_ok(), "sweep {}: {:?}", sweep, checked);
+        }
+    }
+}
+
+/// Prints how the sweep's plans of generated graphs compare with the
+/// rules' (kernels, launches and bytes moved at `S = 64`, totals and the
+/// plans where either is better): `cargo test --release -p dvm-host --lib
+/// compare_sweep_with_rules -- --ignored --nocapture` (`DVM_PLAN_COUNT`
+/// graphs, default 3000).
+#[test]
+#[ignore]
+fn compare_sweep_with_rules() {
+    let count: u64 = std::env::var("DVM_PLAN_COUNT")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(3000);
+    let rt = crate::runtime::Runtime::new(1, 1 << 16);
+    let (mut rules_t, mut sweep_t) = ([0u64; 3], [0u64; 3]);
+    let (mut better, mut worse, mut same) = (0, 0, 0);
+    for seed in 0..count {
+        let g = generated_graph(seed);
+        let mut bindings = crate::sym::Bindings::new();
+        if let Some(s) = g.scope().lookup("S") {
+            bindings.set(s, 64);
+        }
+        let t = |o: &FuseOptions| {
+            let p = crate::runtime::Prepared::with_options(&g, o).unwrap();
+            assert!(p.fuse_error().is_none(), "{seed}: {:?}", p.fuse_error());
+            p.fusion().verify(p.graph()).unwrap();
+            let t = super::explain::totals(&rt, &p, &bindings).unwrap();
+            [t.kernels as u64, t.launches as u64, t.bytes_moved]
+        };
+        let rules_opts = FuseOptions {
+            reasons: false,
+            ..FuseOptions::default()
+        };
+        let (a, b) = (t(&rules_opts), t(&sweep_opts()));
+        for i in 0..3 {
+            rules_t[i] += a[i];
+            sweep_t[i] += b[i];
+        }
+        let key = |x: &[u64; 3]| (x[0], x[2]);
+        match key(&b).cmp(&key(&a)) {
+            std::cmp::Ordering::Less => better += 1,
+            std::cmp::Ordering::Greater => worse += 1,
+            std::cmp::Ordering::Equal => same += 1,
+        }
+    }
+    println!(
+        "{count} graphs: kernels / launches / bytes: rules {rules_t:?}, sweep {sweep_t:?}; sweep better in {better}, worse in {worse}, the same in {same}"
+    );
+}
