@@ -622,6 +622,10 @@ fn decision_table(quick: bool, cores: usize) {
         reasons: false,
         ..FuseOptions::default()
     };
+    let sweep_opts = FuseOptions {
+        sweep: true,
+        ..eager_opts
+    };
     println!("\nfusion decision for a window of 30 recorded ops (cold, median of {reps}):");
     for (name, w) in [
         ("30 primitive ops", window30_primitive()),
@@ -632,6 +636,11 @@ fn decision_table(quick: bool, cores: usize) {
         let mut fast = Vec::with_capacity(reps);
         let mut full = Vec::with_capacity(reps);
         let mut prep = Vec::with_capacity(reps);
+        let mut swept = Vec::with_capacity(reps);
+        let mut swept_prep = Vec::with_capacity(reps);
+        // The sweep in the working memory of the last, as the eager API
+        // runs it.
+        let mut scratch = dvm_host::fuse::FuseScratch::default();
         let mut plan = FusionPlan::with_composites(&d, &eager_opts, &spans).expect("fuses");
         for _ in 0..reps {
             let t = Instant::now();
@@ -645,15 +654,25 @@ fn decision_table(quick: bool, cores: usize) {
             let t = Instant::now();
             std::hint::black_box(Prepared::with_options(&w, &eager_opts).expect("prepares"));
             prep.push(t.elapsed().as_secs_f64() * 1e6);
+            let t = Instant::now();
+            std::hint::black_box(
+                FusionPlan::with_scratch(&d, &sweep_opts, &spans, &mut scratch).expect("fuses"),
+            );
+            swept.push(t.elapsed().as_secs_f64() * 1e6);
+            let t = Instant::now();
+            std::hint::black_box(Prepared::with_options(&w, &sweep_opts).expect("prepares"));
+            swept_prep.push(t.elapsed().as_secs_f64() * 1e6);
         }
         println!(
-            "  {name:<30} {:>3} nodes → {:>2} groups: pass {:>6.1} µs (min {:.1}), with reasons {:>6.1} µs, decomposition + pass {:>6.1} µs",
+            "  {name:<30} {:>3} nodes → {:>2} groups: rules {:>6.1} µs (min {:.1}), with reasons {:>6.1} µs, decomposition + rules {:>6.1} µs; sweep {:>5.1} µs, decomposition + sweep {:>5.1} µs",
             d.nodes().len(),
             plan.clusters.len(),
             median(fast.clone()),
             fast.iter().cloned().fold(f64::MAX, f64::min),
             median(full),
-            median(prep)
+            median(prep),
+            median(swept),
+            median(swept_prep)
         );
     }
     // The same work over ten structures in turn, still warm: what the
@@ -663,12 +682,12 @@ fn decision_table(quick: bool, cores: usize) {
     for r in 0..reps {
         let t = Instant::now();
         std::hint::black_box(
-            Prepared::with_options(&rotations[r % 10], &eager_opts).expect("prepares"),
+            Prepared::with_options(&rotations[r % 10], &sweep_opts).expect("prepares"),
         );
         turn.push(t.elapsed().as_secs_f64() * 1e6);
     }
     println!(
-        "  the latter's 10 rotations in turn (a new structure each time, warm): decomposition + pass {:.1} µs",
+        "  the latter's 10 rotations in turn (a new structure each time, warm): decomposition + sweep {:.1} µs",
         median(turn)
     );
     // The eager API end to end on the same window (kernels cached after the
@@ -809,7 +828,7 @@ fn eager_window_from([x, wt, bt, gt]: &[LazyTensor; 4], shift: usize) {
 
 /// Only the fusion pass, in a loop, for profiling (`-- decision loop`):
 /// `DVM_PRIM` picks the primitive window, `DVM_FAST` only the pass without
-/// reasons, `DVM_PREP` decomposition + pass, `DVM_EAGER` the eager window
+/// reasons, `DVM_SWEEP` the sweep instead of the rules (without reasons), `DVM_PREP` decomposition + pass, `DVM_EAGER` the eager window
 /// in a fresh context each time (its decision and run, the medians of the
 /// decision and of the whole flush; `DVM_CORES` cores, default 1),
 /// `DVM_ROTATE` new windows in used contexts (the window's nine other
@@ -889,9 +908,11 @@ fn decision_loop() {
         &[true, false]
     };
     let prep = std::env::var_os("DVM_PREP").is_some();
+    let mut scratch = dvm_host::fuse::FuseScratch::default();
     for &reasons in which {
         let opts = FuseOptions {
             reasons,
+            sweep: std::env::var_os("DVM_SWEEP").is_some(),
             ..FuseOptions::default()
         };
         let mut times = Vec::with_capacity(reps);
@@ -901,7 +922,7 @@ fn decision_loop() {
                 std::hint::black_box(Prepared::with_options(&w, &opts).expect("prepares"));
             } else {
                 std::hint::black_box(
-                    FusionPlan::with_composites(&d, &opts, &spans).expect("fuses"),
+                    FusionPlan::with_scratch(&d, &opts, &spans, &mut scratch).expect("fuses"),
                 );
             }
             times.push(t.elapsed().as_secs_f64() * 1e6);

@@ -152,10 +152,11 @@ pub struct FuseOptions {
     /// operator starts alone and the rules rediscover them.
     pub composites: bool,
     /// Decide with the one-pass [`sweep`] instead of the rules to a fixed
-    /// point, when no reasons are asked for: the eager API's choice, a
-    /// fraction of the work for a window of a few dozen operators. The
-    /// plans are legal all the same; they may group differently where
-    /// the rules' order of merges would.
+    /// point, when no reasons are asked for and the graph has at most
+    /// [`sweep::MAX_UNITS`] units: the eager API's choice, a fraction of
+    /// the work for a window of a few dozen operators. The plans are
+    /// legal all the same; they may group differently where the rules'
+    /// order of merges would.
     pub sweep: bool,
 }
 
@@ -322,6 +323,8 @@ pub struct FuseScratch {
     buffers: Option<Buffers>,
     /// The rules of the last pass and the options they were made for.
     rules: Option<(RuleKey, Vec<Box<dyn Rule>>)>,
+    /// The working state of the last [`sweep`].
+    sweep: Option<sweep::Sweep>,
 }
 
 /// The options [`pattern::rules`] makes its rules from.
@@ -1625,7 +1628,9 @@ impl FusionPlan {
         scratch: &mut FuseScratch,
     ) -> Result<FusionPlan, FuseError> {
         if opts.sweep && !opts.reasons && (opts.fuse || opts.stack) {
-            return sweep::plan(graph, opts, composites);
+            if let Some(plan) = sweep::plan(graph, opts, composites, &mut scratch.sweep) {
+                return plan;
+            }
         }
         let buffers = scratch.buffers.take().unwrap_or_default();
         let mut st = State::with_buffers(graph, *opts, composites, buffers);

@@ -40,12 +40,24 @@ use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::ops::Range;
 
-use super::legality::{role_of, validate_fast, Class, Facts, ShapeBuffers, Shapes, Users};
-use super::{store_layouts, Cluster, ClusterKind, FuseError, FuseOptions, FusionPlan, Role, Unit};
+use super::legality::{
+    self, role_of, validate_fast, validate_onto, Class, Facts, ShapeBuffers, Shapes, Users,
+};
+use super::{
+    store_layouts, Cluster, ClusterKind, FuseError, FuseOptions, FusionPlan, Role, Unit, ONTO_MIN,
+};
 use crate::graph::{Graph, NodeId};
 
 /// No unit (a source node: an input or a constant).
 const NONE: u32 = u32::MAX;
+
+/// A set of unit ids.
+type Set = u128;
+
+/// Most units a sweep numbers (the bits of a [`Set`]): a graph with more
+/// goes to the rules ([`plan`] says so with `None`). A recorded window of
+/// 64 operators has at most 64 once its composites are seeded.
+pub const MAX_UNITS: usize = Set::BITS as usize;
 
 /// What a sweep reads and does not change.
 struct Ctx<'g> {
@@ -73,6 +85,11 @@ impl Ctx<'_> {
 /// creation; a unit's number is also its id in the dependence sets.
 struct Part {
     kind: Option<ClusterKind>,
+    /// The ids it absorbed, the ids it depends on, and the ids that depend
+    /// on it (not its own): closed sets.
+    ids: Set,
+    dep: Set,
+    desc: Set,
     /// Members, ascending.
     nodes: Vec<NodeId>,
     /// The group's space (a shape id).
@@ -85,17 +102,13 @@ struct Part {
     stack: u32,
 }
 
-/// The working state of a sweep.
-struct Sweep {
+/// The working state of a sweep, kept between sweeps
+/// ([`super::FuseScratch`]): the next one clears and refills its vectors.
+#[derive(Default)]
+pub(super) struct Sweep {
     /// Unit of every node (`NONE` for sources).
     owner: Vec<u32>,
     parts: Vec<Part>,
-    /// Words per dependence set.
-    words: usize,
-    /// Per unit, `words` words each: the ids it absorbed, and the ids it
-    /// depends on (not its own).
-    ids: Vec<u64>,
-    dep: Vec<u64>,
     /// The live unit that absorbed each id.
     cur: Vec<u32>,
     /// Members of the candidate union: units marked with `epoch`.
@@ -103,55 +116,106 @@ struct Sweep {
     epoch: u32,
     /// Node marks for counting parameters (`epoch` too).
     seen: Vec<u32>,
+    /// Scratch classes of a validation, and the classes of every member of
+    /// a reduce group as its validation left them.
     classes: Vec<Class>,
-    /// Scratch: a candidate union's members, ids and dependences.
+    class_of: Vec<Class>,
+    /// Scratch of [`legality::validate_onto`].
+    checked: Vec<NodeId>,
+    queue: Vec<NodeId>,
+    /// Member lists of merged-away units, for new ones.
+    spare: Vec<Vec<NodeId>>,
+    /// Scratch: a candidate union's members, and its sets.
     union: Vec<NodeId>,
-    ids_u: Vec<u64>,
-    dep_u: Vec<u64>,
+    ids_u: Set,
+    dep_u: Set,
+    desc_u: Set,
     stacks: Vec<Vec<usize>>,
     applied: Vec<(&'static str, String)>,
+    shapes: ShapeBuffers,
+    /// Scratch of [`finish`].
+    order: OrderBuffers,
+}
+
+/// Scratch of [`finish`]: the unit of every node, of every group and
+/// stack, the in-degrees and the ready units.
+#[derive(Default)]
+struct OrderBuffers {
+    uid: Vec<u32>,
+    of_part: Vec<u32>,
+    of_stack: Vec<u32>,
+    indeg: Vec<u32>,
+    remap: Vec<usize>,
+    ready: BinaryHeap<Reverse<u32>>,
+    units: Vec<Unit>,
 }
 
 impl Sweep {
-    fn row(v: &[u64], p: u32, words: usize) -> &[u64] {
-        &v[p as usize * words..(p as usize + 1) * words]
+    /// Emptied for a graph of `n` nodes (the marks keep their stamps: an
+    /// epoch is never reused).
+    fn reset(&mut self, n: usize) {
+        self.owner.clear();
+        self.owner.resize(n, NONE);
+        for mut part in self.parts.drain(..) {
+            part.nodes.clear();
+            self.spare.push(part.nodes);
+        }
+        self.cur.clear();
+        self.mark.clear();
+        if self.seen.len() < n {
+            self.seen.resize(n, 0);
+        }
+        if self.classes.len() < n {
+            self.classes.resize(n, Class::Full);
+        }
+        self.class_of.clear();
+        self.class_of.resize(n, Class::Full);
+        self.stacks.clear();
+        self.applied = Vec::with_capacity(n);
     }
 
-    /// A new unit of `nodes`; its dependences are those of the units its
-    /// members read.
+    /// A new unit of `members`; its dependences are those of the units
+    /// its members read. There must be an id left ([`MAX_UNITS`]).
+    #[inline(never)]
     fn add(
         &mut self,
         kind: Option<ClusterKind>,
-        nodes: Vec<NodeId>,
+        members: impl IntoIterator<Item = NodeId>,
         space: u32,
         params: u32,
         g: &Graph,
     ) -> u32 {
+        debug_assert!(self.parts.len() < MAX_UNITS);
+        let mut nodes = self.spare.pop().unwrap_or_default();
+        nodes.clear();
+        nodes.extend(members);
         let p = self.parts.len() as u32;
-        let w = self.words;
+        let mut dep: Set = 0;
         for &m in &nodes {
             self.owner[m.0] = p;
         }
-        self.ids.extend(std::iter::repeat_n(0, w));
-        self.dep.extend(std::iter::repeat_n(0, w));
-        let base = p as usize * w;
-        self.ids[base + p as usize / 64] |= 1 << (p % 64);
         for &m in &nodes {
             for &o in &g[m].operands {
-                let q = self.owner[o.0];
-                if q == NONE || q == p {
-                    continue;
-                }
-                let qb = q as usize * w;
-                for k in 0..w {
-                    self.dep[base + k] |= self.ids[qb + k] | self.dep[qb + k];
+                if let Some(q) = self.parts.get(self.owner[o.0] as usize) {
+                    dep |= q.ids | q.dep;
                 }
             }
         }
+        // Every unit it depends on has it as a descendant now.
         self.cur.push(p);
+        let ids: Set = 1 << p;
+        let mut bits = dep;
+        while bits != 0 {
+            let x = self.cur[bits.trailing_zeros() as usize] as usize;
+            bits &= bits - 1;
+            self.parts[x].desc |= ids;
+        }
         self.mark.push(0);
         self.parts.push(Part {
             kind,
+            ids,
+            dep,
+            desc: 0,
             nodes,
             space,
             params,
@@ -171,44 +235,35 @@ impl Sweep {
         self.epoch
     }
 
-    /// The union's ids and dependences (in `ids_u`, `dep_u`), or `false`
-    /// when it would close a cycle: a unit outside it depends on it and
-    /// it on that unit.
+    /// The union's ids, dependences and descendants (in `ids_u`, `dep_u`,
+    /// `desc_u`), or `false` when it would close a cycle: a unit outside
+    /// it depends on it and it on that unit.
     fn acyclic(&mut self, list: &[u32]) -> bool {
-        let w = self.words;
-        self.ids_u.clear();
-        self.ids_u.resize(w, 0);
-        self.dep_u.clear();
-        self.dep_u.resize(w, 0);
+        self.union_sets(list);
+        self.dep_u & self.desc_u == 0
+    }
+
+    /// The ids, dependences and descendants of the union of units `list`
+    /// (in `ids_u`, `dep_u`, `desc_u`).
+    fn union_sets(&mut self, list: &[u32]) {
+        let (mut ids, mut dep, mut desc): (Set, Set, Set) = (0, 0, 0);
         for &p in list {
-            let b = p as usize * w;
-            for k in 0..w {
-                self.ids_u[k] |= self.ids[b + k];
-                self.dep_u[k] |= self.dep[b + k];
-            }
+            let part = &self.parts[p as usize];
+            ids |= part.ids;
+            dep |= part.dep;
+            desc |= part.desc;
         }
-        for k in 0..w {
-            self.dep_u[k] &= !self.ids_u[k];
-        }
-        for k in 0..w {
-            let mut bits = self.dep_u[k];
-            while bits != 0 {
-                let id = k * 64 + bits.trailing_zeros() as usize;
-                bits &= bits - 1;
-                let x = self.cur[id] as usize;
-                let dx = &self.dep[x * w..(x + 1) * w];
-                if dx.iter().zip(&self.ids_u).any(|(d, i)| d & i != 0) {
-                    return false;
-                }
-            }
-        }
-        true
+        (self.ids_u, self.dep_u, self.desc_u) = (ids, dep & !ids, desc & !ids);
     }
 
     /// Merges the groups `list` (live, unstacked, distinct) into one when
     /// the union is a group within the limits and closes no cycle; returns
-    /// the surviving unit.
-    fn merge(&mut self, cx: &Ctx<'_>, list: &[u32], rule: &'static str) -> Option<u32> {
+    /// the surviving unit (the one of smallest first node).
+    ///
+    /// Two groups of which the larger is a reduce group
+    /// are validated onto it ([`legality::validate_onto`]): only what the
+    /// merge changes is checked, as [`super::State::merge`] does.
+    fn merge(&mut self, cx: &Ctx<'_>, list: &mut [u32], rule: &'static str) -> Option<u32> {
         let total: usize = list
             .iter()
             .map(|&p| self.parts[p as usize].nodes.len())
@@ -216,56 +271,67 @@ impl Sweep {
         if total > cx.opts.max_nodes || !self.acyclic(list) {
             return None;
         }
+        list.sort_unstable_by_key(|&p| self.parts[p as usize].nodes[0]);
+        let s = list[0];
         let epoch = self.next_epoch();
-        for &p in list {
+        for &p in list.iter() {
             self.mark[p as usize] = epoch;
         }
+        // The union, in the scratch list (sorted).
         let mut union = std::mem::take(&mut self.union);
         union.clear();
         let mut sorted = true;
-        for &p in list {
+        for &p in list.iter() {
             let nodes = &self.parts[p as usize].nodes;
-            sorted &= union
-                .last()
-                .is_none_or(|l| nodes.first().is_none_or(|f| l < f));
+            sorted &= union.last().is_none_or(|l| *l < nodes[0]);
             union.extend_from_slice(nodes);
         }
         if !sorted {
             union.sort_unstable();
         }
-        let (owner, mark) = (&self.owner, &self.mark);
-        let member = |m: NodeId| {
-            let o = owner[m.0];
-            o != NONE && mark[o as usize] == epoch
-        };
-        let found = validate_fast(&cx.facts(), &cx.shapes, &union, member, &mut self.classes);
-        let Some((kind, space)) = found else {
+        let found = self.validate(cx, list, &union, epoch);
+        let params = found.as_ref().and_then(|_| {
+            let bound: usize = list
+                .iter()
+                .map(|&p| self.parts[p as usize].params as usize)
+                .sum();
+            if bound <= cx.opts.max_params {
+                return Some(bound);
+            }
+            let exact = self.count_params(cx, &union, epoch);
+            (exact <= cx.opts.max_params).then_some(exact)
+        });
+        let (Some((kind, space, onto)), Some(params)) = (found, params) else {
             self.union = union;
             return None;
         };
-        let mut params: usize = list
-            .iter()
-            .map(|&p| self.parts[p as usize].params as usize)
-            .sum();
-        if params > cx.opts.max_params {
-            params = self.count_params(cx, &union, epoch);
-            if params > cx.opts.max_params {
-                self.union = union;
-                return None;
+        if matches!(kind, ClusterKind::Reduce { .. }) {
+            let changed = if onto { &self.checked[..] } else { &union[..] };
+            for &m in changed {
+                self.class_of[m.0] = self.classes[m.0];
             }
         }
-        let s = *list.iter().min().unwrap_or(&list[0]);
-        for &m in &union {
-            self.owner[m.0] = s;
+        // The survivor's list grows in place when the others' members all
+        // come after its own (a unit joining the groups it reads);
+        // otherwise it takes the union and leaves its list as scratch.
+        let mut nodes = std::mem::take(&mut self.parts[s as usize].nodes);
+        if sorted {
+            nodes.extend_from_slice(&union[nodes.len()..]);
+            self.union = union;
+        } else {
+            self.union = std::mem::replace(&mut nodes, union);
         }
-        for &p in list.iter().filter(|&&p| p != s) {
+        for &p in &list[1..] {
             let part = &mut self.parts[p as usize];
             part.dead = true;
-            part.nodes.clear();
+            let spare = std::mem::take(&mut part.nodes);
+            for &m in &spare {
+                self.owner[m.0] = s;
+            }
+            self.spare.push(spare);
         }
-        let old = std::mem::replace(&mut self.parts[s as usize].nodes, union);
-        self.union = old;
         let part = &mut self.parts[s as usize];
+        part.nodes = nodes;
         part.kind = Some(kind);
         part.space = space;
         part.params = params as u32;
@@ -274,31 +340,105 @@ impl Sweep {
         Some(s)
     }
 
-    /// Makes `s` the unit of the ids and dependences in `ids_u` and
-    /// `dep_u`, and adds them to every unit that depends on one of those
-    /// ids (which keeps every set closed).
-    fn absorb(&mut self, s: u32) {
-        let w = self.words;
-        let b = s as usize * w;
-        self.ids[b..b + w].copy_from_slice(&self.ids_u);
-        self.dep[b..b + w].copy_from_slice(&self.dep_u);
-        for k in 0..w {
-            let mut bits = self.ids_u[k];
-            while bits != 0 {
-                self.cur[k * 64 + bits.trailing_zeros() as usize] = s;
-                bits &= bits - 1;
-            }
-        }
-        for q in 0..self.parts.len() {
-            if q == s as usize || self.parts[q].dead {
-                continue;
-            }
-            let qb = q * w;
-            if (0..w).any(|k| self.dep[qb + k] & self.ids_u[k] != 0) {
-                for k in 0..w {
-                    self.dep[qb + k] |= self.dep_u[k] | self.ids_u[k];
+    /// Whether `union`, the members of groups `list` (marked `epoch`),
+    /// forms a group: its kind, space, and whether it was validated onto
+    /// one of the groups (its changed classes then in `checked`).
+#[inline(never)]
+    fn validate(
+        &mut self,
+        cx: &Ctx<'_>,
+        list: &[u32],
+        union: &[NodeId],
+        epoch: u32,
+    ) -> Option<(ClusterKind, u32, bool)> {
+        // A fresh epoch for `validate_onto`'s node marks (`seen`), newer
+        // than `epoch`, which `count_params` marks `seen` with afterwards.
+        let onto_epoch = self.next_epoch();
+        let facts = cx.facts();
+        let (owner, mark) = (&self.owner, &self.mark);
+        let member = |m: NodeId| {
+            let o = owner[m.0];
+            o != NONE && mark[o as usize] == epoch
+        };
+        if let [a, b] = *list {
+            let (pa, pb) = (&self.parts[a as usize], &self.parts[b as usize]);
+            let (x, y) = if pa.nodes.len() >= pb.nodes.len() {
+                (a, b)
+            } else {
+                (b, a)
+            };
+            let (px, py) = (&self.parts[x as usize], &self.parts[y as usize]);
+            if let (Some(ClusterKind::Reduce { axis }), true) =
+                (&px.kind, px.nodes.len() >= ONTO_MIN)
+            {
+                let axis = *axis;
+                let both = py.kind == px.kind && py.space == px.space;
+                let base = legality::Base {
+                    member: |m: NodeId| {
+                        let o = owner[m.0];
+                        o == x || (both && o == y)
+                    },
+                    space: px.space,
+                    axis,
+                    classes: &self.class_of,
+                };
+                let new: &[NodeId] = if both {
+                    let in_x = |m: NodeId| owner[m.0] == x;
+                    legality::crossings(&facts, &py.nodes, in_x, &self.class_of, &mut self.queue);
+                    &[]
+                } else {
+                    self.queue.clear();
+                    &py.nodes
+                };
+                let mut sc = legality::Onto {
+                    classes: &mut self.classes,
+                    mark: &mut self.seen,
+                    epoch: onto_epoch,
+                    checked: &mut self.checked,
+                    queue: &mut self.queue,
+                };
+                if let Some(found) = validate_onto(&facts, &cx.shapes, new, member, &base, &mut sc)
+                {
+                    // The tests check the claim: the whole union's answer.
+                    // The tests check the claim: the whole union's answer.
+                    if cfg!(debug_assertions) {
+                        let mut classes = vec![Class::Full; owner.len()];
+                        let full = validate_fast(&facts, &cx.shapes, union, member, &mut classes);
+                        debug_assert_eq!(found, full);
+                    }
+                    return found.map(|(k, sp)| (k, sp, true));
                 }
             }
+        }
+        validate_fast(&facts, &cx.shapes, union, member, &mut self.classes)
+            .map(|(k, sp)| (k, sp, false))
+    }
+
+    /// Makes `s` the unit of the ids, dependences and descendants in
+    /// `ids_u`, `dep_u` and `desc_u`: every unit that depends on the union
+    /// now depends on what it depends on, and every unit it depends on has
+    /// its descendants (which keeps every set closed).
+    fn absorb(&mut self, s: u32) {
+        let (ids, dep, desc) = (self.ids_u, self.dep_u, self.desc_u);
+        let part = &mut self.parts[s as usize];
+        (part.ids, part.dep, part.desc) = (ids, dep, desc);
+        let mut bits = ids;
+        while bits != 0 {
+            self.cur[bits.trailing_zeros() as usize] = s;
+            bits &= bits - 1;
+        }
+        // Each unit once: its ids leave the walk when it is updated.
+        let mut bits = desc;
+        while bits != 0 {
+            let q = &mut self.parts[self.cur[bits.trailing_zeros() as usize] as usize];
+            q.dep |= dep | ids;
+            bits &= !q.ids;
+        }
+        let mut bits = dep;
+        while bits != 0 {
+            let q = &mut self.parts[self.cur[bits.trailing_zeros() as usize] as usize];
+            q.desc |= desc | ids;
+            bits &= !q.ids;
         }
     }
 
@@ -328,10 +468,8 @@ impl Sweep {
     /// Whether live units `a` and `b` are independent: neither depends on
     /// the other.
     fn independent(&self, a: u32, b: u32) -> bool {
-        let w = self.words;
-        let (ia, da) = (Self::row(&self.ids, a, w), Self::row(&self.dep, a, w));
-        let (ib, db) = (Self::row(&self.ids, b, w), Self::row(&self.dep, b, w));
-        (0..w).all(|k| da[k] & ib[k] == 0 && db[k] & ia[k] == 0)
+        let (a, b) = (&self.parts[a as usize], &self.parts[b as usize]);
+        a.dep & b.ids == 0 && b.dep & a.ids == 0
     }
 
     /// The live group holding `n`, when it is one of `kinds`.
@@ -352,16 +490,20 @@ fn ewise_or_reduce(k: &ClusterKind) -> bool {
 /// The plan of `graph` (composites decomposed into the ranges
 /// `composites`) by the sweep; see the [module docs](self).
 ///
-/// # Errors
-/// [`FuseError`] when the final units form a cycle (a bug; the caller
-/// then runs the graph unfused).
+/// `None` when the graph has more than [`MAX_UNITS`] units (the caller
+/// runs the rules instead); else the plan, or a [`FuseError`] when the
+/// final units form a cycle (a bug; the caller then runs the graph
+/// unfused).
 pub(super) fn plan(
     graph: &Graph,
     opts: &FuseOptions,
     composites: &[Range<usize>],
-) -> Result<FusionPlan, FuseError> {
+    scratch: &mut Option<Sweep>,
+) -> Option<Result<FusionPlan, FuseError>> {
     let g = graph;
     let n = g.nodes().len();
+    let mut sw = scratch.take().unwrap_or_default();
+    let shapes = Shapes::new_in(g, std::mem::take(&mut sw.shapes));
     let cx = Ctx {
         g,
         opts: *opts,
@@ -376,27 +518,14 @@ pub(super) fn plan(
             }
             v
         },
-        shapes: Shapes::new_in(g, ShapeBuffers::default()),
+        shapes,
     };
-    let words = n.div_ceil(64).max(1);
-    let mut sw = Sweep {
-        owner: vec![NONE; n],
-        parts: Vec::with_capacity(n),
-        words,
-        ids: Vec::with_capacity(n * words),
-        dep: Vec::with_capacity(n * words),
-        cur: Vec::with_capacity(n),
-        mark: Vec::with_capacity(n),
-        epoch: 0,
-        seen: vec![0; n],
-        classes: vec![Class::Full; n],
-        union: Vec::new(),
-        ids_u: Vec::with_capacity(words),
-        dep_u: Vec::with_capacity(words),
-        stacks: Vec::new(),
-        applied: Vec::new(),
-    };
-    forward(&cx, &mut sw, composites);
+    sw.reset(n);
+    if !forward(&cx, &mut sw, composites) {
+        sw.shapes = cx.shapes.into_buffers();
+        *scratch = Some(sw);
+        return None;
+    }
     if opts.fuse {
         matmul_epilogues(&cx, &mut sw);
         siblings(&cx, &mut sw);
@@ -404,19 +533,24 @@ pub(super) fn plan(
     if opts.stack {
         stacks(&cx, &mut sw);
     }
-    finish(cx, sw)
+    Some(finish(cx, sw, scratch))
 }
 
-/// The forward phase (see the [module docs](self)).
-fn forward(cx: &Ctx<'_>, sw: &mut Sweep, composites: &[Range<usize>]) {
+/// The forward phase (see the [module docs](self)); `false` when the
+/// graph has more units than a [`Set`] numbers.
+#[inline(never)]
+fn forward(cx: &Ctx<'_>, sw: &mut Sweep, composites: &[Range<usize>]) -> bool {
     let (g, n) = (cx.g, cx.g.nodes().len());
     let mut spans = composites
         .iter()
         .filter(|_| cx.opts.fuse && cx.opts.composites)
         .peekable();
-    let mut producers: Vec<u32> = Vec::new();
+    let (mut producers, mut all): (Vec<u32>, Vec<u32>) = (Vec::new(), Vec::new());
     let mut i = 0;
     while i < n {
+        if sw.parts.len() >= MAX_UNITS {
+            return false;
+        }
         while spans.next_if(|r| r.start < i).is_some() {}
         let seeded = spans
             .next_if(|r| r.start == i)
@@ -429,7 +563,7 @@ fn forward(cx: &Ctx<'_>, sw: &mut Sweep, composites: &[Range<usize>]) {
                 let (kind, space) = match cx.roles[i] {
                     Role::Elementwise => (Some(ClusterKind::Elementwise), cx.shapes.of(id)),
                     Role::Reduce { axis, keepdims } => {
-                        sw.classes[i] = Class::Reduced(keepdims);
+                        sw.class_of[i] = Class::Reduced(keepdims);
                         (
                             Some(ClusterKind::Reduce { axis }),
                             cx.shapes.of(node.operands[0]),
@@ -443,7 +577,7 @@ fn forward(cx: &Ctx<'_>, sw: &mut Sweep, composites: &[Range<usize>]) {
                     Role::Data | Role::Opaque => (None, NONE),
                 };
                 let params = node.operands.len() as u32 + 1;
-                (sw.add(kind, vec![id], space, params, g), i + 1)
+                (sw.add(kind, [id], space, params, g), i + 1)
             }
         };
         i = end;
@@ -481,21 +615,20 @@ fn forward(cx: &Ctx<'_>, sw: &mut Sweep, composites: &[Range<usize>]) {
             _ => "reduce-chain",
         };
         let first_rule = rule(&sw.parts[producers[0] as usize]);
-        producers.push(u);
-        if sw.merge(cx, &producers, first_rule).is_some() {
+        all.clear();
+        all.extend_from_slice(&producers);
+        all.push(u);
+        if sw.merge(cx, &mut all, first_rule).is_some() || producers.len() == 1 {
             continue;
         }
-        producers.pop();
-        if producers.len() > 1 {
-            for k in 0..producers.len() {
-                let p = producers[k];
-                let r = rule(&sw.parts[p as usize]);
-                if sw.merge(cx, &[p, u], r).is_some() {
-                    break;
-                }
+        for &p in &producers {
+            let r = rule(&sw.parts[p as usize]);
+            if sw.merge(cx, &mut [p, u], r).is_some() {
+                break;
             }
         }
     }
+    true
 }
 
 /// The composite `r` as one unit when it forms a group within the limits
@@ -504,22 +637,27 @@ fn seed(cx: &Ctx<'_>, sw: &mut Sweep, r: Range<usize>) -> Option<u32> {
     if r.len() < 2 || r.end > sw.owner.len() || r.len() > cx.opts.max_nodes {
         return None;
     }
-    let nodes: Vec<NodeId> = r.clone().map(NodeId).collect();
+    let mut nodes = std::mem::take(&mut sw.union);
+    nodes.clear();
+    nodes.extend(r.clone().map(NodeId));
     let member = |m: NodeId| r.contains(&m.0);
-    let (kind, space) = validate_fast(&cx.facts(), &cx.shapes, &nodes, member, &mut sw.classes)?;
+    let found = validate_fast(&cx.facts(), &cx.shapes, &nodes, member, &mut sw.classes);
     let mut bound: usize = nodes.iter().map(|&m| cx.g[m].operands.len() + 1).sum();
-    if bound > cx.opts.max_params {
+    if found.is_some() && bound > cx.opts.max_params {
         bound = super::count_params(&cx.facts(), &nodes, &member);
-        if bound > cx.opts.max_params {
-            return None;
-        }
     }
-    let u = sw.add(Some(kind), nodes, space, bound as u32, cx.g);
+    sw.union = nodes;
+    let (kind, space) = found.filter(|_| bound <= cx.opts.max_params)?;
+    if matches!(kind, ClusterKind::Reduce { .. }) {
+        sw.class_of[r.clone()].copy_from_slice(&sw.classes[r.clone()]);
+    }
+    let u = sw.add(Some(kind), r.map(NodeId), space, bound as u32, cx.g);
     sw.applied.push(("composite", String::new()));
     Some(u)
 }
 
 /// The matmul epilogues (see the [module docs](self)).
+#[inline(never)]
 fn matmul_epilogues(cx: &Ctx<'_>, sw: &mut Sweep) {
     let mut rejected: Vec<u32> = Vec::new();
     for p in 0..sw.parts.len() as u32 {
@@ -538,7 +676,7 @@ fn matmul_epilogues(cx: &Ctx<'_>, sw: &mut Sweep) {
                     if e == m || rejected.contains(&e) {
                         continue;
                     }
-                    match sw.merge(cx, &[m, e], "matmul-epilogue") {
+                    match sw.merge(cx, &mut [m, e], "matmul-epilogue") {
                         Some(s) => {
                             m = s;
                             continue 'grow;
@@ -556,6 +694,7 @@ fn matmul_epilogues(cx: &Ctx<'_>, sw: &mut Sweep) {
 const SIBLING_READERS: usize = 16;
 
 /// The siblings phase (see the [module docs](self)).
+#[inline(never)]
 fn siblings(cx: &Ctx<'_>, sw: &mut Sweep) {
     let mut readers: Vec<u32> = Vec::new();
     for x in 0..cx.g.nodes().len() {
@@ -576,7 +715,7 @@ fn siblings(cx: &Ctx<'_>, sw: &mut Sweep) {
             for j in i + 1..readers.len() {
                 let (a, b) = (sw.cur[readers[i] as usize], sw.cur[readers[j] as usize]);
                 if a != b && !sw.parts[a as usize].dead && !sw.parts[b as usize].dead {
-                    sw.merge(cx, &[a, b], "siblings");
+                    sw.merge(cx, &mut [a, b], "siblings");
                 }
             }
         }
@@ -584,6 +723,7 @@ fn siblings(cx: &Ctx<'_>, sw: &mut Sweep) {
 }
 
 /// The parallel stacks (see the [module docs](self)).
+#[inline(never)]
 fn stacks(cx: &Ctx<'_>, sw: &mut Sweep) {
     let mut cands: Vec<u32> = Vec::new();
     let mut chosen: Vec<u32> = Vec::new();
@@ -616,27 +756,14 @@ fn stacks(cx: &Ctx<'_>, sw: &mut Sweep) {
         // A stack is one unit for the dependences: its first group stands
         // for it.
         let s = sw.stacks.len() as u32;
-        let w = sw.words;
-        sw.ids_u.clear();
-        sw.ids_u.resize(w, 0);
-        sw.dep_u.clear();
-        sw.dep_u.resize(w, 0);
+        sw.union_sets(&chosen);
         for &c in &chosen {
-            let b = c as usize * w;
-            for k in 0..w {
-                sw.ids_u[k] |= sw.ids[b + k];
-                sw.dep_u[k] |= sw.dep[b + k];
-            }
             sw.parts[c as usize].stack = s;
-        }
-        for k in 0..w {
-            sw.dep_u[k] &= !sw.ids_u[k];
         }
         let rep = chosen[0];
         for &c in &chosen[1..] {
-            let b = c as usize * w;
-            sw.ids[b..b + w].fill(0);
-            sw.dep[b..b + w].fill(0);
+            let part = &mut sw.parts[c as usize];
+            (part.ids, part.dep, part.desc) = (0, 0, 0);
         }
         sw.absorb(rep);
         sw.stacks.push(chosen.iter().map(|&c| c as usize).collect());
@@ -644,71 +771,31 @@ fn stacks(cx: &Ctx<'_>, sw: &mut Sweep) {
     }
 }
 
-/// The plan: the units in a topological order (Kahn's algorithm, the
-/// ready unit of smallest first node first), groups numbered in that
-/// order.
-fn finish(cx: Ctx<'_>, sw: Sweep) -> Result<FusionPlan, FuseError> {
-    let (g, n) = (cx.g, cx.g.nodes().len());
-    // Units numbered by first node: a node's unit is its stack, its group,
-    // or itself.
-    let mut uid = vec![NONE; n];
-    let mut unit_of_part = vec![NONE; sw.parts.len()];
-    let mut unit_of_stack = vec![NONE; sw.stacks.len()];
-    let mut units: Vec<Unit> = Vec::new();
-    for i in 0..n {
-        let p = sw.owner[i];
-        let (slot, unit) = if p == NONE || sw.parts[p as usize].kind.is_none() {
-            (None, Unit::Node(NodeId(i)))
-        } else {
-            let s = sw.parts[p as usize].stack;
-            if s != NONE {
-                (
-                    Some(&mut unit_of_stack[s as usize]),
-                    Unit::Stack(s as usize),
-                )
-            } else {
-                (
-                    Some(&mut unit_of_part[p as usize]),
-                    Unit::Cluster(p as usize),
-                )
-            }
-        };
-        uid[i] = match slot {
-            Some(slot) if *slot != NONE => *slot,
-            Some(slot) => {
-                *slot = units.len() as u32;
-                units.push(unit);
-                *slot
-            }
-            None => {
-                units.push(unit);
-                units.len() as u32 - 1
-            }
-        };
-    }
-    let mut indeg = vec![0u32; units.len()];
+/// The units of `ob` in a topological order, the ready unit of smallest
+/// number first (fewer than all when they form a cycle).
+fn kahn(cx: &Ctx<'_>, sw: &Sweep, ob: &mut OrderBuffers) -> Vec<Unit> {
+    let n = cx.g.nodes().len();
+    ob.indeg.clear();
+    ob.indeg.resize(ob.units.len(), 0);
     for i in 0..n {
         for &v in cx.users.of(NodeId(i)) {
-            if uid[v.0] != uid[i] {
-                indeg[uid[v.0] as usize] += 1;
+            if ob.uid[v.0] != ob.uid[i] {
+                ob.indeg[ob.uid[v.0] as usize] += 1;
             }
         }
     }
-    let members = |u: Unit, f: &mut dyn FnMut(NodeId)| match u {
-        Unit::Node(m) => f(m),
-        Unit::Cluster(p) => sw.parts[p].nodes.iter().for_each(|&m| f(m)),
-        Unit::Stack(s) => sw.stacks[s]
-            .iter()
-            .for_each(|&p| sw.parts[p].nodes.iter().for_each(|&m| f(m))),
-    };
-    let mut ready: BinaryHeap<Reverse<u32>> = (0..units.len() as u32)
-        .filter(|&u| indeg[u as usize] == 0)
-        .map(Reverse)
-        .collect();
-    let mut order = Vec::with_capacity(units.len());
-    while let Some(Reverse(u)) = ready.pop() {
-        order.push(units[u as usize]);
-        members(units[u as usize], &mut |m| {
+    ob.ready.clear();
+    for u in 0..ob.units.len() as u32 {
+        if ob.indeg[u as usize] == 0 {
+            ob.ready.push(Reverse(u));
+        }
+    }
+    let mut order = Vec::with_capacity(ob.units.len());
+    while let Some(Reverse(u)) = ob.ready.pop() {
+        let unit = ob.units[u as usize];
+        order.push(unit);
+        let (uid, indeg, ready) = (&ob.uid, &mut ob.indeg, &mut ob.ready);
+        let mut release = |m: NodeId| {
             for &v in cx.users.of(m) {
                 let w = uid[v.0];
                 if w != u {
@@ -718,23 +805,81 @@ fn finish(cx: Ctx<'_>, sw: Sweep) -> Result<FusionPlan, FuseError> {
                     }
                 }
             }
-        });
+        };
+        match unit {
+            Unit::Node(m) => release(m),
+            Unit::Cluster(p) => sw.parts[p].nodes.iter().for_each(|&m| release(m)),
+            Unit::Stack(s) => {
+                for &p in &sw.stacks[s] {
+                    sw.parts[p].nodes.iter().for_each(|&m| release(m));
+                }
+            }
+        }
     }
-    if order.len() != units.len() {
+    order
+}
+
+/// The plan: the units in a topological order (Kahn's algorithm, the
+/// ready unit of smallest first node first), groups numbered in that
+/// order.
+#[inline(never)]
+fn finish(cx: Ctx<'_>, mut sw: Sweep, scratch: &mut Option<Sweep>) -> Result<FusionPlan, FuseError> {
+    let (g, n) = (cx.g, cx.g.nodes().len());
+    let mut ob = std::mem::take(&mut sw.order);
+    // Units numbered by first node: a node's unit is its stack, its group,
+    // or itself.
+    ob.uid.clear();
+    ob.uid.resize(n, NONE);
+    ob.of_part.clear();
+    ob.of_part.resize(sw.parts.len(), NONE);
+    ob.of_stack.clear();
+    ob.of_stack.resize(sw.stacks.len(), NONE);
+    ob.units.clear();
+    for i in 0..n {
+        let p = sw.owner[i];
+        let (slot, unit) = match sw.parts.get(p as usize) {
+            Some(part) if part.kind.is_some() && part.stack != NONE => (
+                Some(&mut ob.of_stack[part.stack as usize]),
+                Unit::Stack(part.stack as usize),
+            ),
+            Some(part) if part.kind.is_some() => {
+                (Some(&mut ob.of_part[p as usize]), Unit::Cluster(p as usize))
+            }
+            _ => (None, Unit::Node(NodeId(i))),
+        };
+        ob.uid[i] = match slot {
+            Some(slot) if *slot != NONE => *slot,
+            Some(slot) => {
+                *slot = ob.units.len() as u32;
+                ob.units.push(unit);
+                *slot
+            }
+            None => {
+                ob.units.push(unit);
+                ob.units.len() as u32 - 1
+            }
+        };
+    }
+    // Most often the units' numbering is already an order: every edge
+    // goes forward. Otherwise Kahn's algorithm.
+    let forward = (0..n).all(|i| {
+        let u = ob.uid[i];
+        cx.users.of(NodeId(i)).iter().all(|v| ob.uid[v.0] >= u)
+    });
+    let mut order = if forward {
+        ob.units.clone()
+    } else {
+        kahn(&cx, &sw, &mut ob)
+    };
+    if order.len() != ob.units.len() {
         return Err(FuseError {
             rule: "sweep",
             what: "the kernels' dependences form a cycle".into(),
         });
     }
     // Groups numbered in order of their units.
-    let Sweep {
-        owner,
-        mut parts,
-        stacks: part_stacks,
-        applied,
-        ..
-    } = sw;
-    let mut remap = vec![usize::MAX; parts.len()];
+    ob.remap.clear();
+    ob.remap.resize(sw.parts.len(), usize::MAX);
     let mut clusters = Vec::new();
     let mut stacks = Vec::new();
     for u in &mut order {
@@ -742,13 +887,13 @@ fn finish(cx: Ctx<'_>, sw: Sweep) -> Result<FusionPlan, FuseError> {
             continue;
         };
         let list = match *u {
-            Unit::Stack(s) => &part_stacks[s][..],
+            Unit::Stack(s) => &sw.stacks[s][..],
             _ => std::slice::from_ref(&p),
         };
         let first = clusters.len();
         for &q in list {
-            remap[q] = clusters.len();
-            let part = &mut parts[q];
+            ob.remap[q] = clusters.len();
+            let part = &mut sw.parts[q];
             clusters.push(Cluster {
                 kind: part.kind.clone().unwrap_or(ClusterKind::Elementwise),
                 nodes: std::mem::take(&mut part.nodes),
@@ -763,13 +908,19 @@ fn finish(cx: Ctx<'_>, sw: Sweep) -> Result<FusionPlan, FuseError> {
             _ => Unit::Cluster(first),
         };
     }
-    let owner: Vec<Option<usize>> = owner
+    let remap = &ob.remap;
+    let owner: Vec<Option<usize>> = sw
+        .owner
         .iter()
         .map(|&p| (p != NONE && remap[p as usize] != usize::MAX).then(|| remap[p as usize]))
         .collect();
     let layouts = store_layouts(g, &cx.users, &cx.is_output, cx.opts.fuse, |m| {
         owner[m.0].is_some()
     });
+    let applied = std::mem::take(&mut sw.applied);
+    sw.order = ob;
+    sw.shapes = cx.shapes.into_buffers();
+    *scratch = Some(sw);
     let plan = FusionPlan {
         clusters,
         owner,
@@ -784,10 +935,8 @@ fn finish(cx: Ctx<'_>, sw: Sweep) -> Result<FusionPlan, FuseError> {
         options: cx.opts,
     };
     if cfg!(debug_assertions) {
-        plan.verify(g).map_err(|what| FuseError {
-            rule: "sweep",
-            what,
-        })?;
+        plan.verify(g)
+            .map_err(|what| FuseError { rule: "sweep", what })?;
     }
     Ok(plan)
 }

@@ -1154,3 +1154,29 @@ fn compare_sweep_with_rules() {
         "{count} graphs: kernels / launches / bytes: rules {rules_t:?}, sweep {sweep_t:?}; sweep better in {better}, worse in {worse}, the same in {same}"
     );
 }
+
+#[test]
+fn a_graph_beyond_the_sweeps_units_goes_to_the_rules() {
+    // A chain of matmuls: one unit each, more than a set numbers.
+    let mut g = Graph::new();
+    let w = g.input("w", DType::F32, &[c(4), c(4)]).unwrap();
+    let mut x = g.input("x", DType::F32, &[c(4), c(4)]).unwrap();
+    for _ in 0..sweep::MAX_UNITS + 2 {
+        x = g.matmul(x, w, false, false).unwrap();
+    }
+    g.output("y", x).unwrap();
+    assert!(sweep::plan(&g, &sweep_opts(), &[], &mut None).is_none());
+    let p = FusionPlan::new(&g, &sweep_opts()).unwrap();
+    p.verify(&g).unwrap();
+    assert_eq!(p.kernel_groups(), sweep::MAX_UNITS + 2);
+    // One fewer is swept.
+    let mut g = Graph::new();
+    let w = g.input("w", DType::F32, &[c(4), c(4)]).unwrap();
+    let mut x = g.input("x", DType::F32, &[c(4), c(4)]).unwrap();
+    for _ in 0..sweep::MAX_UNITS {
+        x = g.matmul(x, w, false, false).unwrap();
+    }
+    g.output("y", x).unwrap();
+    let p = sweep::plan(&g, &sweep_opts(), &[], &mut None).unwrap().unwrap();
+    p.verify(&g).unwrap();
+}
