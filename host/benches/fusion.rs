@@ -732,12 +732,15 @@ fn decision_table(quick: bool, cores: usize) {
     let ex = dvm_host::eager::Eager::new(cores);
     let ins = eager_inputs(&ex);
     eager_window_from(&ins, 0);
-    let fresh = rotated_decisions(cores, if quick { 1 } else { 5 });
+    let fresh = rotated_decisions(cores, if quick { 1 } else { 5 }, true);
+    let ruled = rotated_decisions(cores, if quick { 1 } else { 5 }, false);
     println!(
-        "eager, a new window in a context that ran others (9 rotations of the window, {} contexts): decision median {:.1} µs (min {:.1})",
+        "eager, a new window in a context that ran others (9 rotations of the window, {} contexts): decision median {:.1} µs (min {:.1}); with the rules instead of the sweep {:.1} µs (min {:.1})",
         fresh.len() / 9,
         median(fresh.clone()),
-        fresh.iter().cloned().fold(f64::MAX, f64::min)
+        fresh.iter().cloned().fold(f64::MAX, f64::min),
+        median(ruled.clone()),
+        ruled.iter().cloned().fold(f64::MAX, f64::min)
     );
     // The same window at a new row count every flush (a dynamic sequence
     // length): decided on the symbolic copy from the second length on.
@@ -764,10 +767,15 @@ fn decision_table(quick: bool, cores: usize) {
 /// The decisions, in µs, of the window's nine other rotations (each a new
 /// structure) in each of `contexts` contexts on `cores` cores that ran the
 /// window itself first.
-fn rotated_decisions(cores: usize, contexts: usize) -> Vec<f64> {
+fn rotated_decisions(cores: usize, contexts: usize, sweep: bool) -> Vec<f64> {
     let mut us = Vec::with_capacity(9 * contexts);
     for _ in 0..contexts {
-        let ex = dvm_host::eager::Eager::new(cores);
+        let opts = FuseOptions {
+            reasons: false,
+            sweep,
+            ..FuseOptions::default()
+        };
+        let ex = dvm_host::eager::Eager::with_options(cores, opts, 64);
         let ins = eager_inputs(&ex);
         eager_window_from(&ins, 0);
         for shift in 1..10 {
@@ -832,7 +840,8 @@ fn eager_window_from([x, wt, bt, gt]: &[LazyTensor; 4], shift: usize) {
 /// in a fresh context each time (its decision and run, the medians of the
 /// decision and of the whole flush; `DVM_CORES` cores, default 1),
 /// `DVM_ROTATE` new windows in used contexts (the window's nine other
-/// rotations after the first, in 20 contexts; `DVM_CORES` as above),
+/// rotations after the first, in 20 contexts; `DVM_CORES` as above;
+/// `DVM_RULES` decides with the rules instead of the sweep),
 /// `DVM_SECOND` the eager window at a second row count in a fresh context
 /// each time (the decision on the symbolic copy), `DVM_REPS` the
 /// repetitions.
@@ -844,7 +853,11 @@ fn decision_loop() {
             .unwrap_or(1);
         println!(
             "eager new window in a used context decision median {:.1} µs",
-            median(rotated_decisions(cores, 20))
+            median(rotated_decisions(
+                cores,
+                20,
+                std::env::var_os("DVM_RULES").is_none()
+            ))
         );
         return;
     }

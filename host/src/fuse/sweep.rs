@@ -34,7 +34,8 @@
 //! the ready unit with the smallest first node first.
 //!
 //! The plan is checked ([`FusionPlan::verify`]) in builds with debug
-//! assertions; the tests compare the two passes' plans.
+//! assertions; the tests compare the two passes' plans. (The phases are
+//! kept out of line, one call each, so that a profile names them.)
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -156,9 +157,12 @@ impl Sweep {
     fn reset(&mut self, n: usize) {
         self.owner.clear();
         self.owner.resize(n, NONE);
+        // (A merged-away unit's list went to `spare` at the merge.)
         for mut part in self.parts.drain(..) {
-            part.nodes.clear();
-            self.spare.push(part.nodes);
+            if part.nodes.capacity() > 0 {
+                part.nodes.clear();
+                self.spare.push(part.nodes);
+            }
         }
         self.cur.clear();
         self.mark.clear();
@@ -176,7 +180,6 @@ impl Sweep {
 
     /// A new unit of `members`; its dependences are those of the units
     /// its members read. There must be an id left ([`MAX_UNITS`]).
-    #[inline(never)]
     fn add(
         &mut self,
         kind: Option<ClusterKind>,
@@ -206,9 +209,9 @@ impl Sweep {
         let ids: Set = 1 << p;
         let mut bits = dep;
         while bits != 0 {
-            let x = self.cur[bits.trailing_zeros() as usize] as usize;
-            bits &= bits - 1;
-            self.parts[x].desc |= ids;
+            let x = &mut self.parts[self.cur[bits.trailing_zeros() as usize] as usize];
+            x.desc |= ids;
+            bits &= !x.ids;
         }
         self.mark.push(0);
         self.parts.push(Part {
@@ -343,7 +346,6 @@ impl Sweep {
     /// Whether `union`, the members of groups `list` (marked `epoch`),
     /// forms a group: its kind, space, and whether it was validated onto
     /// one of the groups (its changed classes then in `checked`).
-#[inline(never)]
     fn validate(
         &mut self,
         cx: &Ctx<'_>,
@@ -602,12 +604,14 @@ fn forward(cx: &Ctx<'_>, sw: &mut Sweep, composites: &[Range<usize>]) -> bool {
         if producers.is_empty() {
             continue;
         }
-        producers.sort_by_key(|&p| {
-            (
-                !matches!(sw.parts[p as usize].kind, Some(ClusterKind::Elementwise)),
-                p,
-            )
-        });
+        if producers.len() > 1 {
+            producers.sort_by_key(|&p| {
+                (
+                    !matches!(sw.parts[p as usize].kind, Some(ClusterKind::Elementwise)),
+                    p,
+                )
+            });
+        }
         let rule = |p: &Part| match (&kind, &p.kind) {
             (ClusterKind::Elementwise, Some(ClusterKind::Elementwise)) => "elementwise-chain",
             (ClusterKind::Elementwise, _) => "reduce-epilogue",
@@ -615,10 +619,14 @@ fn forward(cx: &Ctx<'_>, sw: &mut Sweep, composites: &[Range<usize>]) -> bool {
             _ => "reduce-chain",
         };
         let first_rule = rule(&sw.parts[producers[0] as usize]);
+        if let [p] = producers[..] {
+            sw.merge(cx, &mut [p, u], first_rule);
+            continue;
+        }
         all.clear();
         all.extend_from_slice(&producers);
         all.push(u);
-        if sw.merge(cx, &mut all, first_rule).is_some() || producers.len() == 1 {
+        if sw.merge(cx, &mut all, first_rule).is_some() {
             continue;
         }
         for &p in &producers {
@@ -823,7 +831,11 @@ fn kahn(cx: &Ctx<'_>, sw: &Sweep, ob: &mut OrderBuffers) -> Vec<Unit> {
 /// ready unit of smallest first node first), groups numbered in that
 /// order.
 #[inline(never)]
-fn finish(cx: Ctx<'_>, mut sw: Sweep, scratch: &mut Option<Sweep>) -> Result<FusionPlan, FuseError> {
+fn finish(
+    cx: Ctx<'_>,
+    mut sw: Sweep,
+    scratch: &mut Option<Sweep>,
+) -> Result<FusionPlan, FuseError> {
     let (g, n) = (cx.g, cx.g.nodes().len());
     let mut ob = std::mem::take(&mut sw.order);
     // Units numbered by first node: a node's unit is its stack, its group,
@@ -894,9 +906,11 @@ fn finish(cx: Ctx<'_>, mut sw: Sweep, scratch: &mut Option<Sweep>) -> Result<Fus
         for &q in list {
             ob.remap[q] = clusters.len();
             let part = &mut sw.parts[q];
+            // A copy: the member list stays for the next sweep, with room
+            // to grow.
             clusters.push(Cluster {
                 kind: part.kind.clone().unwrap_or(ClusterKind::Elementwise),
-                nodes: std::mem::take(&mut part.nodes),
+                nodes: part.nodes.clone(),
                 space: cx.shapes.shape(part.space),
             });
         }
@@ -935,8 +949,10 @@ fn finish(cx: Ctx<'_>, mut sw: Sweep, scratch: &mut Option<Sweep>) -> Result<Fus
         options: cx.opts,
     };
     if cfg!(debug_assertions) {
-        plan.verify(g)
-            .map_err(|what| FuseError { rule: "sweep", what })?;
+        plan.verify(g).map_err(|what| FuseError {
+            rule: "sweep",
+            what,
+        })?;
     }
     Ok(plan)
 }

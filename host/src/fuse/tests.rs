@@ -1177,6 +1177,8 @@ fn a_graph_beyond_the_sweeps_units_goes_to_the_rules() {
         x = g.matmul(x, w, false, false).unwrap();
     }
     g.output("y", x).unwrap();
-    let p = sweep::plan(&g, &sweep_opts(), &[], &mut None).unwrap().unwrap();
+    let p = sweep::plan(&g, &sweep_opts(), &[], &mut None)
+        .unwrap()
+        .unwrap();
     p.verify(&g).unwrap();
 }
