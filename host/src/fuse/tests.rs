@@ -947,7 +947,9 @@ fn sweep_opts() -> FuseOptions {
 
 /// The groups of a plan as (kind, member names), and its stacks as sets
 /// of groups' first members: what two passes must agree on.
-fn grouping(g: &Graph, p: &FusionPlan) -> (Vec<(ClusterKind, Vec<String>)>, Vec<Vec<String>>) {
+type Grouping = (Vec<(ClusterKind, Vec<String>)>, Vec<Vec<String>>);
+
+fn grouping(g: &Graph, p: &FusionPlan) -> Grouping {
     let mut groups: Vec<_> = p
         .clusters
         .iter()
