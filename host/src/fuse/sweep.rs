@@ -7,9 +7,9 @@
 //! of thousands of nodes. A recorded eager window is a few dozen
 //! operators, decided once per new structure while the caller waits for a
 //! value: there the bookkeeping costs more than the decisions. This pass
-//! makes the same kinds of merges, each proved by the same validation
-//! ([`legality::validate_fast`], the node and parameter limits), in a
-//! fixed order of phases:
+//! makes the same kinds of merges, each proved by the same checks (those
+//! of [`legality::validate`], the node and parameter limits), in a fixed
+//! order of phases:
 //!
 //! 1. **Forward**: the units in graph order (a decomposed composite that
 //!    forms a group is one unit, as in [`FusionPlan::with_composites`]);
@@ -27,11 +27,13 @@
 //!    a launch (`parallel-stack`), at most [`FuseOptions::max_stack`].
 //!
 //! Cycles between kernels are ruled out with dependence sets: every unit
-//! has an id, every live unit the set of ids it absorbed and the set of
-//! ids it depends on (transitively, kept closed across merges). A union
-//! of units is acyclic exactly when no other unit it depends on depends on
-//! it in turn. The plan's order is Kahn's algorithm over the final units,
-//! the ready unit with the smallest first node first.
+//! has an id, every live unit the set of ids it absorbed, the set of ids
+//! it depends on and the set of ids that depend on it (transitively, kept
+//! closed across merges). A union of units is acyclic exactly when no
+//! other unit it depends on depends on it in turn: when its two sets do
+//! not meet. The sets are `u128`s ([`MAX_UNITS`]). The plan's order is
+//! the units' numbering by first node when every edge goes forward in it,
+//! else Kahn's algorithm with the ready unit of smallest first node first.
 //!
 //! The plan is checked ([`FusionPlan::verify`]) in builds with debug
 //! assertions; the tests compare the two passes' plans. (The phases are
@@ -55,8 +57,8 @@ const NONE: u32 = u32::MAX;
 /// A set of unit ids.
 type Set = u128;
 
-/// Most units a sweep numbers (the bits of a [`Set`]): a graph with more
-/// goes to the rules ([`plan`] says so with `None`). A recorded window of
+/// Most units a sweep numbers (the bits of its sets of unit ids, a
+/// `u128`): a graph with more goes to the rules. A recorded window of
 /// 64 operators has at most 64 once its composites are seeded.
 pub const MAX_UNITS: usize = Set::BITS as usize;
 
