@@ -91,3 +91,39 @@ pub fn encoder_block(cfg: &EncoderConfig) -> Result<Graph, GraphError> {
     g.output("y", y)?;
     Ok(g)
 }
+
+/// Thirty operations as an eager program records them, with concrete
+/// shapes: a ten-operation cycle (matmul, bias, GELU, residual,
+/// layernorm, scaling, softmax, product, tanh, rmsnorm) three times over,
+/// started at operation `shift` (shifts 0 to 9 are ten structures of the
+/// same operations). The fusion benchmark decides it; the fuser's tests
+/// compare the two passes on it.
+///
+/// # Errors
+/// None in practice (the shapes agree); a builder's [`GraphError`] would
+/// be passed on.
+pub fn mixed_window(shift: usize) -> Result<Graph, GraphError> {
+    let c = Dim::from;
+    let mut g = Graph::new();
+    let x = g.input("v0", DType::F32, &[c(64), c(256)])?;
+    let w = g.input("v1", DType::F32, &[c(256), c(256)])?;
+    let b = g.input("v2", DType::F32, &[c(256)])?;
+    let gm = g.input("v3", DType::F32, &[c(256)])?;
+    let mut cur = x;
+    for i in 0..30 {
+        cur = match (i + shift) % 10 {
+            0 => g.matmul(cur, w, false, false),
+            1 => g.binary(Opcode::Add, cur, b),
+            2 => g.unary(Opcode::GeluTanh, cur),
+            3 => g.binary(Opcode::Add, cur, x),
+            4 => g.layer_norm(cur, gm, b, 1e-5),
+            5 => g.scalar(Opcode::MulS, cur, 0.5),
+            6 => g.softmax(cur, -1),
+            7 => g.binary(Opcode::Mul, cur, x),
+            8 => g.unary(Opcode::Tanh, cur),
+            _ => g.rms_norm(cur, gm, 1e-6),
+        }?;
+    }
+    g.output("t", cur)?;
+    Ok(g)
+}

@@ -45,29 +45,7 @@ pub fn window30() -> Graph {
 
 /// [`window30`] with its 10-op cycle started at op `shift` (as the eager
 /// bench's rotated windows): shifts 0 to 9 are ten structures of the same
-/// operations.
+/// operations ([`dvm_host::models::mixed_window`]).
 pub fn window30_shift(shift: usize) -> Graph {
-    let mut g = Graph::new();
-    let x = g.input("v0", DType::F32, &[c(64), c(256)]).expect("x");
-    let w = g.input("v1", DType::F32, &[c(256), c(256)]).expect("w");
-    let b = g.input("v2", DType::F32, &[c(256)]).expect("b");
-    let gm = g.input("v3", DType::F32, &[c(256)]).expect("g");
-    let mut cur = x;
-    for i in 0..30 {
-        cur = match (i + shift) % 10 {
-            0 => g.matmul(cur, w, false, false),
-            1 => g.binary(Opcode::Add, cur, b),
-            2 => g.unary(Opcode::GeluTanh, cur),
-            3 => g.binary(Opcode::Add, cur, x),
-            4 => g.layer_norm(cur, gm, b, 1e-5),
-            5 => g.scalar(Opcode::MulS, cur, 0.5),
-            6 => g.softmax(cur, -1),
-            7 => g.binary(Opcode::Mul, cur, x),
-            8 => g.unary(Opcode::Tanh, cur),
-            _ => g.rms_norm(cur, gm, 1e-6),
-        }
-        .expect("op");
-    }
-    g.output("t", cur).expect("out");
-    g
+    dvm_host::models::mixed_window(shift).expect("builds")
 }

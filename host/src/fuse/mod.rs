@@ -1900,6 +1900,9 @@ impl FusionPlan {
             if cl.nodes.is_empty() || !cl.nodes.windows(2).all(|w| w[0] < w[1]) {
                 return Err(format!("group {c} is empty or not sorted"));
             }
+            if cl.nodes.last().is_some_and(|m| m.0 >= n) {
+                return Err(format!("group {c} holds a node the graph does not have"));
+            }
             if let Some(&m) = cl.nodes.iter().find(|m| self.owner[m.0] != Some(c)) {
                 return Err(format!(
                     "node `{}` is in group {c} but not owned by it",

@@ -265,9 +265,9 @@ impl Sweep {
     /// the union is a group within the limits and closes no cycle; returns
     /// the surviving unit (the one of smallest first node).
     ///
-    /// Two groups of which the larger is a reduce group
-    /// are validated onto it ([`legality::validate_onto`]): only what the
-    /// merge changes is checked, as [`super::State::merge`] does.
+    /// Two groups of which the larger is a reduce group are validated onto
+    /// it ([`legality::validate_onto`]): only what the merge changes is
+    /// checked, as [`super::State::merge`] does.
     fn merge(&mut self, cx: &Ctx<'_>, list: &mut [u32], rule: &'static str) -> Option<u32> {
         let total: usize = list
             .iter()

@@ -144,16 +144,21 @@ fn validation_rejects_malformed_groups_with_a_reason() {
     );
 }
 
-#[test]
-fn a_merge_through_a_view_would_be_a_cycle() {
-    // e = exp(x); u = transposeᵀ(e) (two views); f = e + u: fusing exp into
-    // the add would need u before the group ends.
+/// e = exp(x); t = eᵀ (a view); f = e + t: fusing exp into the add would
+/// need t before the group ends. Returns the graph and e, t, f.
+fn view_cycle_graph() -> (Graph, [NodeId; 3]) {
     let mut g = Graph::new();
     let x = g.input("x", DType::F32, &[c(16), c(16)]).unwrap();
     let e = g.unary(Opcode::Exp, x).unwrap();
     let t = g.transpose(e, &[1, 0]).unwrap();
     let f = g.binary(Opcode::Add, e, t).unwrap();
     g.output("f", f).unwrap();
+    (g, [e, t, f])
+}
+
+#[test]
+fn a_merge_through_a_view_would_be_a_cycle() {
+    let (g, [e, t, f]) = view_cycle_graph();
     let p = plan(&g);
     assert_eq!(p.clusters.len(), 2);
     let r = &p.rejections[0];
@@ -972,35 +977,6 @@ fn grouping(g: &Graph, p: &FusionPlan) -> Grouping {
     (groups, stacks)
 }
 
-/// The eager benchmark's window: ten operators (matmul, bias, GELU,
-/// residual, layernorm, scaling, softmax, product, tanh, layernorm) three
-/// times over, the cycle started at `shift`.
-fn eager_window(shift: usize) -> Graph {
-    let mut g = Graph::new();
-    let x = g.input("x", DType::F32, &[c(64), c(256)]).unwrap();
-    let w = g.input("w", DType::F32, &[c(256), c(256)]).unwrap();
-    let b = g.input("b", DType::F32, &[c(256)]).unwrap();
-    let gm = g.input("g", DType::F32, &[c(256)]).unwrap();
-    let mut cur = x;
-    for i in 0..30 {
-        cur = match (i + shift) % 10 {
-            0 => g.matmul(cur, w, false, false),
-            1 => g.binary(Opcode::Add, cur, b),
-            2 => g.unary(Opcode::GeluTanh, cur),
-            3 => g.binary(Opcode::Add, cur, x),
-            4 => g.layer_norm(cur, gm, b, 1e-5),
-            5 => g.scalar(Opcode::MulS, cur, 0.5),
-            6 => g.softmax(cur, -1),
-            7 => g.binary(Opcode::Mul, cur, x),
-            8 => g.unary(Opcode::Tanh, cur),
-            _ => g.layer_norm(cur, gm, b, 1e-6),
-        }
-        .unwrap();
-    }
-    g.output("y", cur).unwrap();
-    g
-}
-
 #[test]
 fn the_sweep_groups_the_eager_window_and_the_encoder_as_the_rules_do() {
     let cfg = crate::models::EncoderConfig {
@@ -1009,7 +985,9 @@ fn the_sweep_groups_the_eager_window_and_the_encoder_as_the_rules_do() {
         ffn: 64,
         max_len: 64,
     };
-    let mut graphs: Vec<Graph> = (0..10).map(eager_window).collect();
+    let mut graphs: Vec<Graph> = (0..10)
+        .map(|k| crate::models::mixed_window(k).unwrap())
+        .collect();
     graphs.push(crate::models::encoder_block(&cfg).unwrap());
     for (k, g) in graphs.iter().enumerate() {
         let (d, spans) = decompose_with_spans(g).unwrap();
@@ -1020,7 +998,7 @@ fn the_sweep_groups_the_eager_window_and_the_encoder_as_the_rules_do() {
         assert_eq!(grouping(&d, &swept), grouping(&d, &rules), "graph {k}");
     }
     // The window: per cycle a matmul and one reduce group with everything
-    // else (bias, GELU and residual as the first norm's prologue).
+    // else (bias, GELU and residual as the layernorm's prologue).
     let (d, spans) = decompose_with_spans(&graphs[0]).unwrap();
     let p = FusionPlan::with_composites(&d, &sweep_opts(), &spans).unwrap();
     let kinds: Vec<&ClusterKind> = p.clusters.iter().map(|c| &c.kind).collect();
@@ -1034,12 +1012,7 @@ fn the_sweep_groups_the_eager_window_and_the_encoder_as_the_rules_do() {
 #[test]
 fn the_sweep_never_closes_a_cycle() {
     // Through a view: exp cannot join the add that reads its transpose.
-    let mut g = Graph::new();
-    let x = g.input("x", DType::F32, &[c(16), c(16)]).unwrap();
-    let e = g.unary(Opcode::Exp, x).unwrap();
-    let t = g.transpose(e, &[1, 0]).unwrap();
-    let f = g.binary(Opcode::Add, e, t).unwrap();
-    g.output("f", f).unwrap();
+    let (g, [e, _, f]) = view_cycle_graph();
     let p = FusionPlan::new(&g, &sweep_opts()).unwrap();
     p.verify(&g).unwrap();
     assert_ne!(p.owner[e.0], p.owner[f.0]);
