@@ -1193,22 +1193,7 @@ impl<'g> State<'g> {
     fn count_params<M: Fn(NodeId) -> bool>(&self, nodes: &[NodeId], member: M) -> usize {
         let epoch = self.next_epoch();
         let mut scratch = self.scratch.borrow_mut();
-        let seen = &mut scratch.0;
-        let mut count = 0;
-        for &n in nodes {
-            for &o in &self.g[n].operands {
-                if !member(o) && seen[o.0] != epoch {
-                    seen[o.0] = epoch;
-                    count += 1;
-                }
-            }
-            // Stored: a graph output, or read outside the group
-            // ([`Facts::materialized`]).
-            if self.is_output[n.0] || self.users.of(n).iter().any(|&u| !member(u)) {
-                count += 1;
-            }
-        }
-        count
+        count_params_marked(&self.facts(), nodes, member, &mut scratch.0, epoch)
     }
 
     /// An upper bound of the buffer parameters of the union of groups `x`
@@ -1532,6 +1517,32 @@ impl<'g> State<'g> {
         }
         Ok(order)
     }
+}
+
+/// [`count_params`] with the operands seen marked `epoch` in `seen` (an
+/// entry per graph node, none of them `epoch` yet) instead of a list.
+pub(crate) fn count_params_marked(
+    facts: &Facts<'_>,
+    nodes: &[NodeId],
+    member: impl Fn(NodeId) -> bool,
+    seen: &mut [u32],
+    epoch: u32,
+) -> usize {
+    let mut count = 0;
+    for &n in nodes {
+        for &o in &facts.graph[n].operands {
+            if !member(o) && seen[o.0] != epoch {
+                seen[o.0] = epoch;
+                count += 1;
+            }
+        }
+        // Stored: a graph output, or read outside the group
+        // ([`Facts::materialized`]).
+        if facts.materialized(n, &member) {
+            count += 1;
+        }
+    }
+    count
 }
 
 /// Distinct buffers a group reads (external operands) plus the values it

@@ -47,7 +47,8 @@ use super::legality::{
     self, role_of, validate_fast, validate_onto, Class, Facts, ShapeBuffers, Shapes, Users,
 };
 use super::{
-    store_layouts, Cluster, ClusterKind, FuseError, FuseOptions, FusionPlan, Role, Unit, ONTO_MIN,
+    count_params_marked, store_layouts, Cluster, ClusterKind, FuseError, FuseOptions, FusionPlan,
+    Role, Unit, ONTO_MIN,
 };
 use crate::graph::{Graph, NodeId};
 
@@ -56,6 +57,15 @@ const NONE: u32 = u32::MAX;
 
 /// A set of unit ids.
 type Set = u128;
+
+/// The closed sets of a unit or a union of units: the ids it absorbed,
+/// the ids it depends on and the ids that depend on it (not its own).
+#[derive(Clone, Copy)]
+struct Sets {
+    ids: Set,
+    dep: Set,
+    desc: Set,
+}
 
 /// Most units a sweep numbers (the bits of its sets of unit ids, a
 /// `u128`): a graph with more goes to the rules. A recorded window of
@@ -128,11 +138,8 @@ pub(super) struct Sweep {
     queue: Vec<NodeId>,
     /// Member lists of merged-away units, for new ones.
     spare: Vec<Vec<NodeId>>,
-    /// Scratch: a candidate union's members, and its sets.
+    /// Scratch: a candidate union's members.
     union: Vec<NodeId>,
-    ids_u: Set,
-    dep_u: Set,
-    desc_u: Set,
     stacks: Vec<Vec<usize>>,
     applied: Vec<(&'static str, String)>,
     shapes: ShapeBuffers,
@@ -240,17 +247,8 @@ impl Sweep {
         self.epoch
     }
 
-    /// The union's ids, dependences and descendants (in `ids_u`, `dep_u`,
-    /// `desc_u`), or `false` when it would close a cycle: a unit outside
-    /// it depends on it and it on that unit.
-    fn acyclic(&mut self, list: &[u32]) -> bool {
-        self.union_sets(list);
-        self.dep_u & self.desc_u == 0
-    }
-
-    /// The ids, dependences and descendants of the union of units `list`
-    /// (in `ids_u`, `dep_u`, `desc_u`).
-    fn union_sets(&mut self, list: &[u32]) {
+    /// The ids, dependences and descendants of the union of units `list`.
+    fn union_sets(&self, list: &[u32]) -> Sets {
         let (mut ids, mut dep, mut desc): (Set, Set, Set) = (0, 0, 0);
         for &p in list {
             let part = &self.parts[p as usize];
@@ -258,7 +256,11 @@ impl Sweep {
             dep |= part.dep;
             desc |= part.desc;
         }
-        (self.ids_u, self.dep_u, self.desc_u) = (ids, dep & !ids, desc & !ids);
+        Sets {
+            ids,
+            dep: dep & !ids,
+            desc: desc & !ids,
+        }
     }
 
     /// Merges the groups `list` (live, unstacked, distinct) into one when
@@ -273,7 +275,10 @@ impl Sweep {
             .iter()
             .map(|&p| self.parts[p as usize].nodes.len())
             .sum();
-        if total > cx.opts.max_nodes || !self.acyclic(list) {
+        // A cycle: a unit outside the union depends on it and it on that
+        // unit.
+        let sets = self.union_sets(list);
+        if total > cx.opts.max_nodes || sets.dep & sets.desc != 0 {
             return None;
         }
         list.sort_unstable_by_key(|&p| self.parts[p as usize].nodes[0]);
@@ -340,7 +345,7 @@ impl Sweep {
         part.kind = Some(kind);
         part.space = space;
         part.params = params as u32;
-        self.absorb(s);
+        self.absorb(s, sets);
         self.applied.push((rule, String::new()));
         Some(s)
     }
@@ -418,12 +423,12 @@ impl Sweep {
             .map(|(k, sp)| (k, sp, false))
     }
 
-    /// Makes `s` the unit of the ids, dependences and descendants in
-    /// `ids_u`, `dep_u` and `desc_u`: every unit that depends on the union
-    /// now depends on what it depends on, and every unit it depends on has
-    /// its descendants (which keeps every set closed).
-    fn absorb(&mut self, s: u32) {
-        let (ids, dep, desc) = (self.ids_u, self.dep_u, self.desc_u);
+    /// Makes `s` the unit of the union whose sets are `sets`: every unit
+    /// that depends on the union now depends on what it depends on, and
+    /// every unit it depends on has its descendants (which keeps every set
+    /// closed).
+    fn absorb(&mut self, s: u32, sets: Sets) {
+        let Sets { ids, dep, desc } = sets;
         let part = &mut self.parts[s as usize];
         (part.ids, part.dep, part.desc) = (ids, dep, desc);
         let mut bits = ids;
@@ -454,19 +459,7 @@ impl Sweep {
             let o = owner[m.0];
             o != NONE && mark[o as usize] == epoch
         };
-        let mut count = 0;
-        for &n in nodes {
-            for &o in &cx.g[n].operands {
-                if !member(o) && self.seen[o.0] != epoch {
-                    self.seen[o.0] = epoch;
-                    count += 1;
-                }
-            }
-            if cx.is_output[n.0] || cx.users.of(n).iter().any(|&u| !member(u)) {
-                count += 1;
-            }
-        }
-        count
+        count_params_marked(&cx.facts(), nodes, member, &mut self.seen, epoch)
     }
 
     /// Whether live units `a` and `b` are independent: neither depends on
@@ -766,7 +759,7 @@ fn stacks(cx: &Ctx<'_>, sw: &mut Sweep) {
         // A stack is one unit for the dependences: its first group stands
         // for it.
         let s = sw.stacks.len() as u32;
-        sw.union_sets(&chosen);
+        let sets = sw.union_sets(&chosen);
         for &c in &chosen {
             sw.parts[c as usize].stack = s;
         }
@@ -775,7 +768,7 @@ fn stacks(cx: &Ctx<'_>, sw: &mut Sweep) {
             let part = &mut sw.parts[c as usize];
             (part.ids, part.dep, part.desc) = (0, 0, 0);
         }
-        sw.absorb(rep);
+        sw.absorb(rep, sets);
         sw.stacks.push(chosen.iter().map(|&c| c as usize).collect());
         sw.applied.push(("parallel-stack", String::new()));
     }
