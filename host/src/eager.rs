@@ -36,8 +36,8 @@ use std::time::Instant;
 
 use dvm_isa::{DType, Opcode};
 
-use crate::fuse::{FuseOptions, FuseScratch, IdHasher, IdSet};
-use crate::graph::{Graph, GraphError, NodeId, ReduceOp, Shape};
+use crate::fuse::{FuseOptions, FuseScratch, FusionPlan, IdHasher, IdSet};
+use crate::graph::{decompose_owned, Graph, GraphError, NodeId, ReduceOp, Shape};
 use crate::runtime::{Prepared, RunError, Runtime};
 use crate::sym::{Bindings, Dim};
 use crate::tensor::{Tensor, TensorError};
@@ -88,9 +88,15 @@ pub struct EagerStats {
     pub kernels: u64,
     /// Launches.
     pub launches: u64,
-    /// Time spent deciding fusion (the window's signature, and on a miss
-    /// decomposition and the fusion pass), µs.
+    /// Time spent deciding fusion, µs: the window's signature and the
+    /// cache lookup, and on a miss the decision over its recorded
+    /// operators ([`FusionPlan::decide_recorded`]), or, for a window it
+    /// cannot decide, the decomposition and the pass over it.
     pub fuse_us: f64,
+    /// Time spent after a new decision over the recorded operators, µs:
+    /// decomposing the window's composites (which running it needs, fused
+    /// or not) and mapping the decision onto the decomposition.
+    pub prepare_us: f64,
     /// Flushes whose window structure was seen before (decision reused).
     pub decision_hits: u64,
     /// Time spent in flushes overall (fusion, lowering, compiling on cache
@@ -390,8 +396,9 @@ fn flush(inner: &mut Inner) -> Result<(), EagerError> {
         return Ok(());
     }
     let f0 = Instant::now();
-    let prepared = decide(inner, &mut graph)?;
-    inner.stats.fuse_us += f0.elapsed().as_secs_f64() * 1e6;
+    let (prepared, prepare_us) = decide(inner, &mut graph)?;
+    inner.stats.fuse_us += f0.elapsed().as_secs_f64() * 1e6 - prepare_us;
+    inner.stats.prepare_us += prepare_us;
     let named: Vec<(&str, &Tensor)> = feed.iter().map(|(n, t)| (n.as_str(), &**t)).collect();
     let result = (|| {
         let bindings = prepared.graph().bind_tensors(&named, &Bindings::new())?;
@@ -738,21 +745,22 @@ fn node_of(inner: &mut Inner, t: &LazyTensor) -> Result<NodeId, EagerError> {
 /// on the symbolic copy the second time a class signature is seen, so a
 /// window that never changes length never pays for the copy; else a new
 /// decision on the window itself. One walk of the window gives both
-/// signatures ([`signature`]).
+/// signatures ([`signature`]). Also the µs spent after a new decision
+/// ([`prepare`]).
 #[inline(never)]
-fn decide(inner: &mut Inner, graph: &mut Graph) -> Result<Rc<Prepared>, GraphError> {
+fn decide(inner: &mut Inner, graph: &mut Graph) -> Result<(Rc<Prepared>, f64), GraphError> {
     let (sig, n) = signature(graph);
     let hg = fold(0, &sig[..n]);
     let key = key_of(fold(hg, &sig[n..]), sig.len());
     if let Some(Decided::Plan(p)) = inner.decisions.get(key, &sig) {
         inner.stats.decision_hits += 1;
-        return Ok(p);
+        return Ok((p, 0.0));
     }
     let gkey = key_of(hg, n);
     match inner.decisions.get(gkey, &sig[..n]) {
         Some(Decided::Plan(p)) => {
             inner.stats.decision_hits += 1;
-            return Ok(p);
+            return Ok((p, 0.0));
         }
         Some(Decided::Concrete) => {}
         None if inner.decisions.seen_before(gkey) => {
@@ -760,13 +768,13 @@ fn decide(inner: &mut Inner, graph: &mut Graph) -> Result<Rc<Prepared>, GraphErr
             // A copy that does not check out, or that fails to prepare,
             // leaves the structure to its concrete shapes.
             let scratch = &mut inner.scratch;
-            match generalize(graph).map(|g| Prepared::from_graph_in(g, &inner.options, scratch)) {
-                Some(Ok(p)) => {
+            match generalize(graph).map(|g| prepare(g, &inner.options, scratch)) {
+                Some(Ok((p, us))) => {
                     let p = Rc::new(p);
                     inner
                         .decisions
                         .insert(gkey, gsig, Decided::Plan(Rc::clone(&p)));
-                    return Ok(p);
+                    return Ok((p, us));
                 }
                 Some(Err(_)) | None => inner.decisions.insert(gkey, gsig, Decided::Concrete),
             }
@@ -775,12 +783,36 @@ fn decide(inner: &mut Inner, graph: &mut Graph) -> Result<Rc<Prepared>, GraphErr
     }
     // A new decision on the window itself, which moves into it (a window
     // that hit a cached decision is left to the caller, as before).
-    let p = Prepared::from_graph_in(std::mem::take(graph), &inner.options, &mut inner.scratch)?;
+    let (p, us) = prepare(std::mem::take(graph), &inner.options, &mut inner.scratch)?;
     let p = Rc::new(p);
     inner
         .decisions
         .insert(key, sig, Decided::Plan(Rc::clone(&p)));
-    Ok(p)
+    Ok((p, us))
+}
+
+/// The prepared window `graph`, decided over its recorded operators
+/// ([`FusionPlan::decide_recorded`]) and then decomposed, the decision
+/// mapped onto the decomposition; or, for a window that cannot be decided
+/// so, decomposed and then fused ([`Prepared::from_graph_in`]). Also the
+/// µs spent after a decision over the operators.
+fn prepare(
+    graph: Graph,
+    options: &FuseOptions,
+    scratch: &mut FuseScratch,
+) -> Result<(Prepared, f64), GraphError> {
+    let Some(Ok(decided)) = FusionPlan::decide_recorded(&graph, options, scratch) else {
+        return Ok((Prepared::from_graph_in(graph, options, scratch)?, 0.0));
+    };
+    let t = Instant::now();
+    let (d, _) = decompose_owned(graph)?;
+    // A decision that does not map (a bug) leaves the window to the pass
+    // over its decomposition.
+    let p = match decided.expand(&d) {
+        Ok(plan) => Prepared::with_plan(d, plan, options),
+        Err(_) => Prepared::from_graph_in(d, options, scratch)?,
+    };
+    Ok((p, t.elapsed().as_secs_f64() * 1e6))
 }
 
 /// Extents a window's constants fix: they keep their values in a class

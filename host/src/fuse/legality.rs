@@ -62,6 +62,16 @@ impl OperandMix {
     }
 }
 
+/// Whether a [`Role::Composite`] with `operands` (the first full-size)
+/// cannot be computed in a reduce group along `axis`: its primitives meet
+/// each weight (the operands after the first) with a full-size value, one
+/// element-wise node each, as [`OperandMix`] judges them.
+fn composite_drops_axis(operands: &[NodeId], axis: usize, class: impl Fn(NodeId) -> Class) -> bool {
+    operands[1..]
+        .iter()
+        .any(|&w| OperandMix::of(&[operands[0], w], axis, &class).drops_axis(axis))
+}
+
 /// The class of member `o` in `classes` (sorted by node); full-size when
 /// it has none yet.
 fn class_of(classes: &[(NodeId, Class)], o: NodeId) -> Class {
@@ -440,7 +450,7 @@ pub fn validate(
                 }
                 matmul = Some(n);
             }
-            Role::Reduce { .. } => {
+            Role::Reduce { .. } | Role::Composite { .. } => {
                 if first_reduce.is_none() {
                     first_reduce = Some(n);
                 }
@@ -492,7 +502,7 @@ pub fn validate(
     }
 
     if let Some(r0) = first_reduce {
-        let Role::Reduce { axis, .. } = facts.roles[r0.0] else {
+        let (Role::Reduce { axis, .. } | Role::Composite { axis }) = facts.roles[r0.0] else {
             return Err(Reason::MatmulReduce);
         };
         let space = facts.shape(g[r0].operands[0]).to_vec();
@@ -520,6 +530,36 @@ pub fn validate(
                         });
                     }
                     Class::Reduced(keepdims)
+                }
+                Role::Composite { axis: a } => {
+                    let x = node.operands[0];
+                    if a != axis {
+                        return Err(Reason::AxisMismatch {
+                            node: facts.name(n),
+                            axis: a,
+                            group_axis: axis,
+                        });
+                    }
+                    same_shape(scope, facts.shape(x), &space)
+                        .map_err(|d| mismatch(n, &space, d))?;
+                    let class = |o: NodeId| {
+                        if member(o) {
+                            class_of(&classes, o)
+                        } else {
+                            Class::Full
+                        }
+                    };
+                    if class(x) != Class::Full {
+                        return Err(Reason::ReduceOfReduced {
+                            node: facts.name(n),
+                        });
+                    }
+                    if composite_drops_axis(&node.operands, axis, class) {
+                        return Err(Reason::DroppedAxis {
+                            node: facts.name(n),
+                        });
+                    }
+                    Class::Full
                 }
                 _ => {
                     let mix = OperandMix::of(&node.operands, axis, |o| {
@@ -629,6 +669,37 @@ pub fn role_of(g: &Graph, n: NodeId) -> Role {
         | Op::LogSoftmax { .. }
         | Op::LayerNorm { .. }
         | Op::RmsNorm { .. } => Role::Opaque,
+    }
+}
+
+/// Role of node `n` of a graph whose composites are not decomposed (the
+/// eager API's recorded window), for a decision over its operators that
+/// equals the decision over its decomposition: a softmax, log-softmax,
+/// layer or RMS norm is a [`Role::Composite`], a mean along one axis a
+/// reduction (its sum and division are one), any other node as
+/// [`role_of`] says. `None` for a composite that has no such role (a mean
+/// over several axes, whose division fuses apart from its sum): decide on
+/// the decomposition instead.
+pub fn role_of_recorded(g: &Graph, n: NodeId) -> Option<Role> {
+    let node = &g[n];
+    let rank = node.shape.len();
+    match node.op {
+        Op::Softmax { axis } | Op::LogSoftmax { axis } if axis < rank => {
+            Some(Role::Composite { axis })
+        }
+        Op::LayerNorm { .. } | Op::RmsNorm { .. } if rank > 0 => {
+            Some(Role::Composite { axis: rank - 1 })
+        }
+        Op::Reduce {
+            op: crate::graph::ReduceOp::Mean,
+            ref axes,
+            keepdims,
+        } => match axes[..] {
+            [axis] => Some(Role::Reduce { axis, keepdims }),
+            _ => None,
+        },
+        ref op if op.is_composite() => None,
+        _ => Some(role_of(g, n)),
     }
 }
 
@@ -829,7 +900,7 @@ pub(crate) fn validate_fast<M: Fn(NodeId) -> bool>(
                 }
                 matmul = Some(n);
             }
-            Role::Reduce { .. } => {
+            Role::Reduce { .. } | Role::Composite { .. } => {
                 if first_reduce.is_none() {
                     first_reduce = Some(n);
                 }
@@ -857,7 +928,7 @@ pub(crate) fn validate_fast<M: Fn(NodeId) -> bool>(
     }
 
     if let Some(r0) = first_reduce {
-        let Role::Reduce { axis, .. } = facts.roles[r0.0] else {
+        let (Role::Reduce { axis, .. } | Role::Composite { axis }) = facts.roles[r0.0] else {
             return None;
         };
         let space = shapes.of(g[r0].operands[0]);
@@ -951,6 +1022,18 @@ impl<'a, 'g> ReduceStep<'a, 'g> {
                     return None;
                 }
                 Some(Class::Reduced(keepdims))
+            }
+            Role::Composite { axis: a } => {
+                let x = node.operands[0];
+                if a != axis || !shapes.same(scope, shapes.of(x), space) {
+                    return None;
+                }
+                let class = |o: NodeId| if member(o) { class_of(o) } else { Class::Full };
+                if class(x) != Class::Full || composite_drops_axis(&node.operands, axis, class) {
+                    return None;
+                }
+                // Its value has its first operand's shape: the space's.
+                Some(Class::Full)
             }
             _ => {
                 let mix = OperandMix::of(&node.operands, axis, |o| {
@@ -1085,7 +1168,7 @@ pub(crate) fn validate_onto<M: Fn(NodeId) -> bool, B: Fn(NodeId) -> bool>(
     for &n in new {
         match facts.roles[n.0] {
             Role::Elementwise => {}
-            Role::Reduce { axis: a, .. } => {
+            Role::Reduce { axis: a, .. } | Role::Composite { axis: a } => {
                 if a != axis || shapes.of(g[n].operands[0]) != space {
                     return None;
                 }

@@ -43,7 +43,7 @@ use crate::graph::{Graph, NodeId, ShapeDisplay};
 use crate::sym::Dim;
 
 use legality::{role_of, validate, validate_fast, validate_onto, Class, Facts, Shapes};
-pub use legality::{Reason, Users};
+pub use legality::{role_of_recorded, Reason, Users};
 
 /// How the fuser treats a graph node.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -62,6 +62,15 @@ pub enum Role {
     },
     /// A matmul of operands of rank ≥ 2.
     Matmul,
+    /// A softmax, log-softmax, layer norm or RMS norm not decomposed: a
+    /// reduce group of its own along `axis` of its first operand's shape,
+    /// whose value is full-size. Only the eager API's decision over the
+    /// recorded operators sees one ([`role_of_recorded`]); a decomposed
+    /// graph has none.
+    Composite {
+        /// The axis its reductions fold.
+        axis: usize,
+    },
     /// Anything else (concat, reductions over several axes, matmul of
     /// vectors): lowered on its own.
     Opaque,
@@ -536,7 +545,7 @@ impl<'g> State<'g> {
             i += 1;
             if !matches!(
                 st.roles[id.0],
-                Role::Elementwise | Role::Reduce { .. } | Role::Matmul
+                Role::Elementwise | Role::Reduce { .. } | Role::Composite { .. } | Role::Matmul
             ) {
                 continue;
             }
@@ -544,7 +553,9 @@ impl<'g> State<'g> {
             // (a reduction's: its operand's). Spaces are filled in when the
             // plan is made (see `Cluster::space` in `State::clusters`).
             let kind = match st.roles[id.0] {
-                Role::Reduce { axis, .. } => ClusterKind::Reduce { axis },
+                Role::Reduce { axis, .. } | Role::Composite { axis } => {
+                    ClusterKind::Reduce { axis }
+                }
                 Role::Matmul => ClusterKind::Matmul,
                 _ => ClusterKind::Elementwise,
             };
@@ -565,6 +576,7 @@ impl<'g> State<'g> {
                     st.class_of[id.0] = Class::Reduced(keepdims);
                     st.shapes.of(g[id].operands[0])
                 }
+                Role::Composite { .. } => st.shapes.of(g[id].operands[0]),
                 _ => st.shapes.of(id),
             };
             st.space_id.push(space);
@@ -1624,6 +1636,32 @@ impl FusionPlan {
         composites: &[Range<usize>],
     ) -> Result<FusionPlan, FuseError> {
         Self::with_scratch(graph, opts, composites, &mut FuseScratch::default())
+    }
+
+    /// The eager API's decision over `recorded`, a window whose composites
+    /// are not decomposed: the sweep over its operators, each softmax,
+    /// norm and mean one unit ([`role_of_recorded`]), which finds the
+    /// groups [`FusionPlan::with_scratch`] finds with the sweep on its
+    /// decomposition ([`FuseOptions::sweep`]). Map it onto the
+    /// decomposition with [`sweep::Decided::expand`].
+    ///
+    /// `None` when it cannot decide over the operators: without
+    /// [`FuseOptions::sweep`] or with [`FuseOptions::reasons`], when the
+    /// options do not seed composites or do not fuse, for a mean over
+    /// several axes or a composite over a limit on its own, or for more
+    /// than [`sweep::MAX_UNITS`] units. Decide on the decomposition then.
+    ///
+    /// # Errors
+    /// A [`FuseError`] when the final groups form a cycle (a bug).
+    pub fn decide_recorded(
+        recorded: &Graph,
+        opts: &FuseOptions,
+        scratch: &mut FuseScratch,
+    ) -> Option<Result<sweep::Decided, FuseError>> {
+        if !opts.sweep || opts.reasons {
+            return None;
+        }
+        sweep::decide_recorded(recorded, opts, &mut scratch.sweep)
     }
 
     /// [`FusionPlan::with_composites`] in the working memory of earlier

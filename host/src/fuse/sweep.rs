@@ -50,7 +50,7 @@ use super::{
     count_params_marked, store_layouts, Cluster, ClusterKind, FuseError, FuseOptions, FusionPlan,
     Role, Unit, ONTO_MIN,
 };
-use crate::graph::{Graph, NodeId};
+use crate::graph::{Graph, NodeId, Op};
 
 /// No unit (a source node: an input or a constant).
 const NONE: u32 = u32::MAX;
@@ -77,6 +77,9 @@ struct Ctx<'g> {
     g: &'g Graph,
     opts: FuseOptions,
     roles: Vec<Role>,
+    /// Each node's size in the decomposition ([`Part::size`]); empty when
+    /// every node is its own (a decomposed graph).
+    sizes: Vec<u32>,
     users: Users,
     is_output: Vec<bool>,
     shapes: Shapes,
@@ -105,6 +108,9 @@ struct Part {
     desc: Set,
     /// Members, ascending.
     nodes: Vec<NodeId>,
+    /// Nodes of its decomposition: its members' count, but for the
+    /// composites of a recorded window ([`decide_recorded`]).
+    size: u32,
     /// The group's space (a shape id).
     space: u32,
     /// An upper bound of its buffer parameters ([`super::count_params`]).
@@ -143,11 +149,11 @@ pub(super) struct Sweep {
     stacks: Vec<Vec<usize>>,
     applied: Vec<(&'static str, String)>,
     shapes: ShapeBuffers,
-    /// Scratch of [`finish`].
+    /// Scratch of [`arrange`].
     order: OrderBuffers,
 }
 
-/// Scratch of [`finish`]: the unit of every node, of every group and
+/// Scratch of [`arrange`]: the unit of every node, of every group and
 /// stack, the in-degrees and the ready units.
 #[derive(Default)]
 struct OrderBuffers {
@@ -155,7 +161,6 @@ struct OrderBuffers {
     of_part: Vec<u32>,
     of_stack: Vec<u32>,
     indeg: Vec<u32>,
-    remap: Vec<usize>,
     ready: BinaryHeap<Reverse<u32>>,
     units: Vec<Unit>,
 }
@@ -189,10 +194,12 @@ impl Sweep {
 
     /// A new unit of `members`; its dependences are those of the units
     /// its members read. There must be an id left ([`MAX_UNITS`]).
+    #[allow(clippy::too_many_arguments)]
     fn add(
         &mut self,
         kind: Option<ClusterKind>,
         members: impl IntoIterator<Item = NodeId>,
+        size: u32,
         space: u32,
         params: u32,
         g: &Graph,
@@ -229,6 +236,7 @@ impl Sweep {
             dep,
             desc: 0,
             nodes,
+            size,
             space,
             params,
             dead: false,
@@ -273,7 +281,7 @@ impl Sweep {
     fn merge(&mut self, cx: &Ctx<'_>, list: &mut [u32], rule: &'static str) -> Option<u32> {
         let total: usize = list
             .iter()
-            .map(|&p| self.parts[p as usize].nodes.len())
+            .map(|&p| self.parts[p as usize].size as usize)
             .sum();
         // A cycle: a unit outside the union depends on it and it on that
         // unit.
@@ -342,6 +350,7 @@ impl Sweep {
         }
         let part = &mut self.parts[s as usize];
         part.nodes = nodes;
+        part.size = total as u32;
         part.kind = Some(kind);
         part.space = space;
         part.params = params as u32;
@@ -498,39 +507,238 @@ pub(super) fn plan(
     scratch: &mut Option<Sweep>,
 ) -> Option<Result<FusionPlan, FuseError>> {
     let g = graph;
-    let n = g.nodes().len();
     let mut sw = scratch.take().unwrap_or_default();
-    let shapes = Shapes::new_in(g, std::mem::take(&mut sw.shapes));
-    let cx = Ctx {
-        g,
-        opts: *opts,
-        roles: (0..n).map(|i| role_of(g, NodeId(i))).collect(),
-        users: Users::new(g),
-        is_output: {
-            let mut v = vec![false; n];
-            for (_, id) in g.outputs() {
-                if let Some(o) = v.get_mut(id.0) {
-                    *o = true;
-                }
-            }
-            v
-        },
-        shapes,
-    };
-    sw.reset(n);
-    if !forward(&cx, &mut sw, composites) {
-        sw.shapes = cx.shapes.into_buffers();
+    let roles = (0..g.nodes().len())
+        .map(|i| role_of(g, NodeId(i)))
+        .collect();
+    let cx = Ctx::new(g, opts, roles, Vec::new(), &mut sw);
+    let arranged = sweep(&cx, &mut sw, composites).map(|()| arrange(&cx, &mut sw));
+    sw.shapes = cx.shapes.into_buffers();
+    let Some(arranged) = arranged else {
         *scratch = Some(sw);
         return None;
+    };
+    *scratch = Some(sw);
+    Some(arranged.and_then(|a| a.assemble(g, *opts, cx.roles, cx.users, cx.is_output)))
+}
+
+/// The sweep's decision over `recorded`, a graph whose composites are not
+/// decomposed (the eager API's window): each softmax, norm and mean is one
+/// unit ([`legality::role_of_recorded`]) of the size of its
+/// decomposition. Its groups, mapped onto the decomposition
+/// ([`Decided::expand`]), are those [`plan`] finds there: a composite is
+/// seeded as one group in both, its members' classes are the ones its
+/// role gives, and the limits count the decomposed nodes.
+///
+/// `None` when it cannot decide so: the options do not seed composites,
+/// a composite has no recorded role or exceeds a limit on its own, or
+/// the graph has more than [`MAX_UNITS`] units. The caller then decides
+/// on the decomposition.
+pub(super) fn decide_recorded(
+    recorded: &Graph,
+    opts: &FuseOptions,
+    scratch: &mut Option<Sweep>,
+) -> Option<Result<Decided, FuseError>> {
+    let g = recorded;
+    let n = g.nodes().len();
+    if !opts.fuse || !opts.composites {
+        return None;
     }
-    if opts.fuse {
-        matmul_epilogues(&cx, &mut sw);
-        siblings(&cx, &mut sw);
+    let mut roles = Vec::with_capacity(n);
+    let mut sizes = Vec::with_capacity(n);
+    let mut starts = Vec::with_capacity(n + 1);
+    let mut next = 0u32;
+    for (i, node) in g.nodes().iter().enumerate() {
+        roles.push(legality::role_of_recorded(g, NodeId(i))?);
+        let size = match decomposed_len(&node.op) {
+            Some(size) => {
+                // As `seed` refuses it, and `State::seed`.
+                let mut operands: Vec<NodeId> = node.operands.to_vec();
+                operands.sort_unstable();
+                operands.dedup();
+                if size > opts.max_nodes || operands.len() + 1 > opts.max_params {
+                    return None;
+                }
+                size as u32
+            }
+            None => 1,
+        };
+        starts.push(next);
+        sizes.push(size);
+        next += size;
     }
-    if opts.stack {
-        stacks(&cx, &mut sw);
+    starts.push(next);
+    let mut sw = scratch.take().unwrap_or_default();
+    let cx = Ctx::new(g, opts, roles, sizes, &mut sw);
+    let arranged = sweep(&cx, &mut sw, &[]).map(|()| arrange(&cx, &mut sw));
+    sw.shapes = cx.shapes.into_buffers();
+    *scratch = Some(sw);
+    Some(arranged?.map(|arranged| Decided {
+        arranged,
+        starts,
+        opts: *opts,
+    }))
+}
+
+/// Runs the phases; `None` when the graph has more units than a [`Set`]
+/// numbers.
+fn sweep(cx: &Ctx<'_>, sw: &mut Sweep, composites: &[Range<usize>]) -> Option<()> {
+    sw.reset(cx.g.nodes().len());
+    if !forward(cx, sw, composites) {
+        return None;
     }
-    Some(finish(cx, sw, scratch))
+    if cx.opts.fuse {
+        matmul_epilogues(cx, sw);
+        siblings(cx, sw);
+    }
+    if cx.opts.stack {
+        stacks(cx, sw);
+    }
+    Some(())
+}
+
+impl<'g> Ctx<'g> {
+    /// The facts of `g`, the shapes interned in `sw`'s buffers (given back
+    /// with [`Shapes::into_buffers`]).
+    fn new(
+        g: &'g Graph,
+        opts: &FuseOptions,
+        roles: Vec<Role>,
+        sizes: Vec<u32>,
+        sw: &mut Sweep,
+    ) -> Ctx<'g> {
+        Ctx {
+            g,
+            opts: *opts,
+            roles,
+            sizes,
+            users: Users::new(g),
+            is_output: outputs_of(g),
+            shapes: Shapes::new_in(g, std::mem::take(&mut sw.shapes)),
+        }
+    }
+}
+
+/// Whether each node of `g` is an output.
+fn outputs_of(g: &Graph) -> Vec<bool> {
+    let mut v = vec![false; g.nodes().len()];
+    for (_, id) in g.outputs() {
+        if let Some(o) = v.get_mut(id.0) {
+            *o = true;
+        }
+    }
+    v
+}
+
+/// Nodes a composite becomes in [`crate::graph::decompose`], or `None`
+/// for any other operator.
+fn decomposed_len(op: &Op) -> Option<usize> {
+    match op {
+        Op::Softmax { .. } | Op::LogSoftmax { .. } => Some(6),
+        Op::LayerNorm { .. } => Some(11),
+        Op::RmsNorm { .. } => Some(7),
+        op if op.is_composite() => Some(2),
+        _ => None,
+    }
+}
+
+/// A decision over a recorded window's operators ([`decide_recorded`]),
+/// to be mapped onto its decomposition.
+pub struct Decided {
+    arranged: Arranged,
+    /// The first node of each recorded node's decomposition, and their
+    /// count at the end.
+    starts: Vec<u32>,
+    opts: FuseOptions,
+}
+
+impl Decided {
+    /// The plan of `decomposed`, the decomposition of the window decided:
+    /// every group's members replaced by the nodes they became.
+    ///
+    /// # Errors
+    /// A [`FuseError`] when `decomposed` is not that decomposition (its
+    /// node count differs), or, in builds with debug assertions, when the
+    /// plan does not check out ([`FusionPlan::verify`]).
+    pub fn expand(self, decomposed: &Graph) -> Result<FusionPlan, FuseError> {
+        let Decided {
+            mut arranged,
+            starts,
+            opts,
+        } = self;
+        let d = decomposed;
+        if starts.last().map(|&n| n as usize) != Some(d.nodes().len()) {
+            return Err(FuseError {
+                rule: "sweep",
+                what: "the decomposition does not match the decided window".into(),
+            });
+        }
+        let span = |m: NodeId| (starts[m.0]..starts[m.0 + 1]).map(|k| NodeId(k as usize));
+        for c in &mut arranged.clusters {
+            c.nodes = c.nodes.iter().flat_map(|&m| span(m)).collect();
+        }
+        for u in &mut arranged.order {
+            if let Unit::Node(m) = u {
+                *m = NodeId(starts[m.0] as usize);
+            }
+        }
+        let roles = (0..d.nodes().len())
+            .map(|i| role_of(d, NodeId(i)))
+            .collect();
+        arranged.assemble(d, opts, roles, Users::new(d), outputs_of(d))
+    }
+}
+
+/// A sweep's groups, stacks and order.
+struct Arranged {
+    clusters: Vec<Cluster>,
+    stacks: Vec<Vec<usize>>,
+    order: Vec<Unit>,
+    applied: Vec<(&'static str, String)>,
+}
+
+impl Arranged {
+    /// The plan of `g` with these groups, `g`'s facts given.
+    ///
+    /// # Errors
+    /// In builds with debug assertions, when the plan does not check out
+    /// ([`FusionPlan::verify`]).
+    fn assemble(
+        self,
+        g: &Graph,
+        opts: FuseOptions,
+        roles: Vec<Role>,
+        users: Users,
+        is_output: Vec<bool>,
+    ) -> Result<FusionPlan, FuseError> {
+        let mut owner = vec![None; g.nodes().len()];
+        for (c, cl) in self.clusters.iter().enumerate() {
+            for &m in &cl.nodes {
+                owner[m.0] = Some(c);
+            }
+        }
+        let layouts = store_layouts(g, &users, &is_output, opts.fuse, |m| owner[m.0].is_some());
+        let plan = FusionPlan {
+            clusters: self.clusters,
+            owner,
+            stacks: self.stacks,
+            order: self.order,
+            rejections: Vec::new(),
+            applied: self.applied,
+            roles,
+            users,
+            is_output,
+            layouts,
+            options: opts,
+        };
+        if cfg!(debug_assertions) {
+            plan.verify(g).map_err(|what| FuseError {
+                rule: "sweep",
+                what,
+            })?;
+        }
+        Ok(plan)
+    }
 }
 
 /// The forward phase (see the [module docs](self)); `false` when the
@@ -566,6 +774,10 @@ fn forward(cx: &Ctx<'_>, sw: &mut Sweep, composites: &[Range<usize>]) -> bool {
                             cx.shapes.of(node.operands[0]),
                         )
                     }
+                    Role::Composite { axis } => (
+                        Some(ClusterKind::Reduce { axis }),
+                        cx.shapes.of(node.operands[0]),
+                    ),
                     Role::Matmul => (Some(ClusterKind::Matmul), cx.shapes.of(id)),
                     Role::Data if node.operands.is_empty() => {
                         i += 1;
@@ -574,7 +786,8 @@ fn forward(cx: &Ctx<'_>, sw: &mut Sweep, composites: &[Range<usize>]) -> bool {
                     Role::Data | Role::Opaque => (None, NONE),
                 };
                 let params = node.operands.len() as u32 + 1;
-                (sw.add(kind, [id], space, params, g), i + 1)
+                let size = cx.sizes.get(i).map_or(1, |&s| s);
+                (sw.add(kind, [id], size, space, params, g), i + 1)
             }
         };
         i = end;
@@ -654,7 +867,8 @@ fn seed(cx: &Ctx<'_>, sw: &mut Sweep, r: Range<usize>) -> Option<u32> {
     if matches!(kind, ClusterKind::Reduce { .. }) {
         sw.class_of[r.clone()].copy_from_slice(&sw.classes[r.clone()]);
     }
-    let u = sw.add(Some(kind), r.map(NodeId), space, bound as u32, cx.g);
+    let size = r.len() as u32;
+    let u = sw.add(Some(kind), r.map(NodeId), size, space, bound as u32, cx.g);
     sw.applied.push(("composite", String::new()));
     Some(u)
 }
@@ -822,16 +1036,14 @@ fn kahn(cx: &Ctx<'_>, sw: &Sweep, ob: &mut OrderBuffers) -> Vec<Unit> {
     order
 }
 
-/// The plan: the units in a topological order (Kahn's algorithm, the
-/// ready unit of smallest first node first), groups numbered in that
-/// order.
+/// The units in a topological order (Kahn's algorithm, the ready unit of
+/// smallest first node first), groups numbered in that order.
+///
+/// # Errors
+/// A [`FuseError`] when the final units form a cycle (a bug).
 #[inline(never)]
-fn finish(
-    cx: Ctx<'_>,
-    mut sw: Sweep,
-    scratch: &mut Option<Sweep>,
-) -> Result<FusionPlan, FuseError> {
-    let (g, n) = (cx.g, cx.g.nodes().len());
+fn arrange(cx: &Ctx<'_>, sw: &mut Sweep) -> Result<Arranged, FuseError> {
+    let n = cx.g.nodes().len();
     let mut ob = std::mem::take(&mut sw.order);
     // Units numbered by first node: a node's unit is its stack, its group,
     // or itself.
@@ -876,17 +1088,17 @@ fn finish(
     let mut order = if forward {
         ob.units.clone()
     } else {
-        kahn(&cx, &sw, &mut ob)
+        kahn(cx, sw, &mut ob)
     };
-    if order.len() != ob.units.len() {
+    let complete = order.len() == ob.units.len();
+    sw.order = ob;
+    if !complete {
         return Err(FuseError {
             rule: "sweep",
             what: "the kernels' dependences form a cycle".into(),
         });
     }
     // Groups numbered in order of their units.
-    ob.remap.clear();
-    ob.remap.resize(sw.parts.len(), usize::MAX);
     let mut clusters = Vec::new();
     let mut stacks = Vec::new();
     for u in &mut order {
@@ -899,8 +1111,7 @@ fn finish(
         };
         let first = clusters.len();
         for &q in list {
-            ob.remap[q] = clusters.len();
-            let part = &mut sw.parts[q];
+            let part = &sw.parts[q];
             // A copy: the member list stays for the next sweep, with room
             // to grow.
             clusters.push(Cluster {
@@ -917,37 +1128,10 @@ fn finish(
             _ => Unit::Cluster(first),
         };
     }
-    let remap = &ob.remap;
-    let owner: Vec<Option<usize>> = sw
-        .owner
-        .iter()
-        .map(|&p| (p != NONE && remap[p as usize] != usize::MAX).then(|| remap[p as usize]))
-        .collect();
-    let layouts = store_layouts(g, &cx.users, &cx.is_output, cx.opts.fuse, |m| {
-        owner[m.0].is_some()
-    });
-    let applied = std::mem::take(&mut sw.applied);
-    sw.order = ob;
-    sw.shapes = cx.shapes.into_buffers();
-    *scratch = Some(sw);
-    let plan = FusionPlan {
+    Ok(Arranged {
         clusters,
-        owner,
         stacks,
         order,
-        rejections: Vec::new(),
-        applied,
-        roles: cx.roles,
-        users: cx.users,
-        is_output: cx.is_output,
-        layouts,
-        options: cx.opts,
-    };
-    if cfg!(debug_assertions) {
-        plan.verify(g).map_err(|what| FuseError {
-            rule: "sweep",
-            what,
-        })?;
-    }
-    Ok(plan)
+        applied: std::mem::take(&mut sw.applied),
+    })
 }

@@ -1157,3 +1157,107 @@ fn a_graph_beyond_the_sweeps_units_goes_to_the_rules() {
         .unwrap();
     p.verify(&g).unwrap();
 }
+
+/// The decision over a window's recorded operators, mapped onto its
+/// decomposition, and the sweep's plan of the decomposition: `None` when
+/// the recorded decision declines.
+fn recorded_and_decomposed(g: &Graph, opts: &FuseOptions) -> Option<(FusionPlan, FusionPlan)> {
+    let (d, spans) = decompose_with_spans(g).unwrap();
+    let decided = FusionPlan::decide_recorded(g, opts, &mut FuseScratch::default())?;
+    let recorded = decided.unwrap().expand(&d).unwrap();
+    let swept = FusionPlan::with_composites(&d, opts, &spans).unwrap();
+    recorded.verify(&d).unwrap();
+    Some((recorded, swept))
+}
+
+/// Asserts two plans have the same groups (kind, members, space), stacks
+/// and order.
+fn assert_same_plan(a: &FusionPlan, b: &FusionPlan, what: &str) {
+    assert_eq!(a.clusters.len(), b.clusters.len(), "{what}: group count");
+    for (x, y) in a.clusters.iter().zip(&b.clusters) {
+        assert_eq!(
+            (&x.kind, &x.nodes, &x.space),
+            (&y.kind, &y.nodes, &y.space),
+            "{what}"
+        );
+    }
+    assert_eq!(a.stacks, b.stacks, "{what}: stacks");
+    assert_eq!(a.order, b.order, "{what}: order");
+    assert_eq!(a.owner, b.owner, "{what}: owners");
+    assert_eq!(a.layouts, b.layouts, "{what}: layouts");
+}
+
+#[test]
+fn deciding_over_recorded_operators_gives_the_sweeps_plan_of_the_decomposition() {
+    let cfg = crate::models::EncoderConfig {
+        hidden: 32,
+        heads: 2,
+        ffn: 64,
+        max_len: 64,
+    };
+    let mut graphs: Vec<Graph> = (0..10)
+        .map(|k| crate::models::mixed_window(k).unwrap())
+        .collect();
+    graphs.push(crate::models::encoder_block(&cfg).unwrap());
+    graphs.extend((0..600).map(generated_graph));
+    let mut declined = 0;
+    for (k, g) in graphs.iter().enumerate() {
+        for (max_nodes, max_params, stack) in [(64, 64, true), (12, 6, false), (8, 64, true)] {
+            let opts = FuseOptions {
+                max_nodes,
+                max_params: max_params.min(FuseOptions::default().max_params),
+                stack,
+                ..sweep_opts()
+            };
+            match recorded_and_decomposed(g, &opts) {
+                Some((recorded, swept)) => assert_same_plan(
+                    &recorded,
+                    &swept,
+                    &format!("graph {k}, max_nodes {max_nodes}, max_params {max_params}"),
+                ),
+                None => declined += 1,
+            }
+        }
+    }
+    // Only composites over a limit (a layer norm is 11 nodes) decline.
+    assert!(declined < graphs.len(), "{declined} declined");
+    // The benchmark window is decided over its operators.
+    assert!(
+        FusionPlan::decide_recorded(&graphs[0], &sweep_opts(), &mut FuseScratch::default())
+            .is_some()
+    );
+}
+
+#[test]
+fn a_mean_over_several_axes_is_decided_on_the_decomposition() {
+    let (mut g, x, _) = seq(8);
+    let m = g.mean(x, &[0, 1], true).unwrap();
+    let e = g.unary(Opcode::Exp, m).unwrap();
+    g.output("out", e).unwrap();
+    assert!(FusionPlan::decide_recorded(&g, &sweep_opts(), &mut FuseScratch::default()).is_none());
+    // One axis: decided over the operators, the same plan.
+    let (mut g, x, _) = seq(8);
+    let m = g.mean(x, &[-1], false).unwrap();
+    let e = g.unary(Opcode::Exp, m).unwrap();
+    g.output("out", e).unwrap();
+    let (recorded, swept) = recorded_and_decomposed(&g, &sweep_opts()).unwrap();
+    assert_same_plan(&recorded, &swept, "mean");
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(256))]
+    /// Deciding over the recorded operators of random graphs gives the
+    /// sweep's plan of their decomposition.
+    #[test]
+    fn recorded_decisions_of_random_graphs_match_the_decomposition(
+        steps in proptest::collection::vec((0u8..=255, 0u8..6, 0u8..6), 1..40),
+        max_nodes in 2usize..64,
+        stack in proptest::bool::ANY,
+    ) {
+        let g = random_graph(&steps);
+        let opts = FuseOptions { max_nodes, stack, ..sweep_opts() };
+        if let Some((recorded, swept)) = recorded_and_decomposed(&g, &opts) {
+            assert_same_plan(&recorded, &swept, "random graph");
+        }
+    }
+}

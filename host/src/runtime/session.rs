@@ -160,6 +160,17 @@ impl Prepared {
         Ok(Prepared::decomposed(graph, &composites, options, scratch))
     }
 
+    /// The decomposed `graph` with its fusion plan, made with `options`.
+    pub fn with_plan(graph: Graph, fusion: FusionPlan, options: &FuseOptions) -> Prepared {
+        Prepared {
+            graph,
+            fusion,
+            options: *options,
+            fuse_error: None,
+            plans: PlanCache::default(),
+        }
+    }
+
     /// Fuses the decomposed `graph` whose composites became `composites`.
     fn decomposed(
         graph: Graph,
