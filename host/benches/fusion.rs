@@ -638,6 +638,9 @@ fn decision_table(quick: bool, cores: usize) {
         let mut prep = Vec::with_capacity(reps);
         let mut swept = Vec::with_capacity(reps);
         let mut swept_prep = Vec::with_capacity(reps);
+        let mut recorded = Vec::with_capacity(reps);
+        let mut recorded_prep = Vec::with_capacity(reps);
+        let mut rscratch = dvm_host::fuse::FuseScratch::default();
         // The sweep in the working memory of the last, as the eager API
         // runs it.
         let mut scratch = dvm_host::fuse::FuseScratch::default();
@@ -662,9 +665,19 @@ fn decision_table(quick: bool, cores: usize) {
             let t = Instant::now();
             std::hint::black_box(Prepared::with_options(&w, &sweep_opts).expect("prepares"));
             swept_prep.push(t.elapsed().as_secs_f64() * 1e6);
+            // Over the recorded operators, as the eager API decides a new
+            // window; then the decomposition and the plan mapped onto it.
+            let t = Instant::now();
+            let decided = FusionPlan::decide_recorded(&w, &sweep_opts, &mut rscratch)
+                .expect("decides over the operators")
+                .expect("decides");
+            recorded.push(t.elapsed().as_secs_f64() * 1e6);
+            let (dd, _) = dvm_host::graph::decompose_owned(w.clone()).expect("decomposes");
+            std::hint::black_box(decided.expand(&dd).expect("expands"));
+            recorded_prep.push(t.elapsed().as_secs_f64() * 1e6);
         }
         println!(
-            "  {name:<30} {:>3} nodes → {:>2} groups: rules {:>6.1} µs (min {:.1}), with reasons {:>6.1} µs, decomposition + rules {:>6.1} µs; sweep {:>5.1} µs, decomposition + sweep {:>5.1} µs",
+            "  {name:<30} {:>3} nodes → {:>2} groups: rules {:>6.1} µs (min {:.1}), with reasons {:>6.1} µs, decomposition + rules {:>6.1} µs; sweep {:>5.1} µs, decomposition + sweep {:>5.1} µs; over the recorded operators {:>5.1} µs, + decomposition and mapping {:>5.1} µs",
             d.nodes().len(),
             plan.clusters.len(),
             median(fast.clone()),
@@ -672,7 +685,9 @@ fn decision_table(quick: bool, cores: usize) {
             median(full),
             median(prep),
             median(swept),
-            median(swept_prep)
+            median(swept_prep),
+            median(recorded),
+            median(recorded_prep)
         );
     }
     // The same work over ten structures in turn, still warm: what the
@@ -714,31 +729,31 @@ fn decision_table(quick: bool, cores: usize) {
     // The same window in a fresh context each time: every flush decides
     // cold (signature, decomposition and the fusion pass).
     let n = if quick { 5 } else { 20 };
-    let cold: Vec<f64> = (0..n)
+    let (cold, cold_prep): (Vec<f64>, Vec<f64>) = (0..n)
         .map(|_| {
             let ex = dvm_host::eager::Eager::new(cores);
             eager_window(&eager_inputs(&ex));
             let st = ex.stats();
-            st.fuse_us / st.flushes as f64
+            let flushes = st.flushes as f64;
+            (st.fuse_us / flushes, st.prepare_us / flushes)
         })
-        .collect();
+        .unzip();
     println!(
-        "eager, same window in a fresh context (no cached decision): decision median {:.1} µs per flush (min {:.1}, {n} contexts)",
+        "eager, same window in a fresh context (no cached decision): decision median {:.1} µs per flush (min {:.1}, {n} contexts); then decomposition and mapping {:.1} µs",
         median(cold.clone()),
-        cold.iter().cloned().fold(f64::MAX, f64::min)
+        cold.iter().cloned().fold(f64::MAX, f64::min),
+        median(cold_prep)
     );
     // New windows in a context that has run others: the window's ten
     // rotations, each a new structure, after the first.
-    let ex = dvm_host::eager::Eager::new(cores);
-    let ins = eager_inputs(&ex);
-    eager_window_from(&ins, 0);
-    let fresh = rotated_decisions(cores, if quick { 1 } else { 5 }, true);
-    let ruled = rotated_decisions(cores, if quick { 1 } else { 5 }, false);
+    let (fresh, fresh_prep) = rotated_decisions(cores, if quick { 1 } else { 5 }, true);
+    let (ruled, _) = rotated_decisions(cores, if quick { 1 } else { 5 }, false);
     println!(
-        "eager, a new window in a context that ran others (9 rotations of the window, {} contexts): decision median {:.1} µs (min {:.1}); with the rules instead of the sweep {:.1} µs (min {:.1})",
+        "eager, a new window in a context that ran others (9 rotations of the window, {} contexts): decision median {:.1} µs (min {:.1}), then decomposition and mapping {:.1} µs; with the rules on the decomposition instead {:.1} µs (min {:.1}, decomposition included)",
         fresh.len() / 9,
         median(fresh.clone()),
         fresh.iter().cloned().fold(f64::MAX, f64::min),
+        median(fresh_prep),
         median(ruled.clone()),
         ruled.iter().cloned().fold(f64::MAX, f64::min)
     );
@@ -766,9 +781,12 @@ fn decision_table(quick: bool, cores: usize) {
 
 /// The decisions, in µs, of the window's nine other rotations (each a new
 /// structure) in each of `contexts` contexts on `cores` cores that ran the
-/// window itself first.
-fn rotated_decisions(cores: usize, contexts: usize, sweep: bool) -> Vec<f64> {
+/// window itself first, and the time after each (the decomposition and
+/// the plan mapped onto it; none for the rules, which decide on the
+/// decomposition).
+fn rotated_decisions(cores: usize, contexts: usize, sweep: bool) -> (Vec<f64>, Vec<f64>) {
     let mut us = Vec::with_capacity(9 * contexts);
+    let mut prep = Vec::with_capacity(9 * contexts);
     for _ in 0..contexts {
         let opts = FuseOptions {
             reasons: false,
@@ -779,12 +797,14 @@ fn rotated_decisions(cores: usize, contexts: usize, sweep: bool) -> Vec<f64> {
         let ins = eager_inputs(&ex);
         eager_window_from(&ins, 0);
         for shift in 1..10 {
-            let before = ex.stats().fuse_us;
+            let before = ex.stats();
             eager_window_from(&ins, shift);
-            us.push(ex.stats().fuse_us - before);
+            let after = ex.stats();
+            us.push(after.fuse_us - before.fuse_us);
+            prep.push(after.prepare_us - before.prepare_us);
         }
     }
-    us
+    (us, prep)
 }
 
 /// [`eager_inputs`] with `rows` rows of x.
@@ -851,13 +871,11 @@ fn decision_loop() {
             .ok()
             .and_then(|s| s.parse().ok())
             .unwrap_or(1);
+        let (us, prep) = rotated_decisions(cores, 20, std::env::var_os("DVM_RULES").is_none());
         println!(
-            "eager new window in a used context decision median {:.1} µs",
-            median(rotated_decisions(
-                cores,
-                20,
-                std::env::var_os("DVM_RULES").is_none()
-            ))
+            "eager new window in a used context decision median {:.1} µs, then decomposition and mapping {:.1} µs",
+            median(us),
+            median(prep)
         );
         return;
     }
