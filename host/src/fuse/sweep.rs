@@ -552,11 +552,13 @@ pub(super) fn decide_recorded(
         roles.push(legality::role_of_recorded(g, NodeId(i))?);
         let size = match decomposed_len(&node.op) {
             Some(size) => {
-                // As `seed` refuses it, and `State::seed`.
-                let mut operands: Vec<NodeId> = node.operands.to_vec();
-                operands.sort_unstable();
-                operands.dedup();
-                if size > opts.max_nodes || operands.len() + 1 > opts.max_params {
+                // As `seed` refuses it, and `State::seed`: the buffers it
+                // reads, each once, and its value.
+                let ops = &node.operands;
+                let distinct = (0..ops.len())
+                    .filter(|&k| !ops[..k].contains(&ops[k]))
+                    .count();
+                if size > opts.max_nodes || distinct + 1 > opts.max_params {
                     return None;
                 }
                 size as u32
