@@ -644,7 +644,7 @@ fn decomposed_len(op: &Op) -> Option<usize> {
     }
 }
 
-/// A decision over a recorded window's operators ([`decide_recorded`]),
+/// A decision over a recorded window's operators ([`FusionPlan::decide_recorded`]),
 /// to be mapped onto its decomposition.
 pub struct Decided {
     arranged: Arranged,
