@@ -863,8 +863,10 @@ fn eager_window_from([x, wt, bt, gt]: &[LazyTensor; 4], shift: usize) {
 /// rotations after the first, in 20 contexts; `DVM_CORES` as above;
 /// `DVM_RULES` decides with the rules instead of the sweep),
 /// `DVM_SECOND` the eager window at a second row count in a fresh context
-/// each time (the decision on the symbolic copy), `DVM_REPS` the
-/// repetitions.
+/// each time (the decision on the symbolic copy), `DVM_RECORDED` the
+/// decision over the window's recorded operators instead of a pass over
+/// its decomposition, `DVM_TRASH_MIB` that many MiB written between
+/// passes (caches cold), `DVM_REPS` the repetitions.
 fn decision_loop() {
     if std::env::var_os("DVM_ROTATE").is_some() {
         let cores: usize = std::env::var("DVM_CORES")
@@ -947,9 +949,21 @@ fn decision_loop() {
             ..FuseOptions::default()
         };
         let mut times = Vec::with_capacity(reps);
-        for _ in 0..reps {
+        let trash = std::env::var("DVM_TRASH_MIB")
+            .ok()
+            .and_then(|s| s.parse::<usize>().ok())
+            .unwrap_or(0);
+        let mut junk = vec![0u8; trash << 20];
+        let recorded = std::env::var_os("DVM_RECORDED").is_some();
+        for r in 0..reps {
+            if trash > 0 {
+                junk.iter_mut().for_each(|b| *b = b.wrapping_add(r as u8));
+                std::hint::black_box(&junk);
+            }
             let t = Instant::now();
-            if prep {
+            if recorded {
+                std::hint::black_box(FusionPlan::decide_recorded(&w, &opts, &mut scratch));
+            } else if prep {
                 std::hint::black_box(Prepared::with_options(&w, &opts).expect("prepares"));
             } else {
                 std::hint::black_box(
