@@ -513,25 +513,7 @@ pub fn validate(
         for &n in nodes {
             let node = &g[n];
             let class = match facts.roles[n.0] {
-                Role::Reduce { axis: a, keepdims } => {
-                    let x = node.operands[0];
-                    if a != axis {
-                        return Err(Reason::AxisMismatch {
-                            node: facts.name(n),
-                            axis: a,
-                            group_axis: axis,
-                        });
-                    }
-                    same_shape(scope, facts.shape(x), &space)
-                        .map_err(|d| mismatch(n, &space, d))?;
-                    if member(x) && class_of(&classes, x) != Class::Full {
-                        return Err(Reason::ReduceOfReduced {
-                            node: facts.name(n),
-                        });
-                    }
-                    Class::Reduced(keepdims)
-                }
-                Role::Composite { axis: a } => {
+                Role::Reduce { axis: a, .. } | Role::Composite { axis: a } => {
                     let x = node.operands[0];
                     if a != axis {
                         return Err(Reason::AxisMismatch {
@@ -554,12 +536,15 @@ pub fn validate(
                             node: facts.name(n),
                         });
                     }
-                    if composite_drops_axis(&node.operands, axis, class) {
-                        return Err(Reason::DroppedAxis {
-                            node: facts.name(n),
-                        });
+                    match facts.roles[n.0] {
+                        Role::Reduce { keepdims, .. } => Class::Reduced(keepdims),
+                        _ if composite_drops_axis(&node.operands, axis, class) => {
+                            return Err(Reason::DroppedAxis {
+                                node: facts.name(n),
+                            })
+                        }
+                        _ => Class::Full,
                     }
-                    Class::Full
                 }
                 _ => {
                     let mix = OperandMix::of(&node.operands, axis, |o| {
@@ -1013,27 +998,23 @@ impl<'a, 'g> ReduceStep<'a, 'g> {
         let (shapes, scope, space, axis) = (self.shapes, self.scope, self.space, self.axis);
         let node = &self.facts.graph[n];
         match self.facts.roles[n.0] {
-            Role::Reduce { axis: a, keepdims } => {
-                let x = node.operands[0];
-                if a != axis || !shapes.same(scope, shapes.of(x), space) {
-                    return None;
-                }
-                if member(x) && class_of(x) != Class::Full {
-                    return None;
-                }
-                Some(Class::Reduced(keepdims))
-            }
-            Role::Composite { axis: a } => {
+            Role::Reduce { axis: a, .. } | Role::Composite { axis: a } => {
                 let x = node.operands[0];
                 if a != axis || !shapes.same(scope, shapes.of(x), space) {
                     return None;
                 }
                 let class = |o: NodeId| if member(o) { class_of(o) } else { Class::Full };
-                if class(x) != Class::Full || composite_drops_axis(&node.operands, axis, class) {
+                if class(x) != Class::Full {
                     return None;
                 }
-                // Its value has its first operand's shape: the space's.
-                Some(Class::Full)
+                match self.facts.roles[n.0] {
+                    Role::Reduce { keepdims, .. } => Some(Class::Reduced(keepdims)),
+                    // A composite's value has its first operand's shape:
+                    // the space's.
+                    _ => {
+                        (!composite_drops_axis(&node.operands, axis, class)).then_some(Class::Full)
+                    }
+                }
             }
             _ => {
                 let mix = OperandMix::of(&node.operands, axis, |o| {

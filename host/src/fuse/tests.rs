@@ -977,8 +977,9 @@ fn grouping(g: &Graph, p: &FusionPlan) -> Grouping {
     (groups, stacks)
 }
 
-#[test]
-fn the_sweep_groups_the_eager_window_and_the_encoder_as_the_rules_do() {
+/// The benchmark's decision window in its ten rotations, then a small
+/// encoder block.
+fn windows_and_encoder() -> Vec<Graph> {
     let cfg = crate::models::EncoderConfig {
         hidden: 32,
         heads: 2,
@@ -989,6 +990,12 @@ fn the_sweep_groups_the_eager_window_and_the_encoder_as_the_rules_do() {
         .map(|k| crate::models::mixed_window(k).unwrap())
         .collect();
     graphs.push(crate::models::encoder_block(&cfg).unwrap());
+    graphs
+}
+
+#[test]
+fn the_sweep_groups_the_eager_window_and_the_encoder_as_the_rules_do() {
+    let graphs = windows_and_encoder();
     for (k, g) in graphs.iter().enumerate() {
         let (d, spans) = decompose_with_spans(g).unwrap();
         let rules = FusionPlan::with_composites(&d, &FuseOptions::default(), &spans).unwrap();
@@ -1189,16 +1196,7 @@ fn assert_same_plan(a: &FusionPlan, b: &FusionPlan, what: &str) {
 
 #[test]
 fn deciding_over_recorded_operators_gives_the_sweeps_plan_of_the_decomposition() {
-    let cfg = crate::models::EncoderConfig {
-        hidden: 32,
-        heads: 2,
-        ffn: 64,
-        max_len: 64,
-    };
-    let mut graphs: Vec<Graph> = (0..10)
-        .map(|k| crate::models::mixed_window(k).unwrap())
-        .collect();
-    graphs.push(crate::models::encoder_block(&cfg).unwrap());
+    let mut graphs = windows_and_encoder();
     graphs.extend((0..600).map(generated_graph));
     let mut declined = 0;
     for (k, g) in graphs.iter().enumerate() {
@@ -1260,4 +1258,58 @@ proptest::proptest! {
             assert_same_plan(&recorded, &swept, "random graph");
         }
     }
+}
+
+/// On recorded graphs, [`validate`] and [`legality::validate_fast`] agree
+/// on every composite with each fusible operand's node and each user
+/// (the slow check, with reasons, is what `dvm explain` would print).
+#[test]
+fn validation_of_recorded_composites_agrees_with_the_fast_check() {
+    use super::legality::{role_of_recorded, validate_fast, Class, ShapeBuffers, Shapes};
+    let (mut checked, mut refused) = (0, 0);
+    for seed in 0..300 {
+        let g = generated_graph(seed);
+        let n = g.nodes().len();
+        let Some(roles) = (0..n)
+            .map(|i| role_of_recorded(&g, NodeId(i)))
+            .collect::<Option<Vec<Role>>>()
+        else {
+            continue;
+        };
+        let users = Users::new(&g);
+        let mut is_output = vec![false; n];
+        for (_, id) in g.outputs() {
+            is_output[id.0] = true;
+        }
+        let facts = Facts {
+            graph: &g,
+            users: &users,
+            is_output: &is_output,
+            roles: &roles,
+        };
+        let shapes = Shapes::new_in(&g, ShapeBuffers::default());
+        let fusible = |m: NodeId| !matches!(roles[m.0], Role::Data | Role::Opaque);
+        for c in (0..n)
+            .map(NodeId)
+            .filter(|&c| matches!(roles[c.0], Role::Composite { .. }))
+        {
+            let near = g[c].operands.iter().chain(users.of(c)).copied();
+            for m in near.filter(|&m| fusible(m)) {
+                let mut set = [c.min(m), c.max(m)];
+                set.sort();
+                let member = |x: NodeId| set.contains(&x);
+                let slow = validate(&facts, &set, &member).is_ok();
+                let mut classes = vec![Class::Full; n];
+                let fast = validate_fast(&facts, &shapes, &set, member, &mut classes).is_some();
+                assert_eq!(slow, fast, "graph {seed}: {set:?}");
+                checked += 1;
+                refused += usize::from(!slow);
+            }
+        }
+    }
+    // Both answers occur (a composite of another axis, of a reduced value).
+    assert!(
+        checked > 100 && refused > 10,
+        "{checked} checked, {refused} refused"
+    );
 }
