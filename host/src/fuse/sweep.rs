@@ -50,7 +50,7 @@ use super::{
     count_params_marked, store_layouts, Cluster, ClusterKind, FuseError, FuseOptions, FusionPlan,
     Role, Unit, ONTO_MIN,
 };
-use crate::graph::{Graph, NodeId, Op};
+use crate::graph::{decomposed_len, Graph, NodeId};
 
 /// No unit (a source node: an input or a constant).
 const NONE: u32 = u32::MAX;
@@ -514,12 +514,8 @@ pub(super) fn plan(
     let cx = Ctx::new(g, opts, roles, Vec::new(), &mut sw);
     let arranged = sweep(&cx, &mut sw, composites).map(|()| arrange(&cx, &mut sw));
     sw.shapes = cx.shapes.into_buffers();
-    let Some(arranged) = arranged else {
-        *scratch = Some(sw);
-        return None;
-    };
     *scratch = Some(sw);
-    Some(arranged.and_then(|a| a.assemble(g, *opts, cx.roles, cx.users, cx.is_output)))
+    Some(arranged?.and_then(|a| a.assemble(g, *opts, cx.roles, cx.users, cx.is_output)))
 }
 
 /// The sweep's decision over `recorded`, a graph whose composites are not
@@ -630,18 +626,6 @@ fn outputs_of(g: &Graph) -> Vec<bool> {
         }
     }
     v
-}
-
-/// Nodes a composite becomes in [`crate::graph::decompose`], or `None`
-/// for any other operator.
-fn decomposed_len(op: &Op) -> Option<usize> {
-    match op {
-        Op::Softmax { .. } | Op::LogSoftmax { .. } => Some(6),
-        Op::LayerNorm { .. } => Some(11),
-        Op::RmsNorm { .. } => Some(7),
-        op if op.is_composite() => Some(2),
-        _ => None,
-    }
 }
 
 /// A decision over a recorded window's operators ([`FusionPlan::decide_recorded`]),

@@ -805,6 +805,14 @@ fn owned_decomposition_equals_copying_decomposition() {
         let (b, sb) = crate::graph::decompose_owned(g.clone()).unwrap();
         assert_eq!(a.to_string(), b.to_string(), "graph {seed}");
         assert_eq!(sa, sb, "graph {seed}");
+        // Each composite became as many nodes as `decomposed_len` says.
+        let lens: Vec<usize> = g
+            .nodes()
+            .iter()
+            .filter_map(|n| crate::graph::decomposed_len(&n.op))
+            .collect();
+        let spans: Vec<usize> = sa.iter().map(|r| r.len()).collect();
+        assert_eq!(lens, spans, "graph {seed}");
         assert_eq!(a.inputs(), b.inputs(), "graph {seed}");
         assert_eq!(a.outputs(), b.outputs(), "graph {seed}");
         assert_eq!(a.nodes(), b.nodes(), "graph {seed}");

@@ -98,6 +98,24 @@ pub fn decompose_with_spans(graph: &Graph) -> Result<(Graph, Vec<Range<usize>>),
     Ok((out, spans))
 }
 
+/// How many nodes composite `op` becomes ([`Op::is_composite`]), or
+/// `None` for any other operator (which stays one node). The fuser
+/// decides over an eager window's operators with it before decomposing
+/// them ([`crate::fuse::FusionPlan::decide_recorded`]).
+pub fn decomposed_len(op: &Op) -> Option<usize> {
+    match op {
+        // max, sub, exp, sum, and recip and mul, or log and sub.
+        Op::Softmax { .. } | Op::LogSoftmax { .. } => Some(6),
+        // Two means of two nodes each, sub, sq, eps, rsqrt, norm, scale, add.
+        Op::LayerNorm { .. } => Some(11),
+        // sq, a mean of two nodes, eps, rsqrt, norm, scale.
+        Op::RmsNorm { .. } => Some(7),
+        // A mean: sum and division.
+        op if op.is_composite() => Some(2),
+        _ => None,
+    }
+}
+
 /// [`decompose_with_spans`] of a graph the caller gives up: the nodes
 /// that are not composites move into the result instead of being copied
 /// (the eager API decomposes its window this way). The result is equal to

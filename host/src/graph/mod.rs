@@ -67,7 +67,7 @@ use dvm_isa::DType;
 
 pub use bind::ConcreteShapes;
 pub use compact_str::CompactString;
-pub use decompose::{decompose, decompose_owned, decompose_with_spans};
+pub use decompose::{decompose, decompose_owned, decompose_with_spans, decomposed_len};
 pub use error::{DimsDisplay, GraphError, ShapeDisplay};
 pub use op::{is_comparison, opcode_dtypes, opcode_kind, result_dtype, Op, OpcodeKind, ReduceOp};
 

@@ -160,8 +160,9 @@ impl Prepared {
         Ok(Prepared::decomposed(graph, &composites, options, scratch))
     }
 
-    /// The decomposed `graph` with its fusion plan, made with `options`.
-    pub fn with_plan(graph: Graph, fusion: FusionPlan, options: &FuseOptions) -> Prepared {
+    /// The decomposed `graph` with its fusion plan, made with `options`
+    /// for this graph (lowering trusts the plan: crate-internal).
+    pub(crate) fn with_plan(graph: Graph, fusion: FusionPlan, options: &FuseOptions) -> Prepared {
         Prepared {
             graph,
             fusion,
