@@ -666,13 +666,15 @@ fn decision_table(quick: bool, cores: usize) {
             std::hint::black_box(Prepared::with_options(&w, &sweep_opts).expect("prepares"));
             swept_prep.push(t.elapsed().as_secs_f64() * 1e6);
             // Over the recorded operators, as the eager API decides a new
-            // window; then the decomposition and the plan mapped onto it.
+            // window; then the decomposition and the plan mapped onto it
+            // (of a copy made before, as the eager API moves its window).
+            let wc = w.clone();
             let t = Instant::now();
             let decided = FusionPlan::decide_recorded(&w, &sweep_opts, &mut rscratch)
                 .expect("decides over the operators")
                 .expect("decides");
             recorded.push(t.elapsed().as_secs_f64() * 1e6);
-            let (dd, _) = dvm_host::graph::decompose_owned(w.clone()).expect("decomposes");
+            let (dd, _) = dvm_host::graph::decompose_owned(wc).expect("decomposes");
             std::hint::black_box(decided.expand(&dd).expect("expands"));
             recorded_prep.push(t.elapsed().as_secs_f64() * 1e6);
         }

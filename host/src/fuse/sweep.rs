@@ -77,9 +77,10 @@ struct Ctx<'g> {
     g: &'g Graph,
     opts: FuseOptions,
     roles: Vec<Role>,
-    /// Each node's size in the decomposition ([`Part::size`]); empty when
+    /// The first node of each node's decomposition and their count at the
+    /// end (a node's size, [`Part::size`], is the difference); empty when
     /// every node is its own (a decomposed graph).
-    sizes: Vec<u32>,
+    starts: Vec<u32>,
     users: Users,
     is_output: Vec<bool>,
     shapes: Shapes,
@@ -541,7 +542,6 @@ pub(super) fn decide_recorded(
         return None;
     }
     let mut roles = Vec::with_capacity(n);
-    let mut sizes = Vec::with_capacity(n);
     let mut starts = Vec::with_capacity(n + 1);
     let mut next = 0u32;
     for (i, node) in g.nodes().iter().enumerate() {
@@ -562,18 +562,17 @@ pub(super) fn decide_recorded(
             None => 1,
         };
         starts.push(next);
-        sizes.push(size);
         next += size;
     }
     starts.push(next);
     let mut sw = scratch.take().unwrap_or_default();
-    let cx = Ctx::new(g, opts, roles, sizes, &mut sw);
+    let cx = Ctx::new(g, opts, roles, starts, &mut sw);
     let arranged = sweep(&cx, &mut sw, &[]).map(|()| arrange(&cx, &mut sw));
     sw.shapes = cx.shapes.into_buffers();
     *scratch = Some(sw);
     Some(arranged?.map(|arranged| Decided {
         arranged,
-        starts,
+        starts: cx.starts,
         opts: *opts,
     }))
 }
@@ -602,14 +601,14 @@ impl<'g> Ctx<'g> {
         g: &'g Graph,
         opts: &FuseOptions,
         roles: Vec<Role>,
-        sizes: Vec<u32>,
+        starts: Vec<u32>,
         sw: &mut Sweep,
     ) -> Ctx<'g> {
         Ctx {
             g,
             opts: *opts,
             roles,
-            sizes,
+            starts,
             users: Users::new(g),
             is_output: outputs_of(g),
             shapes: Shapes::new_in(g, std::mem::take(&mut sw.shapes)),
@@ -772,7 +771,10 @@ fn forward(cx: &Ctx<'_>, sw: &mut Sweep, composites: &[Range<usize>]) -> bool {
                     Role::Data | Role::Opaque => (None, NONE),
                 };
                 let params = node.operands.len() as u32 + 1;
-                let size = cx.sizes.get(i).map_or(1, |&s| s);
+                let size = match cx.starts.get(i..i + 2) {
+                    Some(&[a, b]) => b - a,
+                    _ => 1,
+                };
                 (sw.add(kind, [id], size, space, params, g), i + 1)
             }
         };
