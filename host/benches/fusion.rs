@@ -862,8 +862,9 @@ fn eager_window_from([x, wt, bt, gt]: &[LazyTensor; 4], shift: usize) {
 /// in a fresh context each time (its decision and run, the medians of the
 /// decision and of the whole flush; `DVM_CORES` cores, default 1),
 /// `DVM_ROTATE` new windows in used contexts (the window's nine other
-/// rotations after the first, in 20 contexts; `DVM_CORES` as above;
-/// `DVM_RULES` decides with the rules instead of the sweep),
+/// rotations after the first, in `DVM_CONTEXTS` contexts, default 20;
+/// `DVM_CORES` as above; `DVM_RULES` decides with the rules instead of
+/// the sweep; `DVM_TREND` prints each context's median, in order),
 /// `DVM_SECOND` the eager window at a second row count in a fresh context
 /// each time (the decision on the symbolic copy), `DVM_RECORDED` the
 /// decision over the window's recorded operators instead of a pass over
@@ -875,7 +876,17 @@ fn decision_loop() {
             .ok()
             .and_then(|s| s.parse().ok())
             .unwrap_or(1);
-        let (us, prep) = rotated_decisions(cores, 20, std::env::var_os("DVM_RULES").is_none());
+        let contexts = std::env::var("DVM_CONTEXTS")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(20);
+        let (us, prep) =
+            rotated_decisions(cores, contexts, std::env::var_os("DVM_RULES").is_none());
+        if std::env::var_os("DVM_TREND").is_some() {
+            for c in us.chunks(9) {
+                println!("context median {:.1}", median(c.to_vec()));
+            }
+        }
         println!(
             "eager new window in a used context decision median {:.1} µs, then decomposition and mapping {:.1} µs",
             median(us),

@@ -290,7 +290,14 @@ impl Sweep {
         if total > cx.opts.max_nodes || sets.dep & sets.desc != 0 {
             return None;
         }
-        list.sort_unstable_by_key(|&p| self.parts[p as usize].nodes[0]);
+        let first = |p: u32| self.parts[p as usize].nodes[0];
+        if let [a, b] = list {
+            if first(*b) < first(*a) {
+                std::mem::swap(a, b);
+            }
+        } else {
+            list.sort_unstable_by_key(|&p| first(p));
+        }
         let s = list[0];
         let epoch = self.next_epoch();
         for &p in list.iter() {
@@ -440,8 +447,9 @@ impl Sweep {
     fn absorb(&mut self, s: u32, sets: Sets) {
         let Sets { ids, dep, desc } = sets;
         let part = &mut self.parts[s as usize];
+        // Its own ids name it already.
+        let mut bits = ids & !part.ids;
         (part.ids, part.dep, part.desc) = (ids, dep, desc);
-        let mut bits = ids;
         while bits != 0 {
             self.cur[bits.trailing_zeros() as usize] = s;
             bits &= bits - 1;
