@@ -688,6 +688,31 @@ mod eager {
         assert_eq!(fused.stats().decision_hits, lens.len() as u64 - 1);
     }
 
+    /// A window that flattens x (`[s, 4]` to `[4s]`): the flattened
+    /// extent follows from s's value, not from an equality, so its
+    /// symbolic copy does not check out and every length is decided on
+    /// its own shapes (only an exact repeat reuses a decision).
+    #[test]
+    fn a_length_tied_to_a_value_is_decided_per_length() {
+        fn flat(ex: &Eager, s: u64) -> Result<Tensor, EagerError> {
+            let x = ex.tensor(tensor(&[s, 4], 40, 1.0));
+            x.reshape(&[4 * s])?.exp()?.scale(0.5)?.to_tensor()
+        }
+        let fused = Eager::new(2);
+        let unfused = Eager::with_options(2, FuseOptions::off(), 64);
+        let lens = [3u64, 5, 7, 5];
+        for &s in &lens {
+            let got = flat(&fused, s).unwrap();
+            assert_eq!(got.shape(), &[4 * s]);
+            assert!(got
+                .allclose(&flat(&unfused, s).unwrap(), 1e-6, 1e-7)
+                .unwrap());
+        }
+        let st = fused.stats();
+        assert_eq!(st.flushes, lens.len() as u64);
+        assert_eq!(st.decision_hits, 1, "{st:?}");
+    }
+
     #[test]
     fn host_control_flow_reads_values_back() {
         let ex = Eager::new(2);

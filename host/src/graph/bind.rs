@@ -62,7 +62,14 @@ impl Graph {
     ) -> Result<Bindings, GraphError> {
         let scope = self.scope();
         let mut b = Bindings::new();
-        let mut origin: HashMap<Symbol, String> = HashMap::new();
+        // Where each symbol got its value: an input's axis, or `None` for
+        // an explicit binding (named only in an error message).
+        let mut origin: HashMap<Symbol, Option<(NodeId, usize)>> = HashMap::new();
+        let origin_text = |o: Option<&Option<(NodeId, usize)>>| match o {
+            Some(Some((id, axis))) => format!("input `{}` axis {axis}", self[*id].name),
+            Some(None) => "an explicit binding".to_owned(),
+            None => String::new(),
+        };
         for (sym, value) in explicit.iter() {
             if scope.lookup(sym.name()) != Some(sym) {
                 return Err(GraphError::UnknownSymbol {
@@ -80,7 +87,7 @@ impl Graph {
                     context: format!("explicit binding `{sym}` = {value}"),
                     source,
                 })?;
-            origin.insert(sym, "an explicit binding".to_owned());
+            origin.insert(sym, None);
         }
 
         let mut given: HashMap<&str, &[u64]> = HashMap::new();
@@ -144,7 +151,7 @@ impl Graph {
                 } else if let Some(sym) = dim.as_symbol() {
                     match b.get(sym) {
                         Some(v) if v != value => {
-                            let from = origin.get(&sym).cloned().unwrap_or_default();
+                            let from = origin_text(origin.get(&sym));
                             return Err(dim_error(
                                 id,
                                 shape,
@@ -155,15 +162,17 @@ impl Graph {
                         }
                         Some(_) => {}
                         None => {
-                            let context = format!(
-                                "input `{}` (shape {}) axis {axis}",
-                                self[id].name,
-                                super::DimsDisplay(shape)
-                            );
-                            scope
-                                .bind(&mut b, sym, value)
-                                .map_err(|source| GraphError::Binding { context, source })?;
-                            origin.insert(sym, format!("input `{}` axis {axis}", self[id].name));
+                            scope.bind(&mut b, sym, value).map_err(|source| {
+                                GraphError::Binding {
+                                    context: format!(
+                                        "input `{}` (shape {}) axis {axis}",
+                                        self[id].name,
+                                        super::DimsDisplay(shape)
+                                    ),
+                                    source,
+                                }
+                            })?;
+                            origin.insert(sym, Some((id, axis)));
                         }
                     }
                 }
@@ -205,15 +214,17 @@ impl Graph {
                         }
                         [t] => match solve(&dim, *t, value, &b) {
                             Some(tv) => {
-                                let context = format!(
-                                    "input `{}` (shape {}) axis {axis}: `{dim}` = {value} gives `{t}` = {tv}",
-                                    self[id].name,
-                                    super::DimsDisplay(shape)
-                                );
-                                scope
-                                    .bind(&mut b, *t, tv)
-                                    .map_err(|source| GraphError::Binding { context, source })?;
-                                origin.insert(*t, format!("input `{}` axis {axis}", self[id].name));
+                                scope.bind(&mut b, *t, tv).map_err(|source| {
+                                    GraphError::Binding {
+                                        context: format!(
+                                            "input `{}` (shape {}) axis {axis}: `{dim}` = {value} gives `{t}` = {tv}",
+                                            self[id].name,
+                                            super::DimsDisplay(shape)
+                                        ),
+                                        source,
+                                    }
+                                })?;
+                                origin.insert(*t, Some((id, axis)));
                                 progress = true;
                             }
                             None => pending = Some((id, shape, axis, dim.clone(), *t)),
@@ -245,6 +256,11 @@ impl Graph {
                 _ => None,
             };
             for d in node.shape.iter().chain(extra) {
+                // (Constants need nothing; a plain symbol is looked up
+                // without collecting it.)
+                if d.is_const() || d.as_symbol().is_some_and(|s| b.get(s).is_some()) {
+                    continue;
+                }
                 if let Some(s) = d.symbols().into_iter().find(|s| b.get(*s).is_none()) {
                     return Err(GraphError::Unbound {
                         symbol: s.name().to_owned(),
