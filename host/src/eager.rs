@@ -835,6 +835,7 @@ fn fixed_extents(g: &Graph) -> Vec<i64> {
 /// (a reshape's or slice's extents follow from values, not from equality).
 /// Its fusion plan then holds for every window whose extents are equal
 /// where `g`'s are.
+#[inline(never)]
 fn generalize(g: &Graph) -> Option<Graph> {
     use crate::graph::Op;
     let fixed = fixed_extents(g);

@@ -1,12 +1,12 @@
 //! Per-graph symbol table: names, declared ranges and divisibility facts.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 
 use super::bounds::{gcd, Facts};
 use super::dim::Dim;
 use super::error::SymError;
 use super::eval::Bindings;
-use super::symbol::Symbol;
+use super::symbol::{Symbol, SymbolMap};
 
 /// Range of a symbol nobody declared a range for: dimensions are at least 1.
 pub const DEFAULT_RANGE: (i64, i64) = (1, i64::MAX);
@@ -37,7 +37,7 @@ pub(crate) struct SymFacts {
 #[derive(Clone, Debug, Default)]
 pub struct SymbolScope {
     pub(crate) order: Vec<Symbol>,
-    pub(crate) facts: HashMap<Symbol, SymFacts>,
+    pub(crate) facts: SymbolMap<SymFacts>,
     /// Eliminated symbol → its canonical value in terms of the others.
     pub(crate) subst: BTreeMap<Symbol, Dim>,
 }
