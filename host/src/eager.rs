@@ -36,7 +36,7 @@ use std::time::Instant;
 
 use dvm_isa::{DType, Opcode};
 
-use crate::fuse::{FuseOptions, FuseScratch, FusionPlan, IdHasher, IdSet};
+use crate::fuse::{sweep, FuseOptions, FuseScratch, FusionPlan, IdHasher};
 use crate::graph::{decompose_owned, Graph, GraphError, NodeId, ReduceOp, Shape};
 use crate::runtime::{Prepared, RunError, Runtime};
 use crate::sym::{Bindings, Dim};
@@ -148,17 +148,39 @@ struct Inner {
 /// extents are symbols ([`generalize`]), and that decision serves every
 /// later window of the same structure whose extents are equal where its
 /// were, whatever their values: a sequence length that changes every step
-/// does not pay the fusion pass again. A window whose symbolic copy does not check out
-/// (a reshape, slice or constant ties an extent to its value) is marked so
-/// and decided on its concrete shapes.
+/// does not pay the fusion pass again. The copy takes the first window's
+/// decision over its operators, its groups' spaces rewritten in symbols
+/// ([`FirstSight`]), rather than running the pass again. A window whose
+/// symbolic copy does not check out (a reshape, slice or constant ties an
+/// extent to its value) is marked so and decided on its concrete shapes.
 #[derive(Default)]
 struct DecisionCache {
     /// Keys are [`key_of`] folds already: a multiply-rotate is hash enough.
     map: HashMap<u64, Vec<Decision>, BuildHasherDefault<IdHasher>>,
-    /// The keys of class signatures seen once ([`DecisionCache::seen_before`]).
-    seen: IdSet<u64>,
+    /// Class signatures seen once, by key ([`DecisionCache::sighting`]).
+    seen: HashMap<u64, FirstSight, BuildHasherDefault<IdHasher>>,
     /// Entries of `map` and `seen`.
     len: usize,
+}
+
+/// The first window of a class signature: its concrete signature and, when
+/// it was decided over its operators, that decision (for the symbolic copy
+/// made at the class's second window).
+struct FirstSight {
+    sig: Vec<u64>,
+    /// Words of `sig` that are the class signature.
+    n: usize,
+    decided: Option<sweep::Decided>,
+}
+
+/// What [`DecisionCache::sighting`] knows of a class signature.
+enum Sighting {
+    /// Not seen before (now recorded): decide on the concrete shapes and
+    /// keep the decision for the next sighting ([`DecisionCache::keep`]).
+    First,
+    /// Seen once: decide on the symbolic copy, taking this decision (over
+    /// a window of the same class) when there is one.
+    Again(Option<FirstSight>),
 }
 
 /// A window's signature and what was decided for it.
@@ -196,21 +218,42 @@ impl DecisionCache {
         self.len += 1;
     }
 
-    /// Whether the class signature of key `key` was seen before (the next
-    /// window with it, at other lengths, is decided on the symbolic copy);
-    /// records it if not. Only the key is kept, not a copy of the
-    /// signature: a class signature that shares its key with one seen
-    /// before is taken for seen, and its window is decided on the symbolic
-    /// copy at once, which is as correct (the copy is checked) if less
-    /// thrifty.
-    fn seen_before(&mut self, key: u64) -> bool {
-        if self.seen.contains(&key) {
-            return true;
+    /// Whether the class signature `gsig` (key `key`) was seen before
+    /// (the next window with it, at other lengths, is decided on the
+    /// symbolic copy); records it if not. A class signature that shares
+    /// its key with another seen before is taken for seen, and its window
+    /// is decided on the symbolic copy at once, which is as correct (the
+    /// copy is checked) if less thrifty; the other's decision is only
+    /// handed over when the class signatures are equal.
+    fn sighting(&mut self, key: u64, gsig: &[u64]) -> Sighting {
+        if let Some(first) = self.seen.remove(&key) {
+            // (The class's decision on the copy replaces this entry.)
+            self.len -= 1;
+            let same = first.sig.get(..first.n) == Some(gsig);
+            return Sighting::Again(same.then_some(first));
         }
         self.make_room();
-        self.seen.insert(key);
+        self.seen.insert(
+            key,
+            FirstSight {
+                sig: Vec::new(),
+                n: 0,
+                decided: None,
+            },
+        );
         self.len += 1;
-        false
+        Sighting::First
+    }
+
+    /// Keeps the decision of the first window of the class signature of
+    /// key `key` (the window's signature `sig`, `n` words of it the class
+    /// signature).
+    fn keep(&mut self, key: u64, sig: &[u64], n: usize, decided: sweep::Decided) {
+        if let Some(first) = self.seen.get_mut(&key) {
+            first.sig = sig.to_vec();
+            first.n = n;
+            first.decided = Some(decided);
+        }
     }
 
     /// Forgets everything when the cache is full.
@@ -757,33 +800,57 @@ fn decide(inner: &mut Inner, graph: &mut Graph) -> Result<(Rc<Prepared>, f64), G
         return Ok((p, 0.0));
     }
     let gkey = key_of(hg, n);
+    let mut first = false;
     match inner.decisions.get(gkey, &sig[..n]) {
         Some(Decided::Plan(p)) => {
             inner.stats.decision_hits += 1;
             return Ok((p, 0.0));
         }
         Some(Decided::Concrete) => {}
-        None if inner.decisions.seen_before(gkey) => {
-            let gsig = sig[..n].to_vec();
-            // A copy that does not check out, or that fails to prepare,
-            // leaves the structure to its concrete shapes.
-            let scratch = &mut inner.scratch;
-            match generalize(graph).map(|g| prepare(g, &inner.options, scratch)) {
-                Some(Ok((p, us))) => {
-                    let p = Rc::new(p);
-                    inner
-                        .decisions
-                        .insert(gkey, gsig, Decided::Plan(Rc::clone(&p)));
-                    return Ok((p, us));
+        None => match inner.decisions.sighting(gkey, &sig[..n]) {
+            Sighting::First => first = true,
+            Sighting::Again(seen) => {
+                let gsig = sig[..n].to_vec();
+                // A copy that does not check out, or that fails to
+                // prepare, leaves the structure to its concrete shapes.
+                let scratch = &mut inner.scratch;
+                let prepared = generalize(graph).map(|(copy, symbols)| {
+                    let decided = seen.and_then(|f| {
+                        let d = f.decided?;
+                        symbolic_decision(d, &f.sig[f.n..], &sig[n..], &symbols)
+                    });
+                    match decided {
+                        Some(d) => prepare_decided(copy, &d, &inner.options, scratch),
+                        None => {
+                            prepare(copy, &inner.options, scratch, false).map(|(p, us, _)| (p, us))
+                        }
+                    }
+                });
+                match prepared {
+                    Some(Ok((p, us))) => {
+                        let p = Rc::new(p);
+                        inner
+                            .decisions
+                            .insert(gkey, gsig, Decided::Plan(Rc::clone(&p)));
+                        return Ok((p, us));
+                    }
+                    Some(Err(_)) | None => inner.decisions.insert(gkey, gsig, Decided::Concrete),
                 }
-                Some(Err(_)) | None => inner.decisions.insert(gkey, gsig, Decided::Concrete),
             }
-        }
-        None => {}
+        },
     }
     // A new decision on the window itself, which moves into it (a window
-    // that hit a cached decision is left to the caller, as before).
-    let (p, us) = prepare(std::mem::take(graph), &inner.options, &mut inner.scratch)?;
+    // that hit a cached decision is left to the caller, as before); the
+    // first of its class keeps its decision for the symbolic copy.
+    let (p, us, decided) = prepare(
+        std::mem::take(graph),
+        &inner.options,
+        &mut inner.scratch,
+        first,
+    )?;
+    if let Some(d) = decided {
+        inner.decisions.keep(gkey, &sig, n, d);
+    }
     let p = Rc::new(p);
     inner
         .decisions
@@ -795,24 +862,97 @@ fn decide(inner: &mut Inner, graph: &mut Graph) -> Result<(Rc<Prepared>, f64), G
 /// ([`FusionPlan::decide_recorded`]) and then decomposed, the decision
 /// mapped onto the decomposition; or, for a window that cannot be decided
 /// so, decomposed and then fused ([`Prepared::from_graph_in`]). Also the
-/// µs spent after a decision over the operators.
+/// µs spent after a decision over the operators, and, when `keep`, that
+/// decision (a copy).
 fn prepare(
     graph: Graph,
     options: &FuseOptions,
     scratch: &mut FuseScratch,
-) -> Result<(Prepared, f64), GraphError> {
+    keep: bool,
+) -> Result<(Prepared, f64, Option<sweep::Decided>), GraphError> {
     let Some(Ok(decided)) = FusionPlan::decide_recorded(&graph, options, scratch) else {
-        return Ok((Prepared::from_graph_in(graph, options, scratch)?, 0.0));
+        return Ok((Prepared::from_graph_in(graph, options, scratch)?, 0.0, None));
     };
     let t = Instant::now();
+    let (p, _) = prepare_decided(graph, &decided, options, scratch)?;
+    Ok((p, t.elapsed().as_secs_f64() * 1e6, keep.then_some(decided)))
+}
+
+/// The prepared window `graph` with the decision over its operators
+/// `decided`: decomposed, the decision mapped onto the decomposition (a
+/// decision that does not map, a bug, leaves the window to the pass over
+/// its decomposition). Also the µs it took.
+fn prepare_decided(
+    graph: Graph,
+    decided: &sweep::Decided,
+    options: &FuseOptions,
+    scratch: &mut FuseScratch,
+) -> Result<(Prepared, f64), GraphError> {
+    let t = Instant::now();
+    if cfg!(debug_assertions) {
+        // The tests check the claim of [`symbolic_decision`]: the plan
+        // handed over is the window's own.
+        if let Some(Ok(own)) = FusionPlan::decide_recorded(&graph, options, scratch) {
+            let (d, _) = decompose_owned(graph.clone())?;
+            let (a, b) = (own.expand(&d), decided.expand(&d));
+            if let (Ok(a), Ok(b)) = (a, b) {
+                debug_assert_eq!(a.clusters, b.clusters);
+                debug_assert_eq!(a.stacks, b.stacks);
+                debug_assert_eq!(a.order, b.order);
+            }
+        }
+    }
     let (d, _) = decompose_owned(graph)?;
-    // A decision that does not map (a bug) leaves the window to the pass
-    // over its decomposition.
     let p = match decided.expand(&d) {
         Ok(plan) => Prepared::with_plan(d, plan, options),
         Err(_) => Prepared::from_graph_in(d, options, scratch)?,
     };
     Ok((p, t.elapsed().as_secs_f64() * 1e6))
+}
+
+/// The decision of the symbolic copy of a window, from `decided`, the
+/// decision of another window of the same class signature: that window's
+/// class values `were` (the signature's tail), this one's `are`, and the
+/// copy's symbol for each of this window's values (`symbols`, from
+/// [`generalize`]). Each of the decided window's class values becomes the
+/// symbol of the value in its place; extents outside the classes (below 2,
+/// or fixed by a constant) are the same in both windows and the copy.
+///
+/// The sweep compares extents only for equality and against 1, and the
+/// map from the decided window's extents to the copy's is one to one and
+/// keeps 0, 1 and fixed extents: the copy's own decision is this one
+/// ([`sweep::Decided::with_spaces`]). `None` when an extent of a group's
+/// space has no place in the map (the signatures do not match).
+fn symbolic_decision(
+    decided: sweep::Decided,
+    were: &[u64],
+    are: &[u64],
+    symbols: &[(i64, Dim)],
+) -> Option<sweep::Decided> {
+    // The tails end with the class signature's length.
+    let (were, are) = (were.split_last()?.1, are.split_last()?.1);
+    if were.len() != are.len() {
+        return None;
+    }
+    let mut lost = false;
+    let d = decided.with_spaces(|d| {
+        let Some(v) = d.as_const() else {
+            lost = true;
+            return d.clone();
+        };
+        match were.iter().position(|&w| w as i64 == v) {
+            Some(i) => match symbols.iter().find(|(x, _)| *x as u64 == are[i]) {
+                Some((_, s)) => s.clone(),
+                None => {
+                    lost = true;
+                    d.clone()
+                }
+            },
+            // Below 2 or fixed: the same in every window of the class.
+            None => d.clone(),
+        }
+    });
+    (!lost).then_some(d)
 }
 
 /// Extents a window's constants fix: they keep their values in a class
@@ -834,9 +974,9 @@ fn fixed_extents(g: &Graph) -> Vec<i64> {
 /// operator infers a shape that is not the symbols' image of the window's
 /// (a reshape's or slice's extents follow from values, not from equality).
 /// Its fusion plan then holds for every window whose extents are equal
-/// where `g`'s are.
+/// where `g`'s are. Also each replaced value with its symbol.
 #[inline(never)]
-fn generalize(g: &Graph) -> Option<Graph> {
+fn generalize(g: &Graph) -> Option<(Graph, Vec<(i64, Dim)>)> {
     use crate::graph::Op;
     let fixed = fixed_extents(g);
     let mut out = Graph::new();
@@ -883,6 +1023,8 @@ fn generalize(g: &Graph) -> Option<Graph> {
     for (name, id) in g.outputs() {
         out.output(name, *id).ok()?;
     }
+    // (`sym` is done with them.)
+    let classes = classes;
     // The copy must give back the window itself: its inputs bind every
     // symbol, and every node's shape comes out as the window's.
     let inputs: Vec<(&str, Vec<u64>)> = g
@@ -906,7 +1048,7 @@ fn generalize(g: &Graph) -> Option<Graph> {
             }
         }
     }
-    Some(out)
+    Some((out, classes))
 }
 
 /// The structure of window `g` as words, and how many of them are its
@@ -1003,4 +1145,52 @@ fn signature(g: &Graph) -> (Vec<u64>, usize) {
     w.extend(classes.iter().map(|&v| v as u64));
     w.push(n as u64);
     (w, n)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fuse::tests::generated_graph_rows;
+
+    /// [`symbolic_decision`]'s claim: a window's decision, its spaces
+    /// rewritten in the symbols of the copy of another window of its
+    /// class, is the copy's own decision.
+    #[test]
+    fn the_first_windows_decision_is_the_symbolic_copys() {
+        let opts = FuseOptions {
+            reasons: false,
+            sweep: true,
+            ..FuseOptions::default()
+        };
+        let mut scratch = FuseScratch::default();
+        let mut checked = 0;
+        for seed in 0..400 {
+            for (a, b) in [(33, 40), (17, 100), (2, 9)] {
+                let (ga, gb) = (
+                    generated_graph_rows(seed, Some(a)),
+                    generated_graph_rows(seed, Some(b)),
+                );
+                let ((sa, na), (sb, nb)) = (signature(&ga), signature(&gb));
+                assert_eq!(sa[..na], sb[..nb], "seed {seed}: one class");
+                let Some((copy, symbols)) = generalize(&gb) else {
+                    continue;
+                };
+                let Some(Ok(first)) = FusionPlan::decide_recorded(&ga, &opts, &mut scratch) else {
+                    continue;
+                };
+                let handed = symbolic_decision(first, &sa[na..], &sb[nb..], &symbols)
+                    .expect("every space maps");
+                let own = FusionPlan::decide_recorded(&copy, &opts, &mut scratch)
+                    .expect("the copy is decided like the window")
+                    .unwrap();
+                let (d, _) = decompose_owned(copy).unwrap();
+                let (x, y) = (handed.expand(&d).unwrap(), own.expand(&d).unwrap());
+                assert_eq!(x.clusters, y.clusters, "seed {seed}, rows {a} and {b}");
+                assert_eq!(x.stacks, y.stacks, "seed {seed}");
+                assert_eq!(x.order, y.order, "seed {seed}");
+                checked += 1;
+            }
+        }
+        assert!(checked > 600, "{checked} checked");
+    }
 }

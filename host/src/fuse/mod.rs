@@ -2112,4 +2112,4 @@ fn describe(st: &State<'_>, p: &Patch) -> String {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

@@ -51,6 +51,7 @@ use super::{
     Role, Unit, ONTO_MIN,
 };
 use crate::graph::{decomposed_len, Graph, NodeId};
+use crate::sym::Dim;
 
 /// No unit (a source node: an input or a constant).
 const NONE: u32 = u32::MAX;
@@ -637,6 +638,7 @@ fn outputs_of(g: &Graph) -> Vec<bool> {
 
 /// A decision over a recorded window's operators ([`FusionPlan::decide_recorded`]),
 /// to be mapped onto its decomposition.
+#[derive(Clone)]
 pub struct Decided {
     arranged: Arranged,
     /// The first node of each recorded node's decomposition, and their
@@ -646,6 +648,22 @@ pub struct Decided {
 }
 
 impl Decided {
+    /// The same decision with every group's space rewritten by `dim`,
+    /// extent by extent: the decision of a window that differs from the
+    /// decided one only in those extents (a symbolic copy,
+    /// [`crate::eager`]), when `dim` is a bijection that keeps every
+    /// extent below 2. The sweep compares extents only for equality and
+    /// against 1, so such a window's own decision has the same groups,
+    /// stacks and order.
+    pub fn with_spaces(mut self, mut dim: impl FnMut(&Dim) -> Dim) -> Decided {
+        for c in &mut self.arranged.clusters {
+            for d in &mut c.space {
+                *d = dim(d);
+            }
+        }
+        self
+    }
+
     /// The plan of `decomposed`, the decomposition of the window decided:
     /// every group's members replaced by the nodes they became.
     ///
@@ -653,13 +671,8 @@ impl Decided {
     /// A [`FuseError`] when `decomposed` is not that decomposition (its
     /// node count differs), or, in builds with debug assertions, when the
     /// plan does not check out ([`FusionPlan::verify`]).
-    pub fn expand(self, decomposed: &Graph) -> Result<FusionPlan, FuseError> {
-        let Decided {
-            mut arranged,
-            starts,
-            opts,
-        } = self;
-        let d = decomposed;
+    pub fn expand(&self, decomposed: &Graph) -> Result<FusionPlan, FuseError> {
+        let (d, starts) = (decomposed, &self.starts);
         if starts.last().map(|&n| n as usize) != Some(d.nodes().len()) {
             return Err(FuseError {
                 rule: "sweep",
@@ -667,22 +680,37 @@ impl Decided {
             });
         }
         let span = |m: NodeId| (starts[m.0]..starts[m.0 + 1]).map(|k| NodeId(k as usize));
-        for c in &mut arranged.clusters {
-            c.nodes = c.nodes.iter().flat_map(|&m| span(m)).collect();
-        }
-        for u in &mut arranged.order {
-            if let Unit::Node(m) = u {
-                *m = NodeId(starts[m.0] as usize);
-            }
-        }
+        let a = &self.arranged;
+        let arranged = Arranged {
+            clusters: a
+                .clusters
+                .iter()
+                .map(|c| Cluster {
+                    kind: c.kind.clone(),
+                    nodes: c.nodes.iter().flat_map(|&m| span(m)).collect(),
+                    space: c.space.clone(),
+                })
+                .collect(),
+            stacks: a.stacks.clone(),
+            order: a
+                .order
+                .iter()
+                .map(|&u| match u {
+                    Unit::Node(m) => Unit::Node(NodeId(starts[m.0] as usize)),
+                    u => u,
+                })
+                .collect(),
+            applied: a.applied.clone(),
+        };
         let roles = (0..d.nodes().len())
             .map(|i| role_of(d, NodeId(i)))
             .collect();
-        arranged.assemble(d, opts, roles, Users::new(d), outputs_of(d))
+        arranged.assemble(d, self.opts, roles, Users::new(d), outputs_of(d))
     }
 }
 
 /// A sweep's groups, stacks and order.
+#[derive(Clone)]
 struct Arranged {
     clusters: Vec<Cluster>,
     stacks: Vec<Vec<usize>>,

@@ -562,6 +562,12 @@ proptest::proptest! {
 /// A generated graph with every composite the decomposition knows (for
 /// comparing plans across changes to the pass): `seed` drives a small LCG.
 fn generated_graph(seed: u64) -> Graph {
+    generated_graph_rows(seed, None)
+}
+
+/// [`generated_graph`] with `rows` rows when given (a concrete window, as
+/// the eager API records, whichever the seed would pick).
+pub(crate) fn generated_graph_rows(seed: u64, rows: Option<i64>) -> Graph {
     let mut r = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
     let mut next = |m: u64| {
         r = r
@@ -571,10 +577,10 @@ fn generated_graph(seed: u64) -> Graph {
     };
     let symbolic = next(2) == 0;
     let mut g = Graph::new();
-    let rows: Dim = if symbolic {
-        g.symbol("S", 1, 4096).unwrap().into()
-    } else {
-        c(16)
+    let rows: Dim = match rows {
+        Some(rows) => c(rows),
+        None if symbolic => g.symbol("S", 1, 4096).unwrap().into(),
+        None => c(16),
     };
     let x = g.input("x", DType::F32, &[rows.clone(), c(8)]).unwrap();
     let y = g.input("y", DType::F32, &[c(8)]).unwrap();
