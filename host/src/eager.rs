@@ -157,20 +157,21 @@ struct Inner {
 struct DecisionCache {
     /// Keys are [`key_of`] folds already: a multiply-rotate is hash enough.
     map: HashMap<u64, Vec<Decision>, BuildHasherDefault<IdHasher>>,
-    /// Class signatures seen once, by key ([`DecisionCache::sighting`]).
-    seen: HashMap<u64, FirstSight, BuildHasherDefault<IdHasher>>,
+    /// Class signatures seen once, by key, with what their first window
+    /// kept ([`DecisionCache::sighting`], [`DecisionCache::keep`]).
+    seen: HashMap<u64, Option<FirstSight>, BuildHasherDefault<IdHasher>>,
     /// Entries of `map` and `seen`.
     len: usize,
 }
 
-/// The first window of a class signature: its concrete signature and, when
-/// it was decided over its operators, that decision (for the symbolic copy
-/// made at the class's second window).
+/// The first window of a class signature, decided over its operators:
+/// its concrete signature and that decision (for the symbolic copy made
+/// at the class's second window).
 struct FirstSight {
     sig: Vec<u64>,
     /// Words of `sig` that are the class signature.
     n: usize,
-    decided: Option<sweep::Decided>,
+    decided: sweep::Decided,
 }
 
 /// What [`DecisionCache::sighting`] knows of a class signature.
@@ -229,18 +230,11 @@ impl DecisionCache {
         if let Some(first) = self.seen.remove(&key) {
             // (The class's decision on the copy replaces this entry.)
             self.len -= 1;
-            let same = first.sig.get(..first.n) == Some(gsig);
-            return Sighting::Again(same.then_some(first));
+            let first = first.filter(|f| f.sig.get(..f.n) == Some(gsig));
+            return Sighting::Again(first);
         }
         self.make_room();
-        self.seen.insert(
-            key,
-            FirstSight {
-                sig: Vec::new(),
-                n: 0,
-                decided: None,
-            },
-        );
+        self.seen.insert(key, None);
         self.len += 1;
         Sighting::First
     }
@@ -250,9 +244,11 @@ impl DecisionCache {
     /// signature).
     fn keep(&mut self, key: u64, sig: &[u64], n: usize, decided: sweep::Decided) {
         if let Some(first) = self.seen.get_mut(&key) {
-            first.sig = sig.to_vec();
-            first.n = n;
-            first.decided = Some(decided);
+            *first = Some(FirstSight {
+                sig: sig.to_vec(),
+                n,
+                decided,
+            });
         }
     }
 
@@ -816,11 +812,13 @@ fn decide(inner: &mut Inner, graph: &mut Graph) -> Result<(Rc<Prepared>, f64), G
                 let scratch = &mut inner.scratch;
                 let prepared = generalize(graph).map(|(copy, symbols)| {
                     let decided = seen.and_then(|f| {
-                        let d = f.decided?;
-                        symbolic_decision(d, &f.sig[f.n..], &sig[n..], &symbols)
+                        symbolic_decision(f.decided, &f.sig[f.n..], &sig[n..], &symbols)
                     });
                     match decided {
-                        Some(d) => prepare_decided(copy, &d, &inner.options, scratch),
+                        Some(d) => {
+                            debug_assert_own_decision(&copy, &d, &inner.options, scratch);
+                            prepare_decided(copy, &d, &inner.options, scratch)
+                        }
                         None => {
                             prepare(copy, &inner.options, scratch, false).map(|(p, us, _)| (p, us))
                         }
@@ -889,25 +887,37 @@ fn prepare_decided(
     scratch: &mut FuseScratch,
 ) -> Result<(Prepared, f64), GraphError> {
     let t = Instant::now();
-    if cfg!(debug_assertions) {
-        // The tests check the claim of [`symbolic_decision`]: the plan
-        // handed over is the window's own.
-        if let Some(Ok(own)) = FusionPlan::decide_recorded(&graph, options, scratch) {
-            let (d, _) = decompose_owned(graph.clone())?;
-            let (a, b) = (own.expand(&d), decided.expand(&d));
-            if let (Ok(a), Ok(b)) = (a, b) {
-                debug_assert_eq!(a.clusters, b.clusters);
-                debug_assert_eq!(a.stacks, b.stacks);
-                debug_assert_eq!(a.order, b.order);
-            }
-        }
-    }
     let (d, _) = decompose_owned(graph)?;
     let p = match decided.expand(&d) {
         Ok(plan) => Prepared::with_plan(d, plan, options),
         Err(_) => Prepared::from_graph_in(d, options, scratch)?,
     };
     Ok((p, t.elapsed().as_secs_f64() * 1e6))
+}
+
+/// In builds with debug assertions, checks the claim of
+/// [`symbolic_decision`]: `decided`, handed over to `graph`, is the plan
+/// `graph`'s own decision makes.
+fn debug_assert_own_decision(
+    graph: &Graph,
+    decided: &sweep::Decided,
+    options: &FuseOptions,
+    scratch: &mut FuseScratch,
+) {
+    if !cfg!(debug_assertions) {
+        return;
+    }
+    let Some(Ok(own)) = FusionPlan::decide_recorded(graph, options, scratch) else {
+        return;
+    };
+    let Ok((d, _)) = decompose_owned(graph.clone()) else {
+        return;
+    };
+    if let (Ok(a), Ok(b)) = (own.expand(&d), decided.expand(&d)) {
+        debug_assert_eq!(a.clusters, b.clusters);
+        debug_assert_eq!(a.stacks, b.stacks);
+        debug_assert_eq!(a.order, b.order);
+    }
 }
 
 /// The decision of the symbolic copy of a window, from `decided`, the
@@ -1023,8 +1033,6 @@ fn generalize(g: &Graph) -> Option<(Graph, Vec<(i64, Dim)>)> {
     for (name, id) in g.outputs() {
         out.output(name, *id).ok()?;
     }
-    // (`sym` is done with them.)
-    let classes = classes;
     // The copy must give back the window itself: its inputs bind every
     // symbol, and every node's shape comes out as the window's.
     let inputs: Vec<(&str, Vec<u64>)> = g

@@ -22,6 +22,7 @@ pub mod demo;
 pub mod eager;
 pub mod fuse;
 pub mod graph;
+mod idhash;
 pub mod kernel;
 pub mod lower;
 pub mod models;

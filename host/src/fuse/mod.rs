@@ -36,7 +36,6 @@ pub mod sweep;
 
 use std::cell::{Cell, RefCell};
 use std::collections::{HashMap, HashSet};
-use std::hash::{BuildHasherDefault, Hasher};
 use std::ops::Range;
 
 use crate::graph::{Graph, NodeId, ShapeDisplay};
@@ -248,35 +247,7 @@ pub trait Rule {
     fn reset(&mut self);
 }
 
-/// A fast hasher for small integer keys (the memo of examined pairs).
-#[derive(Default, Clone, Copy)]
-pub struct IdHasher(u64);
-
-impl Hasher for IdHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.write_u64(b as u64);
-        }
-    }
-    fn write_u64(&mut self, v: u64) {
-        self.0 = (self.0.rotate_left(5) ^ v).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
-    }
-    fn write_usize(&mut self, v: usize) {
-        self.write_u64(v as u64);
-    }
-    fn write_u32(&mut self, v: u32) {
-        self.write_u64(v as u64);
-    }
-    fn write_u8(&mut self, v: u8) {
-        self.write_u64(v as u64);
-    }
-}
-
-/// A set of small integer keys.
-pub type IdSet<K> = HashSet<K, BuildHasherDefault<IdHasher>>;
+pub use crate::idhash::{IdHasher, IdSet};
 
 /// Rejections found by the rules.
 #[derive(Debug, Default)]

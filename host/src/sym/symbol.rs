@@ -1,8 +1,8 @@
 //! Interned symbol names.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::fmt;
-use std::hash::{BuildHasherDefault, Hash, Hasher};
+use std::hash::{Hash, Hasher};
 use std::sync::{LazyLock, Mutex, PoisonError};
 
 use super::error::SymError;
@@ -102,32 +102,7 @@ impl Hash for Symbol {
 }
 
 /// A map keyed by symbols, hashed by their interned address.
-pub(crate) type SymbolMap<V> = HashMap<Symbol, V, BuildHasherDefault<AddressHasher>>;
-
-/// Hashes a [`Symbol`] (its interned name's address, one `usize`): a
-/// multiply with the high half folded down, so the aligned low bits of
-/// an address do not crowd the table's buckets. A symbol table holds a
-/// handful of keys and is asked on every canonical form: SipHash's
-/// defence against chosen keys buys nothing for addresses.
-#[derive(Default)]
-pub(crate) struct AddressHasher(u64);
-
-impl Hasher for AddressHasher {
-    fn finish(&self) -> u64 {
-        self.0 ^ (self.0 >> 32)
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.write_u64(u64::from(b));
-        }
-    }
-    fn write_u64(&mut self, v: u64) {
-        self.0 = (self.0.rotate_left(5) ^ v).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-    }
-    fn write_usize(&mut self, v: usize) {
-        self.write_u64(v as u64);
-    }
-}
+pub(crate) type SymbolMap<V> = crate::idhash::IdMap<Symbol, V>;
 
 impl PartialOrd for Symbol {
     fn partial_cmp(&self, other: &Symbol) -> Option<std::cmp::Ordering> {
