@@ -389,6 +389,14 @@ impl Sweep {
         };
         if let [a, b] = *list {
             let (pa, pb) = (&self.parts[a as usize], &self.parts[b as usize]);
+            if let Some(space) = joins_elementwise(&facts, &cx.shapes, pa, pb) {
+                if cfg!(debug_assertions) {
+                    let mut classes = vec![Class::Full; owner.len()];
+                    let full = validate_fast(&facts, &cx.shapes, union, member, &mut classes);
+                    debug_assert_eq!(full, Some((ClusterKind::Elementwise, space)));
+                }
+                return Some((ClusterKind::Elementwise, space, false));
+            }
             let (x, y) = if pa.nodes.len() >= pb.nodes.len() {
                 (a, b)
             } else {
@@ -426,7 +434,6 @@ impl Sweep {
                 };
                 if let Some(found) = validate_onto(&facts, &cx.shapes, new, member, &base, &mut sc)
                 {
-                    // The tests check the claim: the whole union's answer.
                     // The tests check the claim: the whole union's answer.
                     if cfg!(debug_assertions) {
                         let mut classes = vec![Class::Full; owner.len()];
@@ -497,6 +504,28 @@ impl Sweep {
         let part = &self.parts[p as usize];
         (part.stack == NONE && part.kind.as_ref().is_some_and(ok)).then_some(p)
     }
+}
+
+/// The space of element-wise group `a` joined by `b`, a single
+/// element-wise node after all of `a`'s members whose value leaves the
+/// union and has `a`'s space (shape id), without walking `a`: what
+/// [`validate_fast`] finds. Adding members only turns values inside
+/// (each member of `a` still fits `a`'s space), and the node, of the
+/// space's rank and the last member, is the anchor. `None` when the
+/// pair is not of that form.
+fn joins_elementwise(facts: &Facts<'_>, shapes: &Shapes, a: &Part, b: &Part) -> Option<u32> {
+    let elementwise = Some(ClusterKind::Elementwise);
+    let (&[n], Some(&last)) = (&b.nodes[..], a.nodes.last()) else {
+        return None;
+    };
+    // Its users all come after it, outside the union.
+    let leaves = facts.is_output[n.0] || !facts.users.of(n).is_empty();
+    (a.kind == elementwise
+        && b.kind == elementwise
+        && last < n
+        && leaves
+        && shapes.of(n) == a.space)
+        .then_some(a.space)
 }
 
 fn ewise_or_reduce(k: &ClusterKind) -> bool {
