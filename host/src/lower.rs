@@ -212,6 +212,16 @@ pub fn lower_with<K>(
         facts: fusion.facts(graph),
         layouts: &fusion.layouts,
     };
+    if let Some((i, shape)) = lw.shapes.iter().enumerate().find(|(_, s)| s.contains(&0)) {
+        return Err(LowerError::Unsupported {
+            node: graph.nodes()[i].name.to_string(),
+            what: format!(
+                "has no elements at these bindings (shape {}): the kernel compiler does not \
+                 take zero-size tensors (the reference device runs them)",
+                crate::graph::DimsDisplay(shape)
+            ),
+        });
+    }
     let mut kernels: Vec<K> = Vec::new();
     for unit in &fusion.order {
         match *unit {
@@ -743,9 +753,13 @@ fn lower_node(
                 new_buf(plan, BufKind::Input(i), dt, shape)
             }
             Op::Constant(vals) => {
-                let n = shape.iter().product::<u64>() as usize;
-                let t = crate::tensor::Tensor::from_f64(dt, shape, &broadcast_const(vals, n))
-                    .map_err(|e| unsupported(&e.to_string()))?;
+                // A fill is allocated fallibly: its size is the graph's
+                // word, not the file's.
+                let t = match vals[..] {
+                    [v] => crate::tensor::Tensor::full(dt, shape, v),
+                    _ => crate::tensor::Tensor::from_f64(dt, shape, vals),
+                }
+                .map_err(|e| unsupported(&e.to_string()))?;
                 new_buf(plan, BufKind::Const(t.into_bytes()), dt, shape)
             }
             Op::Unary(code) => {
@@ -1084,14 +1098,6 @@ fn step_name(node: &str, k: usize, n: usize) -> String {
         format!("{node}.{k}")
     } else {
         node.to_string()
-    }
-}
-
-fn broadcast_const(vals: &[f64], n: usize) -> Vec<f64> {
-    if vals.len() == 1 && n != 1 {
-        vec![vals[0]; n]
-    } else {
-        vals.to_vec()
     }
 }
 

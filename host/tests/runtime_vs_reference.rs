@@ -142,3 +142,31 @@ fn casts_compares_and_where() {
         1e-3,
     );
 }
+
+/// A zero-size tensor (a symbol bound to 0) is refused by the CPU device
+/// with an error naming the node and its shape, at the binding that makes
+/// it empty and not at others; the reference device runs it.
+#[test]
+fn zero_size_tensors_are_refused_by_name() {
+    let mut g = Graph::new();
+    let s = g.symbol("S", 0, 64).unwrap();
+    let x = g.input("x", DType::F32, &[Dim::from(s), c(4)]).unwrap();
+    let y = g.unary(Opcode::Neg, x).unwrap();
+    let r = g.sum(y, &[0], false).unwrap();
+    g.output("r", r).unwrap();
+    let rt = Runtime::new(1, 8);
+    let prepared = Prepared::new(&g).expect("prepares");
+    let empty = Tensor::from_f32(&[0, 4], &[]).unwrap();
+    let e = rt
+        .run(&prepared, &[("x", &empty)], &Bindings::new())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("node `x`") && e.contains("[0, 4]") && e.contains("zero-size"),
+        "{e}"
+    );
+    let want = reference::run(&g, &[("x", &empty)], &Bindings::new()).expect("reference runs");
+    assert_eq!(want[0].1.shape(), &[4]);
+    let x3 = tensor(&[3, 4], 1);
+    assert!(rt.run(&prepared, &[("x", &x3)], &Bindings::new()).is_ok());
+}

@@ -306,9 +306,42 @@ impl Graph {
     ///
     /// [`GraphError::UnknownNode`]; [`GraphError::Unbound`] for a missing
     /// symbol; [`GraphError::NodeShape`] for an extent that is negative or
-    /// overflows.
+    /// overflows, or a shape whose bytes a 64-bit address space does not
+    /// hold (more than `isize::MAX`).
     pub fn concrete_shape(&self, id: NodeId, bindings: &Bindings) -> Result<Vec<u64>, GraphError> {
         let node = self.check(id)?;
+        let shape = self.concrete_extents(node, bindings)?;
+        let bytes = shape
+            .iter()
+            .try_fold(node.dtype.size() as u64, |acc, &e| acc.checked_mul(e));
+        if bytes.is_none_or(|b| b > isize::MAX as u64) {
+            return Err(GraphError::NodeShape {
+                node: node.name.to_string(),
+                op: node.op.name(),
+                shape: node.shape.to_vec(),
+                msg: if node.shape.iter().all(Dim::is_const) {
+                    format!(
+                        "has more bytes of {} than an address space holds",
+                        node.dtype
+                    )
+                } else {
+                    format!(
+                        "is {} at these bindings: more bytes of {} than an address space holds",
+                        super::DimsDisplay(&shape),
+                        node.dtype
+                    )
+                },
+            });
+        }
+        Ok(shape)
+    }
+
+    /// The extents of `node` under `bindings`, each checked on its own.
+    fn concrete_extents(
+        &self,
+        node: &super::Node,
+        bindings: &Bindings,
+    ) -> Result<Vec<u64>, GraphError> {
         node.shape
             .iter()
             .enumerate()

@@ -51,6 +51,76 @@ struct Doc {
     outputs: Vec<Value>,
 }
 
+mod unique {
+    //! A pass over a JSON document that fails on an object with a
+    //! repeated key.
+
+    use std::collections::BTreeSet;
+    use std::fmt;
+
+    use serde::de::{Deserialize, Deserializer, Error, MapAccess, SeqAccess, Visitor};
+
+    /// Any JSON value whose objects each name a key once.
+    pub(super) struct UniqueKeys;
+
+    impl<'de> Deserialize<'de> for UniqueKeys {
+        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            d.deserialize_any(UniqueKeys)
+        }
+    }
+
+    impl<'de> Visitor<'de> for UniqueKeys {
+        type Value = UniqueKeys;
+
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("a JSON value")
+        }
+
+        fn visit_bool<E: Error>(self, _: bool) -> Result<Self, E> {
+            Ok(UniqueKeys)
+        }
+
+        fn visit_i64<E: Error>(self, _: i64) -> Result<Self, E> {
+            Ok(UniqueKeys)
+        }
+
+        fn visit_u64<E: Error>(self, _: u64) -> Result<Self, E> {
+            Ok(UniqueKeys)
+        }
+
+        fn visit_f64<E: Error>(self, _: f64) -> Result<Self, E> {
+            Ok(UniqueKeys)
+        }
+
+        fn visit_str<E: Error>(self, _: &str) -> Result<Self, E> {
+            Ok(UniqueKeys)
+        }
+
+        fn visit_unit<E: Error>(self) -> Result<Self, E> {
+            Ok(UniqueKeys)
+        }
+
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self, A::Error> {
+            while seq.next_element::<UniqueKeys>()?.is_some() {}
+            Ok(UniqueKeys)
+        }
+
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self, A::Error> {
+            let mut keys = BTreeSet::new();
+            while let Some(key) = map.next_key::<String>()? {
+                if keys.contains(&key) {
+                    return Err(A::Error::custom(format_args!(
+                        "the key `{key}` appears twice"
+                    )));
+                }
+                map.next_value::<UniqueKeys>()?;
+                keys.insert(key);
+            }
+            Ok(UniqueKeys)
+        }
+    }
+}
+
 fn err(at: &str, field: Option<&str>, msg: impl Into<String>) -> GraphError {
     GraphError::Json {
         at: at.to_owned(),
@@ -220,7 +290,9 @@ impl Graph {
     /// [`Graph::add_node`], naming the node; [`GraphError::Npy`] for a
     /// constant file that cannot be read.
     pub fn from_json(text: &str, base_dir: &Path) -> Result<Graph, GraphError> {
-        let value: Value = serde_json::from_str(text).map_err(|e| {
+        // A byte-order mark (some editors write one) is not JSON.
+        let text = text.strip_prefix('\u{feff}').unwrap_or(text);
+        let located = |e: serde_json::Error| {
             let at = format!("line {} column {}", e.line(), e.column());
             let msg = e.to_string();
             let msg = msg
@@ -228,7 +300,11 @@ impl Graph {
                 .map_or(msg.as_str(), |(m, _)| m)
                 .to_owned();
             err(&at, None, msg)
-        })?;
+        };
+        // serde_json keeps the last of repeated keys: a repeated key is
+        // refused first, where it is.
+        serde_json::from_str::<unique::UniqueKeys>(text).map_err(located)?;
+        let value: Value = serde_json::from_str(text).map_err(located)?;
         if !value.is_object() {
             return Err(err(
                 "document",
@@ -260,6 +336,13 @@ impl Graph {
             let max: i64 = obj.opt("max")?.unwrap_or(DEFAULT_RANGE.1);
             let multiple_of: i64 = obj.opt("multiple_of")?.unwrap_or(1);
             obj.finish(&["min", "max", "multiple_of"])?;
+            if min < 0 {
+                return Err(err(
+                    &at,
+                    Some("min"),
+                    format!("{min}: a symbol stands for an extent, which is never negative"),
+                ));
+            }
             let sym = g
                 .symbol(name, min, max)
                 .map_err(|e| err(&at, None, e.to_string()))?;
@@ -558,6 +641,9 @@ impl Graph {
                     node: &name,
                     op: "concat",
                 };
+                if operands.is_empty() {
+                    return Err(cx.arity("at least 1", 0));
+                }
                 Op::Concat {
                     axis: norm_axis(&cx, axis, rank(self, 0))?,
                 }

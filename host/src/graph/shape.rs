@@ -31,7 +31,7 @@ impl Ctx<'_> {
         }
     }
 
-    fn arity(&self, expected: &'static str, got: usize) -> GraphError {
+    pub(crate) fn arity(&self, expected: &'static str, got: usize) -> GraphError {
         GraphError::Arity {
             node: self.node.to_owned(),
             op: self.op,
@@ -68,6 +68,10 @@ pub(crate) fn norm_axis(cx: &Ctx<'_>, axis: i64, rank: usize) -> Result<usize, G
     let a = if axis < 0 { axis + r } else { axis };
     if (0..r).contains(&a) {
         Ok(a as usize)
+    } else if r == 0 {
+        Err(cx.invalid(format!(
+            "axis {axis} is out of range: the operand has rank 0 (no axes)"
+        )))
     } else {
         Err(cx.invalid(format!(
             "axis {axis} is out of range for rank {rank} (valid: {}..={})",
@@ -938,6 +942,12 @@ fn reshape(
             _ => None,
         };
         let Some(inferred) = inferred else {
+            if unmatched.as_const() == Some(0) {
+                return Err(cx.invalid(format!(
+                    "cannot infer the -1 in {}: the other extents multiply to 0",
+                    super::ShapeDisplay(&target)
+                )));
+            }
             return Err(cx.invalid(format!(
                 "cannot infer the -1 in {}: `{rest}` elements are not provably divisible by `{unmatched}`",
                 super::ShapeDisplay(&target)

@@ -926,6 +926,52 @@ fn json_errors_name_node_and_field() {
     );
     let e = json_err("[]");
     assert!(e.contains("graph json"), "{e}");
+
+    // A repeated key is refused where it is (serde_json would keep the
+    // last); a byte-order mark is skipped.
+    let e = json_err(r#"{"symbols": {"S": {"min": 1}, "S": {"max": 5}}}"#);
+    assert!(
+        e.contains("`S` appears twice") && e.contains("line 1"),
+        "{e}"
+    );
+    let e = node(r#"{"name": "h", "name": "k", "op": "exp", "inputs": ["x"]}"#);
+    assert!(e.contains("`name` appears twice"), "{e}");
+    let g = Graph::from_json("\u{feff}{\"inputs\": []}", Path::new(".")).unwrap();
+    assert!(g.nodes().is_empty());
+    let e = json_err(r#"{"symbols": {"S": {"min": -5, "max": 2}}}"#);
+    assert!(
+        e.contains("symbol `S`") && e.contains("field `min`") && e.contains("negative"),
+        "{e}"
+    );
+    let e = node(r#"{"name": "h", "op": "concat", "inputs": [], "axis": 0}"#);
+    assert!(
+        e.contains("node `h` (concat)") && e.contains("at least 1"),
+        "{e}"
+    );
+    let e = node(r#"{"name": "h", "op": "reshape", "inputs": ["x"], "shape": [0, -1]}"#);
+    assert!(e.contains("multiply to 0"), "{e}");
+}
+
+#[test]
+fn concrete_shapes_refuse_more_bytes_than_an_address_space() {
+    let mut g = Graph::new();
+    let s = g.symbol("S", 1, i64::MAX).unwrap();
+    let x = g
+        .input("x", DType::F32, &[Dim::from(s), Dim::val(1 << 32)])
+        .unwrap();
+    let y = g.unary(Opcode::Neg, x).unwrap();
+    g.output("y", y).unwrap();
+    let at = |v: u64| {
+        g.bind(&[("x", &[v, 1 << 32][..])], &Bindings::new())
+            .unwrap()
+    };
+    assert!(g.concrete_shapes(&at(1 << 20)).is_ok());
+    // 2^30 · 2^32 elements of 4 bytes: 2^64 bytes.
+    let e = msg(g.concrete_shapes(&at(1 << 30)));
+    assert!(
+        e.contains("node `x`") && e.contains("[1073741824, 4294967296] at these bindings"),
+        "{e}"
+    );
 }
 
 #[test]
