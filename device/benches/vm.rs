@@ -303,7 +303,8 @@ fn module(ub_bytes: u32, params: &[ParamAccess], tiles: u32, code: &[Instr]) -> 
             grid: [tiles, 1, 1],
             code: w,
         }],
-    });
+    })
+    .expect("unique kernel name");
     mb.finish()
 }
 

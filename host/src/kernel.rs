@@ -34,6 +34,9 @@ pub enum BuildError {
     /// The kernel did not verify (a compiler bug, reported).
     #[error("compiled kernel does not verify: {0}")]
     Verify(#[from] VerifyError),
+    /// The module builder refused the kernel (a compiler bug, reported).
+    #[error("kernel cannot be added to a module: {0}")]
+    Build(#[from] dvm_isa::builder::BuildError),
     /// The kernel does not fit the executor's program capacity.
     #[error("kernel does not fit the executor: {0:?}")]
     Predecode(PredecodeError),
@@ -90,7 +93,10 @@ impl ReadyKernel {
     pub fn kernel_def(&self) -> Result<KernelDef, ParseError> {
         let m = Module::parse(&self.module)?;
         let mut meta = m.meta()?;
-        let k = m.kernel(0).ok_or(ParseError::BadMeta)?;
+        let k = m.kernel(0).ok_or(ParseError::BadMeta {
+            at: 0,
+            what: "the module has no kernel",
+        })?;
         let km = meta.kernels.swap_remove(0);
         let params = k
             .params()
@@ -279,7 +285,7 @@ fn build_with(
 /// [`BuildError`] at the first stage that fails.
 pub fn ready(info: Compiled, target: &Target) -> Result<Arc<ReadyKernel>, BuildError> {
     let mut builder = ModuleBuilder::new();
-    builder.add_kernel(info.kernel);
+    builder.add_kernel(info.kernel)?;
     finish(
         builder.finish(),
         target,
@@ -320,7 +326,10 @@ fn finish(
         tile,
         tiles,
         bytes_moved,
-        name: name_range(&parsed).ok_or(ParseError::BadMeta)?,
+        name: name_range(&parsed).ok_or(ParseError::BadMeta {
+            at: 0,
+            what: "no kernel name",
+        })?,
     };
     Ok(Arc::new(ReadyKernel {
         module,

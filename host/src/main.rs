@@ -408,7 +408,9 @@ fn run(cli: Cli) -> Result<(), Failure> {
                     .map(|&s| plan.steps[s].name.as_str())
                     .collect::<Vec<_>>()
                     .join("+");
-                builder.add_kernel(def);
+                builder
+                    .add_kernel(def)
+                    .map_err(|e| Failure(e.to_string(), 2))?;
             }
             write_atomic(&output, &builder.finish())?;
             println!("{}: {} kernel(s)", output.display(), kernels.len());

@@ -141,6 +141,19 @@ pub struct KernelDef {
     pub bodies: Vec<BodyDef>,
 }
 
+/// Why [`ModuleBuilder`] refused a kernel.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum BuildError {
+    /// A kernel of this name is in the module already.
+    #[error("kernel \"{}\" is already in the module (kernel {first}); kernel names must be unique", name.escape_debug())]
+    DuplicateKernel {
+        /// The name.
+        name: String,
+        /// Index of the kernel that has it.
+        first: u32,
+    },
+}
+
 /// Collects kernels and writes a module.
 #[derive(Clone, Debug, Default)]
 pub struct ModuleBuilder {
@@ -172,7 +185,20 @@ impl ModuleBuilder {
     /// Adds a kernel; returns its index. Features are derived from the
     /// instructions; words that do not decode are kept as they are (the
     /// verifier rejects them later).
-    pub fn add_kernel(&mut self, k: KernelDef) -> u32 {
+    ///
+    /// # Errors
+    /// [`BuildError::DuplicateKernel`] when a kernel of the same name was
+    /// added before (names are unique within a module; [`Module::parse`]
+    /// rejects duplicates). The builder is unchanged then.
+    ///
+    /// [`Module::parse`]: crate::Module::parse
+    pub fn add_kernel(&mut self, k: KernelDef) -> Result<u32, BuildError> {
+        if let Some(first) = self.kernel_names().position(|n| n == k.name) {
+            return Err(BuildError::DuplicateKernel {
+                name: k.name,
+                first: first as u32,
+            });
+        }
         let index = self.kernels.len() as u32;
         let body_start = self.bodies.len() as u32;
         let param_start = self.params.len() as u32;
@@ -238,7 +264,7 @@ impl ModuleBuilder {
                 .collect(),
             labels,
         });
-        index
+        Ok(index)
     }
 
     /// Writes the module bytes.
@@ -284,7 +310,9 @@ pub struct ModuleParts<'a> {
 /// Appends the module made of `parts` to `out`, reserving exactly the
 /// module's size first (an empty `out` is allocated once, at its final
 /// size). The bytes are those [`ModuleBuilder::finish`] writes for the same
-/// tables.
+/// tables. Nothing is checked here (unlike [`ModuleBuilder::add_kernel`],
+/// which refuses a second kernel of one name): [`crate::Module::parse`]
+/// rejects tables and metadata that disagree, and duplicate names.
 pub fn write_module(out: &mut Vec<u8>, parts: &ModuleParts<'_>) {
     let code_len: usize = parts.code.iter().map(|c| c.len() * 8).sum();
     let lens = [

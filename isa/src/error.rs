@@ -151,7 +151,183 @@ pub enum ParseError {
         /// Entry index.
         param: u32,
     },
-    /// The metadata section does not decode.
-    #[error("metadata section is malformed or does not match the kernel table")]
-    BadMeta,
+    /// Two sections overlap, or bytes lie between two sections (or
+    /// between the section table and the first section) beyond the zero
+    /// padding that aligns a section to 8 bytes: the sections do not tile
+    /// the module.
+    #[error("section {section:?} starts at offset {offset}, but {after} ends at offset {prev_end} (the next section must start at {expected}): {}", Gap(*offset, *prev_end))]
+    SectionGap {
+        /// The section.
+        section: SectionKind,
+        /// Where it starts.
+        offset: u64,
+        /// What comes before it: the section table or another section.
+        after: SectionSite,
+        /// Where that ends.
+        prev_end: u64,
+        /// Where the section should start (the end rounded up to 8).
+        expected: u64,
+    },
+    /// A padding byte before a section is not zero.
+    #[error(
+        "padding byte at offset {offset} (before section {section:?}) is {value:#04x}, not zero"
+    )]
+    BadPadding {
+        /// Offset of the byte.
+        offset: u64,
+        /// The section it pads.
+        section: SectionKind,
+        /// The byte.
+        value: u8,
+    },
+    /// Bytes follow the last section.
+    #[error("{count} trailing bytes after the module (its last section, {last:?}, ends at offset {end})")]
+    TrailingBytes {
+        /// How many.
+        count: u64,
+        /// The last section.
+        last: SectionKind,
+        /// Where it ends.
+        end: u64,
+    },
+    /// The metadata section does not decode as a `ModuleMeta`.
+    #[error("metadata section malformed at byte {at} of the section: {what}")]
+    BadMeta {
+        /// Offset within the metadata section.
+        at: u64,
+        /// What is wrong there.
+        what: &'static str,
+    },
+    /// The metadata describes a different number of kernels than the kernel
+    /// table holds.
+    #[error("metadata describes {meta} kernel(s), the kernel table has {table}")]
+    MetaKernelCount {
+        /// Kernels in the metadata.
+        meta: u64,
+        /// Kernels in the table.
+        table: u64,
+    },
+    /// The metadata names a different number of parameters for a kernel than
+    /// its entry in the kernel table declares.
+    #[error(
+        "metadata names {meta} parameter(s) for kernel {kernel}, its kernel entry declares {table}"
+    )]
+    MetaParamCount {
+        /// Kernel index.
+        kernel: u32,
+        /// Parameters in the metadata.
+        meta: u64,
+        /// Parameters in the kernel entry.
+        table: u32,
+    },
+    /// A debug label of a kernel is on a body the kernel does not have.
+    #[error(
+        "metadata of kernel {kernel}: a label is on body {body}, the kernel has {bodies} body(ies)"
+    )]
+    MetaLabelBody {
+        /// Kernel index.
+        kernel: u32,
+        /// Body named by the label.
+        body: u32,
+        /// The kernel's body count.
+        bodies: u32,
+    },
+    /// Two kernels have the same name.
+    #[error("kernels {first} and {second} have the same name \"{name}\"")]
+    DuplicateKernelName {
+        /// The first kernel with the name.
+        first: u32,
+        /// The later one.
+        second: u32,
+        /// The name (shortened when long).
+        name: ShortName,
+    },
+}
+
+/// What precedes a section in the file, for [`ParseError::SectionGap`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SectionSite {
+    /// The section table.
+    Table,
+    /// Another section.
+    Section(SectionKind),
+}
+
+impl core::fmt::Display for SectionSite {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            SectionSite::Table => f.write_str("the section table"),
+            SectionSite::Section(k) => write!(f, "section {k:?}"),
+        }
+    }
+}
+
+/// How a section's start disagrees with the end of what precedes it.
+struct Gap(u64, u64);
+
+impl core::fmt::Display for Gap {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        let Gap(offset, prev_end) = *self;
+        if offset < prev_end {
+            write!(f, "they overlap by {} bytes", prev_end - offset)
+        } else {
+            write!(f, "{} bytes are unaccounted for", offset - prev_end)
+        }
+    }
+}
+
+/// A kernel name kept inline (no allocation), cut at a character boundary
+/// after [`ShortName::CAP`] bytes; displayed escaped, with `…` when cut.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct ShortName {
+    len: u8,
+    cut: bool,
+    bytes: [u8; ShortName::CAP],
+}
+
+impl ShortName {
+    /// Most bytes kept.
+    pub const CAP: usize = 48;
+
+    /// `name`, shortened to at most [`ShortName::CAP`] bytes.
+    pub fn new(name: &str) -> ShortName {
+        let mut len = name.len().min(ShortName::CAP);
+        while !name.is_char_boundary(len) {
+            len -= 1;
+        }
+        let mut bytes = [0; ShortName::CAP];
+        bytes[..len].copy_from_slice(&name.as_bytes()[..len]);
+        ShortName {
+            len: len as u8,
+            cut: len < name.len(),
+            bytes,
+        }
+    }
+
+    /// The kept part of the name.
+    pub fn as_str(&self) -> &str {
+        // Always whole characters of a `str` (see `new`); never fails.
+        core::str::from_utf8(&self.bytes[..self.len as usize]).unwrap_or("")
+    }
+
+    /// True when the name was longer than what is kept.
+    pub fn is_cut(&self) -> bool {
+        self.cut
+    }
+}
+
+impl core::fmt::Display for ShortName {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(f, "{}", self.as_str().escape_debug())?;
+        if self.cut {
+            f.write_str("…")?;
+        }
+        Ok(())
+    }
+}
+
+impl core::fmt::Debug for ShortName {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(f, "\"{self}\"")
+    }
 }

@@ -45,14 +45,14 @@ pub mod word;
 
 pub use access::{AccessKind, GmAccess, GmKind, GmPattern, UbAccess};
 pub use dtype::{DType, DTypeSet};
-pub use error::{DecodeError, OperandError, ParseError};
+pub use error::{DecodeError, OperandError, ParseError, SectionSite, ShortName};
 pub use instr::{Instr, Opcode};
 pub use module::{KernelKind, KernelRef, Module, Param, ParamAccess};
 pub use operand::{Axis, GridDim, MmFlags, Operand, PadMode, Scalar};
 pub use table::layout_words;
 pub use tiles::TileConflict;
 pub use verify::{
-    verify_kernel, verify_kernel_visit, verify_module, DeviceLimits, LaunchError, Rule,
+    verify_kernel, verify_kernel_visit, verify_module, DeviceLimits, LaunchError, Rule, Site,
     VerifiedKernel, VerifyError,
 };
 pub use word::{Head, Packer, Pipe, Unpacker, WaitMask, MAX_INSTR_WORDS};

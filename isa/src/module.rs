@@ -21,7 +21,7 @@ use zerocopy::little_endian::{U16, U32, U64};
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout, Unaligned};
 
 use crate::dtype::DType;
-use crate::error::ParseError;
+use crate::error::{ParseError, SectionSite, ShortName};
 
 /// The four magic bytes a module starts with.
 pub const MAGIC: [u8; 4] = *b"DVMB";
@@ -403,8 +403,15 @@ impl<'a> Module<'a> {
     ///
     /// Checks the header (magic, version, known features), the section table
     /// (every section present once, inside the buffer, sized to whole
-    /// entries) and every table index (kernel → parameters and bodies, body →
-    /// code). Instructions are checked later, by [`crate::verify`].
+    /// entries), that the sections tile the module (each starts where the
+    /// section table or the section before it ends, rounded up to 8 bytes
+    /// with zero padding, and the last ends at the end of `bytes`), every
+    /// table index (kernel → parameters and bodies, body → code), and the
+    /// metadata: it decodes as exactly one canonical postcard `ModuleMeta`
+    /// with an entry per kernel, as many parameter names as the kernel
+    /// entry declares, labels on existing bodies, and kernel names unique
+    /// within the module. Instructions are checked later, by
+    /// [`crate::verify`].
     ///
     /// # Errors
     /// A [`ParseError`] naming the first rule broken.
@@ -467,6 +474,10 @@ impl<'a> Module<'a> {
             *slot = Some(&bytes[start as usize..end as usize]);
         }
         let get = |k: SectionKind| found[k as usize - 1].ok_or(ParseError::MissingSection(k));
+        for k in SectionKind::ALL {
+            get(k)?;
+        }
+        check_tiling(bytes, sections)?;
         let kernels: &[KernelEntry] = view(get(SectionKind::Kernels)?, SectionKind::Kernels)?;
         let bodies: &[BodyEntry] = view(get(SectionKind::Bodies)?, SectionKind::Bodies)?;
         let params: &[ParamEntry] = view(get(SectionKind::Params)?, SectionKind::Params)?;
@@ -518,6 +529,7 @@ impl<'a> Module<'a> {
                 return Err(ParseError::BadParam { param: i as u32 });
             }
         }
+        check_meta(meta, kernels)?;
         Ok(Module {
             bytes,
             header,
@@ -609,14 +621,263 @@ impl<'a> Module<'a> {
     /// whose kernel count matches the kernel table.
     #[cfg(feature = "alloc")]
     pub fn meta(&self) -> Result<crate::meta::ModuleMeta, ParseError> {
-        let meta: crate::meta::ModuleMeta =
-            postcard::from_bytes(self.meta).map_err(|_| ParseError::BadMeta)?;
+        // `parse` checked the section already; this cannot fail for a
+        // parsed module, but says why if it ever did.
+        let (meta, rest): (crate::meta::ModuleMeta, &[u8]) = postcard::take_from_bytes(self.meta)
+            .map_err(|_| ParseError::BadMeta {
+            at: 0,
+            what: "does not decode",
+        })?;
+        if !rest.is_empty() {
+            return Err(ParseError::BadMeta {
+                at: (self.meta.len() - rest.len()) as u64,
+                what: "bytes after the metadata",
+            });
+        }
         if meta.kernels.len() != self.kernels.len() {
-            return Err(ParseError::BadMeta);
+            return Err(ParseError::MetaKernelCount {
+                meta: meta.kernels.len() as u64,
+                table: self.kernels.len() as u64,
+            });
         }
         Ok(meta)
     }
 }
+
+/// Checks that the sections tile `bytes`: sorted by offset, each starts
+/// at the end of what precedes it (the section table, then the previous
+/// section) rounded up to 8, the padding is zero, and the last section
+/// ends at the end of `bytes`. Every section lies inside `bytes` (checked
+/// before).
+fn check_tiling(bytes: &[u8], sections: &[SectionEntry]) -> Result<(), ParseError> {
+    // Exactly the five kinds, once each (checked before).
+    let mut order = [(0u64, 0u64, SectionKind::Kernels); 5];
+    for (slot, s) in order.iter_mut().zip(sections) {
+        let kind = SectionKind::ALL
+            .into_iter()
+            .find(|k| *k as u32 == s.kind.get())
+            .ok_or(ParseError::UnknownSection(s.kind.get()))?;
+        *slot = (s.offset.get(), s.offset.get() + s.len.get(), kind);
+    }
+    // Stable: equal offsets (empty sections) keep table order.
+    for i in 1..order.len() {
+        let mut j = i;
+        while j > 0 && order[j - 1].0 > order[j].0 {
+            order.swap(j - 1, j);
+            j -= 1;
+        }
+    }
+    let mut prev_end = (HEADER_SIZE + core::mem::size_of_val(sections)) as u64;
+    let mut after = SectionSite::Table;
+    for (offset, end, kind) in order {
+        let expected = prev_end.next_multiple_of(8);
+        if offset != expected {
+            return Err(ParseError::SectionGap {
+                section: kind,
+                offset,
+                after,
+                prev_end,
+                expected,
+            });
+        }
+        // In bounds: `offset <= bytes.len()` was checked.
+        if let Some(at) = bytes[prev_end as usize..offset as usize]
+            .iter()
+            .position(|b| *b != 0)
+        {
+            let at = prev_end as usize + at;
+            return Err(ParseError::BadPadding {
+                offset: at as u64,
+                section: kind,
+                value: bytes[at],
+            });
+        }
+        prev_end = end;
+        after = SectionSite::Section(kind);
+    }
+    let len = bytes.len() as u64;
+    if len > prev_end {
+        return Err(ParseError::TrailingBytes {
+            count: len - prev_end,
+            last: order[order.len() - 1].2,
+            end: prev_end,
+        });
+    }
+    Ok(())
+}
+
+/// Reads postcard's wire format (what [`crate::meta::ModuleMeta`] is
+/// encoded in) without allocating, accepting only the canonical encoding
+/// the encoder writes: varints in their shortest form, UTF-8 strings.
+struct MetaReader<'a> {
+    bytes: &'a [u8],
+    at: usize,
+}
+
+impl<'a> MetaReader<'a> {
+    fn err(&self, what: &'static str) -> ParseError {
+        ParseError::BadMeta {
+            at: self.at as u64,
+            what,
+        }
+    }
+
+    fn varint(&mut self) -> Result<u64, ParseError> {
+        let start = self.at;
+        let mut v: u64 = 0;
+        for i in 0..10 {
+            let Some(&b) = self.bytes.get(self.at) else {
+                return Err(self.err("ends inside a number"));
+            };
+            self.at += 1;
+            if i == 9 && b > 1 {
+                self.at = start;
+                return Err(self.err("number overflows 64 bits"));
+            }
+            v |= u64::from(b & 0x7f) << (7 * i);
+            if b & 0x80 == 0 {
+                if b == 0 && i > 0 {
+                    self.at = start;
+                    return Err(self.err("number not in its shortest encoding"));
+                }
+                return Ok(v);
+            }
+        }
+        self.at = start;
+        Err(self.err("number longer than 10 bytes"))
+    }
+
+    fn u32(&mut self) -> Result<u32, ParseError> {
+        let start = self.at;
+        let v = self.varint()?;
+        u32::try_from(v).map_err(|_| {
+            self.at = start;
+            self.err("number overflows 32 bits")
+        })
+    }
+
+    /// A sequence length; every element takes at least one byte, so a
+    /// length beyond the bytes left is malformed.
+    fn len(&mut self) -> Result<u64, ParseError> {
+        let start = self.at;
+        let n = self.varint()?;
+        if n > (self.bytes.len() - self.at) as u64 {
+            self.at = start;
+            return Err(self.err("sequence longer than the bytes left"));
+        }
+        Ok(n)
+    }
+
+    fn str(&mut self) -> Result<&'a str, ParseError> {
+        let start = self.at;
+        let n = self.varint()?;
+        let end = usize::try_from(n)
+            .ok()
+            .and_then(|n| self.at.checked_add(n))
+            .filter(|e| *e <= self.bytes.len())
+            .ok_or_else(|| {
+                self.at = start;
+                self.err("string runs past the end of the section")
+            })?;
+        let s = core::str::from_utf8(&self.bytes[self.at..end]).map_err(|_| {
+            self.at = start;
+            self.err("string is not UTF-8")
+        })?;
+        self.at = end;
+        Ok(s)
+    }
+}
+
+/// Walks the metadata section, checking it against the tables (see
+/// [`Module::parse`]); calls `name(i, name)` for each kernel.
+fn walk_meta<'a>(
+    meta: &'a [u8],
+    kernels: &[KernelEntry],
+    mut name: impl FnMut(u32, &'a str) -> Result<(), ParseError>,
+) -> Result<(), ParseError> {
+    let mut r = MetaReader { bytes: meta, at: 0 };
+    let n = r.len()?;
+    if n != kernels.len() as u64 {
+        return Err(ParseError::MetaKernelCount {
+            meta: n,
+            table: kernels.len() as u64,
+        });
+    }
+    for (i, k) in kernels.iter().enumerate() {
+        let i = i as u32;
+        name(i, r.str()?)?;
+        let np = r.len()?;
+        if np != u64::from(k.param_count.get()) {
+            return Err(ParseError::MetaParamCount {
+                kernel: i,
+                meta: np,
+                table: k.param_count.get(),
+            });
+        }
+        for _ in 0..np {
+            r.str()?;
+            for _ in 0..r.len()? {
+                r.str()?;
+            }
+        }
+        for _ in 0..r.len()? {
+            let body = r.u32()?;
+            if body >= k.body_count.get() {
+                return Err(ParseError::MetaLabelBody {
+                    kernel: i,
+                    body,
+                    bodies: k.body_count.get(),
+                });
+            }
+            r.u32()?;
+            r.str()?;
+        }
+    }
+    if r.at != meta.len() {
+        return Err(r.err("bytes after the metadata"));
+    }
+    Ok(())
+}
+
+/// Checks the metadata section and that kernel names are unique.
+fn check_meta(meta: &[u8], kernels: &[KernelEntry]) -> Result<(), ParseError> {
+    let dup = |first: u32, second: u32, name: &str| ParseError::DuplicateKernelName {
+        first,
+        second,
+        name: ShortName::new(name),
+    };
+    #[cfg(feature = "alloc")]
+    if kernels.len() > SMALL_MODULE {
+        let mut names = alloc::vec::Vec::with_capacity(kernels.len());
+        walk_meta(meta, kernels, |i, n| {
+            names.push((n, i));
+            Ok(())
+        })?;
+        names.sort_unstable();
+        return match names.windows(2).find(|w| w[0].0 == w[1].0) {
+            Some(w) => Err(dup(w[0].1, w[1].1, w[0].0)),
+            None => Ok(()),
+        };
+    }
+    // Few kernels (or no allocator): compare each name with those before.
+    walk_meta(meta, kernels, |_, _| Ok(()))?;
+    if kernels.len() < 2 {
+        return Ok(());
+    }
+    walk_meta(meta, kernels, |i, n| {
+        walk_meta(meta, kernels, |j, m| {
+            if j < i && m == n {
+                Err(dup(j, i, n))
+            } else {
+                Ok(())
+            }
+        })
+    })
+}
+
+/// Up to this many kernels, names are compared pairwise.
+#[cfg(feature = "alloc")]
+const SMALL_MODULE: usize = 8;
 
 fn range(start: u32, len: u32, total: usize) -> Option<()> {
     let end = (start as u64).checked_add(len as u64)?;

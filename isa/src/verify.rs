@@ -203,9 +203,24 @@ pub enum Rule {
     ZeroExtent(&'static str),
 }
 
+/// What part of a kernel a [`VerifyError`] is about.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Site {
+    /// The kernel's entry in the kernel table (kind, UB bytes, body
+    /// count) or the kernel as a whole (features, kind against pipes).
+    Entry,
+    /// The kernel's parameter table.
+    Params,
+    /// A body's entry in the body table (its grid).
+    Body,
+    /// The instruction at a word of a body (or, for a missing `end`, the
+    /// end of the body).
+    Word,
+}
+
 /// A verification failure: where and which rule.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("kernel {kernel}, body {body}, word {word}: {rule}")]
+#[error("kernel {kernel}, {}: {rule}", Where(self))]
 pub struct VerifyError {
     /// Kernel index.
     pub kernel: u32,
@@ -213,8 +228,27 @@ pub struct VerifyError {
     pub body: u32,
     /// Word offset within the body (0 for body- and kernel-level rules).
     pub word: u32,
+    /// What the location is: [`VerifyError::body`] and
+    /// [`VerifyError::word`] mean something only for the sites that have
+    /// them.
+    pub site: Site,
     /// The rule broken.
     pub rule: Rule,
+}
+
+/// The location part of a [`VerifyError`]'s message.
+struct Where<'e>(&'e VerifyError);
+
+impl core::fmt::Display for Where<'_> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        let e = self.0;
+        match e.site {
+            Site::Entry => f.write_str("kernel entry"),
+            Site::Params => f.write_str("parameter table"),
+            Site::Body => write!(f, "body {} entry", e.body),
+            Site::Word => write!(f, "body {}, word {}", e.body, e.word),
+        }
+    }
 }
 
 /// Why a launch was refused.
@@ -437,41 +471,36 @@ pub fn verify_kernel_visit<'m>(
     limits: &DeviceLimits,
     mut visit: impl FnMut(usize, u32, &Head, &Instr),
 ) -> Result<VerifiedKernel<'m>, VerifyError> {
-    let err = |body: usize, word: u32, rule: Rule| VerifyError {
+    let at = |site: Site, body: usize, word: u32, rule: Rule| VerifyError {
         kernel: index as u32,
         body: body as u32,
         word,
+        site,
         rule,
     };
+    let err = |body: usize, word: u32, rule: Rule| at(Site::Word, body, word, rule);
+    let entry = |rule: Rule| at(Site::Entry, 0, 0, rule);
     let kernel = module
         .kernel(index)
-        .ok_or(err(0, 0, Rule::Kind("no such kernel")))?;
+        .ok_or(entry(Rule::Kind("no such kernel")))?;
     if kernel.ub_bytes > limits.ub_bytes {
-        return Err(err(
-            0,
-            0,
-            Rule::KernelUb {
-                need: kernel.ub_bytes,
-                have: limits.ub_bytes,
-            },
-        ));
+        return Err(entry(Rule::KernelUb {
+            need: kernel.ub_bytes,
+            have: limits.ub_bytes,
+        }));
     }
     let nparams = kernel.param_count();
     if nparams > MAX_PARAMS {
-        return Err(err(0, 0, Rule::TooManyParams(nparams as u32)));
+        return Err(at(Site::Params, 0, 0, Rule::TooManyParams(nparams as u32)));
     }
     let nbodies = kernel.bodies.len();
     if nbodies == 0 || (kernel.kind.single_body() && nbodies != 1) {
-        return Err(err(
-            0,
-            0,
-            Rule::Kind(
-                "vector, cube and mix kernels have one body; parallel and sequence at least one",
-            ),
-        ));
+        return Err(entry(Rule::Kind(
+            "vector, cube and mix kernels have one body; parallel and sequence at least one",
+        )));
     }
     if nbodies > 1 && module.features() & features::MULTI_BODY == 0 {
-        return Err(err(0, 0, Rule::UndeclaredFeature(features::MULTI_BODY)));
+        return Err(entry(Rule::UndeclaredFeature(features::MULTI_BODY)));
     }
     let mut v = VerifiedKernel {
         kernel,
@@ -488,7 +517,7 @@ pub fn verify_kernel_visit<'m>(
                 1u32,
                 |acc, g| if *g == 0 { None } else { acc.checked_mul(*g) },
             )
-            .ok_or(err(b, 0, Rule::BadGrid(grid)))?;
+            .ok_or(at(Site::Body, b, 0, Rule::BadGrid(grid)))?;
         let code = kernel.body_code(b).unwrap_or(&[]);
         let mut at = 0usize;
         let mut ended = false;
@@ -529,11 +558,9 @@ pub fn verify_kernel_visit<'m>(
         KernelKind::Parallel | KernelKind::Sequence => true,
     };
     if !kind_ok {
-        return Err(err(
-            0,
-            0,
-            Rule::Kind("kind disagrees with the pipes used (vector: no matmul; cube: matmul, no vector ops; mix: matmul)"),
-        ));
+        return Err(entry(Rule::Kind(
+            "kind disagrees with the pipes used (vector: no matmul; cube: matmul, no vector ops; mix: matmul)",
+        )));
     }
     Ok(v)
 }

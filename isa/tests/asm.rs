@@ -9,8 +9,8 @@ use dvm_isa::asm::{
     disassemble_with, format_instr, AsmError, AsmErrorKind, DisasmError, DisasmOptions,
 };
 use dvm_isa::builder::{BodyDef, CodeWriter, KernelDef, ModuleBuilder, ParamDef};
-use dvm_isa::error::OperandError;
-use dvm_isa::module::features;
+use dvm_isa::error::{OperandError, ParseError};
+use dvm_isa::module::{features, SectionKind};
 use dvm_isa::{DType, Instr, KernelKind, Module, Opcode, ParamAccess, Pipe, Scalar, WaitMask};
 
 fn err(line: u32, col: u32, kind: AsmErrorKind) -> Result<Vec<u8>, AsmError> {
@@ -537,7 +537,8 @@ fn every_opcode_round_trips_through_a_module() {
                 grid: [1, 1, 1],
                 code,
             }],
-        });
+        })
+        .expect("unique kernel name");
         let bytes = b.finish();
         let text = disassemble(&Module::parse(&bytes).unwrap()).unwrap();
         assert_eq!(assemble(&text).unwrap(), bytes);
@@ -662,7 +663,8 @@ fn params_dims_and_names() {
             };
             3
         ],
-    });
+    })
+    .expect("unique kernel name");
     let bytes = b.finish();
     let text = disassemble(&Module::parse(&bytes).unwrap()).unwrap();
     assert_eq!(
@@ -702,7 +704,8 @@ fn one_body_module(code: CodeWriter) -> Vec<u8> {
             grid: [1, 1, 1],
             code,
         }],
-    });
+    })
+    .expect("unique kernel name");
     b.finish()
 }
 
@@ -864,55 +867,65 @@ fn small() -> Vec<u8> {
 }
 
 #[test]
-fn trailing_bytes_are_not_canonical() {
+fn trailing_bytes_do_not_parse() {
     let mut bytes = small();
     let len = bytes.len() as u64;
     bytes.extend_from_slice(&[0; 8]);
-    let m = Module::parse(&bytes).unwrap();
+    let e = Module::parse(&bytes).unwrap_err();
     assert_eq!(
-        disassemble(&m),
-        Err(DisasmError::NotCanonical { offset: len })
+        e,
+        ParseError::TrailingBytes {
+            count: 8,
+            last: SectionKind::Meta,
+            end: len
+        }
     );
-    // The lossy text is the canonical module's.
-    assert_eq!(assemble(&disassemble_lossy(&m)).unwrap(), small());
 }
 
 #[test]
-fn moved_sections_are_not_canonical() {
-    // Move the code section to the end of the file.
-    let mut bytes = small();
-    let (off, len) = common::section(&bytes, 4);
-    let code = bytes[off..off + len].to_vec();
-    let new_off = bytes.len();
-    bytes.extend_from_slice(&code);
-    common::put_u64(&mut bytes, 32 + 24 * 3 + 8, new_off as u64);
-    let m = Module::parse(&bytes).unwrap();
+fn reordered_sections_are_not_canonical() {
+    // Swap the code and metadata sections in the file: they still tile it,
+    // so the module parses, but the builder never writes this order.
+    let bytes = small();
+    let (coff, clen) = common::section(&bytes, 4);
+    let (moff, mlen) = common::section(&bytes, 5);
+    let mut out = bytes[..coff].to_vec();
+    out.extend_from_slice(&bytes[moff..moff + mlen]);
+    let new_coff = out.len().next_multiple_of(8);
+    out.resize(new_coff, 0);
+    out.extend_from_slice(&bytes[coff..coff + clen]);
+    common::put_u64(&mut out, 32 + 24 * 3 + 8, new_coff as u64);
+    common::put_u64(&mut out, 32 + 24 * 4 + 8, coff as u64);
+    let m = Module::parse(&out).unwrap();
     assert_eq!(
         disassemble(&m),
         Err(DisasmError::NotCanonical {
             offset: 32 + 24 * 3 + 8
         })
     );
+    // The lossy text is the canonical module's.
+    assert_eq!(assemble(&disassemble_lossy(&m)).unwrap(), bytes);
+    // Moving a section and leaving a hole where it was does not parse.
+    let mut holed = bytes.clone();
+    let end = holed.len();
+    holed.extend_from_slice(&bytes[coff..coff + clen]);
+    common::put_u64(&mut holed, 32 + 24 * 3 + 8, end as u64);
+    assert!(matches!(
+        Module::parse(&holed),
+        Err(ParseError::SectionGap { .. })
+    ));
 }
 
 #[test]
-fn undecodable_metadata_is_lossy() {
+fn undecodable_metadata_does_not_parse() {
     let mut bytes = small();
     let (off, len) = common::section(&bytes, 5);
     for b in &mut bytes[off..off + len] {
         *b = 0xff;
     }
-    let m = Module::parse(&bytes).unwrap();
-    let msg = "metadata does not decode (metadata section is malformed or does not match the kernel table); \
-               names are placeholders";
-    assert_eq!(disassemble(&m), Err(DisasmError::Lossy(msg.into())));
-    let lossy = disassemble_lossy(&m);
-    assert!(lossy.contains(&format!("; {msg}\n")), "{lossy}");
-    assert!(
-        lossy.contains(".kernel \"kernel0\" kind=vector ub=64\n"),
-        "{lossy}"
-    );
-    assemble(&lossy).unwrap();
+    let e = Module::parse(&bytes).unwrap_err();
+    assert!(matches!(e, ParseError::BadMeta { .. }), "{e}");
+    assert!(e.to_string().contains("metadata"), "{e}");
 }
 
 #[test]

@@ -12,8 +12,8 @@ use dvm_isa::module::{features, SectionKind};
 use dvm_isa::verify::furthest_element;
 use dvm_isa::{
     verify_kernel, verify_module, DType, DTypeSet, DeviceLimits, GmKind, GmPattern, GridDim, Instr,
-    KernelKind, LaunchError, Module, Opcode, PadMode, ParamAccess, Pipe, Rule, Scalar, VerifyError,
-    WaitMask,
+    KernelKind, LaunchError, Module, Opcode, PadMode, ParamAccess, Pipe, Rule, Scalar, Site,
+    VerifyError, WaitMask,
 };
 use proptest::prelude::*;
 
@@ -418,21 +418,268 @@ fn param_entries() {
 
 #[test]
 fn bad_metadata() {
-    // Garbage.
+    // Garbage: every consumer's parse fails, naming the metadata.
     let mut b = valid();
     let (off, len) = section(&b, META);
     for x in &mut b[off..off + len] {
         *x = 0xff;
     }
-    let m = Module::parse(&b).unwrap();
-    assert_eq!(m.meta(), Err(ParseError::BadMeta));
-    // Valid postcard, wrong kernel count: drop a kernel from the table.
+    let e = parse_err(&b);
+    assert!(matches!(e, ParseError::BadMeta { at: 0, .. }), "{e}");
+    assert!(
+        e.to_string().starts_with("metadata section malformed"),
+        "{e}"
+    );
+    // One byte of a name made invalid UTF-8 (the probe's flipped byte).
     let mut b = valid();
-    put_u64(&mut b, 32 + 16, 24);
-    let m = Module::parse(&b).unwrap();
-    assert_eq!(m.meta(), Err(ParseError::BadMeta));
-    // Metadata never matters to the verifier.
-    verify_module(&m, &DeviceLimits::DEFAULT).unwrap();
+    let name_at = off + 2; // kernel count, name length, then "a"
+    assert_eq!(b[name_at], b'a');
+    b[name_at] = 0xff;
+    assert_eq!(
+        parse_err(&b),
+        ParseError::BadMeta {
+            at: 1,
+            what: "string is not UTF-8"
+        }
+    );
+    // A length running past the section.
+    let mut b = valid();
+    b[off + 1] = 0x7f;
+    assert!(matches!(parse_err(&b), ParseError::BadMeta { at: 1, .. }));
+    // A number not in its shortest form (postcard would accept it; the
+    // encoder never writes it).
+    let mut b = valid();
+    let n = b[off];
+    b[off] = n | 0x80;
+    b.insert(off + 1, 0);
+    put_u64(&mut b, 32 + 24 * 4 + 16, len as u64 + 1);
+    assert_eq!(
+        parse_err(&b),
+        ParseError::BadMeta {
+            at: 0,
+            what: "number not in its shortest encoding"
+        }
+    );
+    // Bytes after the metadata inside the section.
+    let mut b = valid();
+    b.push(0);
+    put_u64(&mut b, 32 + 24 * 4 + 16, len as u64 + 1);
+    assert_eq!(
+        parse_err(&b),
+        ParseError::BadMeta {
+            at: len as u64,
+            what: "bytes after the metadata"
+        }
+    );
+}
+
+/// Re-encodes `meta` into `bytes`' metadata section (the last one).
+fn with_meta(bytes: &[u8], meta: &dvm_isa::meta::ModuleMeta) -> Vec<u8> {
+    let (off, _) = section(bytes, META);
+    let mut b = bytes[..off].to_vec();
+    b.extend(postcard::to_allocvec(meta).unwrap());
+    let len = b.len() - off;
+    put_u64(&mut b, 32 + 24 * 4 + 16, len as u64);
+    b
+}
+
+#[test]
+fn metadata_must_match_the_tables() {
+    let good = valid();
+    let meta = Module::parse(&good).unwrap().meta().unwrap();
+    assert_eq!(with_meta(&good, &meta), good);
+    // A kernel too few.
+    let mut m = meta.clone();
+    m.kernels.pop();
+    assert_eq!(
+        parse_err(&with_meta(&good, &m)),
+        ParseError::MetaKernelCount { meta: 1, table: 2 }
+    );
+    // A parameter name too few.
+    let mut m = meta.clone();
+    m.kernels[0].params.pop();
+    let e = parse_err(&with_meta(&good, &m));
+    assert_eq!(
+        e,
+        ParseError::MetaParamCount {
+            kernel: 0,
+            meta: 1,
+            table: 2
+        }
+    );
+    // A label on a body the kernel lacks.
+    let mut m = meta.clone();
+    m.kernels[0].labels[0].body = 1;
+    assert_eq!(
+        parse_err(&with_meta(&good, &m)),
+        ParseError::MetaLabelBody {
+            kernel: 0,
+            body: 1,
+            bodies: 1
+        }
+    );
+    // Two kernels of one name.
+    let mut m = meta.clone();
+    m.kernels[1].name = "a".into();
+    let e = parse_err(&with_meta(&good, &m));
+    assert!(
+        matches!(e, ParseError::DuplicateKernelName { first: 0, second: 1, name } if name.as_str() == "a"),
+        "{e}"
+    );
+    assert_eq!(e.to_string(), "kernels 0 and 1 have the same name \"a\"");
+}
+
+#[test]
+fn duplicate_kernel_names_in_large_modules() {
+    // Beyond a few kernels the names are sorted, not compared pairwise.
+    let mut text = String::new();
+    for i in 0..20 {
+        text += &format!(".kernel \"k{i}\" kind=vector ub=0\n  .body grid=1,1,1\n    end\n.end\n");
+    }
+    let good = assemble(&text).unwrap();
+    let meta = Module::parse(&good).unwrap().meta().unwrap();
+    let mut m = meta.clone();
+    m.kernels[17].name = "k3".into();
+    let e = parse_err(&with_meta(&good, &m));
+    assert!(
+        matches!(
+            e,
+            ParseError::DuplicateKernelName {
+                first: 3,
+                second: 17,
+                ..
+            }
+        ),
+        "{e}"
+    );
+    // A long name is shortened in the message.
+    let mut m = meta;
+    let long = "é".repeat(40);
+    m.kernels[5].name = long.clone();
+    m.kernels[9].name = long;
+    let e = parse_err(&with_meta(&good, &m));
+    let ParseError::DuplicateKernelName {
+        first: 5,
+        second: 9,
+        name,
+    } = e
+    else {
+        panic!("{e}")
+    };
+    assert!(name.is_cut() && name.as_str().len() <= 48, "{name}");
+    assert!(e.to_string().ends_with("…\""), "{e}");
+}
+
+#[test]
+fn duplicate_kernel_names_are_refused_when_built() {
+    let def = KernelDef {
+        name: "twice".into(),
+        kind: KernelKind::Vector,
+        ub_bytes: 0,
+        params: vec![],
+        bodies: vec![BodyDef {
+            grid: [1, 1, 1],
+            code: CodeWriter::new(),
+        }],
+    };
+    let mut b = ModuleBuilder::new();
+    assert_eq!(b.add_kernel(def.clone()), Ok(0));
+    let e = b.add_kernel(def).unwrap_err();
+    assert!(e.to_string().contains("\"twice\""), "{e}");
+    // The builder is unchanged: one kernel.
+    assert_eq!(Module::parse(&b.finish()).unwrap().kernel_count(), 1);
+    // The assembler names the kernel at its second `.kernel` line.
+    let k = ".kernel \"twice\" kind=vector ub=0\n  .body grid=1,1,1\n    end\n.end\n";
+    let e = assemble(&format!("{k}{k}")).unwrap_err();
+    assert_eq!((e.line, e.col), (5, 9), "{e}");
+    assert_eq!(
+        e.to_string(),
+        "line 5, column 9: kernel \"twice\" is defined twice (first as kernel 0)"
+    );
+}
+
+#[test]
+fn sections_tile_the_module() {
+    let good = valid();
+    Module::parse(&good).unwrap();
+    // The kernel table's length zeroed: its entries are unaccounted for.
+    let mut b = good.clone();
+    let (koff, klen) = section(&b, KERNELS);
+    put_u64(&mut b, 32 + 16, 0);
+    let e = parse_err(&b);
+    assert_eq!(
+        e,
+        ParseError::SectionGap {
+            section: SectionKind::Bodies,
+            offset: (koff + klen) as u64,
+            after: dvm_isa::SectionSite::Section(SectionKind::Kernels),
+            prev_end: koff as u64,
+            expected: koff as u64,
+        }
+    );
+    assert!(
+        e.to_string().contains("48 bytes are unaccounted for"),
+        "{e}"
+    );
+    // A table one entry shorter than its section is not a whole number...
+    // but one made longer overlaps the next section.
+    let mut b = good.clone();
+    put_u64(&mut b, 32 + 16, klen as u64 + 24);
+    let e = parse_err(&b);
+    assert!(e.to_string().contains("overlap by 24 bytes"), "{e}");
+    // A gap between the section table and the first section.
+    let mut b = good.clone();
+    for s in 0..5 {
+        let at = 32 + 24 * s + 8;
+        let o = u64::from_le_bytes(b[at..at + 8].try_into().unwrap());
+        put_u64(&mut b, at, o + 8);
+    }
+    b.splice(koff..koff, [0u8; 8]);
+    assert!(matches!(
+        parse_err(&b),
+        ParseError::SectionGap {
+            section: SectionKind::Kernels,
+            after: dvm_isa::SectionSite::Table,
+            ..
+        }
+    ));
+    // Non-zero padding.
+    let mut b = good.clone();
+    let (poff, plen) = section(&b, PARAMS);
+    let (coff, _) = section(&b, CODE);
+    assert!(coff > poff + plen, "the params section is padded");
+    b[poff + plen] = 7;
+    assert_eq!(
+        parse_err(&b),
+        ParseError::BadPadding {
+            offset: (poff + plen) as u64,
+            section: SectionKind::Code,
+            value: 7
+        }
+    );
+}
+
+#[test]
+fn trailing_bytes_are_rejected() {
+    let good = valid();
+    for n in [1usize, 7, 8, 100] {
+        let mut b = good.clone();
+        b.extend(std::iter::repeat_n(0u8, n));
+        let e = parse_err(&b);
+        assert_eq!(
+            e,
+            ParseError::TrailingBytes {
+                count: n as u64,
+                last: SectionKind::Meta,
+                end: good.len() as u64
+            }
+        );
+        assert!(
+            e.to_string()
+                .starts_with(&format!("{n} trailing bytes after the module")),
+            "{e}"
+        );
+    }
 }
 
 // ---------------------------------------------------------------------------
@@ -469,6 +716,19 @@ fn at(word: u32, rule: Rule) -> Result<(), VerifyError> {
         kernel: 0,
         body: 0,
         word,
+        site: Site::Word,
+        rule,
+    })
+}
+
+/// A kernel-level error of kernel 0 at `site` (its entry or parameter
+/// table).
+fn at_site(site: Site, rule: Rule) -> Result<(), VerifyError> {
+    Err(VerifyError {
+        kernel: 0,
+        body: 0,
+        word: 0,
+        site,
         rule,
     })
 }
@@ -721,8 +981,8 @@ fn kernel_ub_larger_than_the_device_ub() {
     let text = kernel_text("none", "vector", "    end").replace("ub=4096", "ub=196609");
     assert_eq!(
         verify_text(&text),
-        at(
-            0,
+        at_site(
+            Site::Entry,
             Rule::KernelUb {
                 need: 196_609,
                 have: 196_608
@@ -1164,6 +1424,7 @@ fn kernel_without_end() {
             kernel: 0,
             body: 1,
             word: 3,
+            site: Site::Word,
             rule: Rule::MissingEnd
         })
     );
@@ -1252,7 +1513,7 @@ fn undeclared_feature() {
     // Several bodies need multi_body (a kernel-level rule).
     assert_eq!(
         t("none", "parallel", "    end\n  .body grid=1,1,1\n    end"),
-        at(0, Rule::UndeclaredFeature(features::MULTI_BODY))
+        at_site(Site::Entry, Rule::UndeclaredFeature(features::MULTI_BODY))
     );
     t(
         "multi_body",
@@ -1283,7 +1544,8 @@ fn undeclared_feature() {
         ub_bytes: 64,
         params: vec![],
         bodies: vec![body(&code), body(&code)],
-    });
+    })
+    .expect("unique kernel name");
     let bytes = b.finish();
     let m = Module::parse(&bytes).unwrap();
     assert_eq!(m.features(), features::BF16 | features::MULTI_BODY);
@@ -1302,15 +1564,15 @@ fn kernel_kind_mismatch() {
     let exp = "    exp dt=f32 dst=0 src=0 n=4";
     assert_eq!(
         t("vector", &format!("{mm}\n    end")),
-        at(0, Rule::Kind(KIND_MSG))
+        at_site(Site::Entry, Rule::Kind(KIND_MSG))
     );
     assert_eq!(
         t("cube", &format!("{exp}\n{mm}\n    end")),
-        at(0, Rule::Kind(KIND_MSG))
+        at_site(Site::Entry, Rule::Kind(KIND_MSG))
     );
     assert_eq!(
         t("mix", &format!("{exp}\n    end")),
-        at(0, Rule::Kind(KIND_MSG))
+        at_site(Site::Entry, Rule::Kind(KIND_MSG))
     );
     t("mix", &format!("{mm}\n{exp}\n    end")).unwrap();
     t("cube", &format!("    {LOAD}\n{mm}\n    end")).unwrap();
@@ -1318,10 +1580,13 @@ fn kernel_kind_mismatch() {
     // Body counts.
     assert_eq!(
         t("vector", "    end\n  .body grid=1,1,1\n    end"),
-        at(0, Rule::Kind(BODIES_MSG))
+        at_site(Site::Entry, Rule::Kind(BODIES_MSG))
     );
     let empty = "\n.module 1.0 features=none\n.kernel \"k\" kind=sequence ub=0\n.end\n";
-    assert_eq!(verify_text(empty), at(0, Rule::Kind(BODIES_MSG)));
+    assert_eq!(
+        verify_text(empty),
+        at_site(Site::Entry, Rule::Kind(BODIES_MSG))
+    );
     // An index outside the table.
     let bytes = assemble(empty).unwrap();
     let m = Module::parse(&bytes).unwrap();
@@ -1331,6 +1596,7 @@ fn kernel_kind_mismatch() {
             kernel: 1,
             body: 0,
             word: 0,
+            site: Site::Entry,
             rule: Rule::Kind("no such kernel")
         }
     );
@@ -1349,7 +1615,7 @@ fn bad_grid() {
             "grid=4,1,1",
             &format!("grid={},{},{}", grid[0], grid[1], grid[2]),
         );
-        assert_eq!(verify_text(&text), at(0, Rule::BadGrid(grid)));
+        assert_eq!(verify_text(&text), at_site(Site::Body, Rule::BadGrid(grid)));
     }
     let text = kernel_text("none", "vector", "    end").replace("grid=4,1,1", "grid=65535,65537,1");
     verify_text(&text).unwrap();
@@ -1362,7 +1628,12 @@ fn too_many_params() {
         text += &format!("  .param \"p{i}\" f32 in\n");
     }
     text += "  .body grid=1,1,1\n    end\n.end\n";
-    assert_eq!(verify_text(&text), at(0, Rule::TooManyParams(33)));
+    let err = verify_text(&text);
+    assert_eq!(err, at_site(Site::Params, Rule::TooManyParams(33)));
+    // The message names the parameter table, not an instruction word.
+    let msg = err.unwrap_err().to_string();
+    assert!(msg.starts_with("kernel 0, parameter table: "), "{msg}");
+    assert!(!msg.contains("word"), "{msg}");
 }
 
 #[test]
@@ -1409,6 +1680,7 @@ fn errors_name_kernel_body_and_word() {
             kernel: 1,
             body: 1,
             word: 3,
+            site: Site::Word,
             rule: Rule::DType {
                 opcode: Opcode::Exp,
                 field: "dt",
@@ -1522,7 +1794,8 @@ fn pattern_module(p: &GmPattern, grid: [u32; 3], store: bool) -> Vec<u8> {
             param("out", ParamAccess::Write),
         ],
         bodies: vec![BodyDef { grid, code }],
-    });
+    })
+    .expect("unique kernel name");
     b.finish()
 }
 

@@ -6,6 +6,8 @@ mod common;
 
 use common::Rng;
 use dvm_isa::asm::{assemble, disassemble, disassemble_kernel, disassemble_lossy};
+use dvm_isa::module::SectionKind;
+use dvm_isa::ParseError;
 use dvm_isa::{verify_kernel, verify_module, DeviceLimits, Module, VerifiedKernel};
 use proptest::prelude::*;
 
@@ -13,7 +15,29 @@ use proptest::prelude::*;
 /// that hold for any input.
 fn exercise(bytes: &[u8]) {
     let Ok(m) = Module::parse(bytes) else { return };
-    let _ = m.meta();
+    // A parsed module's metadata decodes, and is exactly what the encoder
+    // writes for it (every byte accounted for).
+    let meta = m.meta().unwrap_or_else(|e| panic!("parsed, but {e}"));
+    assert_eq!(postcard::to_allocvec(&meta).unwrap(), m.meta_bytes());
+    // The sections tile the module: their lengths and the padding before
+    // each (under 8 bytes) add up to the whole.
+    let mut end = 32 + 24 * 5;
+    let mut ranges: Vec<_> = [
+        SectionKind::Kernels,
+        SectionKind::Bodies,
+        SectionKind::Params,
+        SectionKind::Code,
+        SectionKind::Meta,
+    ]
+    .map(|k| m.section_range(k))
+    .into_iter()
+    .collect();
+    ranges.sort_by_key(|r| r.start);
+    for r in ranges {
+        assert_eq!(r.start, usize::next_multiple_of(end, 8));
+        end = r.end;
+    }
+    assert_eq!(end, bytes.len());
     let _ = verify_module(&m, &DeviceLimits::DEFAULT);
     for k in 0..m.kernel_count() {
         if let Ok(v) = verify_kernel(&m, k, &DeviceLimits { ub_bytes: u32::MAX }) {
@@ -208,6 +232,53 @@ proptest! {
         prop_assert_eq!(assemble(&text).unwrap(), bytes.clone());
         // The lossy printer says the same when nothing is lost.
         prop_assert_eq!(disassemble_lossy(&m), text);
+        exercise(&bytes);
+    }
+
+    /// One random byte flip, truncation or extension of a valid module
+    /// never panics anything that reads it (see `exercise`); a truncation
+    /// or an extension is always rejected, naming the missing or extra
+    /// bytes; a flip either is rejected or gives a module whose metadata
+    /// decodes and whose sections tile it, whatever it verifies to.
+    #[test]
+    fn flipped_truncated_or_extended_modules(
+        seed in any::<u64>(),
+        verifiable in any::<bool>(),
+        how in 0u8..4,
+        pos in any::<u64>(),
+        byte in any::<u8>(),
+        extra in 1usize..16,
+    ) {
+        let mut bytes = if verifiable {
+            common::verifiable_module(seed)
+        } else {
+            common::module(seed)
+        };
+        let at = (pos % bytes.len() as u64) as usize;
+        match how {
+            0 => bytes[at] ^= 1 << (byte % 8),
+            1 => bytes[at] = byte,
+            2 => {
+                bytes.truncate(at);
+                let e = Module::parse(&bytes).unwrap_err();
+                prop_assert!(
+                    matches!(e, ParseError::Truncated { .. } | ParseError::SectionOutOfBounds { .. }),
+                    "{}", e
+                );
+            }
+            _ => {
+                let len = bytes.len() as u64;
+                bytes.extend(std::iter::repeat_n(byte, extra));
+                prop_assert_eq!(
+                    Module::parse(&bytes).unwrap_err(),
+                    ParseError::TrailingBytes {
+                        count: extra as u64,
+                        last: SectionKind::Meta,
+                        end: len,
+                    }
+                );
+            }
+        }
         exercise(&bytes);
     }
 

@@ -221,7 +221,8 @@ pub fn write_object(image: &[u8], arch: Arch) -> Result<Vec<u8>, ObjectError> {
 /// Reads an ELF object written by [`write_object`] (or a binary it was
 /// linked into): finds `.dvm.image`, parses and verifies the module in
 /// it, and checks the `dvm_image`, `dvm_image_end` and `dvm_kernel_*`
-/// symbols (each kernel has exactly one, pointing at its entry).
+/// symbols (each kernel has exactly one, pointing at its entry, with the
+/// entry's size; `dvm_image` spans the image, `dvm_image_end` is empty).
 ///
 /// # Errors
 /// [`ObjectError::NotElf`] for anything `object` cannot parse as ELF,
@@ -268,12 +269,21 @@ pub fn read_object(bytes: &[u8]) -> Result<LinkedObject<'_>, ObjectError> {
                     "at offset {offset:#x}, not at the image start"
                 )));
             }
+            if sym.size() != len {
+                return Err(bad(format!(
+                    "size {} does not match the image ({len} bytes)",
+                    sym.size()
+                )));
+            }
             start = true;
         } else if name == IMAGE_END {
             if offset != len {
                 return Err(bad(format!(
                     "at offset {offset:#x}, not at the image end {len:#x}"
                 )));
+            }
+            if sym.size() != 0 {
+                return Err(bad(format!("size {}, not 0", sym.size())));
             }
             end = true;
         } else if name.starts_with(KERNEL_PREFIX) {
@@ -295,6 +305,13 @@ pub fn read_object(bytes: &[u8]) -> Result<LinkedObject<'_>, ObjectError> {
                 return Err(bad(format!(
                     "kernel {index} already has the symbol `{}`",
                     other.symbol
+                )));
+            }
+            if sym.size() != ENTRY_SIZE {
+                return Err(bad(format!(
+                    "size {} does not match the kernel table: kernel {index}'s entry is \
+                     {ENTRY_SIZE} bytes",
+                    sym.size()
                 )));
             }
             if names.get(index).map(String::as_str) != Some(name) {

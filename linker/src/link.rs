@@ -108,8 +108,8 @@ impl Linker {
     /// [`LinkError::BadMeta`] when it disagrees with the tables,
     /// [`LinkError::Verify`] when a kernel fails verification against the
     /// link's device limits, [`LinkError::NameClash`] when a kernel has the
-    /// name of a different kernel linked before (or of another kernel of
-    /// the same module).
+    /// name of a different kernel linked before. (Two kernels of one name
+    /// in the same module never get here: [`Module::parse`] rejects them.)
     pub fn add(&mut self, input: &str, module: &Module<'_>) -> Result<usize, LinkError> {
         let meta = module.meta().map_err(|source| LinkError::Parse {
             input: input.to_string(),
@@ -171,7 +171,9 @@ impl Linker {
         let mut builder = ModuleBuilder::new();
         builder.declare_features(self.features);
         for linked in &self.kernels {
-            builder.add_kernel(kernel_def(&linked.kernel));
+            builder
+                .add_kernel(kernel_def(&linked.kernel))
+                .map_err(|e| LinkError::Internal(e.to_string()))?;
         }
         let image = builder.finish();
         let module = Module::parse(&image).map_err(|e| LinkError::Internal(e.to_string()))?;

@@ -11,10 +11,15 @@ use object::{Object as _, ObjectSection as _, ObjectSymbol as _};
 use proptest::prelude::*;
 
 fn image() -> Vec<u8> {
-    let a = negs(&["neg", "bias add", "neg"]);
+    // "neg" twice: identical kernels of two modules are kept once.
+    let a = negs(&["neg", "bias add"]);
     let b = module(
         None,
-        &[seq_kernel("stages"), neg_kernel("neg2", 8192, "S", None)],
+        &[
+            neg_kernel("neg", 4096, "1000", None),
+            seq_kernel("stages"),
+            neg_kernel("neg2", 8192, "S", None),
+        ],
     );
     link(&[Module::parse(&a).unwrap(), Module::parse(&b).unwrap()]).unwrap()
 }
@@ -110,8 +115,28 @@ fn arch_names_parse() {
 }
 
 /// An ELF object with the given sections (name, data) and symbols (name,
-/// section index into `sections`, value).
+/// section index into `sections`, value), each with the size
+/// `write_object` gives it (the section's for `dvm_image`, an entry's for a
+/// kernel, 0 otherwise).
 fn custom_elf(sections: &[(&str, &[u8])], symbols: &[(&str, usize, u64)]) -> Vec<u8> {
+    let sized: Vec<(&str, usize, u64, u64)> = symbols
+        .iter()
+        .map(|&(name, sec, value)| {
+            let size = if name == "dvm_image" {
+                sections[sec].1.len() as u64
+            } else if name.starts_with("dvm_kernel_") {
+                24
+            } else {
+                0
+            };
+            (name, sec, value, size)
+        })
+        .collect();
+    custom_elf_sized(sections, &sized)
+}
+
+/// [`custom_elf`] with explicit symbol sizes (the fourth field).
+fn custom_elf_sized(sections: &[(&str, &[u8])], symbols: &[(&str, usize, u64, u64)]) -> Vec<u8> {
     use object::write::{Object, Symbol, SymbolSection};
     let mut o = Object::new(
         object::BinaryFormat::Elf,
@@ -130,11 +155,11 @@ fn custom_elf(sections: &[(&str, &[u8])], symbols: &[(&str, usize, u64)]) -> Vec
             id
         })
         .collect();
-    for (name, sec, value) in symbols {
+    for (name, sec, value, size) in symbols {
         o.add_symbol(Symbol {
             name: name.as_bytes().to_vec(),
             value: *value,
-            size: 0,
+            size: *size,
             kind: object::SymbolKind::Data,
             scope: object::SymbolScope::Dynamic,
             weak: false,
@@ -215,6 +240,47 @@ fn bad_objects_give_typed_errors() {
             matches!(&e, ObjectError::BadSymbol { symbol, .. } if symbol == culprit),
             "{syms:?}: {e}"
         );
+    }
+    // Symbols whose sizes disagree with the image's kernel table (the
+    // probe's `1760_ff.o`: a kernel symbol's size byte flipped to 255) or
+    // with the image.
+    let good_syms = |k_size: u64, start_size: u64, end_size: u64| {
+        let mut syms = vec![
+            ("dvm_image", 0, 0, start_size),
+            ("dvm_image_end", 0, len, end_size),
+        ];
+        for (i, name) in [
+            "dvm_kernel_neg",
+            "dvm_kernel_bias_add",
+            "dvm_kernel_stages",
+            "dvm_kernel_neg2",
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let size = if i == 1 { k_size } else { 24 };
+            syms.push((name, 0, table + 24 * i as u64, size));
+        }
+        syms
+    };
+    assert!(read_object(&custom_elf_sized(
+        &[(".dvm.image", img)],
+        &good_syms(24, len, 0)
+    ))
+    .is_ok());
+    for (sizes, culprit, what) in [
+        ((255, len, 0), "dvm_kernel_bias_add", "size 255"),
+        ((0, len, 0), "dvm_kernel_bias_add", "size 0"),
+        ((24, 8, 0), "dvm_image", "size 8"),
+        ((24, len, 3), "dvm_image_end", "size 3"),
+    ] {
+        let syms = good_syms(sizes.0, sizes.1, sizes.2);
+        let e = read_object(&custom_elf_sized(&[(".dvm.image", img)], &syms)).unwrap_err();
+        assert!(
+            matches!(&e, ObjectError::BadSymbol { symbol, .. } if symbol == culprit),
+            "{sizes:?}: {e}"
+        );
+        assert!(e.to_string().contains(what), "{e}");
     }
     // Symbols in other sections and non-dvm symbols are ignored.
     let good = write_object(&image, Arch::Aarch64).unwrap();

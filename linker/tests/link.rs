@@ -88,9 +88,19 @@ fn identical_kernels_are_kept_once() {
     assert_eq!(names(&image), ["a", "shared", "b"]);
     // Linking a module with itself changes nothing.
     assert_eq!(link(&[parse(&a), parse(&a)]).unwrap(), a);
-    // Duplicates inside one module are merged too.
-    let twice = negs(&["x", "x"]);
-    assert_eq!(names(&link(&[parse(&twice)]).unwrap()), ["x"]);
+    // Two kernels of one name inside one module are refused when parsed
+    // (the assembler and builder refuse to write them).
+    let xy = negs(&["x", "y"]);
+    let mut meta = parse(&xy).meta().unwrap();
+    meta.kernels[1].name = "x".into();
+    let e = Linker::new()
+        .add_bytes("twice.dvmb", &relabel(&xy, &meta))
+        .unwrap_err();
+    assert!(matches!(e, LinkError::Parse { .. }), "{e}");
+    assert!(
+        e.to_string().contains("twice.dvmb") && e.to_string().contains("\"x\""),
+        "{e}"
+    );
     let mut l = Linker::new();
     assert_eq!(l.add_bytes("a", &a).unwrap(), 2);
     assert_eq!(l.add_bytes("b", &b).unwrap(), 1);
@@ -133,18 +143,21 @@ fn different_kernels_with_one_name_clash() {
     let other = neg_kernel("k", 4096, "1000", None).replace(" @wait=vector", " @wait=vector|load");
     let b = module(None, &[other]);
     assert!(matches!(clash(&a, &b), LinkError::NameClash { .. }));
-    // A clash within one module names it twice.
+    // A clash within one module is refused when the module is parsed.
     let both = module(
         None,
         &[
             neg_kernel("k", 4096, "1000", None),
-            neg_kernel("k", 8192, "1000", None),
+            neg_kernel("other", 8192, "1000", None),
         ],
     );
-    let e = Linker::new().add_bytes("m.dvmb", &both).unwrap_err();
+    let mut meta = parse(&both).meta().unwrap();
+    meta.kernels[1].name = "k".into();
+    let e = Linker::new()
+        .add_bytes("m.dvmb", &relabel(&both, &meta))
+        .unwrap_err();
     assert!(
-        matches!(&e, LinkError::NameClash { first, second, .. }
-        if first == "m.dvmb" && second == "m.dvmb"),
+        matches!(&e, LinkError::Parse { input, .. } if input == "m.dvmb"),
         "{e}"
     );
     // `link` names inputs by position.
@@ -227,7 +240,7 @@ fn metadata_that_disagrees_with_the_tables_is_rejected() {
         }],
     };
     let mut b = ModuleBuilder::new();
-    b.add_kernel(def.clone());
+    b.add_kernel(def.clone()).expect("unique kernel name");
     let good = b.finish();
     Linker::new().add_bytes("good", &good).unwrap();
     let m = parse(&good);
@@ -235,7 +248,9 @@ fn metadata_that_disagrees_with_the_tables_is_rejected() {
     meta.kernels[0].labels[0].body = 3;
     let e = relabel(&good, &meta);
     let err = Linker::new().add_bytes("bad", &e).unwrap_err();
-    assert!(matches!(err, LinkError::BadMeta { .. }), "{err}");
+    // `Module::parse` itself rejects it now, naming the metadata.
+    assert!(matches!(err, LinkError::Parse { .. }), "{err}");
+    assert!(err.to_string().contains("metadata"), "{err}");
     assert!(err.to_string().contains("body 3"), "{err}");
     let mut meta = m.meta().unwrap();
     meta.kernels[0].params.clear();

@@ -249,7 +249,8 @@ pub fn build(kernels: Vec<K>) -> Vec<u8> {
                 })
                 .collect(),
             bodies,
-        });
+        })
+        .expect("unique kernel name");
     }
     mb.finish()
 }

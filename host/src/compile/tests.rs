@@ -14,7 +14,7 @@ fn run(group: &Group, inputs: &[Vec<f32>], blocks: u32, target: &Target) -> Vec<
     assert!(crate::kernel::paths_agree(group, "k", target));
     let compiled = compile(group, "k", target).expect("compiles");
     let mut b = ModuleBuilder::new();
-    b.add_kernel(compiled.kernel);
+    b.add_kernel(compiled.kernel).expect("unique kernel name");
     let bytes = b.finish();
     let module = Module::parse(&bytes).expect("parses");
     let limits = DeviceLimits {

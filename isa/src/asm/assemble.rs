@@ -7,7 +7,7 @@ use alloc::vec::Vec;
 
 use super::lex::{lex_line, Tok, TokKind};
 use super::{column, AsmError, AsmErrorKind};
-use crate::builder::{BodyDef, CodeWriter, KernelDef, ModuleBuilder, ParamDef};
+use crate::builder::{BodyDef, BuildError, CodeWriter, KernelDef, ModuleBuilder, ParamDef};
 use crate::dtype::DType;
 use crate::error::OperandError;
 use crate::instr::{Instr, Opcode};
@@ -283,7 +283,12 @@ impl Assembler {
                         },
                     )
                 })?;
-                self.builder.add_kernel(open.def);
+                // Names were checked at `.kernel`; this cannot fail.
+                self.builder.add_kernel(open.def).map_err(|e| match e {
+                    BuildError::DuplicateKernel { name, first } => {
+                        cur.err_at(at, AsmErrorKind::DuplicateKernel { name, first })
+                    }
+                })?;
                 Ok(())
             }
             _ if head.starts_with('.') => {
@@ -383,7 +388,17 @@ impl Assembler {
                 },
             ));
         }
+        let name_at = cur.here();
         let name = cur.string("a quoted kernel name")?;
+        if let Some(first) = self.builder.kernel_names().position(|n| n == name) {
+            return Err(cur.err_at(
+                name_at,
+                AsmErrorKind::DuplicateKernel {
+                    name,
+                    first: u32::try_from(first).unwrap_or(u32::MAX),
+                },
+            ));
+        }
         let (mut kind, mut ub) = (None, None);
         while !cur.at_end() {
             let (kat, key) = cur.key("`kind=` or `ub=`")?;

@@ -220,6 +220,14 @@ pub enum AsmErrorKind {
     /// The text ends inside a kernel (reported at its `.kernel` line).
     #[error("kernel \"{0}\" is not closed with `.end`")]
     UnclosedKernel(String),
+    /// A kernel name used before in the same module.
+    #[error("kernel \"{}\" is defined twice (first as kernel {first})", name.escape_debug())]
+    DuplicateKernel {
+        /// The name.
+        name: String,
+        /// Index of the kernel that has it already.
+        first: u32,
+    },
     /// A major version other than this crate's.
     #[error("unsupported module version {major}.{minor} (this build writes 1.x)")]
     UnsupportedVersion {

@@ -143,7 +143,7 @@ pub fn module(seed: u64) -> Vec<u8> {
         b.declare_features(rng.next() & features::KNOWN);
     }
     for _ in 0..rng.below(4) {
-        b.add_kernel(kernel(&mut rng));
+        b.add_kernel(kernel(&mut rng)).ok();
     }
     b.finish()
 }
@@ -214,7 +214,8 @@ pub fn verifiable_module(seed: u64) -> Vec<u8> {
                 ub_bytes,
                 params: params.clone(),
                 bodies: vec![BodyDef { grid, code }],
-            });
+            })
+            .expect("unique kernel name");
             let bytes = t.finish();
             Module::parse(&bytes).is_ok_and(|m| verify_module(&m, &DeviceLimits::DEFAULT).is_ok())
         };
@@ -262,7 +263,8 @@ pub fn verifiable_module(seed: u64) -> Vec<u8> {
             ub_bytes,
             params,
             bodies: vec![BodyDef { grid, code }],
-        });
+        })
+        .expect("unique kernel name");
     }
     b.finish()
 }
