@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use clap::{Subcommand, ValueEnum};
 use dvm_linker::{layout, objdump, Arch, DeviceDesc, LinkError, Linker};
 
-use crate::{read, write_all_atomic, Failure};
+use crate::{read, write_all_atomic, Failure, MadeDir};
 
 /// Architecture of the ELF object `dvm link` writes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -155,15 +155,15 @@ fn link(
 
 fn memory_x(desc: &DeviceDesc, dir: &Path) -> Result<(), Failure> {
     desc.validate().map_err(|e| Failure(e.to_string(), 2))?;
-    std::fs::create_dir_all(dir)
-        .map_err(|e| Failure(format!("cannot create {}: {e}", dir.display()), 2))?;
+    let made = MadeDir::create(dir)?;
     let memory = dir.join("memory.x");
     let link = dir.join("link.x");
     let (memory_text, link_text) = (layout::memory_x(desc), layout::link_x());
     write_all_atomic(&[
         (&memory, memory_text.as_bytes()),
         (&link, link_text.as_bytes()),
-    ])?;
+    ])
+    .inspect_err(|_| made.undo())?;
     println!("{}\n{}", memory.display(), link.display());
     Ok(())
 }

@@ -4,10 +4,14 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand, ValueEnum};
+use dvm_host::compile::CompileError;
 use dvm_host::fuse::FuseOptions;
 use dvm_host::graph::Graph;
+use dvm_host::kernel::BuildError;
+use dvm_host::lower::LowerError;
 use dvm_host::models::EncoderConfig;
-use dvm_host::runtime::{Prepared, QemuDevice, Runtime};
+use dvm_host::runtime::pool::MAX_CORES;
+use dvm_host::runtime::{Prepared, QemuDevice, QemuError, RunError, Runtime};
 use dvm_host::sym::Bindings;
 use dvm_host::tensor::Tensor;
 use dvm_host::{demo, npy, reference};
@@ -46,8 +50,8 @@ enum Command {
         /// 17,64,128,384,1000,2048,4096).
         #[arg(long, value_delimiter = ',')]
         op_lens: Vec<u64>,
-        /// Worker cores (default: all).
-        #[arg(long)]
+        /// Worker cores, 1 to 1024 (default: all).
+        #[arg(long, value_parser = cores_parser())]
         cores: Option<usize>,
         /// One kernel per operator (no fusion), for comparison.
         #[arg(long)]
@@ -69,9 +73,9 @@ enum Command {
         /// Directory for the outputs (created if missing).
         #[arg(long)]
         output_dir: PathBuf,
-        /// Worker cores for the cpu device (default: all); for the qemu
-        /// device, the blocks each launch is split into.
-        #[arg(long)]
+        /// Worker cores for the cpu device, 1 to 1024 (default: all); for the
+        /// qemu device, the blocks each launch is split into.
+        #[arg(long, value_parser = cores_parser())]
         cores: Option<usize>,
         /// The firmware ELF for `--device qemu` (`cargo ci firmware` builds
         /// it as target/aarch64/aarch64-unknown-none/firmware/dvm-firmware).
@@ -96,8 +100,8 @@ enum Command {
         /// Explain the unfused plan instead.
         #[arg(long)]
         no_fuse: bool,
-        /// Cores the kernels are tiled for (default: all).
-        #[arg(long)]
+        /// Cores the kernels are tiled for, 1 to 1024 (default: all).
+        #[arg(long, value_parser = cores_parser())]
         cores: Option<usize>,
     },
     /// Compile a graph at the given bindings into a module of its kernels.
@@ -133,6 +137,13 @@ enum Command {
     Link(link_cmd::LinkCommand),
 }
 
+/// The parser of `--cores`: 1 to [`MAX_CORES`] (each core is a worker
+/// thread; the runtime would clamp a larger count anyway, so it is refused
+/// here, as is 0).
+fn cores_parser() -> clap::builder::RangedU64ValueParser<usize> {
+    clap::builder::RangedU64ValueParser::<usize>::new().range(1..=MAX_CORES as u64)
+}
+
 /// A user-facing failure: message and exit code (2: bad input, 1: failure).
 struct Failure(String, u8);
 
@@ -140,49 +151,209 @@ fn read(path: &Path) -> Result<Vec<u8>, Failure> {
     std::fs::read(path).map_err(|e| Failure(format!("cannot read {}: {e}", path.display()), 2))
 }
 
-/// Writes `bytes` to `path` atomically: a temporary file in the same
-/// directory, renamed into place, so a failure leaves nothing behind.
+/// Writes `bytes` to `path` as [`write_all_atomic`] does.
+///
+/// # Errors
+///
+/// As [`write_all_atomic`].
 fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), Failure> {
     write_all_atomic(&[(path, bytes)])
 }
 
-/// Writes several files as one: every temporary file is written before any
-/// is renamed into place, so a failed write (a missing directory, a full
-/// disk) leaves none of them behind.
+/// How one file of [`write_all_atomic`] reaches its destination.
+enum Dest {
+    /// A temporary file next to `target`, renamed onto it: `target` is the
+    /// path given, or the regular file a symbolic link there points to (so
+    /// the link stays a link).
+    Rename {
+        target: PathBuf,
+        /// The permissions of the file replaced, kept.
+        keep: Option<std::fs::Permissions>,
+    },
+    /// Written in place: the destination exists and is not a regular file
+    /// (a device such as `/dev/null`, a FIFO), which a rename would replace.
+    InPlace,
+}
+
+/// Where `path` is written (see [`Dest`]), found before anything is
+/// written.
+///
+/// # Errors
+///
+/// Exit code 2 when `path` is a directory or a symbolic link to nothing.
+fn destination(path: &Path) -> Result<Dest, Failure> {
+    let is_link = std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_symlink());
+    match std::fs::metadata(path) {
+        Ok(m) if m.is_dir() => Err(Failure(
+            format!("cannot write {}: it is a directory", path.display()),
+            2,
+        )),
+        Ok(m) if m.is_file() => {
+            let target = if is_link {
+                std::fs::canonicalize(path)
+                    .map_err(|e| Failure(format!("cannot resolve {}: {e}", path.display()), 1))?
+            } else {
+                path.to_path_buf()
+            };
+            Ok(Dest::Rename {
+                target,
+                keep: Some(m.permissions()),
+            })
+        }
+        Ok(_) => Ok(Dest::InPlace),
+        Err(_) if is_link => Err(Failure(
+            format!(
+                "cannot write {}: it is a symbolic link to a missing file",
+                path.display()
+            ),
+            2,
+        )),
+        // Missing (or unreachable: writing the temporary names the error).
+        Err(_) => Ok(Dest::Rename {
+            target: path.to_path_buf(),
+            keep: None,
+        }),
+    }
+}
+
+/// A fresh temporary path next to `target` (same directory, so renaming it
+/// onto `target` is atomic).
+fn temp_path(target: &Path) -> PathBuf {
+    static COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let k = COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let name = target
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    target.with_file_name(format!(".{name}.tmp-{}-{k}", std::process::id()))
+}
+
+/// Writes `bytes` to a new file `tmp` (with `keep`'s permissions, if any).
+fn write_temp(
+    tmp: &Path,
+    bytes: &[u8],
+    keep: Option<&std::fs::Permissions>,
+) -> std::io::Result<()> {
+    use std::io::Write;
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(tmp)?;
+    f.write_all(bytes)?;
+    if let Some(p) = keep {
+        f.set_permissions(p.clone())?;
+    }
+    Ok(())
+}
+
+/// Writes several files as one, so a failure leaves none of them behind
+/// (nor anything else): every destination is checked first (none may be a
+/// directory), then every file is written to a temporary next to its
+/// destination, and only when all are written are they renamed into place.
+/// A destination that is a symbolic link to a regular file is replaced at
+/// the link's target, so the link stays; one that exists but is not a
+/// regular file (`/dev/null`, a FIFO) is written in place, after the
+/// temporaries, as a rename would replace the device itself.
+///
+/// # Errors
+///
+/// Exit code 2 when a destination is a directory or a dangling symbolic
+/// link (nothing is written then); 1 when a file cannot be written or
+/// renamed, naming it.
 fn write_all_atomic(files: &[(&Path, &[u8])]) -> Result<(), Failure> {
     let fail = |path: &Path, e: std::io::Error| {
         Failure(format!("cannot write {}: {e}", path.display()), 1)
     };
-    let mut tmps: Vec<PathBuf> = Vec::with_capacity(files.len());
-    let cleanup = |tmps: &[PathBuf]| {
-        for t in tmps {
+    let dests = files
+        .iter()
+        .map(|(path, _)| destination(path))
+        .collect::<Result<Vec<_>, _>>()?;
+    let cleanup = |tmps: &[(PathBuf, &Path)]| {
+        for (t, _) in tmps {
             // Best effort: the temporary may not exist.
             let _ = std::fs::remove_file(t);
         }
     };
-    for (path, bytes) in files {
-        let dir = path
-            .parent()
-            .filter(|p| !p.as_os_str().is_empty())
-            .unwrap_or(Path::new("."));
-        let name = path
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        let tmp = dir.join(format!(".{name}.tmp-{}", std::process::id()));
-        tmps.push(tmp.clone());
-        if let Err(e) = std::fs::write(&tmp, bytes) {
-            cleanup(&tmps);
-            return Err(fail(path, e));
+    let mut tmps: Vec<(PathBuf, &Path)> = Vec::with_capacity(files.len());
+    for ((path, bytes), dest) in files.iter().zip(&dests) {
+        if let Dest::Rename { target, keep } = dest {
+            let tmp = temp_path(target);
+            let written = write_temp(&tmp, bytes, keep.as_ref());
+            tmps.push((tmp, target));
+            if let Err(e) = written {
+                cleanup(&tmps);
+                return Err(fail(path, e));
+            }
         }
     }
-    for (i, ((path, _), tmp)) in files.iter().zip(&tmps).enumerate() {
-        if let Err(e) = std::fs::rename(tmp, path) {
+    for ((path, bytes), dest) in files.iter().zip(&dests) {
+        if let Dest::InPlace = dest {
+            if let Err(e) = std::fs::write(path, bytes) {
+                cleanup(&tmps);
+                return Err(fail(path, e));
+            }
+        }
+    }
+    for (i, (tmp, target)) in tmps.iter().enumerate() {
+        if let Err(e) = std::fs::rename(tmp, target) {
             cleanup(&tmps[i..]);
-            return Err(fail(path, e));
+            return Err(fail(target, e));
         }
     }
     Ok(())
+}
+
+/// A directory made for outputs, and the part of it that did not exist
+/// before (removed again by [`MadeDir::undo`] if nothing was written).
+struct MadeDir {
+    /// The directories created, deepest first.
+    created: Vec<PathBuf>,
+}
+
+impl MadeDir {
+    /// Creates `dir` and any missing parents.
+    ///
+    /// # Errors
+    ///
+    /// Exit code 2 when `dir` (or a parent) exists and is not a directory,
+    /// or cannot be created.
+    fn create(dir: &Path) -> Result<MadeDir, Failure> {
+        check_dir(dir)?;
+        let created: Vec<PathBuf> = dir
+            .ancestors()
+            .filter(|a| !a.as_os_str().is_empty())
+            .take_while(|a| std::fs::symlink_metadata(a).is_err())
+            .map(Path::to_path_buf)
+            .collect();
+        std::fs::create_dir_all(dir)
+            .map_err(|e| Failure(format!("cannot create {}: {e}", dir.display()), 2))?;
+        Ok(MadeDir { created })
+    }
+
+    /// Removes the directories [`MadeDir::create`] made, where empty.
+    fn undo(&self) {
+        for d in &self.created {
+            // Best effort, and only if empty: `remove_dir` refuses otherwise.
+            if std::fs::remove_dir(d).is_err() {
+                break;
+            }
+        }
+    }
+}
+
+/// Checks that `dir` is a directory or does not exist.
+///
+/// # Errors
+///
+/// Exit code 2 naming `dir` when it exists and is not a directory.
+fn check_dir(dir: &Path) -> Result<(), Failure> {
+    match std::fs::metadata(dir) {
+        Ok(m) if !m.is_dir() => Err(Failure(
+            format!("{} exists and is not a directory", dir.display()),
+            2,
+        )),
+        _ => Ok(()),
+    }
 }
 
 fn parse<'a>(path: &Path, bytes: &'a [u8]) -> Result<Module<'a>, Failure> {
@@ -213,11 +384,45 @@ fn parse_binds(g: &Graph, binds: &[String]) -> Result<Bindings, Failure> {
         let v: i64 = value
             .parse()
             .map_err(|_| Failure(format!("--bind `{spec}`: `{value}` is not an integer"), 2))?;
+        if let Some(first) = b.get(sym) {
+            return Err(Failure(
+                format!("--bind `{spec}`: symbol `{name}` is bound twice (first to {first})"),
+                2,
+            ));
+        }
         g.scope()
             .bind(&mut b, sym, v)
             .map_err(|e| Failure(format!("--bind `{spec}`: {e}"), 2))?;
     }
     Ok(b)
+}
+
+/// A failed run, plan or explanation as a [`Failure`]: exit code 2 when the
+/// graph, its inputs or bindings are at fault (a bad shape, an extent or a
+/// tile that the instruction set cannot encode or the UB cannot hold, a
+/// job too large for the QEMU guest), 1 otherwise (a kernel that does not
+/// verify, a failed launch, QEMU failing).
+fn run_failure(e: RunError) -> Failure {
+    fn build_code(e: &BuildError) -> u8 {
+        match e {
+            BuildError::Compile(CompileError::DoesNotFit(..) | CompileError::TooLarge(_)) => 2,
+            _ => 1,
+        }
+    }
+    let code = match &e {
+        RunError::Graph(_) => 2,
+        RunError::Lower(l) => match &**l {
+            LowerError::Build { error, .. } => build_code(error),
+            _ => 2,
+        },
+        RunError::Build { error, .. } => build_code(error),
+        RunError::Qemu(q) => match **q {
+            QemuError::TooLarge(_) => 2,
+            _ => 1,
+        },
+        _ => 1,
+    };
+    Failure(e.to_string(), code)
 }
 
 fn fuse_options(no_fuse: bool) -> FuseOptions {
@@ -304,6 +509,8 @@ fn run(cli: Cli) -> Result<(), Failure> {
             no_fuse,
         } => {
             let g = load_graph(&graph)?;
+            check_dir(&output_dir)
+                .map_err(|Failure(msg, code)| Failure(format!("--output-dir: {msg}"), code))?;
             let qemu = match (device, firmware) {
                 (Device::Qemu, Some(fw)) => {
                     let dev = QemuDevice::new(fw).map_err(|e| Failure(e.to_string(), 2))?;
@@ -349,15 +556,16 @@ fn run(cli: Cli) -> Result<(), Failure> {
             g.bind_tensors(&named, &bindings)
                 .map_err(|e| Failure(e.to_string(), 2))?;
             let outputs = match device {
+                // Every error of the reference evaluator is the graph's or
+                // the inputs'.
                 Device::Reference => {
-                    reference::run(&g, &named, &bindings).map_err(|e| Failure(e.to_string(), 1))?
+                    reference::run(&g, &named, &bindings).map_err(|e| Failure(e.to_string(), 2))?
                 }
                 Device::Cpu => {
                     let rt = Runtime::new(cores.unwrap_or_else(all_cores), 256);
                     let prepared = Prepared::with_options(&g, &fuse_options(no_fuse))
                         .map_err(|e| Failure(e.to_string(), 2))?;
-                    rt.run(&prepared, &named, &bindings)
-                        .map_err(|e| Failure(e.to_string(), 1))?
+                    rt.run(&prepared, &named, &bindings).map_err(run_failure)?
                 }
                 Device::Qemu => {
                     let rt = Runtime::new(cores.unwrap_or_else(all_cores), 256);
@@ -367,21 +575,26 @@ fn run(cli: Cli) -> Result<(), Failure> {
                         .as_ref()
                         .ok_or_else(|| Failure("no firmware".into(), 2))?;
                     rt.run_qemu(qemu, &prepared, &named, &bindings)
-                        .map_err(|e| Failure(e.to_string(), 1))?
+                        .map_err(run_failure)?
                 }
             };
-            std::fs::create_dir_all(&output_dir)
-                .map_err(|e| Failure(format!("cannot create {}: {e}", output_dir.display()), 2))?;
             let paths: Vec<PathBuf> = outputs
                 .iter()
                 .map(|(n, _)| output_dir.join(format!("{n}.npy")))
                 .collect();
-            let files: Vec<(&Path, &Tensor)> = paths
+            let bytes = paths
                 .iter()
                 .zip(&outputs)
-                .map(|(p, (_, t))| (p.as_path(), t))
+                .map(|(p, (_, t))| npy::to_bytes(t, p))
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| Failure(e.to_string(), 1))?;
+            let files: Vec<(&Path, &[u8])> = paths
+                .iter()
+                .zip(&bytes)
+                .map(|(p, b)| (p.as_path(), b.as_slice()))
                 .collect();
-            npy::write_all(&files).map_err(|e| Failure(e.to_string(), 1))?;
+            let made = MadeDir::create(&output_dir)?;
+            write_all_atomic(&files).inspect_err(|_| made.undo())?;
             for p in &paths {
                 println!("{}", p.display());
             }
@@ -396,12 +609,13 @@ fn run(cli: Cli) -> Result<(), Failure> {
             let complete = complete_binds(&g, &binds)?;
             let rt = Runtime::new(1, 1024);
             let prepared = Prepared::new(&g).map_err(|e| Failure(e.to_string(), 2))?;
-            let (plan, kernels) = rt
-                .plan(&prepared, &complete)
-                .map_err(|e| Failure(e.to_string(), 2))?;
+            let (plan, kernels) = rt.plan(&prepared, &complete).map_err(run_failure)?;
             let mut builder = ModuleBuilder::new();
             for (launch, k) in plan.launches.iter().zip(&kernels) {
-                let mut def = k.kernel_def().map_err(|e| Failure(e.to_string(), 2))?;
+                // The kernel was verified when built: not parsing is a bug.
+                let mut def = k
+                    .kernel_def()
+                    .map_err(|e| Failure(format!("internal error: {e}"), 1))?;
                 def.name = launch
                     .steps
                     .iter()
@@ -426,7 +640,7 @@ fn run(cli: Cli) -> Result<(), Failure> {
             let complete = complete_binds(&g, &binds)?;
             let rt = Runtime::new(cores.unwrap_or_else(all_cores), 1024);
             let text = dvm_host::fuse::explain::explain(&g, &complete, &fuse_options(no_fuse), &rt)
-                .map_err(|e| Failure(e.to_string(), 2))?;
+                .map_err(run_failure)?;
             print!("{text}");
             Ok(())
         }

@@ -341,3 +341,262 @@ fn verify_names_kernels_that_run_on_one_core() {
         "{out}"
     );
 }
+
+/// `--cores` takes 1 to 1024 on every subcommand; 0 and huge counts are
+/// refused while parsing (exit 2), before any thread is spawned.
+#[test]
+fn cores_out_of_range_are_refused() {
+    let dir = scratch("cores");
+    let out = dir.join("out");
+    for cores in ["0", "1025", "18446744073709551615"] {
+        let runs = [
+            dvm()
+                .arg("explain")
+                .arg(example())
+                .args(["--bind", "S=8", "--cores", cores])
+                .output()
+                .unwrap(),
+            dvm()
+                .arg("run")
+                .arg(example())
+                .args(["--cores", cores, "--output-dir"])
+                .arg(&out)
+                .output()
+                .unwrap(),
+            dvm().args(["demo", "--cores", cores]).output().unwrap(),
+        ];
+        for o in &runs {
+            assert_user_error(o, "--cores", &out);
+            assert!(String::from_utf8_lossy(&o.stderr).contains("1..=1024"));
+        }
+    }
+    assert!(!out.exists());
+}
+
+/// A graph with two outputs, `a` and `b`, of `x: [S, 4]`.
+fn two_outputs(dir: &Path) -> (PathBuf, String) {
+    let g = dir.join("two.json");
+    std::fs::write(
+        &g,
+        r#"{"inputs":[{"name":"x","dtype":"f32","shape":["S",4]}],
+            "nodes":[{"name":"a","op":"neg","inputs":["x"]},
+                     {"name":"b","op":"abs","inputs":["x"]}],
+            "outputs":["a","b"]}"#,
+    )
+    .unwrap();
+    let x = dir.join("x.npy");
+    npy::write(&x, &Tensor::from_f32(&[2, 4], &data(8, 1)).unwrap()).unwrap();
+    (g, format!("x={}", x.display()))
+}
+
+fn run_two(g: &Path, input: &str, out: &Path) -> Command {
+    let mut c = dvm();
+    c.arg("run")
+        .arg(g)
+        .args(["--input", input, "--output-dir"])
+        .arg(out);
+    c
+}
+
+/// Names of the files in `dir`.
+fn listing(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    v.sort();
+    v
+}
+
+/// `run` writes its outputs together: when `b.npy` cannot be written (it
+/// is a directory), `a.npy` is not written either.
+#[test]
+fn run_writes_all_outputs_or_none() {
+    let dir = scratch("two");
+    let (g, x) = two_outputs(&dir);
+    let out = dir.join("out");
+    std::fs::create_dir_all(out.join("b.npy")).unwrap();
+    let o = run_two(&g, &x, &out).output().unwrap();
+    assert_user_error(&o, "b.npy", &out);
+    assert!(String::from_utf8_lossy(&o.stderr).contains("is a directory"));
+    assert_eq!(listing(&out), ["b.npy"]);
+    // The same the other way round.
+    let out2 = dir.join("out2");
+    std::fs::create_dir_all(out2.join("a.npy")).unwrap();
+    let o = run_two(&g, &x, &out2).output().unwrap();
+    assert_user_error(&o, "a.npy", &out2);
+    assert_eq!(listing(&out2), ["a.npy"]);
+    // And both written when nothing is in the way.
+    let ok = dir.join("ok");
+    let o = run_two(&g, &x, &ok).output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(listing(&ok), ["a.npy", "b.npy"]);
+}
+
+/// An `--output-dir` that is a regular file is named as not a directory.
+#[test]
+fn output_dir_that_is_a_file_is_not_a_directory() {
+    let dir = scratch("odfile");
+    let (g, x) = two_outputs(&dir);
+    let file = dir.join("afile");
+    std::fs::write(&file, b"keep").unwrap();
+    let o = run_two(&g, &x, &file).output().unwrap();
+    assert_user_error(&o, "not a directory", &dir);
+    assert!(String::from_utf8_lossy(&o.stderr).contains("afile"));
+    assert_eq!(std::fs::read(&file).unwrap(), b"keep");
+}
+
+/// When `run` made the output directory and then cannot write into it (a
+/// file size limit of 0), it removes the directories it made, and only
+/// those.
+#[test]
+fn run_removes_the_output_directory_it_made() {
+    let dir = scratch("made");
+    let (g, x) = two_outputs(&dir);
+    let out = dir.join("new").join("deeper");
+    let cmd = run_two(&g, &x, &out);
+    let args: Vec<String> = cmd
+        .get_args()
+        .map(|a| format!("'{}'", a.to_string_lossy()))
+        .collect();
+    // SIGXFSZ ignored, so the write fails with EFBIG instead of killing.
+    let o = Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "ulimit -f 0 && trap '' XFSZ && exec '{}' {}",
+            env!("CARGO_BIN_EXE_dvm"),
+            args.join(" ")
+        ))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.contains("cannot write"), "{err}");
+    assert!(!dir.join("new").exists(), "the output directory was left");
+    assert!(dir.join("two.json").exists());
+}
+
+/// A symbolic link to a regular file stays a link (its target is
+/// replaced); a FIFO is written into, not replaced; a dangling link is
+/// refused.
+#[test]
+fn outputs_through_links_and_fifos() {
+    use std::os::unix::fs::FileTypeExt;
+    let dir = scratch("links");
+    let compile = |out: &Path| {
+        dvm()
+            .arg("compile")
+            .arg(example())
+            .args(["--bind", "S=8", "-o"])
+            .arg(out)
+            .output()
+            .unwrap()
+    };
+    let plain = dir.join("plain.dvmb");
+    assert!(compile(&plain).status.success());
+    let module = std::fs::read(&plain).unwrap();
+
+    let target = dir.join("target.dvmb");
+    std::fs::write(&target, b"old").unwrap();
+    let link = dir.join("link.dvmb");
+    std::os::unix::fs::symlink("target.dvmb", &link).unwrap();
+    let o = compile(&link);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(std::fs::symlink_metadata(&link)
+        .unwrap()
+        .file_type()
+        .is_symlink());
+    assert_eq!(std::fs::read(&target).unwrap(), module);
+
+    let dangling = dir.join("dangling.dvmb");
+    std::os::unix::fs::symlink("missing.dvmb", &dangling).unwrap();
+    let o = compile(&dangling);
+    assert_user_error(&o, "dangling.dvmb", &dir);
+    assert!(!dir.join("missing.dvmb").exists());
+
+    let fifo = dir.join("fifo");
+    let made = Command::new("mkfifo").arg(&fifo).status();
+    if !made.is_ok_and(|s| s.success()) {
+        eprintln!("mkfifo unavailable: FIFO case skipped");
+        return;
+    }
+    let reader = {
+        let fifo = fifo.clone();
+        std::thread::spawn(move || std::fs::read(fifo).unwrap())
+    };
+    let o = compile(&fifo);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    // Checked before joining: a FIFO replaced by a file leaves the reader
+    // blocked for good.
+    assert!(std::fs::symlink_metadata(&fifo)
+        .unwrap()
+        .file_type()
+        .is_fifo());
+    assert_eq!(reader.join().unwrap(), module);
+}
+
+/// `--bind` of one symbol twice names it (exit 2), in `run` and `explain`.
+#[test]
+fn a_symbol_bound_twice_is_named() {
+    let dir = scratch("twice");
+    let inputs = write_inputs(&dir, 8);
+    let out = dir.join("out");
+    let mut c = dvm();
+    c.arg("run").arg(example());
+    for i in &inputs {
+        c.arg("--input").arg(i);
+    }
+    let o = c
+        .args(["--bind", "S=8", "--bind", "S=9", "--output-dir"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert_user_error(&o, "`S` is bound twice", &out);
+    let o = dvm()
+        .arg("explain")
+        .arg(example())
+        .args(["--bind", "S=8", "--bind", "S=8"])
+        .output()
+        .unwrap();
+    assert_user_error(&o, "`S` is bound twice", &out);
+}
+
+/// A graph beyond the instruction set's limits is the user's error (exit
+/// 2) in `run`, `explain` and `compile` alike.
+#[test]
+fn graph_beyond_the_limits_is_a_user_error_everywhere() {
+    let dir = scratch("limits");
+    let g = dir.join("big.json");
+    std::fs::write(
+        &g,
+        r#"{"inputs":[{"name":"x","dtype":"f32","shape":[1]}],
+            "nodes":[{"name":"y","op":"expand","inputs":["x"],"shape":[1073741824,16]}],
+            "outputs":["y"]}"#,
+    )
+    .unwrap();
+    let x = dir.join("x.npy");
+    npy::write(&x, &Tensor::from_f32(&[1], &[1.0]).unwrap()).unwrap();
+    let out = dir.join("out");
+    let run = dvm()
+        .arg("run")
+        .arg(&g)
+        .arg("--input")
+        .arg(format!("x={}", x.display()))
+        .arg("--output-dir")
+        .arg(&out)
+        .output()
+        .unwrap();
+    let explain = dvm().arg("explain").arg(&g).output().unwrap();
+    let m = dir.join("big.dvmb");
+    let compile = dvm()
+        .arg("compile")
+        .arg(&g)
+        .arg("-o")
+        .arg(&m)
+        .output()
+        .unwrap();
+    for o in [&run, &explain, &compile] {
+        assert_user_error(o, "exceeds the instruction set's limits", &out);
+    }
+    assert!(!out.exists() && !m.exists());
+}

@@ -324,3 +324,51 @@ fn a_failed_second_output_leaves_no_first_output() {
         .collect();
     assert!(leftovers.is_empty(), "{leftovers:?}");
 }
+
+/// Names of the temporary files `dvm` leaves in `dir` (none, it should).
+fn temporaries(dir: &Path) -> Vec<String> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.contains(".tmp-"))
+        .collect()
+}
+
+/// An output path that is a directory is found before anything is
+/// renamed into place: exit 2, and the other output is not written.
+#[test]
+fn an_output_that_is_a_directory_leaves_the_other_unwritten() {
+    let dir = scratch("dir-output");
+    let neg = small(&dir, "neg");
+    let obj = dir.join("kernels.o");
+    let image = dir.join("image-dir");
+    std::fs::create_dir(&image).unwrap();
+    let o = dvm()
+        .arg("link")
+        .arg(&neg)
+        .arg("-o")
+        .arg(&obj)
+        .arg("--image")
+        .arg(&image)
+        .output()
+        .unwrap();
+    user_error(&o, &["image-dir", "is a directory"]);
+    assert!(!obj.exists(), "the object was left behind");
+    assert!(temporaries(&dir).is_empty(), "{:?}", temporaries(&dir));
+
+    // memory-x: `link.x` is a directory, so `memory.x` is not written.
+    let mx = dir.join("mx");
+    std::fs::create_dir_all(mx.join("link.x")).unwrap();
+    let o = dvm().arg("memory-x").arg("-o").arg(&mx).output().unwrap();
+    user_error(&o, &["link.x", "is a directory"]);
+    assert!(!mx.join("memory.x").exists(), "memory.x was left behind");
+    assert!(temporaries(&mx).is_empty(), "{:?}", temporaries(&mx));
+
+    // memory-x into a regular file: it is not a directory.
+    let file = dir.join("afile");
+    std::fs::write(&file, b"x").unwrap();
+    let o = dvm().arg("memory-x").arg("-o").arg(&file).output().unwrap();
+    user_error(&o, &["afile", "not a directory"]);
+    assert_eq!(std::fs::read(&file).unwrap(), b"x");
+    let _ = std::fs::remove_dir_all(&dir);
+}

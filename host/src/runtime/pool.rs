@@ -158,6 +158,12 @@ pub struct CpuPool {
     launch_lock: Mutex<()>,
 }
 
+/// The most participants a pool has ([`CpuPool::new`] clamps to it): each
+/// is a thread with its own UB, and a launch splits its tiles among them.
+/// Well above the cores of any machine the VM targets; a count beyond it
+/// would spawn threads to no purpose (or fail to).
+pub const MAX_CORES: usize = 1024;
+
 /// How long an idle worker spins after a job before parking, so that the
 /// next launch of a run finds it awake. A new worker parks at once
 /// instead: what follows a pool's creation is host work (the eager API's
@@ -169,9 +175,10 @@ const SPIN: Duration = Duration::from_micros(200);
 
 impl CpuPool {
     /// A pool of `cores` participants: the calling thread plus `cores − 1`
-    /// workers (at least one participant).
+    /// workers, `cores` clamped to `1..=`[`MAX_CORES`] (one thread and one
+    /// UB per participant: a larger count is a mistake, not a machine).
     pub fn new(cores: usize) -> CpuPool {
-        let cores = cores.max(1);
+        let cores = cores.clamp(1, MAX_CORES);
         let shared = Arc::new(Shared {
             generation: AtomicU64::new(0),
             pending: AtomicUsize::new(0),

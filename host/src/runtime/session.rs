@@ -351,7 +351,8 @@ fn bytemuck_bytes(v: &mut [u64]) -> &mut [u8] {
 }
 
 impl Runtime {
-    /// A runtime on `cores` cores with a cache of `cache_capacity` kernels.
+    /// A runtime on `cores` cores (clamped to `1..=`[`super::pool::MAX_CORES`])
+    /// with a cache of `cache_capacity` kernels.
     /// It waits (at most 100 ms) for the workers to start, then warms the
     /// compile path on the calling thread (see [`crate::warm`]), last, so
     /// the first kernel it compiles there is as fast as the next ones.
