@@ -249,7 +249,14 @@ impl Graph {
             Value::Number(n) => n
                 .as_i64()
                 .map(Dim::val)
-                .ok_or_else(|| err(at, Some(field), format!("dimension {n} is not an integer"))),
+                .ok_or_else(|| {
+                    let what = if n.is_f64() {
+                        "is not an integer"
+                    } else {
+                        "is beyond the largest extent (2^63 - 1)"
+                    };
+                    err(at, Some(field), format!("dimension {n} {what}"))
+                }),
             Value::String(s) => {
                 Dim::parse(s, &mut self.scope).map_err(|e| err(at, Some(field), e.to_string()))
             }
