@@ -246,17 +246,14 @@ fn dim_value(d: &Dim) -> Value {
 impl Graph {
     fn parse_dim_value(&mut self, at: &str, field: &str, v: &Value) -> Result<Dim, GraphError> {
         match v {
-            Value::Number(n) => n
-                .as_i64()
-                .map(Dim::val)
-                .ok_or_else(|| {
-                    let what = if n.is_f64() {
-                        "is not an integer"
-                    } else {
-                        "is beyond the largest extent (2^63 - 1)"
-                    };
-                    err(at, Some(field), format!("dimension {n} {what}"))
-                }),
+            Value::Number(n) => n.as_i64().map(Dim::val).ok_or_else(|| {
+                let what = if n.is_f64() {
+                    "is not an integer"
+                } else {
+                    "is beyond the largest extent (2^63 - 1)"
+                };
+                err(at, Some(field), format!("dimension {n} {what}"))
+            }),
             Value::String(s) => {
                 Dim::parse(s, &mut self.scope).map_err(|e| err(at, Some(field), e.to_string()))
             }
