@@ -7,7 +7,8 @@ use std::path::{Path, PathBuf};
 use clap::{Subcommand, ValueEnum};
 use dvm_linker::{layout, objdump, Arch, DeviceDesc, LinkError, Linker};
 
-use crate::{read, write_all_atomic, Failure, MadeDir};
+use crate::out_files::{write_all_atomic, MadeDir};
+use crate::{read, Failure};
 
 /// Architecture of the ELF object `dvm link` writes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]

@@ -1,0 +1,213 @@
+//! How the `dvm` CLI writes its outputs: all of a command's files as
+//! one (checked, written to temporaries, then renamed into place), so a
+//! failure leaves none of them behind; devices and FIFOs written in
+//! place; directories it made for them removed again on failure.
+
+use std::path::{Path, PathBuf};
+
+use crate::Failure;
+
+/// Writes `bytes` to `path` as [`write_all_atomic`] does.
+///
+/// # Errors
+///
+/// As [`write_all_atomic`].
+pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), Failure> {
+    write_all_atomic(&[(path, bytes)])
+}
+
+/// How one file of [`write_all_atomic`] reaches its destination.
+enum Dest {
+    /// A temporary file next to `target`, renamed onto it: `target` is the
+    /// path given, or the regular file a symbolic link there points to (so
+    /// the link stays a link).
+    Rename {
+        target: PathBuf,
+        /// The permissions of the file replaced, kept.
+        keep: Option<std::fs::Permissions>,
+    },
+    /// Written in place: the destination exists and is not a regular file
+    /// (a device such as `/dev/null`, a FIFO), which a rename would replace.
+    InPlace,
+}
+
+/// Where `path` is written (see [`Dest`]), found before anything is
+/// written.
+///
+/// # Errors
+///
+/// Exit code 2 when `path` is a directory or a symbolic link to nothing.
+fn destination(path: &Path) -> Result<Dest, Failure> {
+    let is_link = std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_symlink());
+    match std::fs::metadata(path) {
+        Ok(m) if m.is_dir() => Err(Failure(
+            format!("cannot write {}: it is a directory", path.display()),
+            2,
+        )),
+        Ok(m) if m.is_file() => {
+            let target = if is_link {
+                std::fs::canonicalize(path)
+                    .map_err(|e| Failure(format!("cannot resolve {}: {e}", path.display()), 1))?
+            } else {
+                path.to_path_buf()
+            };
+            Ok(Dest::Rename {
+                target,
+                keep: Some(m.permissions()),
+            })
+        }
+        Ok(_) => Ok(Dest::InPlace),
+        Err(_) if is_link => Err(Failure(
+            format!(
+                "cannot write {}: it is a symbolic link to a missing file",
+                path.display()
+            ),
+            2,
+        )),
+        // Missing (or unreachable: writing the temporary names the error).
+        Err(_) => Ok(Dest::Rename {
+            target: path.to_path_buf(),
+            keep: None,
+        }),
+    }
+}
+
+/// A fresh temporary path next to `target` (same directory, so renaming it
+/// onto `target` is atomic).
+fn temp_path(target: &Path) -> PathBuf {
+    static COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let k = COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let name = target
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    target.with_file_name(format!(".{name}.tmp-{}-{k}", std::process::id()))
+}
+
+/// Writes `bytes` to a new file `tmp` (with `keep`'s permissions, if any).
+fn write_temp(
+    tmp: &Path,
+    bytes: &[u8],
+    keep: Option<&std::fs::Permissions>,
+) -> std::io::Result<()> {
+    use std::io::Write;
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(tmp)?;
+    f.write_all(bytes)?;
+    if let Some(p) = keep {
+        f.set_permissions(p.clone())?;
+    }
+    Ok(())
+}
+
+/// Writes several files as one, so a failure leaves none of them behind
+/// (nor anything else): every destination is checked first (none may be a
+/// directory), then every file is written to a temporary next to its
+/// destination, and only when all are written are they renamed into place.
+/// A destination that is a symbolic link to a regular file is replaced at
+/// the link's target, so the link stays; one that exists but is not a
+/// regular file (`/dev/null`, a FIFO) is written in place, after the
+/// temporaries, as a rename would replace the device itself.
+///
+/// # Errors
+///
+/// Exit code 2 when a destination is a directory or a dangling symbolic
+/// link (nothing is written then); 1 when a file cannot be written or
+/// renamed, naming it.
+pub(crate) fn write_all_atomic(files: &[(&Path, &[u8])]) -> Result<(), Failure> {
+    let fail = |path: &Path, e: std::io::Error| {
+        Failure(format!("cannot write {}: {e}", path.display()), 1)
+    };
+    let dests = files
+        .iter()
+        .map(|(path, _)| destination(path))
+        .collect::<Result<Vec<_>, _>>()?;
+    let cleanup = |tmps: &[(PathBuf, &Path)]| {
+        for (t, _) in tmps {
+            // Best effort: the temporary may not exist.
+            let _ = std::fs::remove_file(t);
+        }
+    };
+    let mut tmps: Vec<(PathBuf, &Path)> = Vec::with_capacity(files.len());
+    for ((path, bytes), dest) in files.iter().zip(&dests) {
+        if let Dest::Rename { target, keep } = dest {
+            let tmp = temp_path(target);
+            let written = write_temp(&tmp, bytes, keep.as_ref());
+            tmps.push((tmp, target));
+            if let Err(e) = written {
+                cleanup(&tmps);
+                return Err(fail(path, e));
+            }
+        }
+    }
+    for ((path, bytes), dest) in files.iter().zip(&dests) {
+        if let Dest::InPlace = dest {
+            if let Err(e) = std::fs::write(path, bytes) {
+                cleanup(&tmps);
+                return Err(fail(path, e));
+            }
+        }
+    }
+    for (i, (tmp, target)) in tmps.iter().enumerate() {
+        if let Err(e) = std::fs::rename(tmp, target) {
+            cleanup(&tmps[i..]);
+            return Err(fail(target, e));
+        }
+    }
+    Ok(())
+}
+
+/// A directory made for outputs, and the part of it that did not exist
+/// before (removed again by [`MadeDir::undo`] if nothing was written).
+pub(crate) struct MadeDir {
+    /// The directories created, deepest first.
+    created: Vec<PathBuf>,
+}
+
+impl MadeDir {
+    /// Creates `dir` and any missing parents.
+    ///
+    /// # Errors
+    ///
+    /// Exit code 2 when `dir` (or a parent) exists and is not a directory,
+    /// or cannot be created.
+    pub(crate) fn create(dir: &Path) -> Result<MadeDir, Failure> {
+        check_dir(dir)?;
+        let created: Vec<PathBuf> = dir
+            .ancestors()
+            .filter(|a| !a.as_os_str().is_empty())
+            .take_while(|a| std::fs::symlink_metadata(a).is_err())
+            .map(Path::to_path_buf)
+            .collect();
+        std::fs::create_dir_all(dir)
+            .map_err(|e| Failure(format!("cannot create {}: {e}", dir.display()), 2))?;
+        Ok(MadeDir { created })
+    }
+
+    /// Removes the directories [`MadeDir::create`] made, where empty.
+    pub(crate) fn undo(&self) {
+        for d in &self.created {
+            // Best effort, and only if empty: `remove_dir` refuses otherwise.
+            if std::fs::remove_dir(d).is_err() {
+                break;
+            }
+        }
+    }
+}
+
+/// Checks that `dir` is a directory or does not exist.
+///
+/// # Errors
+///
+/// Exit code 2 naming `dir` when it exists and is not a directory.
+pub(crate) fn check_dir(dir: &Path) -> Result<(), Failure> {
+    match std::fs::metadata(dir) {
+        Ok(m) if !m.is_dir() => Err(Failure(
+            format!("{} exists and is not a directory", dir.display()),
+            2,
+        )),
+        _ => Ok(()),
+    }
+}
