@@ -307,6 +307,16 @@ fn run(cli: Cli) -> Result<(), Failure> {
             no_fuse,
         } => {
             let g = load_graph(&graph)?;
+            if g.outputs().is_empty() {
+                return Err(Failure(
+                    format!(
+                        "{}: the graph has no outputs, so there is nothing to run (list them \
+                         under `outputs`)",
+                        graph.display()
+                    ),
+                    2,
+                ));
+            }
             check_dir(&output_dir)
                 .map_err(|Failure(msg, code)| Failure(format!("--output-dir: {msg}"), code))?;
             let qemu = match (device, firmware) {

@@ -72,6 +72,19 @@ fn destination(path: &Path) -> Result<Dest, Failure> {
     }
 }
 
+/// `path` with its directory resolved (the file itself may not exist
+/// yet): two paths to one file compare equal.
+fn file_key(path: &Path) -> PathBuf {
+    let dir = path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    match (std::fs::canonicalize(dir), path.file_name()) {
+        (Ok(dir), Some(name)) => dir.join(name),
+        _ => path.to_path_buf(),
+    }
+}
+
 /// A fresh temporary path next to `target` (same directory, so renaming it
 /// onto `target` is atomic).
 fn temp_path(target: &Path) -> PathBuf {
@@ -114,7 +127,7 @@ fn write_temp(
 /// # Errors
 ///
 /// Exit code 2 when a destination is a directory or a dangling symbolic
-/// link (nothing is written then); 1 when a file cannot be written or
+/// link, or two name one file (nothing is written then); 1 when a file cannot be written or
 /// renamed, naming it.
 pub(crate) fn write_all_atomic(files: &[(&Path, &[u8])]) -> Result<(), Failure> {
     let fail = |path: &Path, e: std::io::Error| {
@@ -124,6 +137,27 @@ pub(crate) fn write_all_atomic(files: &[(&Path, &[u8])]) -> Result<(), Failure> 
         .iter()
         .map(|(path, _)| destination(path))
         .collect::<Result<Vec<_>, _>>()?;
+    // Two outputs onto one file: the second would silently win.
+    let keys: Vec<PathBuf> = files
+        .iter()
+        .zip(&dests)
+        .map(|((path, _), dest)| match dest {
+            Dest::Rename { target, .. } => file_key(target),
+            Dest::InPlace => file_key(path),
+        })
+        .collect();
+    for (i, k) in keys.iter().enumerate() {
+        if let Some(j) = keys[..i].iter().position(|x| x == k) {
+            return Err(Failure(
+                format!(
+                    "{} and {} are the same file: give each output its own",
+                    files[j].0.display(),
+                    files[i].0.display()
+                ),
+                2,
+            ));
+        }
+    }
     let cleanup = |tmps: &[(PathBuf, &Path)]| {
         for (t, _) in tmps {
             // Best effort: the temporary may not exist.

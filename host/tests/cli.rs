@@ -116,6 +116,22 @@ fn bad_inputs_are_user_errors() {
         .output()
         .unwrap();
     assert_user_error(&o, "g.json", &out);
+    // A graph without outputs: nothing to run, and no directory made.
+    let empty = dir.join("no-outputs.json");
+    std::fs::write(
+        &empty,
+        r#"{"inputs": [{"name": "x", "dtype": "f32", "shape": [4]}]}"#,
+    )
+    .unwrap();
+    let o = dvm()
+        .arg("run")
+        .arg(&empty)
+        .arg("--output-dir")
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert_user_error(&o, "no outputs", &out);
+    assert!(!out.exists(), "the output directory was made");
 }
 
 #[test]

@@ -370,5 +370,18 @@ fn an_output_that_is_a_directory_leaves_the_other_unwritten() {
     let o = dvm().arg("memory-x").arg("-o").arg(&file).output().unwrap();
     user_error(&o, &["afile", "not a directory"]);
     assert_eq!(std::fs::read(&file).unwrap(), b"x");
+
+    // The object and the image onto one file (two spellings of it).
+    let o = dvm()
+        .arg("link")
+        .arg(&neg)
+        .arg("-o")
+        .arg(&obj)
+        .arg("--image")
+        .arg(dir.join(".").join("kernels.o"))
+        .output()
+        .unwrap();
+    user_error(&o, &["kernels.o", "same file"]);
+    assert!(!obj.exists(), "an output was written");
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -177,6 +177,8 @@ impl CpuPool {
     /// A pool of `cores` participants: the calling thread plus `cores − 1`
     /// workers, `cores` clamped to `1..=`[`MAX_CORES`] (one thread and one
     /// UB per participant: a larger count is a mistake, not a machine).
+    /// If the system refuses a worker thread, the pool keeps those it
+    /// started ([`CpuPool::cores`] says how many participate).
     pub fn new(cores: usize) -> CpuPool {
         let cores = cores.clamp(1, MAX_CORES);
         let shared = Arc::new(Shared {
@@ -191,13 +193,15 @@ impl CpuPool {
             ready: AtomicUsize::new(0),
             next_tile: AtomicU64::new(0),
         });
+        // A thread the system refuses (a process or memory limit) leaves
+        // the pool with the workers it has: fewer cores, not a failure.
         let workers = (1..cores)
-            .map(|idx| {
+            .map_while(|idx| {
                 let shared = Arc::clone(&shared);
                 std::thread::Builder::new()
                     .name(format!("dvm-cpu-{idx}"))
                     .spawn(move || worker(shared, idx as u32))
-                    .expect("spawning a dvm worker thread")
+                    .ok()
             })
             .collect();
         CpuPool {
