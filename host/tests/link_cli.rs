@@ -304,25 +304,25 @@ fn a_failed_second_output_leaves_no_first_output() {
     let neg = small(&dir, "neg");
     let obj = dir.join("kernels.o");
     let image = dir.join("missing-dir").join("kernels.dvmb");
-    let o = dvm()
-        .arg("link")
-        .arg(&neg)
-        .arg("-o")
-        .arg(&obj)
-        .arg("--image")
-        .arg(&image)
-        .output()
-        .unwrap();
+    let o = link_with_image(&neg, &obj, &image);
     assert!(!o.status.success());
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains("kernels.dvmb"), "{err}");
     assert!(!obj.exists(), "the object was left behind");
-    let leftovers: Vec<_> = std::fs::read_dir(&dir)
+    assert!(temporaries(&dir).is_empty(), "{:?}", temporaries(&dir));
+}
+
+/// `dvm link MODULE -o OBJ --image IMAGE`, run.
+fn link_with_image(module: &Path, obj: &Path, image: impl AsRef<std::ffi::OsStr>) -> Output {
+    dvm()
+        .arg("link")
+        .arg(module)
+        .arg("-o")
+        .arg(obj)
+        .arg("--image")
+        .arg(image)
+        .output()
         .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .filter(|n| n.contains(".tmp-"))
-        .collect();
-    assert!(leftovers.is_empty(), "{leftovers:?}");
 }
 
 /// Names of the temporary files `dvm` leaves in `dir` (none, it should).
@@ -343,15 +343,7 @@ fn an_output_that_is_a_directory_leaves_the_other_unwritten() {
     let obj = dir.join("kernels.o");
     let image = dir.join("image-dir");
     std::fs::create_dir(&image).unwrap();
-    let o = dvm()
-        .arg("link")
-        .arg(&neg)
-        .arg("-o")
-        .arg(&obj)
-        .arg("--image")
-        .arg(&image)
-        .output()
-        .unwrap();
+    let o = link_with_image(&neg, &obj, &image);
     user_error(&o, &["image-dir", "is a directory"]);
     assert!(!obj.exists(), "the object was left behind");
     assert!(temporaries(&dir).is_empty(), "{:?}", temporaries(&dir));
@@ -372,15 +364,7 @@ fn an_output_that_is_a_directory_leaves_the_other_unwritten() {
     assert_eq!(std::fs::read(&file).unwrap(), b"x");
 
     // The object and the image onto one file (two spellings of it).
-    let o = dvm()
-        .arg("link")
-        .arg(&neg)
-        .arg("-o")
-        .arg(&obj)
-        .arg("--image")
-        .arg(dir.join(".").join("kernels.o"))
-        .output()
-        .unwrap();
+    let o = link_with_image(&neg, &obj, dir.join(".").join("kernels.o"));
     user_error(&o, &["kernels.o", "same file"]);
     assert!(!obj.exists(), "an output was written");
     let _ = std::fs::remove_dir_all(&dir);
