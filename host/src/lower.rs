@@ -203,24 +203,33 @@ pub fn lower_with<K>(
             what: "the fusion plan was made for another graph".into(),
         });
     }
+    let shapes = graph.concrete_shapes(bindings)?;
+    // A tensor without elements needs no kernel, and a group holding one
+    // would be tiled over nothing: such a graph is lowered an operator at
+    // a time, each empty value a buffer of no bytes (`lower_node`).
+    let unfused;
+    let empty = shapes.iter().position(|s| s.contains(&0));
+    let fusion = if empty.is_some() {
+        unfused = FusionPlan::unfused(graph);
+        &unfused
+    } else {
+        fusion
+    };
     let mut lw = Lowerer {
         graph,
         bindings,
-        shapes: graph.concrete_shapes(bindings)?,
+        shapes,
         plan: Plan::default(),
         values: vec![None; n],
         facts: fusion.facts(graph),
         layouts: &fusion.layouts,
     };
-    if let Some((i, shape)) = lw.shapes.iter().enumerate().find(|(_, s)| s.contains(&0)) {
-        return Err(LowerError::Unsupported {
-            node: graph.nodes()[i].name.to_string(),
-            what: format!(
-                "has no elements at these bindings (shape {}): the kernel compiler does not \
-                 take zero-size tensors (the reference device runs them)",
-                crate::graph::DimsDisplay(shape)
-            ),
-        });
+    if let Some(i) = empty {
+        lw.plan.notes.push(format!(
+            "lowered an operator at a time: `{}` has no elements at these shapes ({})",
+            graph.nodes()[i].name,
+            crate::graph::DimsDisplay(&lw.shapes[i])
+        ));
     }
     let mut kernels: Vec<K> = Vec::new();
     for unit in &fusion.order {
@@ -340,6 +349,21 @@ impl Lowerer<'_> {
         build: &mut dyn FnMut(&Group, &str) -> Result<K, BuildError>,
         kernels: &mut Vec<K>,
     ) -> Result<Vec<usize>, LowerError> {
+        // A member without elements, or reading one, is lowered on its own
+        // (`lower_node`: no kernel, or a constant).
+        let empty = |n: NodeId| {
+            let node = &self.graph[n];
+            std::iter::once(n)
+                .chain(node.operands.iter().copied())
+                .any(|m| self.shapes.get(m.0).is_some_and(|s| s.contains(&0)))
+        };
+        if nodes.iter().any(|&n| empty(n)) {
+            let mut steps = Vec::new();
+            for &n in nodes {
+                steps.extend(self.emit_single(n, build, kernels)?);
+            }
+            return Ok(steps);
+        }
         let name = self.group_name(nodes);
         let member = |n: NodeId| nodes.binary_search(&n).is_ok();
         let why = match validate(&self.facts, nodes, &member) {
@@ -746,6 +770,29 @@ fn lower_node(
                 .ok_or_else(|| unsupported("missing operand"))
         };
         let dt = node.dtype;
+        let empty_operand = node
+            .operands
+            .iter()
+            .any(|o| shapes.get(o.0).is_some_and(|s| s.contains(&0)));
+        let value = match &node.op {
+            Op::Input | Op::Constant(_) => None,
+            // No elements: nothing to compute.
+            _ if shape.contains(&0) => Some(new_buf(plan, BufKind::Temp, dt, shape)),
+            // Elements from none: a sum is 0, a product of `k = 0` terms
+            // too; a maximum or minimum has none (as the reference says).
+            Op::Reduce { op, .. } if empty_operand => match op {
+                ReduceOp::Sum => Some(filled(plan, dt, shape, 0.0)?),
+                _ => return Err(unsupported("max/min over zero elements")),
+            },
+            Op::MatMul { .. } if empty_operand => Some(filled(plan, dt, shape, 0.0)?),
+            Op::Concat { .. } => None,
+            _ if empty_operand => return Err(unsupported("an operand has no elements")),
+            _ => None,
+        };
+        if let Some(value) = value {
+            values[id] = Some(value);
+            return Ok(());
+        }
         let value = match &node.op {
             Op::Input => {
                 let i =
@@ -975,7 +1022,13 @@ fn lower_outputs(
             && v.view.offset == 0
             && matches!(plan.buffers[v.buf].kind, BufKind::Temp)
             && !used.contains(&v.buf);
-        let v = if own { v } else { copy(plan, name, &v)? };
+        let v = if own {
+            v
+        } else if v.view.numel() == 0 {
+            new_buf(plan, BufKind::Temp, v.view.dtype, &v.view.shape)
+        } else {
+            copy(plan, name, &v)?
+        };
         used.push(v.buf);
         plan.outputs
             .push((name.clone(), v.buf, v.view.dtype, v.view.shape.clone()));
@@ -1099,6 +1152,15 @@ fn step_name(node: &str, k: usize, n: usize) -> String {
     } else {
         node.to_string()
     }
+}
+
+/// A constant buffer of `shape` holding `value` everywhere.
+fn filled(plan: &mut Plan, dt: DType, shape: &[u64], value: f64) -> Result<Value, LowerError> {
+    let t = crate::tensor::Tensor::full(dt, shape, value).map_err(|e| LowerError::Unsupported {
+        node: String::new(),
+        what: e.to_string(),
+    })?;
+    Ok(new_buf(plan, BufKind::Const(t.into_bytes()), dt, shape))
 }
 
 fn dense(dt: DType, shape: &[u64], offset: u64) -> View {

@@ -628,6 +628,26 @@ mod eager {
         window_at(ex, 9)
     }
 
+    /// An empty cache grows by concatenation, step by step: its first
+    /// step (no rows) runs as the later ones do.
+    #[test]
+    fn an_empty_cache_grows_step_by_step() {
+        let ex = Eager::new(2);
+        let mut cache = ex.tensor(Tensor::from_f32(&[0, 4], &[]).unwrap());
+        for step in 0..3u64 {
+            let row = ex.tensor(tensor(&[1, 4], step as u32 + 1, 1.0));
+            cache = cache.concat(&[&row], 0).unwrap();
+            let total = cache.sum(&[0], false).unwrap().to_tensor().unwrap();
+            assert_eq!(total.shape(), &[4]);
+            assert_eq!(cache.shape(), &[step + 1, 4]);
+        }
+        // Sums over no rows are 0; an element-wise op on no rows has none.
+        let empty = ex.tensor(Tensor::from_f32(&[0, 4], &[]).unwrap());
+        let s = empty.exp().unwrap().sum(&[0], false).unwrap();
+        assert_eq!(s.to_f32_vec().unwrap(), vec![0.0; 4]);
+        assert_eq!(empty.exp().unwrap().to_tensor().unwrap().shape(), &[0, 4]);
+    }
+
     #[test]
     fn recorded_ops_run_fused_at_the_flush_point() {
         let fused = Eager::new(2);

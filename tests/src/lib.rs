@@ -171,6 +171,7 @@ pub fn cases() -> R<Vec<Case>> {
     views(&mut out)?;
     dtypes(&mut out)?;
     symbolic(&mut out)?;
+    empty(&mut out)?;
     out.push(encoder()?);
     Ok(out)
 }
@@ -496,6 +497,28 @@ fn symbolic(out: &mut Vec<Case>) -> R<()> {
         let y = b.g.silu(t)?;
         let m = b.g.mean(y, &[0], false)?;
         out.push(b.output(&[y, m])?);
+    }
+    Ok(())
+}
+
+/// Zero-size tensors: a cache of `S` rows, empty at the first step,
+/// concatenated with new rows, reduced over and contracted along its
+/// empty axis (sums and products of nothing: 0).
+fn empty(out: &mut Vec<Case>) -> R<()> {
+    for s in [0u64, 5] {
+        let mut b = Builder::new(format!("empty/S={s}")).tol(1e-5, 1e-5);
+        let sym = b.g.symbol("S", 0, 4096)?;
+        let sd = Dim::from(sym);
+        let past = b.input_dims("past", F32, &[sd, Dim::from(16)], &[s, 16], Domain::Any)?;
+        let new = b.input("new", F32, &[3, 16], Domain::Any)?;
+        let cache = b.g.concat(&[past, new], 0)?;
+        let p = b.g.softmax(cache, -1)?;
+        let e = b.g.unary(Opcode::Exp, past)?;
+        let t = b.g.sum(past, &[0], true)?;
+        let t = b.g.scalar(Opcode::AddS, t, 1.0)?;
+        let pt = b.g.transpose(past, &[1, 0])?;
+        let gram = b.g.matmul(pt, past, false, false)?;
+        out.push(b.output(&[p, e, t, gram])?);
     }
     Ok(())
 }
