@@ -15,7 +15,7 @@ use dvm_isa::builder::{
     write_module, BodyDef, CodeWriter, KernelDef, ModuleBuilder, ModuleParts, ParamDef,
 };
 use dvm_isa::meta::MetaWriter;
-use dvm_isa::module::{BodyEntry, KernelEntry, ParamEntry, SectionKind};
+use dvm_isa::module::{BodyEntry, KernelEntry, ParamEntry};
 use dvm_isa::VerifyError;
 use dvm_isa::{DeviceLimits, KernelKind, Module, ParamAccess, ParseError};
 use zerocopy::little_endian::U32;
@@ -338,31 +338,12 @@ fn finish(
     }))
 }
 
-/// Byte range, within the module, of the first kernel's name in the
-/// metadata (postcard: the kernel count, then the name's length, then its
-/// bytes).
+/// Byte range, within the module, of the first kernel's name (read by
+/// [`Module::kernel_name`], a sub-slice of the module's bytes).
 fn name_range(m: &Module<'_>) -> Option<(usize, usize)> {
-    let meta = m.meta_bytes();
-    let mut at = 0;
-    let mut varint = || -> Option<usize> {
-        let mut v = 0usize;
-        for shift in (0..64).step_by(7) {
-            let b = *meta.get(at)?;
-            at += 1;
-            v |= ((b & 0x7f) as usize) << shift;
-            if b & 0x80 == 0 {
-                return Some(v);
-            }
-        }
-        None
-    };
-    if varint()? == 0 {
-        return None;
-    }
-    let len = varint()?;
-    let start = m.section_range(SectionKind::Meta).start + at;
-    let end = start.checked_add(len)?;
-    (end <= m.bytes().len()).then_some((start, end))
+    let name = m.kernel_name(0)?;
+    let start = (name.as_ptr() as usize).checked_sub(m.bytes().as_ptr() as usize)?;
+    Some((start, start + name.len()))
 }
 
 /// Whether `build` and the allocating `compile` + [`ready`] path agree

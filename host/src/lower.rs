@@ -208,7 +208,7 @@ pub fn lower_with<K>(
     // would be tiled over nothing: such a graph is lowered an operator at
     // a time, each empty value a buffer of no bytes (`lower_node`).
     let unfused;
-    let empty = shapes.iter().position(|s| s.contains(&0));
+    let empty = (0..n).find(|&i| is_empty(&shapes, NodeId(i)));
     let fusion = if empty.is_some() {
         unfused = FusionPlan::unfused(graph);
         &unfused
@@ -352,10 +352,11 @@ impl Lowerer<'_> {
         // A member without elements, or reading one, is lowered on its own
         // (`lower_node`: no kernel, or a constant).
         let empty = |n: NodeId| {
-            let node = &self.graph[n];
-            std::iter::once(n)
-                .chain(node.operands.iter().copied())
-                .any(|m| self.shapes.get(m.0).is_some_and(|s| s.contains(&0)))
+            is_empty(&self.shapes, n)
+                || self.graph[n]
+                    .operands
+                    .iter()
+                    .any(|&o| is_empty(&self.shapes, o))
         };
         if nodes.iter().any(|&n| empty(n)) {
             let mut steps = Vec::new();
@@ -770,10 +771,10 @@ fn lower_node(
                 .ok_or_else(|| unsupported("missing operand"))
         };
         let dt = node.dtype;
-        let empty_operand = node
-            .operands
-            .iter()
-            .any(|o| shapes.get(o.0).is_some_and(|s| s.contains(&0)));
+        let empty_operand = node.operands.iter().any(|&o| is_empty(shapes, o));
+        let fill = |plan: &mut Plan, vals: &[f64]| {
+            constant(plan, dt, shape, vals).map_err(|e| unsupported(&e.to_string()))
+        };
         let value = match &node.op {
             Op::Input | Op::Constant(_) => None,
             // No elements: nothing to compute.
@@ -781,10 +782,10 @@ fn lower_node(
             // Elements from none: a sum is 0, a product of `k = 0` terms
             // too; a maximum or minimum has none (as the reference says).
             Op::Reduce { op, .. } if empty_operand => match op {
-                ReduceOp::Sum => Some(filled(plan, dt, shape, 0.0)?),
+                ReduceOp::Sum => Some(fill(plan, &[0.0])?),
                 _ => return Err(unsupported("max/min over zero elements")),
             },
-            Op::MatMul { .. } if empty_operand => Some(filled(plan, dt, shape, 0.0)?),
+            Op::MatMul { .. } if empty_operand => Some(fill(plan, &[0.0])?),
             Op::Concat { .. } => None,
             _ if empty_operand => return Err(unsupported("an operand has no elements")),
             _ => None,
@@ -799,16 +800,7 @@ fn lower_node(
                     input_index(id).ok_or_else(|| unsupported("input not in the input list"))?;
                 new_buf(plan, BufKind::Input(i), dt, shape)
             }
-            Op::Constant(vals) => {
-                // A fill is allocated fallibly: its size is the graph's
-                // word, not the file's.
-                let t = match vals[..] {
-                    [v] => crate::tensor::Tensor::full(dt, shape, v),
-                    _ => crate::tensor::Tensor::from_f64(dt, shape, vals),
-                }
-                .map_err(|e| unsupported(&e.to_string()))?;
-                new_buf(plan, BufKind::Const(t.into_bytes()), dt, shape)
-            }
+            Op::Constant(vals) => fill(plan, vals)?,
             Op::Unary(code) => {
                 let x = arg(0)?.clone();
                 ewise(plan, &node.name, shape, dt, &[x], GNode::Unary(*code, 0))?
@@ -1154,13 +1146,25 @@ fn step_name(node: &str, k: usize, n: usize) -> String {
     }
 }
 
-/// A constant buffer of `shape` holding `value` everywhere.
-fn filled(plan: &mut Plan, dt: DType, shape: &[u64], value: f64) -> Result<Value, LowerError> {
-    let t = crate::tensor::Tensor::full(dt, shape, value).map_err(|e| LowerError::Unsupported {
-        node: String::new(),
-        what: e.to_string(),
-    })?;
+/// A constant buffer of `shape` holding `vals`, or its one value
+/// everywhere (a fill, allocated fallibly: its size is the graph's word,
+/// not the file's).
+fn constant(
+    plan: &mut Plan,
+    dt: DType,
+    shape: &[u64],
+    vals: &[f64],
+) -> Result<Value, crate::tensor::TensorError> {
+    let t = match *vals {
+        [v] => crate::tensor::Tensor::full(dt, shape, v),
+        _ => crate::tensor::Tensor::from_f64(dt, shape, vals),
+    }?;
     Ok(new_buf(plan, BufKind::Const(t.into_bytes()), dt, shape))
+}
+
+/// Whether node `n`'s value has no elements at `shapes`.
+fn is_empty(shapes: &ConcreteShapes, n: NodeId) -> bool {
+    shapes.get(n.0).is_some_and(|s| s.contains(&0))
 }
 
 fn dense(dt: DType, shape: &[u64], offset: u64) -> View {

@@ -94,16 +94,18 @@ pub fn numel(shape: &[u64]) -> Option<usize> {
         .and_then(|n| usize::try_from(n).ok())
 }
 
+/// Elements and bytes of a `dtype` tensor of `shape`, if its bytes fit
+/// an address space (at most `isize::MAX`).
+pub fn byte_size(dtype: DType, shape: &[u64]) -> Option<(usize, usize)> {
+    let n = numel(shape)?;
+    let bytes = n.checked_mul(dtype.size() as usize)?;
+    (bytes <= isize::MAX as usize).then_some((n, bytes))
+}
+
 fn byte_len(dtype: DType, shape: &[u64]) -> Result<(usize, usize), TensorError> {
-    let too_large = || TensorError::TooLarge {
+    byte_size(dtype, shape).ok_or_else(|| TensorError::TooLarge {
         shape: shape.to_vec(),
-    };
-    let n = numel(shape).ok_or_else(too_large)?;
-    let bytes = n.checked_mul(dtype.size() as usize).ok_or_else(too_large)?;
-    if bytes > isize::MAX as usize {
-        return Err(too_large());
-    }
-    Ok((n, bytes))
+    })
 }
 
 /// An empty buffer with room for `bytes`, or [`TensorError::TooLarge`] if the

@@ -595,6 +595,20 @@ impl<'a> Module<'a> {
         self.meta
     }
 
+    /// Kernel `k`'s name, read in place from the metadata (no
+    /// allocation; `None` for a kernel the module does not hold).
+    pub fn kernel_name(&self, k: u32) -> Option<&'a str> {
+        let mut found = None;
+        // `parse` checked the metadata: the walk does not fail.
+        let _ = walk_meta(self.meta, self.kernels, |i, n| {
+            if i == k {
+                found = Some(n);
+            }
+            Ok(())
+        });
+        found
+    }
+
     /// Byte range of section `kind` within [`Module::bytes`].
     ///
     /// For tools that point into a module image, e.g. the linker's ELF

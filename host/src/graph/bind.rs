@@ -311,10 +311,7 @@ impl Graph {
     pub fn concrete_shape(&self, id: NodeId, bindings: &Bindings) -> Result<Vec<u64>, GraphError> {
         let node = self.check(id)?;
         let shape = self.concrete_extents(node, bindings)?;
-        let bytes = shape
-            .iter()
-            .try_fold(node.dtype.size() as u64, |acc, &e| acc.checked_mul(e));
-        if bytes.is_none_or(|b| b > isize::MAX as u64) {
+        if crate::tensor::byte_size(node.dtype, &shape).is_none() {
             return Err(GraphError::NodeShape {
                 node: node.name.to_string(),
                 op: node.op.name(),
