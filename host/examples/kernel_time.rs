@@ -6,8 +6,9 @@
 //! ```
 //!
 //! Arguments: workload (`softmax`, `softmax-causal`: its rows masked
-//! with `-inf` as causal attention does, `layernorm`, `row-sum`), rows S (the
-//! hidden size is 768), calls. Prints the best and the median kernel time
+//! with `-inf` as causal attention does, `layernorm`, `row-sum`), rows S,
+//! calls, and the hidden size H (768 unless given). Prints the best and
+//! the median kernel time
 //! over the calls (launches only, as the fusion benchmark's "kernel ms")
 //! and the rate in GB/s of the bytes the kernels move.
 
@@ -24,7 +25,7 @@ fn main() {
     let what = args.get(1).map_or("softmax", String::as_str);
     let s: u64 = args.get(2).and_then(|a| a.parse().ok()).unwrap_or(32768);
     let calls: usize = args.get(3).and_then(|a| a.parse().ok()).unwrap_or(30);
-    let h = 768u64;
+    let h: u64 = args.get(4).and_then(|a| a.parse().ok()).unwrap_or(768);
     let mut g = Graph::new();
     let dims = [Dim::from(s as i64), Dim::from(h as i64)];
     let x = g.input("x", DType::F32, &dims).expect("x");
@@ -88,7 +89,7 @@ fn main() {
     times.sort_by(f64::total_cmp);
     let (best, median) = (times[0], times[times.len() / 2]);
     println!(
-        "{what} S={s}: kernels best {best:.3} ms, median {median:.3} ms, {:.1} GB/s at best ({:.1} MiB moved)",
+        "{what} S={s} H={h}: kernels best {best:.3} ms, median {median:.3} ms, {:.1} GB/s at best ({:.1} MiB moved)",
         bytes as f64 / (best * 1e-3) / 1e9,
         bytes as f64 / (1u64 << 20) as f64
     );
