@@ -7,6 +7,7 @@
 mod common;
 
 use common::*;
+use dvm_device::loadfold::ROWS_MIN_COLS;
 use dvm_device::{run_all_blocks_sequentially, GmBuf, Launch, Program};
 use dvm_isa::{verify_kernel, Axis, DType, DeviceLimits, Instr, Module, ParamAccess};
 
@@ -423,12 +424,14 @@ fn softmax_tiles_read_from_global_memory_give_the_same_bytes() {
         -1e30,
         1e30,
     ];
-    // Full tiles and tails (those copy into UB), rows of every width class;
+    // Full tiles and tails (those copy into UB), rows of every width class
+    // (rows shorter than `ROWS_MIN_COLS` run over whole tiles);
     // 5470 rows of 768 (over 16 MiB) store with non-temporal stores.
     for shape in [
         (4, 96, 10),
         (3, 7, 3),
         (5, 200, 23),
+        (3, 300, 11),
         (8, 256, 16),
         (21, 768, 43),
         (70, 16, 150),
@@ -446,7 +449,12 @@ fn softmax_tiles_read_from_global_memory_give_the_same_bytes() {
         for sums in [Sums::OverMaxima, Sums::Apart] {
             let bytes = softmax_module(DType::F32, shape, sums);
             let (rows, planned, by_rows) = run_map(&bytes, &x, n * 4, Map::Rows);
-            assert!(planned && by_rows, "{shape:?} {sums:?}: not planned");
+            assert!(planned, "{shape:?} {sums:?}: not planned");
+            assert_eq!(
+                by_rows,
+                cols >= ROWS_MIN_COLS,
+                "{shape:?} {sums:?}: rows planned wrong"
+            );
             let (from_gm, ..) = run_map(&bytes, &x, n * 4, Map::Tile);
             let (copied, ..) = run_map(&bytes, &x, n * 4, Map::Copied);
             let (plain, _) = run(&bytes, &x, 1, n * 4, false);
