@@ -17,11 +17,19 @@
 use super::ub::{range_of, view_mut, Bf16, Pod, Split, F16};
 use super::UbArgs;
 
-/// Micro-kernel rows: eight rows of accumulators (8 × 8 `f32`), which
-/// AVX2 and NEON hold in eight and sixteen registers.
+/// Micro-kernel rows: eight rows of accumulators.
 pub(crate) const MR: usize = 8;
-/// Micro-kernel columns.
+/// Micro-kernel columns where vectors hold 8 `f32` (AVX2, and NEON's
+/// register pairs): 8 × 8 accumulators in eight AVX2 or sixteen NEON
+/// registers. Handlers compiled for AVX-512 use [`NR_WIDE`].
 pub(crate) const NR: usize = 8;
+/// Micro-kernel columns for AVX-512 (`f32`: [`Acc::kernel_fast`]): each
+/// accumulator row one 16-lane register, and each depth step one load of
+/// `b`, eight broadcasts of `a`, eight multiplies and eight adds. (Over
+/// [`NR`] the compiler paired two rows per register and spent a permute
+/// per pair and step; left to itself over 16 columns it vectorised along
+/// the depth and ran 17× slower, hence the hand-written kernel.)
+pub(crate) const NR_WIDE: usize = 16;
 /// Output block rows. On the AI-CPU firmware (aarch64) the blocks are
 /// 32 × 32 to fit its 64 KiB stack.
 #[cfg(target_arch = "aarch64")]
@@ -57,6 +65,16 @@ pub(crate) trait Acc: Copy + Default + 'static {
     fn madd(acc: Self, a: Self, b: Self) -> Self;
     /// `a + b`.
     fn add(a: Self, b: Self) -> Self;
+    /// Runs [`kernel`] with hand-written vector code, if this type has
+    /// one for `NR` columns on this CPU: the same bits. `false` if not.
+    #[inline(always)]
+    fn kernel_fast<const NR: usize>(
+        _ap: &[G<Self, MR>],
+        _bp: &[G<Self, NR>],
+        _c: &mut [G<Self, NR>],
+    ) -> bool {
+        false
+    }
 }
 
 impl Acc for f32 {
@@ -67,6 +85,66 @@ impl Acc for f32 {
     #[inline(always)]
     fn add(a: f32, b: f32) -> f32 {
         a + b
+    }
+    #[inline(always)]
+    fn kernel_fast<const NR: usize>(
+        ap: &[G<f32, MR>],
+        bp: &[G<f32, NR>],
+        c: &mut [G<f32, NR>],
+    ) -> bool {
+        #[cfg(all(target_arch = "x86_64", not(target_os = "none")))]
+        if NR == NR_WIDE && std::arch::is_x86_feature_detected!("avx512f") {
+            // SAFETY: `NR == NR_WIDE`, so `G<f32, NR>` is `G<f32,
+            // NR_WIDE>` and the casts keep lengths and layouts; AVX-512 F
+            // was detected just above.
+            unsafe {
+                let bp = &*(bp as *const [G<f32, NR>] as *const [G<f32, NR_WIDE>]);
+                let c = &mut *(c as *mut [G<f32, NR>] as *mut [G<f32, NR_WIDE>]);
+                wide::kernel_8x16(ap, bp, c);
+            }
+            return true;
+        }
+        let _ = (ap, bp, c);
+        false
+    }
+}
+
+/// The AVX-512 micro-kernel.
+#[cfg(all(target_arch = "x86_64", not(target_os = "none")))]
+mod wide {
+    use super::{G, MR, NC, NR_WIDE};
+    use core::arch::x86_64::{
+        __m512, _mm512_add_ps, _mm512_loadu_ps, _mm512_mul_ps, _mm512_set1_ps, _mm512_setzero_ps,
+        _mm512_storeu_ps,
+    };
+
+    /// [`super::kernel`] over `MR × NR_WIDE` `f32`s, with the same
+    /// operations in the same order (`acc + a·b` per step from zero, then
+    /// added into `c`), so the same bits.
+    ///
+    /// # Safety
+    /// The CPU must support AVX-512 F.
+    #[target_feature(enable = "avx512f")]
+    pub(super) unsafe fn kernel_8x16(
+        ap: &[G<f32, MR>],
+        bp: &[G<f32, NR_WIDE>],
+        c: &mut [G<f32, NR_WIDE>],
+    ) {
+        let mut acc: [__m512; MR] = [_mm512_setzero_ps(); MR];
+        for (a, b) in ap.iter().zip(bp) {
+            // SAFETY: `b.0` holds `NR_WIDE` (16) `f32`s.
+            let bv = unsafe { _mm512_loadu_ps(b.0.as_ptr()) };
+            for (r, &av) in acc.iter_mut().zip(a.0.iter()) {
+                *r = _mm512_add_ps(*r, _mm512_mul_ps(_mm512_set1_ps(av), bv));
+            }
+        }
+        for (row, r) in c.iter_mut().step_by(NC / NR_WIDE).zip(acc) {
+            // SAFETY: `row.0` holds 16 `f32`s, read then written.
+            unsafe {
+                let old = _mm512_loadu_ps(row.0.as_ptr());
+                _mm512_storeu_ps(row.0.as_mut_ptr(), _mm512_add_ps(old, r));
+            }
+        }
     }
 }
 
@@ -144,17 +222,17 @@ impl MmOut<i32> for i32 {
 /// them as whole vector registers.
 #[derive(Clone, Copy)]
 #[repr(C, align(16))]
-struct G<A, const N: usize>([A; N]);
-
-/// Accumulator groups per row of the output block.
-const CG: usize = NC / NR;
+pub(crate) struct G<A, const N: usize>([A; N]);
 
 /// The `MR × NR` micro-kernel: `k` innermost over packed panels (`ap`:
 /// `kc` groups of `MR`, `bp`: `kc` groups of `NR`), accumulators in
 /// registers, added into the block accumulators `c` (row `i` of the tile
-/// is `c[i·CG]`) at the end.
+/// is `c[i·NC/NR]`) at the end.
 #[inline(always)]
-fn kernel<A: Acc>(ap: &[G<A, MR>], bp: &[G<A, NR>], c: &mut [G<A, NR>]) {
+fn kernel<A: Acc, const NR: usize>(ap: &[G<A, MR>], bp: &[G<A, NR>], c: &mut [G<A, NR>]) {
+    if A::kernel_fast(ap, bp, c) {
+        return;
+    }
     let mut acc = [[A::default(); NR]; MR];
     for (a, b) in ap.iter().zip(bp) {
         // Whole-group copies keep the 16-byte alignment of the loads.
@@ -165,7 +243,7 @@ fn kernel<A: Acc>(ap: &[G<A, MR>], bp: &[G<A, NR>], c: &mut [G<A, NR>]) {
             }
         }
     }
-    for (crow, arow) in c.iter_mut().step_by(CG).zip(acc.iter()) {
+    for (crow, arow) in c.iter_mut().step_by(NC / NR).zip(acc.iter()) {
         for (c, a) in crow.0.iter_mut().zip(arow.iter()) {
             *c = A::add(*c, *a);
         }
@@ -222,7 +300,7 @@ fn pack_a<I: MmIn>(
 /// panels (`kc` groups per panel, zero-padded columns).
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
-fn pack_b<I: MmIn>(
+fn pack_b<I: MmIn, const NR: usize>(
     b: &[I],
     trans: bool,
     n: usize,
@@ -264,16 +342,17 @@ fn pack_b<I: MmIn>(
     Some(())
 }
 
-/// Handler of `matmul` with input `I` and output `O`. Operands: `a`, `b`,
-/// `dst`; `n` = m, `cols` = n, `k`; `flags` = trans_a | trans_b << 1 |
-/// accumulate << 2.
+/// Handler of `matmul` with input `I` and output `O`, `NR`-column
+/// micro-tiles ([`NR`] or [`NR_WIDE`]: the same bits either way).
+/// Operands: `a`, `b`, `dst`; `n` = m, `cols` = n, `k`; `flags` = trans_a
+/// | trans_b << 1 | accumulate << 2.
 #[inline(always)]
-pub(crate) fn matmul<I: MmIn, O: MmOut<I::A>>(ub: &mut [u8], args: &UbArgs) {
-    let _ = run::<I, O>(ub, args);
+pub(crate) fn matmul<I: MmIn, O: MmOut<I::A>, const NR: usize>(ub: &mut [u8], args: &UbArgs) {
+    let _ = run::<I, O, NR>(ub, args);
 }
 
 #[inline(always)]
-fn run<I: MmIn, O: MmOut<I::A>>(ub: &mut [u8], args: &UbArgs) -> Option<()> {
+fn run<I: MmIn, O: MmOut<I::A>, const NR: usize>(ub: &mut [u8], args: &UbArgs) -> Option<()> {
     let (m, n, k) = (args.n as usize, args.cols as usize, args.k as usize);
     let sp = Split::new(ub, range_of::<O>(args.dst, m.checked_mul(n)?)?)?;
     let a = sp.disjoint::<I>(range_of::<I>(args.a, m.checked_mul(k)?)?)?;
@@ -284,8 +363,10 @@ fn run<I: MmIn, O: MmOut<I::A>>(ub: &mut [u8], args: &UbArgs) -> Option<()> {
 
     let zero = I::A::default();
     let mut ap = [G([zero; MR]); MC / MR * KC];
-    let mut bp = [G([zero; NR]); NC / NR * KC];
-    let mut c = [G([zero; NR]); MC * CG];
+    // Sized for the narrowest micro-tile ([`NR`]); wider ones use part.
+    let cg = NC / NR;
+    let mut bp = [G([zero; NR]); NC / self::NR * KC];
+    let mut c = [G([zero; NR]); MC * (NC / self::NR)];
     for j0 in (0..n).step_by(NC) {
         let nc = (n - j0).min(NC);
         for i0 in (0..m).step_by(MC) {
@@ -293,7 +374,7 @@ fn run<I: MmIn, O: MmOut<I::A>>(ub: &mut [u8], args: &UbArgs) -> Option<()> {
             // Block accumulators: the old dst or zero.
             c.fill(G([zero; NR]));
             if accumulate {
-                for (i, crow) in c.chunks_exact_mut(CG).take(mc).enumerate() {
+                for (i, crow) in c.chunks_exact_mut(cg).take(mc).enumerate() {
                     let o = (i0 + i) * n + j0;
                     for (j, d) in dst.get(o..o + nc)?.iter().enumerate() {
                         if let Some(g) = crow.get_mut(j / NR) {
@@ -308,11 +389,11 @@ fn run<I: MmIn, O: MmOut<I::A>>(ub: &mut [u8], args: &UbArgs) -> Option<()> {
                 pack_b(b, tb, n, k, j0, nc, p0, kc, &mut bp)?;
                 for (ip, apan) in ap.chunks_exact(kc).take(mc.div_ceil(MR)).enumerate() {
                     for (jp, bpan) in bp.chunks_exact(kc).take(nc.div_ceil(NR)).enumerate() {
-                        kernel(apan, bpan, c.get_mut(ip * MR * CG + jp..)?);
+                        kernel(apan, bpan, c.get_mut(ip * MR * cg + jp..)?);
                     }
                 }
             }
-            for (i, crow) in c.chunks_exact(CG).take(mc).enumerate() {
+            for (i, crow) in c.chunks_exact(cg).take(mc).enumerate() {
                 let o = (i0 + i) * n + j0;
                 for (j, d) in dst.get_mut(o..o + nc)?.iter_mut().enumerate() {
                     if let Some(g) = crow.get(j / NR) {

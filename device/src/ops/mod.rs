@@ -400,12 +400,22 @@ fn cast_handler(simd: Simd, from: DType, to: DType) -> Handler {
 
 /// The matmul handler for an (input, output) pair allowed by the verifier.
 fn matmul_handler(simd: Simd, dt: DType, out: DType) -> Option<Handler> {
+    // AVX-512 copies take 16-column micro-tiles (`matmul::NR_WIDE`).
+    macro_rules! nr {
+        ($i:ty, $o:ty) => {
+            if simd.avx512() {
+                pick!(simd, matmul::<$i, $o, { matmul::NR_WIDE }>)
+            } else {
+                pick!(simd, matmul::<$i, $o, { matmul::NR }>)
+            }
+        };
+    }
     macro_rules! out {
         ($i:ty) => {
             match out {
-                DType::F32 => pick!(simd, matmul::<$i, f32>),
-                DType::F16 => pick!(simd, matmul::<$i, F16>),
-                DType::BF16 => pick!(simd, matmul::<$i, Bf16>),
+                DType::F32 => nr!($i, f32),
+                DType::F16 => nr!($i, F16),
+                DType::BF16 => nr!($i, Bf16),
                 _ => return None,
             }
         };
@@ -414,7 +424,7 @@ fn matmul_handler(simd: Simd, dt: DType, out: DType) -> Option<Handler> {
         DType::F32 => out!(f32),
         DType::F16 => out!(F16),
         DType::BF16 => out!(Bf16),
-        DType::I8 if out == DType::I32 => pick!(simd, matmul::<i8, i32>),
+        DType::I8 if out == DType::I32 => pick!(simd, matmul::<i8, i32, { matmul::NR }>),
         _ => return None,
     })
 }
