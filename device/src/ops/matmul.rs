@@ -12,7 +12,9 @@
 //! Float accumulation is plain `f32` multiply-add (no FMA contraction), in
 //! `KC`-long partial sums per micro-tile; `i8` products accumulate in
 //! wrapping `i32`. Stack use: `(MC + NC)·KC + MC·NC` accumulators
-//! (20 KiB on aarch64, 80 KiB elsewhere).
+//! (20 KiB on aarch64, 80 KiB elsewhere), twice that for `b` and the
+//! block in the AVX-512 copies (144 KiB: their storage is sized for 8
+//! columns per micro-tile and holds groups of [`NR_WIDE`]).
 
 use super::ub::{range_of, view_mut, Bf16, Pod, Split, F16};
 use super::UbArgs;
