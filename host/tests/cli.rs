@@ -195,6 +195,34 @@ fn compile_disasm_verify_and_bad_bindings() {
     assert_eq!(o.status.code(), Some(2));
 }
 
+/// A `.label` with no word after it in its body is refused by `dvm asm`,
+/// naming the file, the label and its line; no module is written.
+#[test]
+fn asm_refuses_a_label_past_the_end_of_its_body() {
+    let dir = scratch("asm-label");
+    let src = dir.join("tail.s");
+    std::fs::write(
+        &src,
+        ".kernel \"k\" kind=vector ub=64\n  .body grid=1,1,1\n    end\n    .label \"tail\"\n.end\n",
+    )
+    .unwrap();
+    let m = dir.join("tail.dvmb");
+    let o = dvm()
+        .arg("asm")
+        .arg(&src)
+        .arg("-o")
+        .arg(&m)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("tail.s: line 4, column 5: label \"tail\" names no instruction"),
+        "{err}"
+    );
+    assert!(!m.exists());
+}
+
 #[test]
 fn explain_shows_groups_reasons_and_kernels() {
     let o = dvm()
