@@ -134,6 +134,61 @@ fn bad_inputs_are_user_errors() {
     assert!(!out.exists(), "the output directory was made");
 }
 
+/// An `.npy` file of `t` whose header dict is `{dict}` (as written).
+fn npy_with_dict(path: &Path, dict: &str, t: &Tensor) {
+    let text = format!("{{{dict}}}\n");
+    let mut bytes = b"\x93NUMPY\x01\x00".to_vec();
+    bytes.extend_from_slice(&(text.len() as u16).to_le_bytes());
+    bytes.extend_from_slice(text.as_bytes());
+    bytes.extend_from_slice(t.bytes());
+    std::fs::write(path, bytes).unwrap();
+}
+
+/// NumPy refuses a header whose keys are not exactly `descr`,
+/// `fortran_order` and `shape`; so does `dvm run`, naming file and keys.
+#[test]
+fn npy_header_keys_are_checked() {
+    let dir = scratch("npy-keys");
+    let mut inputs = write_inputs(&dir, 5);
+    let out = dir.join("out");
+    let k = Tensor::from_f32(&[5, 64], &data(320, 2)).unwrap();
+    let cases = [
+        (
+            "extra",
+            "'descr': '<f4', 'fortran_order': False, 'shape': (5, 64), 'extra': 1, ",
+            "unexpected key 'extra'",
+        ),
+        (
+            "missing",
+            "'descr': '<f4', 'shape': (5, 64), ",
+            "missing key 'fortran_order'",
+        ),
+        (
+            "twice",
+            "'descr': '<f4', 'fortran_order': False, 'shape': (5, 64), 'shape': (5, 64)",
+            "repeated key 'shape'",
+        ),
+    ];
+    for (name, dict, needle) in cases {
+        let file = dir.join(format!("k-{name}.npy"));
+        npy_with_dict(&file, dict, &k);
+        inputs[1] = format!("k={}", file.display());
+        let o = run_graph(&dir, &inputs, "cpu", &out);
+        assert_user_error(&o, &format!("k-{name}.npy"), &out);
+        assert_user_error(&o, needle, &out);
+    }
+    // The same file with exactly the three keys runs.
+    let file = dir.join("k-ok.npy");
+    npy_with_dict(
+        &file,
+        "'shape': (5, 64), 'fortran_order': False, 'descr': '<f4'",
+        &k,
+    );
+    inputs[1] = format!("k={}", file.display());
+    let o = run_graph(&dir, &inputs, "cpu", &out);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+}
+
 #[test]
 fn compile_disasm_verify_and_bad_bindings() {
     let dir = scratch("compile");
