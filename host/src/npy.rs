@@ -13,7 +13,10 @@
 //! the bits are bf16); [`read_as`] checks the file against an expected dtype
 //! and reads `<u2` as bf16 when bf16 is expected. Fortran-order files are
 //! transposed into row-major order. Other dtypes (`<f8`, `<i8`, …) are
-//! refused with an error naming the file and the dtype.
+//! refused with an error naming the file and the dtype. As NumPy's own
+//! reader does, a header whose dict has other keys than exactly `descr`,
+//! `fortran_order` and `shape` is refused (here also one that repeats a
+//! key), naming the keys at fault.
 //!
 //! Writing is atomic: the file is written to a temporary file in the same
 //! directory and renamed into place, so a failure leaves no half-written
@@ -57,6 +60,21 @@ pub enum NpyError {
         /// The file's dtype string.
         descr: String,
     },
+    /// The header's dict does not have exactly the keys `descr`,
+    /// `fortran_order` and `shape`, each once (NumPy refuses such a header
+    /// too: "Header does not contain the correct keys").
+    #[error("{}: the .npy header must have exactly the keys 'descr', 'fortran_order' and 'shape': {}", .path.display(), KeyProblems { unexpected, missing, repeated })]
+    HeaderKeys {
+        /// The file.
+        path: PathBuf,
+        /// Keys that are none of the three, in file order (a key that is
+        /// no string is shown as its Python literal).
+        unexpected: Vec<String>,
+        /// Keys of the three that are absent.
+        missing: Vec<&'static str>,
+        /// Keys of the three given more than once.
+        repeated: Vec<&'static str>,
+    },
     /// The file holds another dtype than expected.
     #[error("{}: expected dtype {expected}, but the file holds `{descr}`{}", .path.display(), found.map(|d| format!(" ({d})")).unwrap_or_default())]
     DTypeMismatch {
@@ -93,6 +111,52 @@ pub enum NpyError {
     },
 }
 
+/// The keys an `.npy` header's dict must have, each exactly once.
+const HEADER_KEYS: [&str; 3] = ["descr", "fortran_order", "shape"];
+
+/// How much of a key an error message shows.
+const KEY_SHOWN: usize = 40;
+
+/// The key problems of [`NpyError::HeaderKeys`], for its message.
+struct KeyProblems<'a> {
+    unexpected: &'a [String],
+    missing: &'a [&'static str],
+    repeated: &'a [&'static str],
+}
+
+impl std::fmt::Display for KeyProblems<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut sep = "";
+        let mut list = |f: &mut std::fmt::Formatter<'_>, what: &str, keys: &[&str]| {
+            if keys.is_empty() {
+                return Ok(());
+            }
+            let s = if keys.len() > 1 { "s" } else { "" };
+            write!(f, "{sep}{what}{s} ")?;
+            sep = "; ";
+            for (i, k) in keys.iter().enumerate() {
+                if i > 0 {
+                    f.write_str(", ")?;
+                }
+                shown_key(f, k)?;
+            }
+            Ok(())
+        };
+        let unexpected: Vec<&str> = self.unexpected.iter().map(String::as_str).collect();
+        list(f, "unexpected key", &unexpected)?;
+        list(f, "missing key", self.missing)?;
+        list(f, "repeated key", self.repeated)
+    }
+}
+
+/// `'key'`, escaped, and cut short when long.
+fn shown_key(f: &mut std::fmt::Formatter<'_>, key: &str) -> std::fmt::Result {
+    let mut chars = key.chars();
+    let head: String = chars.by_ref().take(KEY_SHOWN).collect();
+    let more = if chars.next().is_some() { "…" } else { "" };
+    write!(f, "'{}{more}'", head.escape_debug())
+}
+
 /// The `.npy` dtype string written for `dtype`.
 pub fn descr(dtype: DType) -> &'static str {
     match dtype {
@@ -110,8 +174,10 @@ pub fn descr(dtype: DType) -> &'static str {
 /// # Errors
 ///
 /// [`NpyError::Io`] if the file cannot be read, [`NpyError::NotNpy`] for a
-/// malformed file, [`NpyError::UnsupportedDType`] (including `<u2`: use
-/// [`read_as`] for bf16), [`NpyError::DataLength`] for a truncated file.
+/// malformed file, [`NpyError::HeaderKeys`] for a header whose keys are not
+/// exactly `descr`, `fortran_order` and `shape`,
+/// [`NpyError::UnsupportedDType`] (including `<u2`: use [`read_as`] for
+/// bf16), [`NpyError::DataLength`] for a truncated file.
 pub fn read(path: &Path) -> Result<Tensor, NpyError> {
     let bytes = std::fs::read(path).map_err(|source| NpyError::Io {
         path: path.to_owned(),
@@ -145,7 +211,9 @@ pub fn from_bytes(bytes: &[u8], path: &Path, expected: Option<DType>) -> Result<
         path: path.to_owned(),
         msg,
     };
-    let (data_start, shape_hint) = precheck(bytes).map_err(not_npy)?;
+    let (data_start, text) = header_text(bytes).map_err(not_npy)?;
+    check_keys(text, path)?;
+    let shape_hint = header_shape(text).map_err(not_npy)?;
     let header = NpyHeader::from_reader(bytes).map_err(|e| not_npy(e.to_string()))?;
     if header.shape() != shape_hint.as_slice() {
         return Err(not_npy("inconsistent shape in header".into()));
@@ -271,10 +339,9 @@ fn fortran_to_c(src: &[u8], shape: &[u64], size: usize) -> Vec<u8> {
     out
 }
 
-/// Checks the magic, version and header length, and reads the shape tuple
-/// (so that absurd shapes are refused before `npyz` multiplies them).
-/// Returns the offset of the data and the shape.
-fn precheck(bytes: &[u8]) -> Result<(usize, Vec<u64>), String> {
+/// Checks the magic, version and header length; returns the offset of the
+/// data and the header's text.
+fn header_text(bytes: &[u8]) -> Result<(usize, &str), String> {
     const MAGIC: &[u8] = b"\x93NUMPY";
     if bytes.len() < 10 || !bytes.starts_with(MAGIC) {
         return Err("missing the \\x93NUMPY magic".into());
@@ -295,6 +362,90 @@ fn precheck(bytes: &[u8]) -> Result<(usize, Vec<u64>), String> {
         .filter(|&e| e <= bytes.len())
         .ok_or("the header runs past the end of the file")?;
     let text = std::str::from_utf8(&bytes[start..end]).map_err(|_| "the header is not text")?;
+    Ok((end, text))
+}
+
+/// Checks that the header is a dict literal whose keys are exactly
+/// [`HEADER_KEYS`], each once: NumPy refuses other keys ("Header does not
+/// contain the correct keys"), and `npyz` would ignore extra ones and read
+/// the last of repeated ones. The text is parsed as `npyz` parses it (same
+/// parser, one trailing newline dropped).
+fn check_keys(text: &str, path: &Path) -> Result<(), NpyError> {
+    let not_npy = |msg: String| NpyError::NotNpy {
+        path: path.to_owned(),
+        msg,
+    };
+    let literal = text.strip_suffix('\n').unwrap_or(text);
+    let value: py_literal::Value = literal
+        .parse()
+        .map_err(|e: py_literal::ParseError| not_npy(literal_error(&e)))?;
+    let py_literal::Value::Dict(entries) = value else {
+        return Err(not_npy("the header is not a Python dict literal".into()));
+    };
+    let mut count = [0usize; HEADER_KEYS.len()];
+    let mut unexpected = Vec::new();
+    for (key, _) in &entries {
+        let known = key
+            .as_string()
+            .and_then(|k| HEADER_KEYS.iter().position(|h| h == k));
+        match known {
+            Some(i) => count[i] += 1,
+            None => unexpected.push(match key.as_string() {
+                Some(k) => k.clone(),
+                // Its Python literal (`to_string` would panic where there
+                // is none; `format_ascii` says so).
+                None => key
+                    .format_ascii()
+                    .unwrap_or_else(|_| "(a key that is no string)".into()),
+            }),
+        }
+    }
+    let pick = |want: fn(usize) -> bool| -> Vec<&'static str> {
+        HEADER_KEYS
+            .iter()
+            .zip(count)
+            .filter(|&(_, n)| want(n))
+            .map(|(k, _)| *k)
+            .collect()
+    };
+    let (missing, repeated) = (pick(|n| n == 0), pick(|n| n > 1));
+    if unexpected.is_empty() && missing.is_empty() && repeated.is_empty() {
+        return Ok(());
+    }
+    Err(NpyError::HeaderKeys {
+        path: path.to_owned(),
+        unexpected,
+        missing,
+        repeated,
+    })
+}
+
+/// A parse error of the header literal in a line: the parser's own message
+/// for a syntax error quotes the whole header, which may be megabytes long.
+fn literal_error(e: &py_literal::ParseError) -> String {
+    let msg = e.to_string();
+    // A syntax error reads "syntax error:  --> LINE:COL", the header, a
+    // caret line, then "= what went wrong".
+    let at = msg
+        .lines()
+        .find_map(|l| l.split_once("--> ").map(|(_, at)| at.trim()));
+    let what = msg.lines().find_map(|l| l.trim_start().strip_prefix("= "));
+    let short: String = match (at, what) {
+        (Some(at), Some(what)) => format!("syntax error at {at}: {what}"),
+        _ => msg
+            .lines()
+            .next()
+            .unwrap_or_default()
+            .chars()
+            .take(200)
+            .collect(),
+    };
+    format!("the header is not a Python literal ({short})")
+}
+
+/// Reads the header's shape tuple (so that absurd shapes are refused before
+/// `npyz` multiplies them).
+fn header_shape(text: &str) -> Result<Vec<u64>, String> {
     let at = text.find("'shape'").ok_or("the header has no 'shape'")?;
     let rest = &text[at + "'shape'".len()..];
     let open = rest.find('(').ok_or("malformed 'shape'")?;
@@ -314,7 +465,7 @@ fn precheck(bytes: &[u8]) -> Result<(usize, Vec<u64>), String> {
         .iter()
         .try_fold(1u64, |acc, &d| acc.checked_mul(d))
         .ok_or_else(|| format!("shape {shape:?} has too many elements"))?;
-    Ok((end, shape))
+    Ok(shape)
 }
 
 /// The `.npy` encoding of `tensor` (version 1.0, little-endian, C order).
@@ -525,6 +676,109 @@ mod tests {
         out
     }
 
+    /// A version 1.0 file whose header dict is `{dict}`, with 4 data bytes.
+    fn with_dict(dict: &str) -> Vec<u8> {
+        let text = format!("{{{dict}}}\n");
+        let mut out = b"\x93NUMPY\x01\x00".to_vec();
+        out.extend_from_slice(&(text.len() as u16).to_le_bytes());
+        out.extend_from_slice(text.as_bytes());
+        out.extend_from_slice(&1.0f32.to_le_bytes());
+        out
+    }
+
+    fn keys_error(dict: &str) -> (Vec<String>, Vec<&'static str>, Vec<&'static str>, String) {
+        let e = from_bytes(&with_dict(dict), Path::new("in/h.npy"), None).unwrap_err();
+        let msg = e.to_string();
+        let NpyError::HeaderKeys {
+            unexpected,
+            missing,
+            repeated,
+            ..
+        } = e
+        else {
+            panic!("{dict}: {msg}")
+        };
+        (unexpected, missing, repeated, msg)
+    }
+
+    #[test]
+    fn header_keys_must_be_exactly_numpys() {
+        // What `np.save` writes, with and without the trailing comma.
+        for dict in [
+            "'descr': '<f4', 'fortran_order': False, 'shape': (1,), ",
+            "'shape': (1,), 'descr': '<f4', 'fortran_order': False",
+        ] {
+            let t = from_bytes(&with_dict(dict), Path::new("ok.npy"), None).unwrap();
+            assert_eq!(t.shape(), &[1]);
+        }
+        let (unexpected, missing, repeated, msg) =
+            keys_error("'descr': '<f4', 'fortran_order': False, 'shape': (1,), 'extra': 1");
+        assert_eq!(
+            (unexpected, missing, repeated),
+            (vec!["extra".into()], vec![], vec![])
+        );
+        assert_eq!(
+            msg,
+            "in/h.npy: the .npy header must have exactly the keys 'descr', 'fortran_order' \
+             and 'shape': unexpected key 'extra'"
+        );
+        let (unexpected, missing, _, msg) = keys_error("'descr': '<f4', 'shape': (1,)");
+        assert_eq!((unexpected, missing), (vec![], vec!["fortran_order"]));
+        assert!(msg.ends_with(": missing key 'fortran_order'"), "{msg}");
+        // A misspelt key is both; a repeated one is refused too (NumPy and
+        // npyz would take the last).
+        let (_, _, _, msg) = keys_error(
+            "'descr': '<f4', 'fortran-order': False, 'shape': (1,), 'Shape': (1,), 'shape': (1,)",
+        );
+        assert!(
+            msg.ends_with(
+                ": unexpected keys 'fortran-order', 'Shape'; missing key 'fortran_order'; \
+                 repeated key 'shape'"
+            ),
+            "{msg}"
+        );
+        // Keys that are no strings, and awkward ones, are shown escaped and
+        // cut short.
+        let long = "k".repeat(100);
+        let (unexpected, _, _, msg) = keys_error(&format!(
+            "'descr': '<f4', 'fortran_order': False, 'shape': (1,), 1: 2, 'a\\n\\'': 0, '{long}': 0"
+        ));
+        assert_eq!(unexpected, ["1".to_string(), "a\n'".into(), long]);
+        assert!(
+            msg.ends_with(&format!(
+                ": unexpected keys '1', 'a\\n\\'', '{}…'",
+                "k".repeat(40)
+            )),
+            "{msg}"
+        );
+        // Empty dict: all three missing.
+        let (_, missing, _, _) = keys_error("");
+        assert_eq!(missing, HEADER_KEYS);
+    }
+
+    #[test]
+    fn header_that_is_no_dict_is_refused_briefly() {
+        let p = Path::new("h.npy");
+        // A list, not a dict.
+        let text = "['descr', 'fortran_order', 'shape']\n";
+        let mut not_dict = b"\x93NUMPY\x01\x00".to_vec();
+        not_dict.extend_from_slice(&(text.len() as u16).to_le_bytes());
+        not_dict.extend_from_slice(text.as_bytes());
+        let e = from_bytes(&not_dict, p, None).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "h.npy: not a valid .npy file: the header is not a Python dict literal"
+        );
+        // Deep nesting and bad syntax: one short line, not the header.
+        let deep = format!("'descr': {}{}", "[".repeat(30_000), "]".repeat(30_000));
+        let e = from_bytes(&with_dict(&deep), p, None).unwrap_err();
+        let msg = e.to_string();
+        assert!(msg.starts_with("h.npy: not a valid .npy file: the header is not a Python literal (syntax error at 1:"), "{msg}");
+        assert!(msg.len() < 200 && !msg.contains('\n'), "{msg}");
+        let e = from_bytes(&with_dict("'descr' '<f4'"), p, None).unwrap_err();
+        assert!(e.to_string().contains("syntax error at 1:"), "{e}");
+    }
+
     #[test]
     fn reads_big_endian_f8_refused_and_fortran() {
         let mut be = header(">f4", "(2,)", false);
@@ -571,6 +825,14 @@ mod tests {
             },
             header("<f4", "(-1,)", false),
             header("[('a', '<f4')]", "(1,)", false),
+            // Version 2 with a header length of 4 GiB, and a header that
+            // is not UTF-8.
+            b"\x93NUMPY\x02\x00\xff\xff\xff\xff{".to_vec(),
+            {
+                let mut v = header("<f4", "(1,)", false);
+                v[12] = 0xff;
+                v
+            },
         ];
         for (i, c) in cases.iter().enumerate() {
             let e = from_bytes(c, p, None).unwrap_err();
@@ -593,6 +855,18 @@ mod tests {
         let good = to_bytes(&Tensor::from_f32(&[3], &[1.0, 2.0, 3.0]).unwrap(), p).unwrap();
         for n in 0..good.len() {
             assert!(from_bytes(&good[..n], p, None).is_err());
+        }
+        // Any byte of the header replaced by an awkward one: an error or a
+        // tensor, never a panic.
+        let start = good.len() - 12;
+        for at in 6..start {
+            for b in [
+                0u8, b'\'', b'"', b'{', b'}', b'(', b',', b':', b'\\', b'9', 0x80, 0xff,
+            ] {
+                let mut v = good.clone();
+                v[at] = b;
+                let _ = from_bytes(&v, p, None);
+            }
         }
     }
 

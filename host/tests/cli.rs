@@ -134,6 +134,61 @@ fn bad_inputs_are_user_errors() {
     assert!(!out.exists(), "the output directory was made");
 }
 
+/// An `.npy` file of `t` whose header dict is `{dict}` (as written).
+fn npy_with_dict(path: &Path, dict: &str, t: &Tensor) {
+    let text = format!("{{{dict}}}\n");
+    let mut bytes = b"\x93NUMPY\x01\x00".to_vec();
+    bytes.extend_from_slice(&(text.len() as u16).to_le_bytes());
+    bytes.extend_from_slice(text.as_bytes());
+    bytes.extend_from_slice(t.bytes());
+    std::fs::write(path, bytes).unwrap();
+}
+
+/// NumPy refuses a header whose keys are not exactly `descr`,
+/// `fortran_order` and `shape`; so does `dvm run`, naming file and keys.
+#[test]
+fn npy_header_keys_are_checked() {
+    let dir = scratch("npy-keys");
+    let mut inputs = write_inputs(&dir, 5);
+    let out = dir.join("out");
+    let k = Tensor::from_f32(&[5, 64], &data(320, 2)).unwrap();
+    let cases = [
+        (
+            "extra",
+            "'descr': '<f4', 'fortran_order': False, 'shape': (5, 64), 'extra': 1, ",
+            "unexpected key 'extra'",
+        ),
+        (
+            "missing",
+            "'descr': '<f4', 'shape': (5, 64), ",
+            "missing key 'fortran_order'",
+        ),
+        (
+            "twice",
+            "'descr': '<f4', 'fortran_order': False, 'shape': (5, 64), 'shape': (5, 64)",
+            "repeated key 'shape'",
+        ),
+    ];
+    for (name, dict, needle) in cases {
+        let file = dir.join(format!("k-{name}.npy"));
+        npy_with_dict(&file, dict, &k);
+        inputs[1] = format!("k={}", file.display());
+        let o = run_graph(&dir, &inputs, "cpu", &out);
+        assert_user_error(&o, &format!("k-{name}.npy"), &out);
+        assert_user_error(&o, needle, &out);
+    }
+    // The same file with exactly the three keys runs.
+    let file = dir.join("k-ok.npy");
+    npy_with_dict(
+        &file,
+        "'shape': (5, 64), 'fortran_order': False, 'descr': '<f4'",
+        &k,
+    );
+    inputs[1] = format!("k={}", file.display());
+    let o = run_graph(&dir, &inputs, "cpu", &out);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+}
+
 #[test]
 fn compile_disasm_verify_and_bad_bindings() {
     let dir = scratch("compile");
@@ -193,6 +248,34 @@ fn compile_disasm_verify_and_bad_bindings() {
     std::fs::write(&bad, &bytes).unwrap();
     let o = dvm().arg("verify").arg(&bad).output().unwrap();
     assert_eq!(o.status.code(), Some(2));
+}
+
+/// A `.label` with no word after it in its body is refused by `dvm asm`,
+/// naming the file, the label and its line; no module is written.
+#[test]
+fn asm_refuses_a_label_past_the_end_of_its_body() {
+    let dir = scratch("asm-label");
+    let src = dir.join("tail.s");
+    std::fs::write(
+        &src,
+        ".kernel \"k\" kind=vector ub=64\n  .body grid=1,1,1\n    end\n    .label \"tail\"\n.end\n",
+    )
+    .unwrap();
+    let m = dir.join("tail.dvmb");
+    let o = dvm()
+        .arg("asm")
+        .arg(&src)
+        .arg("-o")
+        .arg(&m)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("tail.s: line 4, column 5: label \"tail\" names no instruction"),
+        "{err}"
+    );
+    assert!(!m.exists());
 }
 
 #[test]

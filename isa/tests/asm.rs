@@ -804,7 +804,8 @@ fn labels_inside_an_instruction_split_it() {
     code.push_word(add[1]);
     code.push_word(add[2]);
     code.label("after");
-    code.label("at the end");
+    code.label("on end");
+    code.push(&Instr::End {}, WaitMask::NONE);
     let bytes = one_body_module(code);
     let text = disassemble(&Module::parse(&bytes).unwrap()).unwrap();
     let body: Vec<&str> = text.lines().skip(3).collect();
@@ -824,7 +825,8 @@ fn labels_inside_an_instruction_split_it() {
                 add[2]
             ),
             "    .label \"after\"",
-            "    .label \"at the end\"",
+            "    .label \"on end\"",
+            "    end",
             ".end",
         ]
     );
@@ -841,8 +843,9 @@ fn parallel_bodies_keep_their_labels() {
     end
   .body grid=3,1,1
     .label "b1"
+    exp dt=f32 dst=0 src=0 n=4
+    .label "last"
     end
-    .label "tail"
 .end
 "#;
     let (_, back) = round_trip(text);
@@ -855,7 +858,90 @@ fn parallel_bodies_keep_their_labels() {
         .iter()
         .map(|l| (l.body, l.word, l.text.as_str()))
         .collect();
-    assert_eq!(got, [(0, 0, "b0"), (1, 0, "b1"), (1, 1, "tail")]);
+    assert_eq!(got, [(0, 0, "b0"), (1, 0, "b1"), (1, 3, "last")]);
+}
+
+#[test]
+fn labels_past_the_end_of_their_body_are_refused() {
+    let k = ".kernel \"k\" kind=parallel ub=64\n";
+    let past = |label: &str, closer: &'static str, line: u32| AsmErrorKind::LabelPastEnd {
+        label: label.into(),
+        closer,
+        line,
+    };
+    // After the body's last instruction (here `end`), before `.end`.
+    assert_eq!(
+        assemble(&format!(
+            "{k}  .body grid=1,1,1\n    end\n    .label \"tail\"\n.end"
+        )),
+        err(4, 5, past("tail", ".end", 5))
+    );
+    // Before the next `.body`: the label does not move on to it.
+    assert_eq!(
+        assemble(&format!(
+            "{k}  .body grid=1,1,1\n    end\n  .label \"next\"\n  .body grid=1,1,1\n    end\n.end"
+        )),
+        err(4, 3, past("next", ".body", 5))
+    );
+    // In a body without a word; comments and blank lines change nothing;
+    // of several, the first is named.
+    assert_eq!(
+        assemble(&format!(
+            "{k}  .body grid=1,1,1\n    .label \"a\"\n\n    .label \"b\" ; x\n# y\n  .end"
+        )),
+        err(3, 5, past("a", ".end", 7))
+    );
+    // Raw words count as code, and a label on `end` names `end`.
+    let ok = format!(
+        "{k}  .body grid=1,1,1\n    .label \"raw\"\n    .word 0x1\n    .label \"last\"\n    end\n.end\n"
+    );
+    assert!(assemble(&ok).is_ok());
+    // The message names the label, its line and the statement that ends
+    // the body.
+    let e = assemble(&format!(
+        "{k}  .body grid=1,1,1\n    end\n    .label \"x \\\"y\\\"\"\n.end"
+    ))
+    .unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "line 4, column 5: label \"x \\\"y\\\"\" names no instruction: \
+         no instruction or `.word` follows it in its body, which ends at `.end` on line 5"
+    );
+}
+
+#[test]
+fn builder_labels_past_the_end_are_lossy() {
+    // The builder can put a label where no word follows (it does not
+    // check); the exact text cannot say it, the lossy one comments it out.
+    let mut code = CodeWriter::new();
+    code.label("first");
+    code.push(&Instr::End {}, WaitMask::NONE);
+    code.label("at the end");
+    code.label_at(7, "beyond");
+    let bytes = one_body_module(code);
+    let m = Module::parse(&bytes).unwrap();
+    assert_eq!(
+        disassemble(&m),
+        Err(DisasmError::Lossy(
+            "kernel 0: label \"at the end\" at word 1 is past the end of body 0 (1 words)".into()
+        ))
+    );
+    let lossy = disassemble_lossy(&m);
+    assert!(
+        lossy.ends_with(
+            "    .label \"first\"\n    end\n    \
+             ; kernel 0: label \"at the end\" at word 1 is past the end of body 0 (1 words)\n    \
+             ; kernel 0: label \"beyond\" at word 7 is past the end of body 0 (1 words)\n.end\n"
+        ),
+        "{lossy}"
+    );
+    // Both texts assemble: the labels that had no word are dropped.
+    let kept = Module::parse(&assemble(&lossy).unwrap())
+        .unwrap()
+        .meta()
+        .unwrap();
+    assert_eq!(kept.kernels[0].labels.len(), 1);
+    assemble(&disassemble_kernel(&m, 0).unwrap()).unwrap();
 }
 
 // ---------------------------------------------------------------------------

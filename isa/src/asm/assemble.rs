@@ -22,10 +22,13 @@ const FEATURES_AT: usize = core::mem::offset_of!(Header, features);
 ///
 /// The text is encoded as written: nothing is verified (run
 /// [`crate::verify_module`] on the result), so the assembler can also write
-/// the broken modules that tests and bug reports need.
+/// the broken modules that tests and bug reports need. The one rule beyond
+/// the syntax is that a `.label` names a word of its own body: an
+/// instruction or `.word` must follow it before the next `.body` or `.end`.
 ///
 /// # Errors
-/// An [`AsmError`] naming the line, the column and what was expected there.
+/// An [`AsmError`] naming the line, the column and what was expected there;
+/// [`AsmErrorKind::LabelPastEnd`] at a `.label` that no word follows.
 pub fn assemble(text: &str) -> Result<Vec<u8>, AsmError> {
     let mut asm = Assembler::default();
     for (i, line) in text.lines().enumerate() {
@@ -65,6 +68,35 @@ struct OpenKernel {
     /// Where its `.kernel` stands.
     line: u32,
     col: u32,
+    /// The first `.label` of the current body that no word follows yet.
+    dangling: Option<Dangling>,
+}
+
+/// A `.label` waiting for the word it names.
+struct Dangling {
+    text: String,
+    line: u32,
+    col: u32,
+}
+
+impl OpenKernel {
+    /// Refuses a label left without a word when `closer` (`.body` or
+    /// `.end`, on line `no`) ends the current body: a label names the word
+    /// that follows it, and past the end of a body there is none.
+    fn close_body(&mut self, closer: &'static str, no: u32) -> Result<(), AsmError> {
+        match self.dangling.take() {
+            None => Ok(()),
+            Some(d) => Err(AsmError {
+                line: d.line,
+                col: d.col,
+                kind: AsmErrorKind::LabelPastEnd {
+                    label: d.text,
+                    closer,
+                    line: no,
+                },
+            }),
+        }
+    }
 }
 
 #[derive(Default)]
@@ -244,6 +276,13 @@ impl Assembler {
                 self.code(cur, at, ".label")?;
                 let text = cur.string("a quoted label text")?;
                 cur.done()?;
+                if let Some(open) = self.kernel.as_mut() {
+                    open.dangling.get_or_insert_with(|| Dangling {
+                        text: text.clone(),
+                        line: cur.no,
+                        col: column(cur.line, at),
+                    });
+                }
                 self.code(cur, at, ".label")?.label(text);
                 Ok(())
             }
@@ -270,11 +309,12 @@ impl Assembler {
                 for w in words {
                     code.push_word(w);
                 }
+                self.word_written();
                 Ok(())
             }
             ".end" => {
                 cur.done()?;
-                let open = self.kernel.take().ok_or_else(|| {
+                let mut open = self.kernel.take().ok_or_else(|| {
                     cur.err_at(
                         at,
                         AsmErrorKind::Misplaced {
@@ -283,6 +323,7 @@ impl Assembler {
                         },
                     )
                 })?;
+                open.close_body(".end", cur.no)?;
                 // Names were checked at `.kernel`; this cannot fail.
                 self.builder.add_kernel(open.def).map_err(|e| match e {
                     BuildError::DuplicateKernel { name, first } => {
@@ -301,8 +342,16 @@ impl Assembler {
                 self.code(cur, at, "an instruction")?;
                 let (instr, wait) = instruction(cur, op)?;
                 self.code(cur, at, "an instruction")?.push(&instr, wait);
+                self.word_written();
                 Ok(())
             }
+        }
+    }
+
+    /// Code was written to the current body: its pending labels name it.
+    fn word_written(&mut self) {
+        if let Some(open) = self.kernel.as_mut() {
+            open.dangling = None;
         }
     }
 
@@ -441,6 +490,7 @@ impl Assembler {
             },
             line: cur.no,
             col: column(cur.line, at),
+            dangling: None,
         });
         Ok(())
     }
@@ -549,6 +599,7 @@ impl Assembler {
                 },
             )
         })?;
+        open.close_body(".body", cur.no)?;
         open.def.bodies.push(BodyDef {
             grid,
             code: CodeWriter::new(),

@@ -28,16 +28,18 @@ pub struct DisasmOptions {
 /// Disassembles a whole module into text that [`assemble`] turns back into
 /// exactly the same bytes.
 ///
-/// Holds for every module [`crate::builder::ModuleBuilder`] writes, including
-/// code that does not decode (printed as `.word` lines).
+/// Holds for every module [`crate::builder::ModuleBuilder`] writes whose
+/// labels each name a word of their body, including code that does not
+/// decode (printed as `.word` lines).
 ///
 /// # Errors
 /// [`DisasmError::Lossy`] when the text cannot say everything the module
 /// holds (metadata that does not decode or disagrees with the tables, labels
-/// outside their body), [`DisasmError::NotCanonical`] when the module's
-/// layout differs from the one the builder writes (section order and
-/// padding, shared or unreferenced code, non-canonical metadata encoding).
-/// [`disassemble_lossy`] prints such modules anyway.
+/// outside their body: on a body the kernel lacks, or at or past the end of
+/// its code, which the assembler refuses), [`DisasmError::NotCanonical`]
+/// when the module's layout differs from the one the builder writes
+/// (section order and padding, shared or unreferenced code, non-canonical
+/// metadata encoding). [`disassemble_lossy`] prints such modules anyway.
 pub fn disassemble(m: &Module<'_>) -> Result<String, DisasmError> {
     let mut notes = Vec::new();
     let text = write_module(m, &DisasmOptions::default(), &mut notes);
@@ -292,7 +294,9 @@ fn write_kernel(
         body_labels.sort_by_key(|l| l.0);
         let code = kernel.body_code(b).unwrap_or(&[]);
         write_code(code, &body_labels, opts.word_offsets, out);
-        for (word, text) in body_labels.iter().filter(|l| l.0 > code.len()) {
+        // A label names the word at its offset; at or past the end of the
+        // body there is none, and the assembler refuses such a `.label`.
+        for (word, text) in body_labels.iter().filter(|l| l.0 >= code.len()) {
             note(
                 out,
                 notes,
@@ -308,7 +312,8 @@ fn write_kernel(
     out.push_str(".end\n");
 }
 
-/// Prints the instructions of one body, with labels at their words.
+/// Prints the instructions of one body, with labels at their words (labels
+/// at or past the end of `code` are not printed: they name no word).
 ///
 /// An instruction that does not decode, that a label falls inside, or whose
 /// text would not read back to the same words (never, for a decoded one)
@@ -317,16 +322,13 @@ fn write_kernel(
 fn write_code(code: &[U64], labels: &[(usize, &str)], offsets: bool, out: &mut String) {
     let mut li = 0;
     let mut at = 0;
-    loop {
+    while at < code.len() {
         while let Some((_, text)) = labels.get(li).filter(|l| l.0 == at) {
             let _ = writeln!(out, "    .label {}", quote(text));
             li += 1;
         }
         // Labels that fell inside a `.word` group cannot happen: groups end
         // at the next label.
-        if at >= code.len() {
-            break;
-        }
         let limit = labels.get(li).map_or(code.len(), |l| l.0).min(code.len());
         let rest = code.get(at..).unwrap_or(&[]);
         let (len, why) = match Instr::decode(rest) {

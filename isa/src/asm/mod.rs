@@ -13,13 +13,15 @@
 //! | `.kernel "name" kind=vector ub=196608` | opens a kernel: kind (`vector`, `cube`, `mix`, `parallel`, `sequence`) and UB bytes. Keys in any order. |
 //! | `.param "x" f32 in dims=[S,768]` | a parameter: name, dtype, access (`in`, `out`, `inout`), and optional metadata dims, each bare (letters, digits, `_*+-/()%.`) or quoted. Before the kernel's first `.body`. |
 //! | `.body grid=4,1,1` | opens a body (tile grid); the instructions that follow belong to it until the next `.body` or `.end`. |
-//! | `.label "text"` | a debug label on the next word of the body. |
+//! | `.label "text"` | a debug label on the next word of the body: an instruction or `.word` must follow it before the next `.body` or `.end` (a label past the end of its body, e.g. after the final `end`, is an error). |
 //! | `mnemonic name=value … @wait=load\|vector` | an instruction: every operand of the opcode once, as [`Instr::write_operands`](crate::Instr::write_operands) prints it (the disassembler uses table order; any order is accepted), then optionally the data pipes it waits for. Integers are decimal or `0x` hex. |
 //! | `.word 0x… 0x…` | raw code words, as they are: how the disassembler prints code that does not decode. |
 //! | `.end` | closes the kernel. |
 //!
 //! Everything is encoded as written and nothing is verified, so broken
 //! modules can be written too; run [`crate::verify_module`] on the bytes.
+//! The only rule beyond the syntax is the one for `.label` above: a label
+//! must name a word of its own body.
 //!
 //! # What the disassembler prints
 //!
@@ -30,7 +32,9 @@
 //! length their head word claims (one word when the head itself is bad),
 //! with a comment giving the decode error; an instruction that a label
 //! falls inside prints as `.word` too, split at the label. Either way every
-//! word and every label keeps its place.
+//! word and every label keeps its place. A label at or past the end of its
+//! body (the builder does not refuse one) names no word: it is printed as
+//! a comment, and [`disassemble`] refuses the module as lossy.
 //!
 //! [`disassemble`] guarantees `assemble(disassemble(m)?) == m.bytes()`: it
 //! checks this itself and fails when the module holds something the text
@@ -220,6 +224,18 @@ pub enum AsmErrorKind {
     /// The text ends inside a kernel (reported at its `.kernel` line).
     #[error("kernel \"{0}\" is not closed with `.end`")]
     UnclosedKernel(String),
+    /// A `.label` that no word of its body follows: the body ends (at the
+    /// next `.body` or `.end`) before an instruction or `.word` does.
+    /// Reported at the `.label`.
+    #[error("label \"{}\" names no instruction: no instruction or `.word` follows it in its body, which ends at `{closer}` on line {line}", label.escape_debug())]
+    LabelPastEnd {
+        /// The label's text.
+        label: String,
+        /// The statement that ends the body: `.body` or `.end`.
+        closer: &'static str,
+        /// Its line.
+        line: u32,
+    },
     /// A kernel name used before in the same module.
     #[error("kernel \"{}\" is defined twice (first as kernel {first})", name.escape_debug())]
     DuplicateKernel {

@@ -89,10 +89,12 @@ pub fn body(rng: &mut Rng) -> BodyDef {
         }
     }
     if rng.chance(70) {
+        // A label names the word after it: never one past the end of the
+        // body (the assembler refuses it, so the text could not say it).
+        if rng.chance(15) {
+            code.label(string(rng, 4));
+        }
         code.push(&Instr::End {}, WaitMask::NONE);
-    }
-    if rng.chance(15) {
-        code.label(string(rng, 4));
     }
     let dim = |rng: &mut Rng| {
         if rng.chance(80) {
