@@ -212,8 +212,7 @@ pub fn from_bytes(bytes: &[u8], path: &Path, expected: Option<DType>) -> Result<
         msg,
     };
     let (data_start, text) = header_text(bytes).map_err(not_npy)?;
-    check_keys(text, path)?;
-    let shape_hint = header_shape(text).map_err(not_npy)?;
+    let shape_hint = header_dict(text, path)?;
     let header = NpyHeader::from_reader(bytes).map_err(|e| not_npy(e.to_string()))?;
     if header.shape() != shape_hint.as_slice() {
         return Err(not_npy("inconsistent shape in header".into()));
@@ -369,8 +368,8 @@ fn header_text(bytes: &[u8]) -> Result<(usize, &str), String> {
 /// [`HEADER_KEYS`], each once: NumPy refuses other keys ("Header does not
 /// contain the correct keys"), and `npyz` would ignore extra ones and read
 /// the last of repeated ones. The text is parsed as `npyz` parses it (same
-/// parser, one trailing newline dropped).
-fn check_keys(text: &str, path: &Path) -> Result<(), NpyError> {
+/// parser, one trailing newline dropped). Returns the shape ([`dict_shape`]).
+fn header_dict(text: &str, path: &Path) -> Result<Vec<u64>, NpyError> {
     let not_npy = |msg: String| NpyError::NotNpy {
         path: path.to_owned(),
         msg,
@@ -410,7 +409,7 @@ fn check_keys(text: &str, path: &Path) -> Result<(), NpyError> {
     };
     let (missing, repeated) = (pick(|n| n == 0), pick(|n| n > 1));
     if unexpected.is_empty() && missing.is_empty() && repeated.is_empty() {
-        return Ok(());
+        return dict_shape(&entries).map_err(not_npy);
     }
     Err(NpyError::HeaderKeys {
         path: path.to_owned(),
@@ -443,24 +442,30 @@ fn literal_error(e: &py_literal::ParseError) -> String {
     format!("the header is not a Python literal ({short})")
 }
 
-/// Reads the header's shape tuple (so that absurd shapes are refused before
-/// `npyz` multiplies them).
-fn header_shape(text: &str) -> Result<Vec<u64>, String> {
-    let at = text.find("'shape'").ok_or("the header has no 'shape'")?;
-    let rest = &text[at + "'shape'".len()..];
-    let open = rest.find('(').ok_or("malformed 'shape'")?;
-    let close = rest[open..].find(')').ok_or("malformed 'shape'")? + open;
-    let mut shape = Vec::new();
-    for part in rest[open + 1..close].split(',') {
-        let p = part.trim().trim_end_matches('L');
-        if p.is_empty() {
-            continue;
-        }
-        shape.push(
-            p.parse::<u64>()
-                .map_err(|_| format!("bad dimension `{p}` in 'shape'"))?,
-        );
-    }
+/// The `'shape'` of a header dict whose keys were checked: a tuple of
+/// non-negative integers whose product fits `u64` (so that absurd shapes
+/// are refused before `npyz` multiplies them).
+fn dict_shape(entries: &[(py_literal::Value, py_literal::Value)]) -> Result<Vec<u64>, String> {
+    let value = entries
+        .iter()
+        .find(|(k, _)| k.as_string().is_some_and(|k| k == "shape"))
+        .map(|(_, v)| v)
+        .ok_or("the header has no 'shape'")?;
+    let dims = value
+        .as_tuple()
+        .ok_or("'shape' is not a tuple of integers")?;
+    let shape = dims
+        .iter()
+        .map(|d| {
+            d.as_integer()
+                .and_then(|i| u64::try_from(i).ok())
+                .ok_or_else(|| {
+                    let shown = d.format_ascii().unwrap_or_else(|_| "?".into());
+                    let shown: String = shown.chars().take(40).collect();
+                    format!("bad dimension `{shown}` in 'shape'")
+                })
+        })
+        .collect::<Result<Vec<u64>, String>>()?;
     shape
         .iter()
         .try_fold(1u64, |acc, &d| acc.checked_mul(d))
@@ -702,11 +707,31 @@ mod tests {
     }
 
     #[test]
+    fn header_shape_must_be_a_tuple_of_sizes() {
+        for (shape, what) in [
+            ("[1]", "not a tuple"),
+            ("(-1,)", "bad dimension `-1`"),
+            ("(1.5,)", "bad dimension `"),
+            ("(4294967296, 4294967296, 2)", "too many elements"),
+        ] {
+            let dict = format!("'descr': '<f4', 'fortran_order': False, 'shape': {shape}");
+            let e = from_bytes(&with_dict(&dict), Path::new("s.npy"), None).unwrap_err();
+            assert!(
+                matches!(e, NpyError::NotNpy { .. }) && e.to_string().contains(what),
+                "{shape}: {e}"
+            );
+        }
+    }
+
+    #[test]
     fn header_keys_must_be_exactly_numpys() {
         // What `np.save` writes, with and without the trailing comma.
+        // Double quotes are Python strings too (NumPy reads the header with
+        // `ast.literal_eval`).
         for dict in [
             "'descr': '<f4', 'fortran_order': False, 'shape': (1,), ",
             "'shape': (1,), 'descr': '<f4', 'fortran_order': False",
+            "\"descr\": \"<f4\", \"fortran_order\": False, \"shape\": (1,)",
         ] {
             let t = from_bytes(&with_dict(dict), Path::new("ok.npy"), None).unwrap();
             assert_eq!(t.shape(), &[1]);
