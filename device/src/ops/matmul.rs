@@ -12,9 +12,7 @@
 //! Float accumulation is plain `f32` multiply-add (no FMA contraction), in
 //! `KC`-long partial sums per micro-tile; `i8` products accumulate in
 //! wrapping `i32`. Stack use: `(MC + NC)·KC + MC·NC` accumulators
-//! (20 KiB on aarch64, 80 KiB elsewhere), twice that for `b` and the
-//! block in the AVX-512 copies (144 KiB: their storage is sized for 8
-//! columns per micro-tile and holds groups of [`NR_WIDE`]).
+//! (20 KiB on aarch64, 80 KiB elsewhere).
 
 use super::ub::{range_of, view_mut, Bf16, Pod, Split, F16};
 use super::UbArgs;
@@ -350,11 +348,30 @@ fn pack_b<I: MmIn, const NR: usize>(
 /// | trans_b << 1 | accumulate << 2.
 #[inline(always)]
 pub(crate) fn matmul<I: MmIn, O: MmOut<I::A>, const NR: usize>(ub: &mut [u8], args: &UbArgs) {
-    let _ = run::<I, O, NR>(ub, args);
+    // The packed `b` panels and the block accumulators, sized for this
+    // width (an array length may not depend on `NR` itself, but it may
+    // be spelt out for each width the handlers use).
+    let zero = G([I::A::default(); NR]);
+    if NR == NR_WIDE {
+        let mut bp = [zero; NC / NR_WIDE * KC];
+        let mut c = [zero; MC * (NC / NR_WIDE)];
+        let _ = run::<I, O, NR>(ub, args, &mut bp, &mut c);
+    } else {
+        let mut bp = [zero; NC / self::NR * KC];
+        let mut c = [zero; MC * (NC / self::NR)];
+        let _ = run::<I, O, NR>(ub, args, &mut bp, &mut c);
+    }
 }
 
+/// [`matmul`] with its `b` panels (`NC / NR · KC` groups) and block
+/// accumulators (`MC · NC / NR`) in `bp` and `c`.
 #[inline(always)]
-fn run<I: MmIn, O: MmOut<I::A>, const NR: usize>(ub: &mut [u8], args: &UbArgs) -> Option<()> {
+fn run<I: MmIn, O: MmOut<I::A>, const NR: usize>(
+    ub: &mut [u8],
+    args: &UbArgs,
+    bp: &mut [G<I::A, NR>],
+    c: &mut [G<I::A, NR>],
+) -> Option<()> {
     let (m, n, k) = (args.n as usize, args.cols as usize, args.k as usize);
     let sp = Split::new(ub, range_of::<O>(args.dst, m.checked_mul(n)?)?)?;
     let a = sp.disjoint::<I>(range_of::<I>(args.a, m.checked_mul(k)?)?)?;
@@ -365,10 +382,7 @@ fn run<I: MmIn, O: MmOut<I::A>, const NR: usize>(ub: &mut [u8], args: &UbArgs) -
 
     let zero = I::A::default();
     let mut ap = [G([zero; MR]); MC / MR * KC];
-    // Sized for the narrowest micro-tile ([`NR`]); wider ones use part.
     let cg = NC / NR;
-    let mut bp = [G([zero; NR]); NC / self::NR * KC];
-    let mut c = [G([zero; NR]); MC * (NC / self::NR)];
     for j0 in (0..n).step_by(NC) {
         let nc = (n - j0).min(NC);
         for i0 in (0..m).step_by(MC) {
@@ -388,7 +402,7 @@ fn run<I: MmIn, O: MmOut<I::A>, const NR: usize>(ub: &mut [u8], args: &UbArgs) -
             for p0 in (0..k).step_by(KC) {
                 let kc = (k - p0).min(KC);
                 pack_a(a, ta, m, k, i0, mc, p0, kc, &mut ap)?;
-                pack_b(b, tb, n, k, j0, nc, p0, kc, &mut bp)?;
+                pack_b(b, tb, n, k, j0, nc, p0, kc, bp)?;
                 for (ip, apan) in ap.chunks_exact(kc).take(mc.div_ceil(MR)).enumerate() {
                     for (jp, bpan) in bp.chunks_exact(kc).take(nc.div_ceil(NR)).enumerate() {
                         kernel(apan, bpan, c.get_mut(ip * MR * cg + jp..)?);
