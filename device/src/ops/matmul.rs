@@ -392,9 +392,10 @@ fn run<I: MmIn, O: MmOut<I::A>, const NR: usize>(
             if accumulate {
                 for (i, crow) in c.chunks_exact_mut(cg).take(mc).enumerate() {
                     let o = (i0 + i) * n + j0;
-                    for (j, d) in dst.get(o..o + nc)?.iter().enumerate() {
-                        if let Some(g) = crow.get_mut(j / NR) {
-                            g.0[j % NR] = d.get();
+                    // A group of `NR` at a time (vector code).
+                    for (g, d) in crow.iter_mut().zip(dst.get(o..o + nc)?.chunks(NR)) {
+                        for (a, d) in g.0.iter_mut().zip(d) {
+                            *a = d.get();
                         }
                     }
                 }
@@ -411,9 +412,9 @@ fn run<I: MmIn, O: MmOut<I::A>, const NR: usize>(
             }
             for (i, crow) in c.chunks_exact(cg).take(mc).enumerate() {
                 let o = (i0 + i) * n + j0;
-                for (j, d) in dst.get_mut(o..o + nc)?.iter_mut().enumerate() {
-                    if let Some(g) = crow.get(j / NR) {
-                        *d = O::put(g.0[j % NR]);
+                for (g, d) in crow.iter().zip(dst.get_mut(o..o + nc)?.chunks_mut(NR)) {
+                    for (d, a) in d.iter_mut().zip(g.0) {
+                        *d = O::put(a);
                     }
                 }
             }
