@@ -400,15 +400,16 @@ fn cast_handler(simd: Simd, from: DType, to: DType) -> Handler {
 
 /// The matmul handler for an (input, output) pair allowed by the verifier.
 fn matmul_handler(simd: Simd, dt: DType, out: DType) -> Option<Handler> {
-    // AVX-512 copies take 16-column micro-tiles (`matmul::NR_WIDE`).
+    // AVX-512 copies take 16-column micro-tiles (`matmul::NR_WIDE`); other
+    // targets (the aarch64 firmware) never build them.
     macro_rules! nr {
-        ($i:ty, $o:ty) => {
+        ($i:ty, $o:ty) => {{
+            #[cfg(target_arch = "x86_64")]
             if simd.avx512() {
-                pick!(simd, matmul::<$i, $o, { matmul::NR_WIDE }>)
-            } else {
-                pick!(simd, matmul::<$i, $o, { matmul::NR }>)
+                return Some(pick!(simd, matmul::<$i, $o, { matmul::NR_WIDE }>));
             }
-        };
+            pick!(simd, matmul::<$i, $o, { matmul::NR }>)
+        }};
     }
     macro_rules! out {
         ($i:ty) => {
