@@ -7,7 +7,8 @@
 //!
 //! Arguments: workload (`softmax`, `softmax-causal`: its rows masked
 //! with `-inf` as causal attention does, `layernorm`, `row-sum`,
-//! `attention`: softmax(x·xᵀ/√H)·x), rows S,
+//! `attention`: softmax(x·xᵀ/√H)·x, `qkt`: x·xᵀ alone, `xw`: x·w with w
+//! of H × H), rows S,
 //! calls, and the hidden size H (768 unless given). Prints the best and
 //! the median kernel time
 //! over the calls (launches only, as the fusion benchmark's "kernel ms")
@@ -48,9 +49,16 @@ fn main() {
             let p = g.softmax(s, -1).expect("softmax");
             g.matmul(p, x, false, false)
         }
+        // The attention's first matmul alone: x·xᵀ (S × S, depth H).
+        "qkt" => g.matmul(x, x, false, true),
+        // A projection: x·w with w of H × H.
+        "xw" => {
+            let w = g.input("w", DType::F32, &[dims[1].clone(), dims[1].clone()]).expect("w");
+            g.matmul(x, w, false, false)
+        }
         other => {
             eprintln!(
-                "unknown workload `{other}` (softmax, softmax-causal, layernorm, row-sum, attention)"
+                "unknown workload `{other}` (softmax, softmax-causal, layernorm, row-sum, attention, qkt, xw)"
             );
             std::process::exit(2);
         }
@@ -74,8 +82,13 @@ fn main() {
     let xt = Tensor::from_f32(&[s, h], &data).expect("x tensor");
     let ones = Tensor::from_f32(&[h], &vec![1.0; h as usize]).expect("g tensor");
     let zeros = Tensor::from_f32(&[h], &vec![0.0; h as usize]).expect("b tensor");
+    let w: Vec<f32> = (0..h * h)
+        .map(|i| ((i * 7727) % 1000) as f32 / 25_000.0 - 0.02)
+        .collect();
+    let wt = Tensor::from_f32(&[h, h], &w).expect("w tensor");
     let inputs: Vec<(&str, &Tensor)> = match what {
         "layernorm" => vec![("x", &xt), ("g", &ones), ("b", &zeros)],
+        "xw" => vec![("x", &xt), ("w", &wt)],
         _ => vec![("x", &xt)],
     };
     let rt = Runtime::new(
@@ -113,6 +126,18 @@ fn main() {
         bytes as f64 / (best * 1e-3) / 1e9,
         bytes as f64 / (1u64 << 20) as f64
     );
+    let flops = match what {
+        "qkt" => 2 * s * s * h,
+        "xw" => 2 * s * h * h,
+        "attention" => 4 * s * s * h,
+        _ => 0,
+    };
+    if flops > 0 {
+        println!(
+            "  {:.1} GFLOP/s at best (matmul flops only)",
+            flops as f64 / (best * 1e-3) / 1e9
+        );
+    }
     if per.len() > 1 {
         for (name, best) in &per {
             println!("  {name:<24} best {best:.3} ms");
