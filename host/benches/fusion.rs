@@ -281,15 +281,6 @@ impl<'a> Sampler<'a> {
     }
 }
 
-/// `reps` samples of one preparation after its warm-up.
-fn measure(rt: &Runtime, p: &Prepared, inputs: &[(&str, &Tensor)], reps: usize) -> Measured {
-    let mut s = Sampler::new(rt, p, inputs);
-    for _ in 0..reps {
-        s.sample(rt, inputs);
-    }
-    s.m
-}
-
 /// The fused and unfused preparations of a workload, both warmed up first,
 /// then sampled in turn, each first in every other round (with a single
 /// sample, the one run second measured up to 10% faster on the very same
@@ -596,10 +587,25 @@ fn main() {
     for &s in enc_lens {
         let ins = dvm_host::demo::encoder_inputs(&cfg, s).expect("inputs");
         let named: Vec<(&str, &Tensor)> = ins.iter().map(|(n, t)| (*n, t)).collect();
+        let prepared: Vec<Prepared> = variants
+            .iter()
+            .map(|(_, opts)| Prepared::with_options(&g, opts).expect("prepares"))
+            .collect();
+        // Sampled in turn, round by round, each variant first in every
+        // third round: the variants meet the same moments of a noisy host.
+        let mut samplers: Vec<Sampler<'_>> = prepared
+            .iter()
+            .map(|p| Sampler::new(&rt, p, &named))
+            .collect();
+        for r in 0..6 {
+            for k in 0..samplers.len() {
+                let i = (r + k) % samplers.len();
+                samplers[i].sample(&rt, &named);
+            }
+        }
         let mut line = format!("  S={s:<5}");
-        for (name, opts) in &variants {
-            let p = Prepared::with_options(&g, opts).expect("prepares");
-            let m = measure(&rt, &p, &named, 5);
+        for ((name, _), smp) in variants.iter().zip(&samplers) {
+            let m = &smp.m;
             line.push_str(&format!(
                 "  {name}: {:.3} ms ({} / {})",
                 m.call_ms, m.kernels, m.launches
