@@ -1,8 +1,9 @@
 //! Runs the job at `_dvm_job_base`: parse, then for every launch parse and
 //! verify its module, predecode the kernel, bind the buffers and run all
-//! blocks, on every running core ([`crate::smp`]) when the kernel's tiles
-//! are proven independent and the launch names no buffer twice, else on
-//! core 0 alone; then write the report.
+//! blocks, on every running core ([`crate::smp`]) when the launch has
+//! several blocks and tiles, the kernel's tiles are proven independent and
+//! the launch names no buffer twice, else on core 0 alone; then write the
+//! report.
 //!
 //! The job's tables are checked by [`Job::parse`] and copied into bounded
 //! static storage before anything runs; after that no reference covers the
@@ -198,7 +199,13 @@ fn launch(
     let program = &*program;
     let blocks = l.blocks.get();
     let distinct = args.iter().enumerate().all(|(i, a)| !args[..i].contains(a));
-    let result = if smp::cores() > 1 && blocks > 1 && program.tiles_independent() && distinct {
+    // Several cores only pay off with a tile for more than one of them.
+    let result = if smp::cores() > 1
+        && blocks > 1
+        && program.total_tiles() > 1
+        && program.tiles_independent()
+        && distinct
+    {
         drop(launch);
         let mut raws: Vec<RawBuf, { dvm_isa::verify::MAX_PARAMS }> = Vec::new();
         for &a in args {

@@ -17,7 +17,10 @@
 //! `c + 2n`, … of the launch on its own UB ([`run_blocks_strided`]), with
 //! [`BARRIER`] between the stages of a sequence kernel, adds its tiles and
 //! instructions to its counters, records the launch's first error, and
-//! (secondaries) increments [`DONE`] (release). Core 0 waits until every
+//! (secondaries) increments [`DONE`] (release). Idle secondaries sleep in
+//! `wfi` and core 0 wakes them with a software-generated interrupt through
+//! `virt`'s GICv2 (masked: it only ends the `wfi`), so they leave the host's
+//! CPUs to core 0 between launches; without a GICv2 they spin. Core 0 waits until every
 //! secondary is done (acquire) before it reads the results or writes the
 //! next `Work`. A core that fails calls [`FwBarrier::abort`] first, so the
 //! others skip their remaining stages at the next barrier; a CPU exception
@@ -120,6 +123,91 @@ fn now_ms() -> u64 {
     count / (freq / 1000).max(1)
 }
 
+/// QEMU `virt`'s GICv2 distributor.
+const GICD: usize = 0x0800_0000;
+/// QEMU `virt`'s GICv2 CPU interface (banked per core).
+const GICC: usize = 0x0801_0000;
+const GICD_CTLR: usize = GICD;
+const GICD_ISENABLER0: usize = GICD + 0x100;
+const GICD_SGIR: usize = GICD + 0xf00;
+const GICD_PIDR2: usize = GICD + 0xfe8;
+const GICC_CTLR: usize = GICC;
+const GICC_PMR: usize = GICC + 0x4;
+const GICC_IAR: usize = GICC + 0xc;
+const GICC_EOIR: usize = GICC + 0x10;
+/// The software-generated interrupt that wakes the secondaries.
+const WAKE_SGI: u32 = 0;
+
+/// Whether idle secondaries sleep in `wfi` until core 0 sends them
+/// [`WAKE_SGI`] (a GICv2 was found), instead of spinning. Set by core 0
+/// before it publishes [`RUNNING`].
+static SLEEP: AtomicBool = AtomicBool::new(false);
+
+fn mmio_read(addr: usize) -> u32 {
+    // SAFETY: `addr` is a GICv2 register of QEMU `virt`, in the device
+    // memory the MMU maps; reading it has no effect but the GIC's own.
+    unsafe { core::ptr::read_volatile(addr as *const u32) }
+}
+
+fn mmio_write(addr: usize, v: u32) {
+    // SAFETY: as `mmio_read`; writes only change the GIC's state.
+    unsafe { core::ptr::write_volatile(addr as *mut u32, v) }
+}
+
+/// Core 0: if the board has a GICv2 where QEMU `virt` puts it (its
+/// peripheral id says architecture version 2), turns its distributor on
+/// so that [`WAKE_SGI`] can wake the secondaries from `wfi`.
+fn gic_init_distributor() {
+    if (mmio_read(GICD_PIDR2) >> 4) & 0xf == 2 {
+        mmio_write(GICD_CTLR, 1);
+        SLEEP.store(true, Ordering::Relaxed);
+    }
+}
+
+/// A secondary: enables [`WAKE_SGI`] and its CPU interface. The interrupt
+/// stays masked (DAIF): it only ends `wfi`, and is acknowledged by hand.
+fn gic_init_cpu() {
+    mmio_write(GICD_ISENABLER0, 1 << WAKE_SGI);
+    mmio_write(GICC_PMR, 0xff);
+    mmio_write(GICC_CTLR, 1);
+}
+
+/// Core 0: makes the work just published visible, then sends
+/// [`WAKE_SGI`] to every other core.
+fn wake_secondaries() {
+    if SLEEP.load(Ordering::Relaxed) {
+        // SAFETY: a barrier: the stores before it (the work and the
+        // generation) complete before the interrupt is sent.
+        unsafe { core::arch::asm!("dsb ish", options(nostack, preserves_flags)) };
+        // Target list filter 0b01: every core but this one.
+        mmio_write(GICD_SGIR, (1 << 24) | WAKE_SGI);
+    }
+}
+
+/// A secondary waits for a generation other than `seen`: in `wfi` when
+/// core 0 wakes it with [`WAKE_SGI`], else spinning.
+fn wait_for_work(seen: u32) -> u32 {
+    let sleep = SLEEP.load(Ordering::Relaxed);
+    loop {
+        let gen = GENERATION.load(Ordering::Acquire);
+        if gen != seen {
+            return gen;
+        }
+        if sleep {
+            // SAFETY: waits for an interrupt to be pending (masked ones
+            // count); an SGI sent after the load above is still pending
+            // here, so no wake-up is lost. No memory effects.
+            unsafe { core::arch::asm!("wfi", options(nomem, nostack, preserves_flags)) };
+            let iar = mmio_read(GICC_IAR);
+            if iar & 0x3ff < 1020 {
+                mmio_write(GICC_EOIR, iar);
+            }
+        } else {
+            spin_loop();
+        }
+    }
+}
+
 extern "C" {
     /// The secondary cores' entry in [`crate::boot`].
     fn _dvm_secondary_start();
@@ -145,6 +233,9 @@ pub fn start_secondaries(boot_el: u64) -> usize {
         Conduit::Hvc
     };
     let entry = _dvm_secondary_start as *const () as usize as u64;
+    if CORES > 1 {
+        gic_init_distributor();
+    }
     let mut running = 1;
     for core in 1..CORES {
         let ret = cpu_on(conduit, core as u64, entry, core as u64);
@@ -403,6 +494,7 @@ pub unsafe fn run_parallel(
     DONE.store(0, Ordering::Relaxed);
     // Publishes everything above to the secondaries.
     GENERATION.fetch_add(1, Ordering::Release);
+    wake_secondaries();
     // SAFETY: core 0 only reads the work until the next launch.
     run_and_record(0, unsafe { &*WORK.0.get() });
     while DONE.load(Ordering::Acquire) != n as u32 - 1 {
@@ -444,6 +536,7 @@ pub fn overflow_a_secondary_stack() -> ! {
     }
     DONE.store(0, Ordering::Relaxed);
     GENERATION.fetch_add(1, Ordering::Release);
+    wake_secondaries();
     // Core 1 ends the emulation; if it comes back, the guard failed.
     while DONE.load(Ordering::Acquire) < cores() as u32 - 1 {
         spin_loop();
@@ -478,14 +571,12 @@ extern "C" fn dvm_fw_secondary_main(core: u64) -> ! {
             spin_loop();
         }
     }
+    if SLEEP.load(Ordering::Relaxed) {
+        gic_init_cpu();
+    }
     let mut seen = 0u32;
     loop {
-        let gen = GENERATION.load(Ordering::Acquire);
-        if gen == seen {
-            spin_loop();
-            continue;
-        }
-        seen = gen;
+        seen = wait_for_work(seen);
         // SAFETY: core 0 wrote the work before publishing `gen` (acquired
         // above) and does not write it again before this core is done.
         let w = unsafe { &*WORK.0.get() };
