@@ -115,23 +115,28 @@ fn a_good_job_runs_and_reports_counts() {
     assert_eq!(out, &want);
 }
 
-#[test]
-#[ignore = "needs the firmware and QEMU: run `cargo ci qemu`"]
-fn a_multi_block_launch_runs_on_every_core() {
-    let dev = device();
-    let cores = dev.cores();
-    assert!(cores >= 2, "the firmware should have several cores");
-    // 256 Ki elements: many tiles, so every core gets some.
+/// A job of two launches of `out = a + b` over 256 Ki f32 (many tiles):
+/// on `blocks` blocks, then on one; and the expected output.
+fn big_add_job(blocks: u32) -> (Vec<u8>, Vec<u8>) {
     let n = 256 * 1024;
     let mut j = JobBuilder::new();
     let m = j.module(&add_module_of(n));
     let a = j.buffer(f32_bytes((0..n).map(|i| i as f32)), false);
     let b = j.buffer(f32_bytes((0..n).map(|i| 0.5 * i as f32)), false);
     let o = j.buffer(vec![0; 4 * n as usize], true);
-    j.launch(m, 0, &[a, b, o], cores);
-    // The same launch on one block (core 0 alone) for the counts.
+    j.launch(m, 0, &[a, b, o], blocks);
     j.launch(m, 0, &[a, b, o], 1);
-    let r = dev.run_job(&j.finish()).expect("runs").report;
+    (j.finish(), f32_bytes((0..n).map(|i| 1.5 * i as f32)))
+}
+
+#[test]
+#[ignore = "needs the firmware and QEMU: run `cargo ci qemu`"]
+fn a_multi_block_launch_runs_on_every_core() {
+    let dev = device();
+    let cores = dev.cores();
+    assert!(cores >= 2, "the firmware should have several cores");
+    let (job, want) = big_add_job(cores);
+    let r = dev.run_job(&job).expect("runs").report;
     assert_eq!(r.status, Status::Ok);
     assert_eq!(u32::from(r.cores), cores, "every core started");
     let (many, one) = (&r.launches[0], &r.launches[1]);
@@ -141,13 +146,24 @@ fn a_multi_block_launch_runs_on_every_core() {
         (1u64 << cores) - 1,
         "every core ran tiles: {many:?}"
     );
-    assert_eq!(one.core_mask.get(), 1, "{one:?}");
+    assert_eq!(one.core_mask.get(), 1, "one block runs on core 0: {one:?}");
     assert_eq!(
         (many.tiles.get(), many.instrs.get()),
         (one.tiles.get(), one.instrs.get()),
         "counts summed over the cores"
     );
-    let want = f32_bytes((0..n).map(|i| 1.5 * i as f32));
+    assert!(r.outputs[0].1 == want, "wrong sums");
+}
+
+#[test]
+#[ignore = "needs the firmware and QEMU: run `cargo ci qemu`"]
+fn with_fewer_cpus_the_firmware_runs_on_the_cores_that_start() {
+    let dev = device();
+    let (job, want) = big_add_job(dev.cores());
+    let r = dev.with_cpus(1).run_job(&job).expect("runs").report;
+    assert_eq!(r.status, Status::Ok);
+    assert_eq!(r.cores, 1, "PSCI refused the missing cores");
+    assert_eq!(r.launches[0].core_mask.get(), 1);
     assert!(r.outputs[0].1 == want, "wrong sums");
 }
 

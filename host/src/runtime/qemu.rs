@@ -105,6 +105,7 @@ pub struct QemuDevice {
     firmware: PathBuf,
     job_base: u64,
     cores: u32,
+    cpus: u32,
     qemu: String,
     timeout: Duration,
     log: Option<PathBuf>,
@@ -155,6 +156,7 @@ impl QemuDevice {
             firmware,
             job_base,
             cores,
+            cpus: cores,
             qemu: "qemu-system-aarch64".into(),
             timeout: Duration::from_secs(120),
             log: None,
@@ -182,6 +184,14 @@ impl QemuDevice {
     /// Cores the firmware runs on (QEMU gets as many CPUs).
     pub fn cores(&self) -> u32 {
         self.cores
+    }
+
+    /// Boots QEMU with `cpus` CPUs (at least 1) instead of the firmware's
+    /// core count: with fewer, the firmware runs on the cores that start
+    /// (its report says how many), to test that it does.
+    pub fn with_cpus(mut self, cpus: u32) -> QemuDevice {
+        self.cpus = cpus.max(1);
+        self
     }
 
     /// Boots the firmware on `job` and returns its report, whatever its
@@ -247,7 +257,7 @@ impl QemuDevice {
         cmd.current_dir(&dir.0)
             .args(["-M", "virt", "-cpu", "cortex-a57", "-nographic"])
             .arg("-smp")
-            .arg(self.cores.to_string())
+            .arg(self.cpus.to_string())
             .args(["-nic", "none", "-monitor", "none", "-serial", "none"])
             .args(["-semihosting-config", "enable=on,target=native"])
             .arg("-m")
