@@ -141,8 +141,7 @@ extern "C" fn dvm_fw_main(boot_el: u64) -> ! {
         );
         report::exit(Status::Panic)
     }
-    let cores = smp::start_secondaries(boot_el);
-    defmt::info!("{=usize} of {=usize} cores running", cores, CORES);
+    smp::start_secondaries(boot_el);
     let mut cmdline = [0u8; 128];
     // QEMU passes the kernel's path, then the `-append` text.
     let args = report::command_line(&mut cmdline);

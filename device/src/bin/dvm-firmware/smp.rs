@@ -6,8 +6,10 @@
 //! EL1 (the default) and `smc` when it boots at EL2 (`virtualization=on`),
 //! as the device tree QEMU writes says. Core 0 calls `CPU_ON` for cores
 //! `1..CORES` (core `c` is the CPU with MPIDR affinity 0 = `c`) with
-//! `_dvm_secondary_start` as the entry and `c` as the context id, and
-//! waits (at most [`START_TIMEOUT_MS`]) for each to check in from Rust. The
+//! `_dvm_secondary_start` as the entry and `c` as the context id, and goes
+//! on reading the job; when it first needs the core count ([`cores`]: its
+//! first launch on several blocks, or the report) it waits (at most
+//! [`START_TIMEOUT_MS`] from the start) for each to check in from Rust. The
 //! cores up to the first that does not start (PSCI error, e.g. fewer CPUs
 //! given to QEMU with `-smp`, or no check-in) run the job; the rest park.
 //!
@@ -140,7 +142,7 @@ const WAKE_SGI: u32 = 0;
 
 /// Whether idle secondaries sleep in `wfi` until core 0 sends them
 /// [`WAKE_SGI`] (a GICv2 was found), instead of spinning. Set by core 0
-/// before it publishes [`RUNNING`].
+/// before it starts them.
 static SLEEP: AtomicBool = AtomicBool::new(false);
 
 fn mmio_read(addr: usize) -> u32 {
@@ -217,16 +219,48 @@ extern "C" {
 static ONLINE: [AtomicBool; CORES] = [const { AtomicBool::new(false) }; CORES];
 /// Cores that run the job (cores `0..RUNNING`), 0 until core 0 decided.
 static RUNNING: AtomicUsize = AtomicUsize::new(0);
+/// Cores `1..STARTED` accepted `CPU_ON` (core 0 only).
+static STARTED: AtomicUsize = AtomicUsize::new(1);
+/// When core 0 started them ([`now_ms`]; core 0 only).
+static STARTED_AT: AtomicU64 = AtomicU64::new(0);
 
-/// The cores running the job ([`start_secondaries`] decided it).
+/// The cores running the job: on the first call (core 0), waits until the
+/// started cores have checked in (at most [`START_TIMEOUT_MS`] after
+/// [`start_secondaries`]) and decides.
 pub fn cores() -> usize {
-    RUNNING.load(Ordering::Acquire).max(1)
+    let running = RUNNING.load(Ordering::Acquire);
+    if running != 0 {
+        return running;
+    }
+    let started = STARTED.load(Ordering::Relaxed);
+    let since = STARTED_AT.load(Ordering::Relaxed);
+    let mut running = 1;
+    while running < started {
+        while !ONLINE[running].load(Ordering::Acquire)
+            && now_ms().wrapping_sub(since) < START_TIMEOUT_MS
+        {
+            spin_loop();
+        }
+        if !ONLINE[running].load(Ordering::Acquire) {
+            defmt::warn!(
+                "core {=usize}: started but did not check in within {=u64} ms",
+                running,
+                START_TIMEOUT_MS
+            );
+            break;
+        }
+        running += 1;
+    }
+    RUNNING.store(running, Ordering::Release);
+    defmt::info!("{=usize} of {=usize} cores running", running, CORES);
+    running
 }
 
-/// Starts cores `1..CORES` and returns how many cores run the job (core 0
-/// and the secondaries up to the first that did not start). `boot_el` is
-/// the EL core 0 entered at: 2 means the `smc` conduit, else `hvc`.
-pub fn start_secondaries(boot_el: u64) -> usize {
+/// Starts cores `1..CORES` with PSCI `CPU_ON`, up to the first that PSCI
+/// refuses, and returns without waiting for them: they boot while core 0
+/// reads the job, and [`cores`] waits for them when first asked. `boot_el`
+/// is the EL core 0 entered at: 2 means the `smc` conduit, else `hvc`.
+pub fn start_secondaries(boot_el: u64) {
     let conduit = if boot_el == 2 {
         Conduit::Smc
     } else {
@@ -236,7 +270,8 @@ pub fn start_secondaries(boot_el: u64) -> usize {
     if CORES > 1 {
         gic_init_distributor();
     }
-    let mut running = 1;
+    STARTED_AT.store(now_ms(), Ordering::Relaxed);
+    let mut started = 1;
     for core in 1..CORES {
         let ret = cpu_on(conduit, core as u64, entry, core as u64);
         if ret != 0 {
@@ -248,22 +283,9 @@ pub fn start_secondaries(boot_el: u64) -> usize {
             );
             break;
         }
-        let start = now_ms();
-        while !ONLINE[core].load(Ordering::Acquire) && now_ms() - start < START_TIMEOUT_MS {
-            spin_loop();
-        }
-        if !ONLINE[core].load(Ordering::Acquire) {
-            defmt::warn!(
-                "core {=usize}: started but did not check in within {=u64} ms",
-                core,
-                START_TIMEOUT_MS
-            );
-            break;
-        }
-        running += 1;
+        started += 1;
     }
-    RUNNING.store(running, Ordering::Release);
-    running
+    STARTED.store(started, Ordering::Relaxed);
 }
 
 /// One launch buffer as raw parts.
@@ -546,7 +568,8 @@ pub fn overflow_a_secondary_stack() -> ! {
 }
 
 /// Rust entry of a secondary core (boot code, MMU on, own stacks):
-/// checks in, then runs its share of every launch core 0 publishes.
+/// checks in, then runs its share of every launch core 0 publishes (if it
+/// is one of the running cores).
 #[no_mangle]
 extern "C" fn dvm_fw_secondary_main(core: u64) -> ! {
     let core = core as usize;
@@ -556,27 +579,23 @@ extern "C" fn dvm_fw_secondary_main(core: u64) -> ! {
             spin_loop();
         }
     }
-    ONLINE[core].store(true, Ordering::Release);
-    // Core 0 decides which cores run once every start was tried.
-    let running = loop {
-        let r = RUNNING.load(Ordering::Acquire);
-        if r != 0 {
-            break r;
-        }
-        spin_loop();
-    };
-    if core >= running {
-        // Checked in too late: core 0 runs without this core.
-        loop {
-            spin_loop();
-        }
-    }
+    // SLEEP was set before core 0 called CPU_ON for this core, and this
+    // core reads it with its caches on, so it sees the value.
     if SLEEP.load(Ordering::Relaxed) {
         gic_init_cpu();
     }
+    ONLINE[core].store(true, Ordering::Release);
     let mut seen = 0u32;
     loop {
         seen = wait_for_work(seen);
+        // Core 0 decided which cores run before it published any work.
+        if core >= RUNNING.load(Ordering::Acquire) {
+            // Checked in too late: core 0 runs without this core, and it
+            // must not touch the work or count as done.
+            loop {
+                spin_loop();
+            }
+        }
         // SAFETY: core 0 wrote the work before publishing `gen` (acquired
         // above) and does not write it again before this core is done.
         let w = unsafe { &*WORK.0.get() };
