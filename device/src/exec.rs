@@ -262,7 +262,7 @@ pub fn run_block<const N: usize, const B: usize>(
 /// other cores never deadlock. After an error it calls
 /// [`Barrier::abort`], and once [`Barrier::aborted`] is true it skips the
 /// rest of its work (returning the tiles it ran): the other cores stop at
-/// the next barrier.
+/// the next barrier at the latest.
 ///
 /// # Errors
 /// As [`run_block`] (`block_dim` zero is [`ExecError::Launch`]); stops at

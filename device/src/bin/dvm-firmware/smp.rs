@@ -19,12 +19,12 @@
 //! `c + 2n`, … of the launch on its own UB ([`run_blocks_strided`]), with
 //! [`BARRIER`] between the stages of a sequence kernel, adds its tiles and
 //! instructions to its counters, records the launch's first error, and
-//! (secondaries) increments [`DONE`] (release). Idle secondaries sleep in
-//! `wfi` and core 0 wakes them with a software-generated interrupt through
-//! `virt`'s GICv2 (masked: it only ends the `wfi`), so they leave the host's
-//! CPUs to core 0 between launches; without a GICv2 they spin. Core 0 waits until every
+//! (secondaries) increments [`DONE`] (release). Core 0 waits until every
 //! secondary is done (acquire) before it reads the results or writes the
-//! next `Work`. A core that fails calls [`FwBarrier::abort`] first, so the
+//! next `Work`. Idle secondaries sleep in `wfi` and core 0 wakes them with
+//! a software-generated interrupt through `virt`'s GICv2 (masked: it only
+//! ends the `wfi`), so they leave the host's CPUs to core 0 between
+//! launches; without a GICv2 they spin. A core that fails calls [`FwBarrier::abort`] first, so the
 //! others skip their remaining stages at the next barrier; a CPU exception
 //! or panic on any core ends the emulation from that core with its status.
 //!
