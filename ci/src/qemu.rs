@@ -80,7 +80,7 @@ fn firmware(ctx: &Ctx) -> Result {
     }
     eprintln!(
         "firmware {}:\n  .text {text} B, .rodata {rodata} B, .data {data} B, .bss {bss} B \
-         (static RAM: .data + .bss = {} B, plus UB {ub} B and stack {stack} B incl. guard)\n  \
+         (static RAM: .data + .bss = {} B, plus the UBs {ub} B and stacks {stack} B incl. guard pages, all cores)\n  \
          executor alone (dvm_device code): {executor} B; module parser + verifier (dvm_isa code): {verifier} B",
         fw.display(),
         data + bss

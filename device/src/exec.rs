@@ -63,6 +63,18 @@ impl<const N: usize> fmt::Debug for UbStorage<N> {
 pub trait Barrier {
     /// Blocks until every block of the launch has reached the barrier.
     fn wait(&self);
+
+    /// Records that a block of the launch failed, so that the others stop
+    /// working at their next barrier ([`Barrier::aborted`]). A block calls
+    /// it before it reaches that barrier. The default does nothing.
+    fn abort(&self) {}
+
+    /// Whether a block of the launch called [`Barrier::abort`]: after a
+    /// [`Barrier::wait`] that the failed block reached after its `abort`,
+    /// every block sees `true`. The default is `false`.
+    fn aborted(&self) -> bool {
+        false
+    }
 }
 
 /// The barrier of a single-block launch (or of blocks run one after the
@@ -235,6 +247,68 @@ pub fn run_block<const N: usize, const B: usize>(
     }
     check(program, launch, block_idx, block_dim, ub)?;
     run_flat(program, launch.bufs(), block_idx, block_dim, ub)
+}
+
+/// Runs blocks `first`, `first + step`, `first + 2·step`, … (those below
+/// `block_dim`) of `program` one after the other on this core, with `ub` as
+/// its unified buffer: the share of one core of `step` cores that run the
+/// launch's blocks round-robin (`step` 0 counts as 1). A core with no
+/// block (`first ≥ block_dim`) runs nothing.
+///
+/// For a sequence kernel, every core runs stage `s` of all its blocks,
+/// then calls `barrier.wait()` (between stages), so every block of the
+/// launch finishes a stage before any starts the next; the core calls it
+/// at every stage boundary even after an error or with no blocks, so the
+/// other cores never deadlock. After an error it calls
+/// [`Barrier::abort`], and once [`Barrier::aborted`] is true it skips the
+/// rest of its work (returning the tiles it ran): the other cores stop at
+/// the next barrier at the latest.
+///
+/// # Errors
+/// As [`run_block`] (`block_dim` zero is [`ExecError::Launch`]); stops at
+/// the first error of this core.
+pub fn run_blocks_strided<const N: usize, const B: usize>(
+    program: &Program<N, B>,
+    launch: &Launch<'_>,
+    first: u32,
+    step: u32,
+    block_dim: u32,
+    ub: &mut [u8],
+    barrier: &dyn Barrier,
+) -> Result<RunStats, ExecError> {
+    let blocks = || (first..block_dim).step_by(step.max(1) as usize);
+    let mut stats = RunStats::default();
+    if program.kind() == KernelKind::Sequence {
+        check_block(0, block_dim)?;
+        let mut result = check(program, launch, 0, block_dim, ub);
+        if result.is_err() {
+            barrier.abort();
+        }
+        let stages = program.body_count();
+        for s in 0..stages {
+            if result.is_ok() && !barrier.aborted() {
+                for b in blocks() {
+                    match run_stage(program, launch, s, b, block_dim, ub) {
+                        Ok(st) => stats += st,
+                        Err(e) => {
+                            result = Err(e);
+                            barrier.abort();
+                            break;
+                        }
+                    }
+                }
+            }
+            if s + 1 < stages {
+                barrier.wait();
+            }
+        }
+        return result.map(|()| stats);
+    }
+    check(program, launch, 0, block_dim, ub)?;
+    for b in blocks() {
+        stats += run_flat(program, launch.bufs(), b, block_dim, ub)?;
+    }
+    Ok(stats)
 }
 
 /// Runs every block `0..block_dim` one after the other on this core (for

@@ -511,3 +511,134 @@ fn three_body_module() -> Vec<u8> {
         bodies: vec![body(), body(), body()],
     }])
 }
+
+/// std's barrier with the abort flag of [`Barrier::abort`].
+struct AbortBarrier {
+    barrier: std::sync::Barrier,
+    aborted: std::sync::atomic::AtomicBool,
+}
+
+impl AbortBarrier {
+    fn new(n: usize) -> AbortBarrier {
+        AbortBarrier {
+            barrier: std::sync::Barrier::new(n),
+            aborted: std::sync::atomic::AtomicBool::new(false),
+        }
+    }
+}
+
+impl dvm_device::Barrier for AbortBarrier {
+    fn wait(&self) {
+        self.barrier.wait();
+    }
+    fn abort(&self) {
+        self.aborted
+            .store(true, std::sync::atomic::Ordering::Release);
+    }
+    fn aborted(&self) -> bool {
+        self.aborted.load(std::sync::atomic::Ordering::Acquire)
+    }
+}
+
+/// A sequence kernel: stage 0 copies `a` to `b` in 6 tiles of 8; stage 1
+/// copies all of `b` to `c` in one tile, so it reads what every block
+/// wrote in stage 0.
+fn two_stage_module() -> Vec<u8> {
+    let a = GmBox::new(DType::F32, 0, 1, 8).step([8, 0, 0]);
+    let b = GmBox { buf: 1, ..a };
+    let b_all = GmBox::new(DType::F32, 1, 1, 48);
+    let c_all = GmBox { buf: 2, ..b_all };
+    build(vec![K {
+        kind: KernelKind::Sequence,
+        ub_bytes: 192,
+        params: vec![
+            (DType::F32, R),
+            (DType::F32, ParamAccess::ReadWrite),
+            (DType::F32, W),
+        ],
+        bodies: vec![
+            ([6, 1, 1], vec![a.load(), b.store()]),
+            ([1, 1, 1], vec![b_all.load(), c_all.store()]),
+        ],
+    }])
+}
+
+/// Runs the blocks of `two_stage_module` on `cores` threads, core `c`
+/// with blocks `c, c + cores, …` of `blocks`; core `bad` (if any) gets a
+/// UB that is too small. Returns each core's result and `c`.
+fn run_two_stage_strided(
+    cores: u32,
+    blocks: u32,
+    bad: Option<u32>,
+) -> (Vec<Result<dvm_device::RunStats, ExecError>>, Vec<f32>) {
+    let bytes = two_stage_module();
+    let m = Module::parse(&bytes).unwrap();
+    let vk = verify_kernel(&m, 0, &DeviceLimits::DEFAULT).unwrap();
+    let prog: Program = Program::new(&vk).unwrap();
+    let want: Vec<f32> = (0..48).map(|i| i as f32).collect();
+    let mut a = Buf::from_f32(&want);
+    let mut b = Buf::zeroed(192);
+    let mut c = Buf::zeroed(192);
+    let (pa, pb, pc) = (a.ptr() as usize, b.ptr() as usize, c.ptr() as usize);
+    let barrier = AbortBarrier::new(cores as usize);
+    let results: Vec<_> = std::thread::scope(|s| {
+        let hs: Vec<_> = (0..cores)
+            .map(|core| {
+                let (vk, prog, barrier) = (&vk, &prog, &barrier);
+                s.spawn(move || {
+                    // SAFETY: the buffers outlive the scope; within a stage
+                    // the blocks write disjoint tiles, and the barrier
+                    // orders the stages.
+                    let bufs = unsafe {
+                        [
+                            GmBuf::from_raw_parts(pa as *mut u8, 192, false),
+                            GmBuf::from_raw_parts(pb as *mut u8, 192, true),
+                            GmBuf::from_raw_parts(pc as *mut u8, 192, true),
+                        ]
+                    };
+                    let launch = Launch::new(vk, bufs).unwrap();
+                    let mut ub = ub();
+                    let len = if bad == Some(core) { 64 } else { 192 };
+                    dvm_device::run_blocks_strided(
+                        prog,
+                        &launch,
+                        core,
+                        cores,
+                        blocks,
+                        &mut ub.as_mut_slice()[..len],
+                        barrier,
+                    )
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    (results, c.f32s())
+}
+
+#[test]
+fn strided_blocks_finish_every_stage_before_the_next() {
+    let want: Vec<f32> = (0..48).map(|i| i as f32).collect();
+    // More blocks than cores, as many, fewer (a core without blocks).
+    for (cores, blocks) in [(2, 5), (3, 3), (4, 2), (1, 4)] {
+        let (results, c) = run_two_stage_strided(cores, blocks, None);
+        let tiles: u64 = results.iter().map(|r| r.as_ref().unwrap().tiles).sum();
+        assert_eq!(tiles, 7, "{cores} cores, {blocks} blocks");
+        assert_eq!(c, want, "{cores} cores, {blocks} blocks");
+    }
+}
+
+#[test]
+fn a_failed_core_stops_the_others_at_the_next_barrier() {
+    let (results, c) = run_two_stage_strided(3, 6, Some(1));
+    assert!(matches!(
+        results[1],
+        Err(ExecError::Launch(LaunchError::Ub { .. }))
+    ));
+    // The others returned, having run at most their stage-0 tiles (they
+    // may see the abort before they start): nothing reached `c`.
+    for r in [&results[0], &results[2]] {
+        assert!(r.as_ref().unwrap().tiles <= 2, "{r:?}");
+    }
+    assert!(c.iter().all(|&v| v == 0.0), "{c:?}");
+}

@@ -69,12 +69,15 @@ pub enum LinkCommand {
         /// Bytes of RAM [default: 0xf80000].
         #[arg(long, value_parser = layout::parse_size)]
         ram_size: Option<u64>,
-        /// Bytes of the unified buffer [default: 192K].
+        /// Bytes of each core's unified buffer [default: 192K].
         #[arg(long, value_parser = layout::parse_size)]
         ub_size: Option<u64>,
-        /// Bytes of the stack [default: 64K].
+        /// Bytes of each core's stack [default: 64K].
         #[arg(long, value_parser = layout::parse_size)]
         stack_size: Option<u64>,
+        /// Cores, each with its own UB and stack, 1 to 8 [default: 2].
+        #[arg(long)]
+        cores: Option<u32>,
         /// Output directory (created if missing).
         #[arg(short, long)]
         output: PathBuf,
@@ -102,6 +105,7 @@ impl LinkCommand {
                 ram_size,
                 ub_size,
                 stack_size,
+                cores,
                 output,
             } => {
                 let d = DeviceDesc::default();
@@ -110,6 +114,7 @@ impl LinkCommand {
                     ram_size: ram_size.unwrap_or(d.ram_size),
                     ub_size: ub_size.unwrap_or(d.ub_size),
                     stack_size: stack_size.unwrap_or(d.stack_size),
+                    cores: cores.unwrap_or(d.cores),
                 };
                 memory_x(&desc, &output)
             }

@@ -274,6 +274,7 @@ fn memory_x_writes_both_files_or_nothing() {
     );
     assert!(mem.contains("_dvm_stack_size = 0x8000;"), "{mem}");
     assert!(mem.contains("_dvm_ub_size = 0x30000;"), "{mem}");
+    assert!(mem.contains("_dvm_cores = 2;"), "{mem}");
     let link = std::fs::read_to_string(out.join("link.x")).unwrap();
     assert!(link.contains("INCLUDE memory.x"), "{link}");
 
@@ -284,6 +285,7 @@ fn memory_x_writes_both_files_or_nothing() {
         (&["--ram-base", "0x40080010"], "ram_base"),
         (&["--ram-size", "64K"], "ram_size"),
         (&["--ub-size", "lots"], "lots"),
+        (&["--cores", "9"], "cores"),
     ] {
         let o = dvm()
             .arg("memory-x")

@@ -13,8 +13,8 @@
 //! The report the firmware writes back:
 //!
 //! ```text
-//! ReportHeader (32 bytes)     magic "DVMR", version, status, failed launch, detail
-//! LaunchReport  × launches    tiles and virtual instructions run, per launch that ran
+//! ReportHeader (32 bytes)     magic "DVMR", version, cores, status, failed launch, detail
+//! LaunchReport  × launches    tiles and virtual instructions run, cores that ran tiles, per launch that ran
 //! …                           the bytes of every output buffer, in buffer order
 //! ```
 //!
@@ -31,8 +31,9 @@ use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout, Unaligned};
 pub const JOB_MAGIC: [u8; 4] = *b"DVMJ";
 /// The magic bytes of a report.
 pub const REPORT_MAGIC: [u8; 4] = *b"DVMR";
-/// Major version of both formats.
-pub const JOB_VERSION: u16 = 1;
+/// Major version of both formats. Version 2 added the cores to the report
+/// ([`ReportHeader::cores`], [`LaunchReport::core_mask`]).
+pub const JOB_VERSION: u16 = 2;
 /// Alignment of module and buffer bytes inside a job.
 pub const JOB_ALIGN: usize = 64;
 /// [`BufferEntry::flags`] bit: the buffer is written back in the report.
@@ -110,8 +111,8 @@ pub struct ReportHeader {
     pub magic: [u8; 4],
     /// [`JOB_VERSION`].
     pub version: U16,
-    /// Reserved, zero.
-    pub reserved: U16,
+    /// Cores the firmware ran the job on (those that started).
+    pub cores: U16,
     /// A [`Status`] code.
     pub status: U32,
     /// The launch that failed, or `u32::MAX`.
@@ -157,6 +158,8 @@ pub struct LaunchReport {
     pub tiles: U64,
     /// Virtual instructions executed.
     pub instrs: U64,
+    /// Bit `c` is set when core `c` ran at least one of the launch's tiles.
+    pub core_mask: U64,
 }
 
 /// Size of [`JobHeader`] and of [`ReportHeader`] in bytes.

@@ -124,7 +124,7 @@ fn reports_parse_and_reject_garbage() {
     let h = ReportHeader {
         magic: REPORT_MAGIC,
         version: JOB_VERSION.into(),
-        reserved: 0.into(),
+        cores: 2.into(),
         status: 0.into(),
         failed_launch: u32::MAX.into(),
         detail: 0.into(),
@@ -136,6 +136,7 @@ fn reports_parse_and_reject_garbage() {
         LaunchReport {
             tiles: 3.into(),
             instrs: 12.into(),
+            core_mask: 3.into(),
         }
         .as_bytes(),
     );
@@ -152,6 +153,8 @@ fn reports_parse_and_reject_garbage() {
     assert_eq!(rep.status, Status::Ok);
     assert_eq!(rep.failed_launch, None);
     assert_eq!(rep.launches[0].instrs.get(), 12);
+    assert_eq!(rep.launches[0].core_mask.get(), 3);
+    assert_eq!(rep.cores, 2);
     assert_eq!(rep.outputs, vec![(4, vec![1, 2, 3])]);
     assert_eq!(
         parse_report(&r[..r.len() - 6]).unwrap_err(),

@@ -124,18 +124,23 @@ pub enum LayoutError {
     /// The stack must be a multiple of 16 bytes, at least 4 KiB.
     #[error("stack_size {0} is not a multiple of 16 bytes of at least 4096")]
     StackSize(u64),
-    /// UB, stack guard and stack alone already exceed the RAM.
+    /// The core count is not 1 to [`crate::layout::MAX_CORES`].
+    #[error("cores {0} is not 1 to {max}", max = crate::layout::MAX_CORES)]
+    Cores(u32),
+    /// The cores' UBs, stack guards and stacks alone already exceed the RAM.
     #[error(
-        "ram_size {ram:#x} cannot hold the UB ({ub:#x}), the stack guard page and the \
-         stack ({stack:#x}); raise ram_size or lower ub_size/stack_size"
+        "ram_size {ram:#x} cannot hold {cores} cores' UB ({ub:#x} each), stack guard page \
+         and stack ({stack:#x} each); raise ram_size or lower ub_size/stack_size/cores"
     )]
     DoesNotFit {
         /// RAM bytes.
         ram: u64,
-        /// UB bytes.
+        /// UB bytes (per core).
         ub: u64,
-        /// Stack bytes.
+        /// Stack bytes (per core).
         stack: u64,
+        /// Cores.
+        cores: u32,
     },
     /// A size on the command line does not parse.
     #[error("`{0}` is not a size (decimal or 0x hex, optional K/KiB, M/MiB or G/GiB suffix)")]

@@ -37,5 +37,5 @@ pub mod objdump;
 
 pub use elf::{kernel_symbols, read_object, write_object, Arch, KernelSymbol, LinkedObject};
 pub use error::{LayoutError, LinkError, ObjectError};
-pub use layout::{link_x, memory_x, parse_size, DeviceDesc};
+pub use layout::{link_x, memory_x, parse_size, DeviceDesc, MAX_CORES};
 pub use link::{link, Linker};

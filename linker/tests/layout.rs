@@ -18,6 +18,7 @@ fn default_is_qemu_virt() {
     assert_eq!(d.ram_size, 16 * 1024 * 1024 - 0x8_0000);
     assert_eq!(d.ub_size, 192 * 1024);
     assert_eq!(d.stack_size, 64 * 1024);
+    assert_eq!(d.cores, 2);
     d.validate().unwrap();
 }
 
@@ -30,6 +31,7 @@ fn memory_x_holds_the_region_and_sizes() {
     );
     assert!(text.contains("_dvm_stack_size = 0x10000;\n"), "{text}");
     assert!(text.contains("_dvm_ub_size = 0x30000;\n"), "{text}");
+    assert!(text.contains("_dvm_cores = 2;\n"), "{text}");
 }
 
 #[test]
@@ -37,6 +39,7 @@ fn link_x_follows_the_contract() {
     let text = link_x();
     assert!(text.contains("INCLUDE memory.x"));
     assert!(text.contains("ENTRY(_start)"));
+    assert!(text.contains("_dvm_stack_stride = 4096 + ALIGN(_dvm_stack_size, 4096);"));
     assert!(text.contains("text PT_LOAD FLAGS(5);"));
     assert!(text.contains("data PT_LOAD FLAGS(6);"));
     // Output sections in order.
@@ -53,13 +56,15 @@ fn link_x_follows_the_contract() {
         "__bss_end = .;",
         ".ub (NOLOAD) : ALIGN(64)",
         "_dvm_ub_start = .;",
-        "_dvm_ub_end = _dvm_ub_start + _dvm_ub_size;",
+        "_dvm_ub_end = _dvm_ub_start + _dvm_ub_size * _dvm_cores;",
         ".stack (NOLOAD) : ALIGN(4096)",
         "_dvm_stack_guard = .;",
         "_dvm_stack_bottom = .;",
         "_dvm_stack_top = .;",
+        "_dvm_stacks_end = .;",
         "_dvm_ram_end = ORIGIN(RAM) + LENGTH(RAM);",
-        "_dvm_job_base = ALIGN(_dvm_stack_top, 4096);",
+        "_dvm_job_base = ALIGN(_dvm_stacks_end, 4096);",
+        "dvm: _dvm_cores must be 1 to 8",
         "dvm: firmware RAM too small",
     ];
     let mut at = 0;
@@ -124,8 +129,25 @@ fn validation_names_what_is_wrong() {
                 ram: 0x40000,
                 ub: ok.ub_size,
                 stack: ok.stack_size,
+                cores: ok.cores,
             },
         ),
+        (
+            // One core fits, eight do not.
+            DeviceDesc {
+                ram_size: 0x80000,
+                cores: 8,
+                ..ok
+            },
+            LayoutError::DoesNotFit {
+                ram: 0x80000,
+                ub: ok.ub_size,
+                stack: ok.stack_size,
+                cores: 8,
+            },
+        ),
+        (DeviceDesc { cores: 0, ..ok }, LayoutError::Cores(0)),
+        (DeviceDesc { cores: 9, ..ok }, LayoutError::Cores(9)),
         (
             DeviceDesc {
                 stack_size: u64::MAX - 15,
@@ -135,6 +157,7 @@ fn validation_names_what_is_wrong() {
                 ram: ok.ram_size,
                 ub: ok.ub_size,
                 stack: u64::MAX - 15,
+                cores: ok.cores,
             },
         ),
     ];
@@ -276,17 +299,22 @@ fn gnu_ld_accepts_the_script_and_its_asserts_fire() {
     assert!(bss0 % 8 == 0 && bss1 % 8 == 0 && bss1 - bss0 >= 1000);
     let (ub0, ub1) = (sym("_dvm_ub_start"), sym("_dvm_ub_end"));
     assert!(ub0 % 64 == 0 && ub0 >= bss1);
-    assert_eq!(ub1 - ub0, desc.ub_size);
+    let cores = u64::from(desc.cores);
+    assert_eq!(ub1 - ub0, desc.ub_size * cores);
     let guard = sym("_dvm_stack_guard");
     assert!(guard % 4096 == 0 && guard >= ub1);
     assert_eq!(sym("_dvm_stack_bottom"), guard + 4096);
     let top = sym("_dvm_stack_top");
     assert_eq!(top, guard + 4096 + desc.stack_size);
     assert_eq!(top % 16, 0);
+    let stride = sym("_dvm_stack_stride");
+    assert_eq!(Some(stride), desc.stack_stride());
+    assert_eq!(sym("_dvm_stacks_end"), guard + cores * stride);
     assert_eq!(sym("_dvm_ram_end"), desc.ram_base + desc.ram_size);
-    assert_eq!(sym("_dvm_job_base"), top.next_multiple_of(4096));
+    assert_eq!(sym("_dvm_job_base"), sym("_dvm_stacks_end"));
     assert_eq!(sym("_dvm_stack_size"), desc.stack_size);
     assert_eq!(sym("_dvm_ub_size"), desc.ub_size);
+    assert_eq!(sym("_dvm_cores"), cores);
     // Two loadable segments: R X then R W, on different pages.
     let segs: Vec<_> = f.segments().collect();
     assert_eq!(segs.len(), 2, "{segs:?}");
@@ -336,6 +364,10 @@ fn gnu_ld_accepts_the_script_and_its_asserts_fire() {
     };
     let err = String::from_utf8_lossy(&ld(&dir, &small, &[&boot]).stderr).into_owned();
     assert!(err.contains("_dvm_stack_size must be"), "{err}");
+    // Too many cores.
+    let many = DeviceDesc { cores: 9, ..desc };
+    let err = String::from_utf8_lossy(&ld(&dir, &many, &[&boot]).stderr).into_owned();
+    assert!(err.contains("_dvm_cores must be 1 to 8"), "{err}");
     // A misaligned RAM origin.
     let odd = DeviceDesc {
         ram_base: desc.ram_base + 16,

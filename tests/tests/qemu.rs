@@ -64,11 +64,16 @@ fn qemu_matches_cpu_bit_for_bit_on_every_case() {
 
 /// A module with one kernel `out = a + b` over 1024 f32, from the compiler.
 fn add_module() -> Vec<u8> {
+    add_module_of(1024)
+}
+
+/// A module with one kernel `out = a + b` over `n` f32, from the compiler.
+fn add_module_of(n: i64) -> Vec<u8> {
     let rt = Runtime::new(1, 4);
     let mut g = dvm_host::graph::Graph::new();
     let f32 = dvm_isa::DType::F32;
-    let a = g.input("a", f32, &[1024.into()]).unwrap();
-    let b = g.input("b", f32, &[1024.into()]).unwrap();
+    let a = g.input("a", f32, &[n.into()]).unwrap();
+    let b = g.input("b", f32, &[n.into()]).unwrap();
     let c = g.add(a, b).unwrap();
     g.output("out", c).unwrap();
     let p = Prepared::new(&g).unwrap();
@@ -108,6 +113,58 @@ fn a_good_job_runs_and_reports_counts() {
     let out = &r.outputs[0].1;
     let want = f32_bytes((0..1024).map(|i| 3.0 * i as f32));
     assert_eq!(out, &want);
+}
+
+/// A job of two launches of `out = a + b` over 256 Ki f32 (many tiles):
+/// on `blocks` blocks, then on one; and the expected output.
+fn big_add_job(blocks: u32) -> (Vec<u8>, Vec<u8>) {
+    let n = 256 * 1024;
+    let mut j = JobBuilder::new();
+    let m = j.module(&add_module_of(n));
+    let a = j.buffer(f32_bytes((0..n).map(|i| i as f32)), false);
+    let b = j.buffer(f32_bytes((0..n).map(|i| 0.5 * i as f32)), false);
+    let o = j.buffer(vec![0; 4 * n as usize], true);
+    j.launch(m, 0, &[a, b, o], blocks);
+    j.launch(m, 0, &[a, b, o], 1);
+    (j.finish(), f32_bytes((0..n).map(|i| 1.5 * i as f32)))
+}
+
+#[test]
+#[ignore = "needs the firmware and QEMU: run `cargo ci qemu`"]
+fn a_multi_block_launch_runs_on_every_core() {
+    let dev = device();
+    let cores = dev.cores();
+    assert!(cores >= 2, "the firmware should have several cores");
+    let (job, want) = big_add_job(cores);
+    let r = dev.run_job(&job).expect("runs").report;
+    assert_eq!(r.status, Status::Ok);
+    assert_eq!(u32::from(r.cores), cores, "every core started");
+    let (many, one) = (&r.launches[0], &r.launches[1]);
+    assert!(many.tiles.get() >= u64::from(cores), "{many:?}");
+    assert_eq!(
+        many.core_mask.get(),
+        (1u64 << cores) - 1,
+        "every core ran tiles: {many:?}"
+    );
+    assert_eq!(one.core_mask.get(), 1, "one block runs on core 0: {one:?}");
+    assert_eq!(
+        (many.tiles.get(), many.instrs.get()),
+        (one.tiles.get(), one.instrs.get()),
+        "counts summed over the cores"
+    );
+    assert!(r.outputs[0].1 == want, "wrong sums");
+}
+
+#[test]
+#[ignore = "needs the firmware and QEMU: run `cargo ci qemu`"]
+fn with_fewer_cpus_the_firmware_runs_on_the_cores_that_start() {
+    let dev = device();
+    let (job, want) = big_add_job(dev.cores());
+    let r = dev.with_cpus(1).run_job(&job).expect("runs").report;
+    assert_eq!(r.status, Status::Ok);
+    assert_eq!(r.cores, 1, "PSCI refused the missing cores");
+    assert_eq!(r.launches[0].core_mask.get(), 1);
+    assert!(r.outputs[0].1 == want, "wrong sums");
 }
 
 fn status_of(job: &[u8]) -> (Status, Option<u32>) {
@@ -176,5 +233,14 @@ fn a_missing_firmware_is_a_clear_error() {
 #[ignore = "needs the firmware and QEMU: run `cargo ci qemu`"]
 fn a_stack_overflow_hits_the_guard_page_and_is_reported() {
     let status = device().selftest("stack-overflow").expect("QEMU runs");
+    assert_eq!(status, Some(Status::StackOverflow));
+}
+
+#[test]
+#[ignore = "needs the firmware and QEMU: run `cargo ci qemu`"]
+fn a_stack_overflow_on_a_secondary_core_is_reported() {
+    let status = device()
+        .selftest("stack-overflow-secondary")
+        .expect("QEMU runs");
     assert_eq!(status, Some(Status::StackOverflow));
 }

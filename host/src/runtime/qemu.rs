@@ -4,9 +4,10 @@
 //!
 //! A run packs a [`dvm_isa::job`] (every step's module, every buffer with its
 //! initial bytes, one launch per step), has QEMU's loader device place it
-//! at the firmware's `_dvm_job_base`, boots the firmware, and reads back the
-//! report the firmware writes through semihosting. Slow (a boot per run),
-//! and that is fine: it exists to prove equivalence.
+//! at the firmware's `_dvm_job_base`, boots the firmware on as many QEMU
+//! CPUs (`-smp`) as the firmware has cores (its `_dvm_cores` symbol), and
+//! reads back the report the firmware writes through semihosting. Slow (a
+//! boot per run), and that is fine: it exists to prove equivalence.
 
 use std::io::Read as _;
 use std::path::{Path, PathBuf};
@@ -25,6 +26,8 @@ use crate::tensor::Tensor;
 const VIRT_RAM_BASE: u64 = 0x4000_0000;
 /// The firmware maps RAM up to here (`mmu.rs`): at most 1 GiB of guest RAM.
 const VIRT_RAM_LIMIT: u64 = 0x8000_0000;
+/// Most cores a firmware may have (`dvm_linker::MAX_CORES`).
+const MAX_CORES: u32 = dvm_linker::MAX_CORES;
 /// The report's file name in QEMU's working directory (the firmware's
 /// `REPORT_FILE`).
 const REPORT_FILE: &str = "dvm-report.bin";
@@ -101,6 +104,8 @@ pub enum QemuError {
 pub struct QemuDevice {
     firmware: PathBuf,
     job_base: u64,
+    cores: u32,
+    cpus: u32,
     qemu: String,
     timeout: Duration,
     log: Option<PathBuf>,
@@ -116,8 +121,9 @@ pub struct QemuRun {
 }
 
 impl QemuDevice {
-    /// Reads `firmware`'s `_dvm_job_base` symbol; QEMU is
-    /// `qemu-system-aarch64` from `PATH`, the timeout 120 s.
+    /// Reads `firmware`'s `_dvm_job_base` symbol and its core count
+    /// (`_dvm_cores`, 1 when absent); QEMU is `qemu-system-aarch64` from
+    /// `PATH`, the timeout 120 s.
     ///
     /// # Errors
     /// [`QemuError::Firmware`] when the file is unreadable, not an ELF, or
@@ -137,9 +143,20 @@ impl QemuDevice {
             .find(|s| s.name() == Ok("_dvm_job_base"))
             .map(|s| s.address())
             .ok_or_else(|| bad("no `_dvm_job_base` symbol: not a dvm firmware".into()))?;
+        let cores = elf
+            .symbols()
+            .find(|s| s.name() == Ok("_dvm_cores"))
+            .map_or(Ok(1), |s| {
+                u32::try_from(s.address())
+                    .ok()
+                    .filter(|n| (1..=MAX_CORES).contains(n))
+                    .ok_or_else(|| bad(format!("`_dvm_cores` is {}", s.address())))
+            })?;
         Ok(QemuDevice {
             firmware,
             job_base,
+            cores,
+            cpus: cores,
             qemu: "qemu-system-aarch64".into(),
             timeout: Duration::from_secs(120),
             log: None,
@@ -162,6 +179,19 @@ impl QemuDevice {
     /// The firmware path.
     pub fn firmware(&self) -> &Path {
         &self.firmware
+    }
+
+    /// Cores the firmware runs on (QEMU gets as many CPUs).
+    pub fn cores(&self) -> u32 {
+        self.cores
+    }
+
+    /// Boots QEMU with `cpus` CPUs (at least 1) instead of the firmware's
+    /// core count: with fewer, the firmware runs on the cores that start
+    /// (its report says how many), to test that it does.
+    pub fn with_cpus(mut self, cpus: u32) -> QemuDevice {
+        self.cpus = cpus.max(1);
+        self
     }
 
     /// Boots the firmware on `job` and returns its report, whatever its
@@ -197,7 +227,8 @@ impl QemuDevice {
 
     /// Boots the firmware with the semihosting command line
     /// `selftest=<name>` and no job; returns the firmware's exit status.
-    /// `stack-overflow` must give [`Status::StackOverflow`].
+    /// `stack-overflow` (core 0) and `stack-overflow-secondary` (core 1)
+    /// must give [`Status::StackOverflow`].
     ///
     /// # Errors
     /// [`QemuError`] when QEMU cannot run or times out.
@@ -224,15 +255,9 @@ impl QemuDevice {
         let ram_mib = mib.clamp(128, (VIRT_RAM_LIMIT - VIRT_RAM_BASE) >> 20);
         let mut cmd = Command::new(&self.qemu);
         cmd.current_dir(&dir.0)
-            .args([
-                "-M",
-                "virt",
-                "-cpu",
-                "cortex-a57",
-                "-smp",
-                "1",
-                "-nographic",
-            ])
+            .args(["-M", "virt", "-cpu", "cortex-a57", "-nographic"])
+            .arg("-smp")
+            .arg(self.cpus.to_string())
             .args(["-nic", "none", "-monitor", "none", "-serial", "none"])
             .args(["-semihosting-config", "enable=on,target=native"])
             .arg("-m")
@@ -313,8 +338,8 @@ impl Drop for TempDir {
 impl Runtime {
     /// Runs `prepared` as [`Runtime::run`] does, but on the QEMU device:
     /// the same plan and kernels (from this runtime's cache), each step
-    /// launched with as many blocks as this runtime has cores, so the tiles
-    /// split the same way.
+    /// launched with as many blocks as the firmware has cores (one block
+    /// per core; the split does not change the bits).
     ///
     /// # Errors
     /// [`RunError`] as for [`Runtime::run`]; [`RunError::Qemu`] for the
@@ -339,7 +364,7 @@ impl Runtime {
             let output = plan.outputs.iter().any(|(_, o, _, _)| *o == b);
             job.buffer(init, output);
         }
-        let blocks = self.pool().cores() as u32;
+        let blocks = device.cores();
         let mut modules = std::collections::HashMap::new();
         for (launch, kernel) in plan.launches.iter().zip(&kernels) {
             let key = std::sync::Arc::as_ptr(kernel);

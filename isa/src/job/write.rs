@@ -139,6 +139,8 @@ pub struct Report {
     pub failed_launch: Option<u32>,
     /// Status-specific detail.
     pub detail: u64,
+    /// Cores the firmware ran the job on.
+    pub cores: u16,
     /// One entry per launch that ran.
     pub launches: Vec<LaunchReport>,
     /// `(buffer index, bytes)` of every output buffer.
@@ -192,6 +194,7 @@ pub fn parse_report(bytes: &[u8]) -> Result<Report, ReportError> {
         status,
         failed_launch: (failed != u32::MAX).then_some(failed),
         detail: h.detail.get(),
+        cores: h.cores.get(),
         launches,
         outputs,
     })

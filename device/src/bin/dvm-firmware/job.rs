@@ -1,6 +1,9 @@
 //! Runs the job at `_dvm_job_base`: parse, then for every launch parse and
 //! verify its module, predecode the kernel, bind the buffers and run all
-//! blocks, then write the report.
+//! blocks, on every running core ([`crate::smp`]) when the launch has
+//! several blocks and tiles, the kernel's tiles are proven independent and
+//! the launch names no buffer twice, else on core 0 alone; then write the
+//! report.
 //!
 //! The job's tables are checked by [`Job::parse`] and copied into bounded
 //! static storage before anything runs; after that no reference covers the
@@ -19,6 +22,7 @@ use dvm_isa::{verify_kernel, DeviceLimits, Module};
 use heapless::Vec;
 use zerocopy::FromBytes;
 
+use crate::smp::{self, RawBuf};
 use crate::{layout, report};
 
 /// Most modules a job may carry.
@@ -64,7 +68,9 @@ fn fail(status: Status, detail: u64) -> Failure {
 /// Runs the job, writes the report and returns the status to exit with.
 pub fn run() -> Status {
     let base = layout::job_base();
-    // SAFETY: runs once on the only core; nothing else refers to these statics.
+    // SAFETY: runs once on core 0; no other core refers to these statics
+    // (the secondaries see the program only through `smp::run_parallel`,
+    // while this core does not change it).
     let (tables, program) = unsafe { (&mut *addr_of_mut!(TABLES), &mut *addr_of_mut!(PROGRAM)) };
     let program = program.get_or_insert_with(Program::default);
     if let Err(f) = load_tables(base, tables) {
@@ -155,7 +161,7 @@ fn launch(
     if k >= module.kernel_count() {
         return Err(fail(Status::MissingKernel, k as u64));
     }
-    let (ub_start, ub_end) = layout::ub();
+    let (ub_start, ub_end) = layout::ub(0);
     let limits = DeviceLimits {
         ub_bytes: (ub_end - ub_start) as u32,
     };
@@ -168,28 +174,56 @@ fn launch(
         .map_err(|_| fail(Status::Capacity, 0))?;
     let first = l.first_arg.get() as usize;
     let args = &t.args[first..first + l.arg_count.get() as usize];
-    let bufs = args.iter().map(|&a| {
+    let raw = |a: u32| {
         let b = &t.buffers[a as usize];
+        RawBuf {
+            ptr: (base + b.offset.get() as usize) as *mut u8,
+            len: b.len.get() as usize,
+            writable: true,
+        }
+    };
+    let bufs = args.iter().map(|&a| {
+        let b = raw(a);
         // SAFETY: `Job::parse` checked the buffer lies inside the job, is
         // 64-byte aligned relative to the job (whose base is page aligned)
-        // and overlaps no other buffer, no module and (being past the stack)
-        // not the UB; blocks run one after the other on this core.
-        unsafe {
-            GmBuf::from_raw_parts(
-                (base + b.offset.get() as usize) as *mut u8,
-                b.len.get() as usize,
-                true,
-            )
-        }
+        // and overlaps no other buffer, no module and (being past the
+        // stacks) no UB; the launch below is dropped before any block runs.
+        unsafe { GmBuf::from_raw_parts(b.ptr, b.len, b.writable) }
     });
+    // The launch check (binding), here so that its failure is reported
+    // before any core starts.
     let launch = Launch::new(&kernel, bufs).map_err(|e| {
         defmt::error!("bind: {}", e);
         fail(Status::Bind, 0)
     })?;
-    // SAFETY: the `.ub` region is reserved by the linker script for this
-    // use only and is 64-byte aligned.
-    let ub = unsafe { core::slice::from_raw_parts_mut(ub_start as *mut u8, ub_end - ub_start) };
-    let stats = run_all_blocks_sequentially(program, &launch, l.blocks.get(), ub).map_err(|e| {
+    let program = &*program;
+    let blocks = l.blocks.get();
+    let distinct = args.iter().enumerate().all(|(i, a)| !args[..i].contains(a));
+    // Several cores only pay off with a tile for more than one of them.
+    let result = if smp::cores() > 1
+        && blocks > 1
+        && program.total_tiles() > 1
+        && program.tiles_independent()
+        && distinct
+    {
+        drop(launch);
+        let mut raws: Vec<RawBuf, { dvm_isa::verify::MAX_PARAMS }> = Vec::new();
+        for &a in args {
+            // Capacity: the binding above accepted at most MAX_PARAMS.
+            raws.push(raw(a)).map_err(|_| fail(Status::Bind, 0))?;
+        }
+        // SAFETY: the buffers are valid, disjoint (`Job::parse`, and no
+        // buffer named twice) and apart from the UBs; nothing else uses
+        // them during the launch; the tiles are independent.
+        unsafe { smp::run_parallel(program, &raws, blocks) }.map(|r| (r.stats, r.core_mask))
+    } else {
+        // SAFETY: the `.ub` region is reserved by the linker script, one
+        // 64-byte-aligned UB per core; core 0's is used only by core 0.
+        let ub = unsafe { core::slice::from_raw_parts_mut(ub_start as *mut u8, ub_end - ub_start) };
+        run_all_blocks_sequentially(program, &launch, blocks, ub)
+            .map(|s| (s, u64::from(s.tiles > 0)))
+    };
+    let (stats, core_mask) = result.map_err(|e| {
         defmt::error!("exec: {}", defmt::Display2Format(&e));
         match e {
             ExecError::Launch(LaunchError::Ub { .. }) => fail(Status::Capacity, 0),
@@ -201,6 +235,7 @@ fn launch(
     Ok(LaunchReport {
         tiles: stats.tiles.into(),
         instrs: stats.instrs.into(),
+        core_mask: core_mask.into(),
     })
 }
 

@@ -1,20 +1,25 @@
 //! `dvm-firmware`: the dvm executor as bare-metal firmware for the AI-CPU
 //! (aarch64, `aarch64-unknown-none`), run under `qemu-system-aarch64 -M virt`.
 //!
-//! Boot ([`boot`]) parks secondary cores, drops from EL2 to EL1 if needed,
-//! turns FP/SIMD on, moves the exception stack apart from the main stack,
-//! zeroes `.bss` and calls [`dvm_fw_main`], which maps memory ([`mmu`]: caches
-//! on, a guard page under the stack), reads the job the host's loader put at
-//! `_dvm_job_base`, and runs it ([`job`]). The report goes back to the host
-//! through semihosting ([`report`]); the exit code is the job's
+//! Boot ([`boot`]) drops core 0 from EL2 to EL1 if needed, turns FP/SIMD
+//! on, moves the exception stack apart from the main stack, zeroes `.bss`
+//! and calls [`dvm_fw_main`], which maps memory ([`mmu`]: caches on, a
+//! guard page under each core's stack), starts the other cores with PSCI
+//! ([`smp`]), reads the job the host's loader put at `_dvm_job_base`, and
+//! runs it ([`job`]): every launch's blocks split across the cores, each
+//! with its own unified buffer. The report goes back to the host through
+//! semihosting ([`report`]); the exit code is the job's
 //! [`dvm_isa::job::Status`]. Logs are `defmt` frames on semihosting stdout.
 //!
 //! The semihosting command line `selftest=stack-overflow` (QEMU's `-append`)
 //! runs a self-test instead of the job: it recurses until the stack hits its
-//! guard page, which must end in [`dvm_isa::job::Status::StackOverflow`].
+//! guard page, which must end in [`dvm_isa::job::Status::StackOverflow`];
+//! `selftest=stack-overflow-secondary` does the same on core 1.
 //!
 //! Memory layout (from `dvm-linker`'s `memory.x`/`link.x`): code, data, bss,
-//! the unified buffer (`.ub`), a guard page, the stack, then the job.
+//! one unified buffer per core (`.ub`), per core a guard page and a stack,
+//! then the job. The core count ([`CORES`]) is fixed at build time, from
+//! the same device description as the layout.
 #![no_std]
 #![no_main]
 
@@ -23,22 +28,30 @@ mod job;
 mod mmu;
 mod report;
 mod selftest;
+mod smp;
 
 use core::panic::PanicInfo;
+use core::sync::atomic::{AtomicUsize, Ordering};
 
 use defmt_semihosting as _;
 use dvm_isa::job::Status;
+
+// `pub const CORES: usize`, written by `build.rs` from the device
+// description that `memory.x` comes from.
+include!(concat!(env!("OUT_DIR"), "/cores.rs"));
 
 /// Symbols of the linker script.
 mod layout {
     extern "C" {
         static _dvm_ub_start: u8;
-        static _dvm_ub_end: u8;
+        static _dvm_ub_size: u8;
         static _dvm_stack_guard: u8;
+        static _dvm_stack_stride: u8;
+        static _dvm_cores: u8;
         static _dvm_job_base: u8;
     }
 
-    /// Address of a linker symbol.
+    /// Address (or value, for an absolute symbol) of a linker symbol.
     macro_rules! addr {
         ($s:ident) => {
             // Only the address of the linker-defined symbol is taken; it is
@@ -47,14 +60,21 @@ mod layout {
         };
     }
 
-    /// The unified buffer: `[start, end)`.
-    pub fn ub() -> (usize, usize) {
-        (addr!(_dvm_ub_start), addr!(_dvm_ub_end))
+    /// Core `core`'s unified buffer: `[start, end)`.
+    pub fn ub(core: usize) -> (usize, usize) {
+        let size = addr!(_dvm_ub_size);
+        let start = addr!(_dvm_ub_start) + core * size;
+        (start, start + size)
     }
 
-    /// The 4 KiB guard page under the stack.
-    pub fn stack_guard() -> usize {
-        addr!(_dvm_stack_guard)
+    /// The 4 KiB guard page under core `core`'s stack.
+    pub fn stack_guard(core: usize) -> usize {
+        addr!(_dvm_stack_guard) + core * addr!(_dvm_stack_stride)
+    }
+
+    /// The core count the linker script laid memory out for.
+    pub fn cores() -> usize {
+        addr!(_dvm_cores)
     }
 
     /// Where the host's loader places the job.
@@ -63,40 +83,74 @@ mod layout {
     }
 }
 
-/// Interrupts masked through DAIF: the firmware runs on one core with
-/// interrupts off, so this only guards against re-entry from exceptions.
-struct DaifCriticalSection;
-critical_section::set_impl!(DaifCriticalSection);
+/// Interrupts masked through DAIF plus a spin lock between the cores
+/// (`defmt`'s logger runs inside it, so log frames of different cores do
+/// not interleave). Re-entry on the core that holds it (an exception while
+/// logging) nests instead of deadlocking.
+struct CoreCriticalSection;
+critical_section::set_impl!(CoreCriticalSection);
 
-// SAFETY: acquire saves DAIF and masks every interrupt, release restores the
-// saved value; nesting restores in reverse order, as the trait requires.
-unsafe impl critical_section::Impl for DaifCriticalSection {
+/// Who holds the critical section: a core index, or [`CS_FREE`].
+static CS_OWNER: AtomicUsize = AtomicUsize::new(CS_FREE);
+const CS_FREE: usize = usize::MAX;
+/// Set in the restore state when the acquire nested (DAIF is bits 6..9).
+const CS_NESTED: u64 = 1 << 63;
+
+// SAFETY: acquire saves DAIF, masks every interrupt and takes the lock
+// (unless this core holds it already), release gives the lock back (unless
+// the acquire nested) and restores the saved DAIF; nesting restores in
+// reverse order, as the trait requires. One core at a time is inside.
+unsafe impl critical_section::Impl for CoreCriticalSection {
     unsafe fn acquire() -> u64 {
         let daif: u64;
-        // SAFETY: reading DAIF and masking interrupts has no memory effects.
+        // SAFETY: reads DAIF and masks interrupts; no memory effects.
         unsafe { core::arch::asm!("mrs {}, daif", "msr daifset, #0xf", out(reg) daif) };
+        let me = boot::core_index();
+        if CS_OWNER.load(Ordering::Relaxed) == me {
+            return daif | CS_NESTED;
+        }
+        while CS_OWNER
+            .compare_exchange_weak(CS_FREE, me, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
+            core::hint::spin_loop();
+        }
         daif
     }
 
-    unsafe fn release(daif: u64) {
+    unsafe fn release(state: u64) {
+        if state & CS_NESTED == 0 {
+            CS_OWNER.store(CS_FREE, Ordering::Release);
+        }
         // SAFETY: restores the DAIF value saved by `acquire`.
-        unsafe { core::arch::asm!("msr daif, {}", in(reg) daif) };
+        unsafe { core::arch::asm!("msr daif, {}", in(reg) state & !CS_NESTED) };
     }
 }
 
-/// Rust entry, called by the boot code on the main stack with `.bss` zeroed.
+/// Rust entry of core 0, called by the boot code on core 0's stack with
+/// `.bss` zeroed; `boot_el` is the exception level it entered at.
 #[no_mangle]
-extern "C" fn dvm_fw_main() -> ! {
+extern "C" fn dvm_fw_main(boot_el: u64) -> ! {
     mmu::enable();
     defmt::info!("dvm-firmware {=str}: MMU on", env!("CARGO_PKG_VERSION"));
+    if layout::cores() != CORES {
+        defmt::error!(
+            "built for {=usize} cores, linked for {=usize}",
+            CORES,
+            layout::cores()
+        );
+        report::exit(Status::Panic)
+    }
+    smp::start_secondaries(boot_el);
     let mut cmdline = [0u8; 128];
     // QEMU passes the kernel's path, then the `-append` text.
     let args = report::command_line(&mut cmdline);
-    if args
-        .split(|&c| c == b' ')
-        .any(|a| a == b"selftest=stack-overflow")
-    {
-        selftest::overflow_the_stack();
+    for a in args.split(|&c| c == b' ') {
+        match a {
+            b"selftest=stack-overflow" => selftest::overflow_the_stack(),
+            b"selftest=stack-overflow-secondary" => smp::overflow_a_secondary_stack(),
+            _ => {}
+        }
     }
     let status = job::run();
     defmt::info!("job done: {}", status.describe());
@@ -105,10 +159,16 @@ extern "C" fn dvm_fw_main() -> ! {
 
 #[panic_handler]
 fn panic(info: &PanicInfo) -> ! {
+    let core = boot::core_index();
     if let Some(loc) = info.location() {
-        defmt::error!("panic at {=str}:{=u32}", loc.file(), loc.line());
+        defmt::error!(
+            "core {=usize}: panic at {=str}:{=u32}",
+            core,
+            loc.file(),
+            loc.line()
+        );
     } else {
-        defmt::error!("panic");
+        defmt::error!("core {=usize}: panic", core);
     }
     report::exit(Status::Panic)
 }

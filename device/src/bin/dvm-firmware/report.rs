@@ -47,7 +47,7 @@ fn try_write(
     let header = ReportHeader {
         magic: REPORT_MAGIC,
         version: JOB_VERSION.into(),
-        reserved: 0.into(),
+        cores: (crate::smp::cores() as u16).into(),
         status: (status as u32).into(),
         failed_launch: failed_launch.unwrap_or(u32::MAX).into(),
         detail: detail.into(),
