@@ -4,6 +4,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand, ValueEnum};
+use dvm_device::predecode::PredecodeError;
 use dvm_host::compile::CompileError;
 use dvm_host::fuse::FuseOptions;
 use dvm_host::graph::Graph;
@@ -198,12 +199,16 @@ fn parse_binds(g: &Graph, binds: &[String]) -> Result<Bindings, Failure> {
 /// A failed run, plan or explanation as a [`Failure`]: exit code 2 when the
 /// graph, its inputs or bindings are at fault (a bad shape, an extent or a
 /// tile that the instruction set cannot encode or the UB cannot hold, a
-/// job too large for the QEMU guest), 1 otherwise (a kernel that does not
+/// kernel with more instructions or bodies than the executor's program
+/// holds, a job too large for the QEMU guest), 1 otherwise (a kernel that does not
 /// verify, a failed launch, QEMU failing).
 fn run_failure(e: RunError) -> Failure {
     fn build_code(e: &BuildError) -> u8 {
         match e {
-            BuildError::Compile(CompileError::DoesNotFit(..) | CompileError::TooLarge(_)) => 2,
+            BuildError::Compile(CompileError::DoesNotFit(..) | CompileError::TooLarge(_))
+            | BuildError::Predecode(
+                PredecodeError::TooManyInstrs { .. } | PredecodeError::TooManyBodies { .. },
+            ) => 2,
             _ => 1,
         }
     }
