@@ -151,8 +151,11 @@ fn cores_parser() -> clap::builder::RangedU64ValueParser<usize> {
 /// A user-facing failure: message and exit code (2: bad input, 1: failure).
 struct Failure(String, u8);
 
+/// Reads an input file (a module, an object, assembly text), refusing one
+/// larger than [`dvm_host::input::MAX_INPUT_BYTES`].
 fn read(path: &Path) -> Result<Vec<u8>, Failure> {
-    std::fs::read(path).map_err(|e| Failure(format!("cannot read {}: {e}", path.display()), 2))
+    dvm_host::input::read_limited(path, dvm_host::input::MAX_INPUT_BYTES)
+        .map_err(|e| Failure(format!("cannot read {}: {e}", path.display()), 2))
 }
 
 fn parse<'a>(path: &Path, bytes: &'a [u8]) -> Result<Module<'a>, Failure> {
