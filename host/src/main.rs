@@ -183,9 +183,15 @@ fn parse_binds(g: &Graph, binds: &[String]) -> Result<Bindings, Failure> {
                 2,
             )
         })?;
-        let v: i64 = value
-            .parse()
-            .map_err(|_| Failure(format!("--bind `{spec}`: `{value}` is not an integer"), 2))?;
+        let v: i64 = value.parse().map_err(|e: std::num::ParseIntError| {
+            let what = match e.kind() {
+                std::num::IntErrorKind::PosOverflow | std::num::IntErrorKind::NegOverflow => {
+                    "is beyond a 64-bit integer"
+                }
+                _ => "is not an integer",
+            };
+            Failure(format!("--bind `{spec}`: `{value}` {what}"), 2)
+        })?;
         if let Some(first) = b.get(sym) {
             return Err(Failure(
                 format!("--bind `{spec}`: symbol `{name}` is bound twice (first to {first})"),
@@ -348,9 +354,12 @@ fn run(cli: Cli) -> Result<(), Failure> {
             let bindings = parse_binds(&g, &binds)?;
             let mut tensors: Vec<(String, Tensor)> = Vec::new();
             for spec in &inputs {
-                let (name, file) = spec.split_once('=').ok_or_else(|| {
-                    Failure(format!("--input `{spec}`: expected NAME=FILE.npy"), 2)
-                })?;
+                let (name, file) = spec
+                    .split_once('=')
+                    .filter(|(_, file)| !file.is_empty())
+                    .ok_or_else(|| {
+                        Failure(format!("--input `{spec}`: expected NAME=FILE.npy"), 2)
+                    })?;
                 let id = g
                     .find(name)
                     .filter(|id| g.inputs().contains(id))
