@@ -785,3 +785,34 @@ fn shapes_too_large_for_the_executor_are_user_errors() {
     let o = run_graph(&dir, &inputs, "cpu", &out);
     assert_user_error(&o, "--input `q=`: expected NAME=FILE.npy", &out);
 }
+
+/// Demo lengths out of range are refused before anything is allocated:
+/// `--lens 100000000` asked for 100 GB of inputs and aborted, and
+/// `--op-lens 0` read as a tile that does not fit the UB.
+#[test]
+fn demo_lengths_out_of_range_are_refused() {
+    for (args, needle) in [
+        (
+            &["--lens", "100000000", "--op-lens", "17"][..],
+            "sequence length 100000000 is outside the encoder's range 1..=8192",
+        ),
+        (
+            &["--lens", "1", "--op-lens", "0"],
+            "sequence length 0 is outside the single-operator table's range 1..=16384",
+        ),
+        (
+            &["--lens", "1", "--op-lens", "100000000"],
+            "sequence length 100000000 is outside the single-operator table's range",
+        ),
+    ] {
+        let o = dvm()
+            .arg("demo")
+            .args(args)
+            .args(["--cores", "1"])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(1), "{args:?}: {err}");
+        assert!(err.contains(needle), "{args:?}: {err}");
+    }
+}
