@@ -93,13 +93,26 @@ pub fn run_encoder(
 /// fusion options `opts`.
 ///
 /// # Errors
-/// The first failure, as text.
+/// A length outside `1..=cfg.max_len` (before anything is allocated or
+/// run), then the first failure, as text.
 pub fn run_encoder_with(
     cfg: &EncoderConfig,
     lens: &[u64],
     rt: &Runtime,
     opts: &FuseOptions,
 ) -> Result<Vec<EncoderRow>, String> {
+    // Checked before any input is made: an S beyond the symbol's range
+    // was found only after its inputs were allocated (S = 10^8 asked for
+    // 100 GB and aborted).
+    if let Some(s) = lens
+        .iter()
+        .find(|&&s| s == 0 || i64::try_from(s).map_or(true, |s| s > cfg.max_len))
+    {
+        return Err(format!(
+            "sequence length {s} is outside the encoder's range 1..={}",
+            cfg.max_len
+        ));
+    }
     let graph = encoder_block(cfg).map_err(|e| e.to_string())?;
     let prepared = Prepared::with_options(&graph, opts).map_err(|e| e.to_string())?;
     let mut rows = Vec::new();
@@ -171,6 +184,10 @@ pub fn encoder_table(rows: &[EncoderRow]) -> String {
 
 /// Hidden size of the demo's layer.
 pub const HIDDEN: u64 = 768;
+
+/// The longest sequence [`run`] takes (its buffers are `S × HIDDEN` f32:
+/// 48 MiB each at this length).
+pub const MAX_OP_LEN: u64 = 16_384;
 
 /// One row of the demo table.
 #[derive(Clone, Debug)]
@@ -341,8 +358,16 @@ fn reference(op: &str, s: u64, inputs: &[Vec<f32>], rows: &[u64]) -> Vec<(u64, V
 /// is a command, not a library entry).
 ///
 /// # Errors
-/// The first compile or launch failure, as text.
+/// A length outside `1..=`[`MAX_OP_LEN`] (before anything is allocated or
+/// run), then the first compile or launch failure, as text.
 pub fn run(lens: &[u64], pool: &CpuPool) -> Result<Vec<DemoRow>, String> {
+    // Checked before anything is allocated: S × HIDDEN buffers for S =
+    // 10^8 aborted the process, and S = 0 read as a tile not fitting UB.
+    if let Some(s) = lens.iter().find(|&&s| !(1..=MAX_OP_LEN).contains(&s)) {
+        return Err(format!(
+            "sequence length {s} is outside the single-operator table's range 1..={MAX_OP_LEN}"
+        ));
+    }
     let target = Target {
         cores: pool.cores() as u32,
         ..Target::default()

@@ -38,7 +38,7 @@ pub enum BuildError {
     #[error("kernel cannot be added to a module: {0}")]
     Build(#[from] dvm_isa::builder::BuildError),
     /// The kernel does not fit the executor's program capacity.
-    #[error("kernel does not fit the executor: {0:?}")]
+    #[error("kernel does not fit the executor: {0}")]
     Predecode(PredecodeError),
 }
 

@@ -23,6 +23,7 @@ pub mod eager;
 pub mod fuse;
 pub mod graph;
 mod idhash;
+pub mod input;
 pub mod kernel;
 pub mod lower;
 pub mod models;

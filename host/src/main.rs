@@ -4,6 +4,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand, ValueEnum};
+use dvm_device::predecode::PredecodeError;
 use dvm_host::compile::CompileError;
 use dvm_host::fuse::FuseOptions;
 use dvm_host::graph::Graph;
@@ -150,8 +151,11 @@ fn cores_parser() -> clap::builder::RangedU64ValueParser<usize> {
 /// A user-facing failure: message and exit code (2: bad input, 1: failure).
 struct Failure(String, u8);
 
+/// Reads an input file (a module, an object, assembly text), refusing one
+/// larger than [`dvm_host::input::MAX_INPUT_BYTES`].
 fn read(path: &Path) -> Result<Vec<u8>, Failure> {
-    std::fs::read(path).map_err(|e| Failure(format!("cannot read {}: {e}", path.display()), 2))
+    dvm_host::input::read_limited(path, dvm_host::input::MAX_INPUT_BYTES)
+        .map_err(|e| Failure(format!("cannot read {}: {e}", path.display()), 2))
 }
 
 fn parse<'a>(path: &Path, bytes: &'a [u8]) -> Result<Module<'a>, Failure> {
@@ -179,9 +183,15 @@ fn parse_binds(g: &Graph, binds: &[String]) -> Result<Bindings, Failure> {
                 2,
             )
         })?;
-        let v: i64 = value
-            .parse()
-            .map_err(|_| Failure(format!("--bind `{spec}`: `{value}` is not an integer"), 2))?;
+        let v: i64 = value.parse().map_err(|e: std::num::ParseIntError| {
+            let what = match e.kind() {
+                std::num::IntErrorKind::PosOverflow | std::num::IntErrorKind::NegOverflow => {
+                    "is beyond a 64-bit integer"
+                }
+                _ => "is not an integer",
+            };
+            Failure(format!("--bind `{spec}`: `{value}` {what}"), 2)
+        })?;
         if let Some(first) = b.get(sym) {
             return Err(Failure(
                 format!("--bind `{spec}`: symbol `{name}` is bound twice (first to {first})"),
@@ -198,12 +208,16 @@ fn parse_binds(g: &Graph, binds: &[String]) -> Result<Bindings, Failure> {
 /// A failed run, plan or explanation as a [`Failure`]: exit code 2 when the
 /// graph, its inputs or bindings are at fault (a bad shape, an extent or a
 /// tile that the instruction set cannot encode or the UB cannot hold, a
-/// job too large for the QEMU guest), 1 otherwise (a kernel that does not
+/// kernel with more instructions or bodies than the executor's program
+/// holds, a job too large for the QEMU guest), 1 otherwise (a kernel that does not
 /// verify, a failed launch, QEMU failing).
 fn run_failure(e: RunError) -> Failure {
     fn build_code(e: &BuildError) -> u8 {
         match e {
-            BuildError::Compile(CompileError::DoesNotFit(..) | CompileError::TooLarge(_)) => 2,
+            BuildError::Compile(CompileError::DoesNotFit(..) | CompileError::TooLarge(_))
+            | BuildError::Predecode(
+                PredecodeError::TooManyInstrs { .. } | PredecodeError::TooManyBodies { .. },
+            ) => 2,
             _ => 1,
         }
     }
@@ -340,9 +354,12 @@ fn run(cli: Cli) -> Result<(), Failure> {
             let bindings = parse_binds(&g, &binds)?;
             let mut tensors: Vec<(String, Tensor)> = Vec::new();
             for spec in &inputs {
-                let (name, file) = spec.split_once('=').ok_or_else(|| {
-                    Failure(format!("--input `{spec}`: expected NAME=FILE.npy"), 2)
-                })?;
+                let (name, file) = spec
+                    .split_once('=')
+                    .filter(|(_, file)| !file.is_empty())
+                    .ok_or_else(|| {
+                        Failure(format!("--input `{spec}`: expected NAME=FILE.npy"), 2)
+                    })?;
                 let id = g
                     .find(name)
                     .filter(|id| g.inputs().contains(id))

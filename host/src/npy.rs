@@ -18,6 +18,12 @@
 //! `fortran_order` and `shape` is refused (here also one that repeats a
 //! key), naming the keys at fault.
 //!
+//! A header longer than [`MAX_HEADER_LEN`] bytes is refused, as NumPy
+//! refuses it, before anything is allocated for it. [`read`] and
+//! [`read_as`] read the header first and then at most one byte more than
+//! its shape needs, so a file whose data runs on (or a device such as
+//! `/dev/zero`) is refused without being read whole.
+//!
 //! Writing is atomic: the file is written to a temporary file in the same
 //! directory and renamed into place, so a failure leaves no half-written
 //! file (and no temporary either).
@@ -60,6 +66,14 @@ pub enum NpyError {
         /// The file's dtype string.
         descr: String,
     },
+    /// The header is longer than [`MAX_HEADER_LEN`] bytes.
+    #[error("{}: the .npy header is {len} bytes long, more than the {MAX_HEADER_LEN} allowed (NumPy refuses such a header too)", .path.display())]
+    HeaderTooLong {
+        /// The file.
+        path: PathBuf,
+        /// The header length its length field gives.
+        len: u64,
+    },
     /// The header's dict does not have exactly the keys `descr`,
     /// `fortran_order` and `shape`, each once (NumPy refuses such a header
     /// too: "Header does not contain the correct keys").
@@ -88,7 +102,7 @@ pub enum NpyError {
         found: Option<DType>,
     },
     /// The data section is shorter or longer than the header's shape says.
-    #[error("{}: shape {shape:?} of {dtype} needs {expected} data bytes, the file has {found}", .path.display())]
+    #[error("{}: shape {shape:?} of {dtype} needs {expected} data bytes, the file has {}", .path.display(), if *.more { format!("more (at least {found})") } else { found.to_string() })]
     DataLength {
         /// The file.
         path: PathBuf,
@@ -98,8 +112,11 @@ pub enum NpyError {
         dtype: DType,
         /// Bytes needed.
         expected: u64,
-        /// Bytes present.
+        /// Bytes present (at least this many when `more`).
         found: u64,
+        /// The file was not read to its end: it has `found` data bytes or
+        /// more (a device or pipe whose length is unknown).
+        more: bool,
     },
     /// The tensor cannot be stored (e.g. too large).
     #[error("{}: {msg}", .path.display())]
@@ -110,6 +127,16 @@ pub enum NpyError {
         msg: String,
     },
 }
+
+/// The longest `.npy` header read, in bytes (the text after the length
+/// field): NumPy's own limit (`max_header_size` of `numpy.lib.format`,
+/// 10 000 by default since NumPy 1.24), beyond which it refuses a file as
+/// possibly unsafe to parse. Longer headers are refused before anything is
+/// allocated for them.
+pub const MAX_HEADER_LEN: usize = 10_000;
+
+/// Magic, version and the longest length field (version 2 and 3).
+const PREAMBLE_LEN: usize = 12;
 
 /// The keys an `.npy` header's dict must have, each exactly once.
 const HEADER_KEYS: [&str; 3] = ["descr", "fortran_order", "shape"];
@@ -174,16 +201,90 @@ pub fn descr(dtype: DType) -> &'static str {
 /// # Errors
 ///
 /// [`NpyError::Io`] if the file cannot be read, [`NpyError::NotNpy`] for a
-/// malformed file, [`NpyError::HeaderKeys`] for a header whose keys are not
-/// exactly `descr`, `fortran_order` and `shape`,
+/// malformed file, [`NpyError::HeaderTooLong`] for a header longer than
+/// [`MAX_HEADER_LEN`], [`NpyError::HeaderKeys`] for a header whose keys are
+/// not exactly `descr`, `fortran_order` and `shape`,
 /// [`NpyError::UnsupportedDType`] (including `<u2`: use [`read_as`] for
-/// bf16), [`NpyError::DataLength`] for a truncated file.
+/// bf16), [`NpyError::DataLength`] for a truncated file or one with data
+/// beyond the header's shape.
 pub fn read(path: &Path) -> Result<Tensor, NpyError> {
-    let bytes = std::fs::read(path).map_err(|source| NpyError::Io {
+    read_checked(path, None)
+}
+
+/// Reads `path` with [`read_bounded`] and parses it, the
+/// [`NpyError::DataLength`] of a file not read to its end giving the
+/// file's real length where it is known.
+fn read_checked(path: &Path, expected: Option<DType>) -> Result<Tensor, NpyError> {
+    let (bytes, whole) = read_bounded(path)?;
+    match from_bytes(&bytes, path, expected) {
+        Err(NpyError::DataLength {
+            path,
+            shape,
+            dtype,
+            expected,
+            found,
+            more: false,
+        }) if !whole => {
+            // `found` is one byte past the data the shape needs: the file
+            // goes on. A regular file says how far.
+            let header = bytes.len() as u64 - found;
+            let len = std::fs::metadata(&path)
+                .ok()
+                .filter(std::fs::Metadata::is_file)
+                .map(|m| m.len());
+            Err(NpyError::DataLength {
+                found: len.map_or(found, |l| l.saturating_sub(header)),
+                more: len.is_none(),
+                path,
+                shape,
+                dtype,
+                expected,
+            })
+        }
+        other => other,
+    }
+}
+
+/// The bytes of `path` that matter: the preamble and header (at most
+/// [`MAX_HEADER_LEN`] bytes of it), then at most one byte more than the
+/// header's shape needs. Returns them and whether the file was read to its
+/// end. Nothing is allocated on a length field's word: the buffer grows
+/// only as bytes arrive.
+fn read_bounded(path: &Path) -> Result<(Vec<u8>, bool), NpyError> {
+    use std::io::Read;
+    let io = |source| NpyError::Io {
         path: path.to_owned(),
         source,
-    })?;
-    from_bytes(&bytes, path, None)
+    };
+    let mut f = std::fs::File::open(path).map_err(io)?;
+    let mut bytes = Vec::new();
+    let prefix = (PREAMBLE_LEN + MAX_HEADER_LEN) as u64;
+    (&mut f).take(prefix).read_to_end(&mut bytes).map_err(io)?;
+    if (bytes.len() as u64) < prefix {
+        return Ok((bytes, true));
+    }
+    // A header that does not parse: `from_bytes` says what is wrong.
+    let Some(total) = file_len(&bytes, path) else {
+        return Ok((bytes, false));
+    };
+    let rest = total.saturating_add(1).saturating_sub(bytes.len() as u64);
+    let n = (&mut f).take(rest).read_to_end(&mut bytes).map_err(io)?;
+    Ok((bytes, (n as u64) < rest))
+}
+
+/// The length of the file whose first bytes are `prefix` (its whole
+/// header), as the header's shape and dtype say: `None` when the header
+/// does not parse or the length overflows.
+fn file_len(prefix: &[u8], path: &Path) -> Option<u64> {
+    let (data_start, text) = header_text(prefix, path).ok()?;
+    header_dict(text, path).ok()?;
+    let header = NpyHeader::from_reader(prefix).ok()?;
+    let n = header
+        .shape()
+        .iter()
+        .try_fold(1u64, |acc, &d| acc.checked_mul(d))?;
+    let size = u64::try_from(header.dtype().num_bytes()?).ok()?;
+    n.checked_mul(size)?.checked_add(data_start as u64)
 }
 
 /// Reads an `.npy` file that must hold `dtype` (`<u2` is read as bf16 bits
@@ -193,11 +294,7 @@ pub fn read(path: &Path) -> Result<Tensor, NpyError> {
 ///
 /// [`NpyError::DTypeMismatch`] naming both dtypes, and the errors of [`read`].
 pub fn read_as(path: &Path, dtype: DType) -> Result<Tensor, NpyError> {
-    let bytes = std::fs::read(path).map_err(|source| NpyError::Io {
-        path: path.to_owned(),
-        source,
-    })?;
-    from_bytes(&bytes, path, Some(dtype))
+    read_checked(path, Some(dtype))
 }
 
 /// Parses `.npy` bytes; `path` only names the source in errors. With
@@ -211,7 +308,7 @@ pub fn from_bytes(bytes: &[u8], path: &Path, expected: Option<DType>) -> Result<
         path: path.to_owned(),
         msg,
     };
-    let (data_start, text) = header_text(bytes).map_err(not_npy)?;
+    let (data_start, text) = header_text(bytes, path)?;
     let shape_hint = header_dict(text, path)?;
     let header = NpyHeader::from_reader(bytes).map_err(|e| not_npy(e.to_string()))?;
     if header.shape() != shape_hint.as_slice() {
@@ -263,6 +360,7 @@ pub fn from_bytes(bytes: &[u8], path: &Path, expected: Option<DType>) -> Result<
             dtype,
             expected: need.unwrap_or(u64::MAX),
             found: data.len() as u64,
+            more: false,
         });
     }
     let order = header.order();
@@ -338,29 +436,41 @@ fn fortran_to_c(src: &[u8], shape: &[u64], size: usize) -> Vec<u8> {
     out
 }
 
-/// Checks the magic, version and header length; returns the offset of the
-/// data and the header's text.
-fn header_text(bytes: &[u8]) -> Result<(usize, &str), String> {
+/// Checks the magic, version and header length (at most
+/// [`MAX_HEADER_LEN`]); returns the offset of the data and the header's
+/// text.
+fn header_text<'a>(bytes: &'a [u8], path: &Path) -> Result<(usize, &'a str), NpyError> {
     const MAGIC: &[u8] = b"\x93NUMPY";
+    let not_npy = |msg: &str| NpyError::NotNpy {
+        path: path.to_owned(),
+        msg: msg.into(),
+    };
     if bytes.len() < 10 || !bytes.starts_with(MAGIC) {
-        return Err("missing the \\x93NUMPY magic".into());
+        return Err(not_npy("missing the \\x93NUMPY magic"));
     }
     let (len, start) = match bytes[6] {
-        1 => (
-            usize::from(u16::from_le_bytes([bytes[8], bytes[9]])),
-            10usize,
-        ),
+        1 => (u64::from(u16::from_le_bytes([bytes[8], bytes[9]])), 10usize),
         2 | 3 if bytes.len() >= 12 => (
-            u32::from_le_bytes([bytes[8], bytes[9], bytes[10], bytes[11]]) as usize,
+            u64::from(u32::from_le_bytes([
+                bytes[8], bytes[9], bytes[10], bytes[11],
+            ])),
             12,
         ),
-        v => return Err(format!("unsupported format version {v}")),
+        v => return Err(not_npy(&format!("unsupported format version {v}"))),
     };
-    let end = start
-        .checked_add(len)
-        .filter(|&e| e <= bytes.len())
-        .ok_or("the header runs past the end of the file")?;
-    let text = std::str::from_utf8(&bytes[start..end]).map_err(|_| "the header is not text")?;
+    if len > MAX_HEADER_LEN as u64 {
+        return Err(NpyError::HeaderTooLong {
+            path: path.to_owned(),
+            len,
+        });
+    }
+    // At most `MAX_HEADER_LEN`: no overflow.
+    let end = start + len as usize;
+    if end > bytes.len() {
+        return Err(not_npy("the header runs past the end of the file"));
+    }
+    let text =
+        std::str::from_utf8(&bytes[start..end]).map_err(|_| not_npy("the header is not text"))?;
     Ok((end, text))
 }
 
@@ -375,6 +485,11 @@ fn header_dict(text: &str, path: &Path) -> Result<Vec<u64>, NpyError> {
         msg,
     };
     let literal = text.strip_suffix('\n').unwrap_or(text);
+    if let Some(at) = too_deep(literal) {
+        return Err(not_npy(format!(
+            "the header nests brackets more than {MAX_NESTING} deep (at byte {at})"
+        )));
+    }
     let value: py_literal::Value = literal
         .parse()
         .map_err(|e: py_literal::ParseError| not_npy(literal_error(&e)))?;
@@ -417,6 +532,45 @@ fn header_dict(text: &str, path: &Path) -> Result<Vec<u64>, NpyError> {
         missing,
         repeated,
     })
+}
+
+/// The deepest nesting of brackets a header may have: NumPy's headers
+/// nest two deep (the dict, the shape tuple); `py_literal`'s parser takes
+/// time exponential in the depth (20 levels: seconds, 40: hours), so
+/// deeper ones are refused before it sees them.
+const MAX_NESTING: usize = 8;
+
+/// The byte offset of the first bracket (`(`, `[` or `{`, outside string
+/// literals) nested more than [`MAX_NESTING`] deep in `text`, if any.
+fn too_deep(text: &str) -> Option<usize> {
+    let mut depth = 0usize;
+    let mut quote: Option<u8> = None;
+    let mut escaped = false;
+    for (i, &b) in text.as_bytes().iter().enumerate() {
+        match quote {
+            Some(q) => {
+                if escaped {
+                    escaped = false;
+                } else if b == b'\\' {
+                    escaped = true;
+                } else if b == q {
+                    quote = None;
+                }
+            }
+            None => match b {
+                b'\'' | b'"' => quote = Some(b),
+                b'(' | b'[' | b'{' => {
+                    depth += 1;
+                    if depth > MAX_NESTING {
+                        return Some(i);
+                    }
+                }
+                b')' | b']' | b'}' => depth = depth.saturating_sub(1),
+                _ => {}
+            },
+        }
+    }
+    None
 }
 
 /// A parse error of the header literal in a line: the parser's own message
@@ -794,14 +948,50 @@ mod tests {
             e.to_string(),
             "h.npy: not a valid .npy file: the header is not a Python dict literal"
         );
-        // Deep nesting and bad syntax: one short line, not the header.
-        let deep = format!("'descr': {}{}", "[".repeat(30_000), "]".repeat(30_000));
-        let e = from_bytes(&with_dict(&deep), p, None).unwrap_err();
+        // Bad syntax: one short line, not the header.
+        let long = format!("'descr': {}", "1 ".repeat(4_000));
+        let e = from_bytes(&with_dict(&long), p, None).unwrap_err();
         let msg = e.to_string();
         assert!(msg.starts_with("h.npy: not a valid .npy file: the header is not a Python literal (syntax error at 1:"), "{msg}");
         assert!(msg.len() < 200 && !msg.contains('\n'), "{msg}");
         let e = from_bytes(&with_dict("'descr' '<f4'"), p, None).unwrap_err();
         assert!(e.to_string().contains("syntax error at 1:"), "{e}");
+    }
+
+    #[test]
+    fn deeply_nested_headers_are_refused_at_once() {
+        // 40 brackets took `py_literal` hours (its time doubles with each
+        // level); 60 bytes of header hung `dvm run`.
+        let p = Path::new("deep.npy");
+        let start = std::time::Instant::now();
+        for (open, close) in [("[", "]"), ("(", ")"), ("{1: ", "}")] {
+            for depth in [9, 40, 1_000] {
+                let dict = format!("'descr': {}{}", open.repeat(depth), close.repeat(depth));
+                let e = from_bytes(&with_dict(&dict), p, None).unwrap_err();
+                // The dict is level 1: the eighth `open` is the ninth.
+                let at = "{'descr': ".len() + 7 * open.len();
+                assert_eq!(
+                    e.to_string(),
+                    format!(
+                        "deep.npy: not a valid .npy file: the header nests brackets more \
+                         than 8 deep (at byte {at})"
+                    )
+                );
+            }
+        }
+        assert!(start.elapsed() < std::time::Duration::from_secs(2));
+        // Brackets in strings do not count; eight levels are allowed (and
+        // quick), though no such value is a valid dtype or shape.
+        let quoted = "'descr': '<f4', 'fortran_order': False, 'shape': (1,), '((((((((((': 0";
+        assert!(matches!(
+            from_bytes(&with_dict(quoted), p, None),
+            Err(NpyError::HeaderKeys { .. })
+        ));
+        let eight = format!("'descr': {}{}", "[".repeat(7), "]".repeat(7));
+        assert!(matches!(
+            from_bytes(&with_dict(&eight), p, None),
+            Err(NpyError::HeaderKeys { .. })
+        ));
     }
 
     #[test]
@@ -892,6 +1082,112 @@ mod tests {
                 v[at] = b;
                 let _ = from_bytes(&v, p, None);
             }
+        }
+    }
+
+    /// A version `major` file whose header text is `text` padded with
+    /// spaces to `len` bytes (newline last), then `data`.
+    fn padded(major: u8, dict: &str, len: usize, data: &[u8]) -> Vec<u8> {
+        let mut text = dict.to_string();
+        while text.len() + 1 < len {
+            text.push(' ');
+        }
+        text.push('\n');
+        let mut out = b"\x93NUMPY".to_vec();
+        out.extend([major, 0]);
+        if major == 1 {
+            out.extend_from_slice(&(text.len() as u16).to_le_bytes());
+        } else {
+            out.extend_from_slice(&(text.len() as u32).to_le_bytes());
+        }
+        out.extend_from_slice(text.as_bytes());
+        out.extend_from_slice(data);
+        out
+    }
+
+    #[test]
+    fn headers_longer_than_numpys_limit_are_refused() {
+        let p = Path::new("long.npy");
+        let dict = "{'descr': '<f4', 'fortran_order': False, 'shape': (1,), }";
+        let data = 2.5f32.to_le_bytes();
+        // NumPy reads a header of exactly 10 000 bytes, and refuses more.
+        for major in [1, 2] {
+            let t = from_bytes(&padded(major, dict, MAX_HEADER_LEN, &data), p, None).unwrap();
+            assert_eq!(t.to_f64_vec(), [2.5]);
+            let e =
+                from_bytes(&padded(major, dict, MAX_HEADER_LEN + 1, &data), p, None).unwrap_err();
+            assert!(
+                matches!(e, NpyError::HeaderTooLong { len: 10_001, .. }),
+                "{e}"
+            );
+            assert_eq!(
+                e.to_string(),
+                "long.npy: the .npy header is 10001 bytes long, more than the 10000 allowed \
+                 (NumPy refuses such a header too)"
+            );
+        }
+        // The length field alone decides, whatever follows it: 4 GiB is
+        // refused as too long, not read (nor looked for).
+        let e = from_bytes(b"\x93NUMPY\x03\x00\xff\xff\xff\xff{", p, None).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                NpyError::HeaderTooLong {
+                    len: 0xffff_ffff,
+                    ..
+                }
+            ),
+            "{e}"
+        );
+        // Through a file too.
+        let d = dir();
+        let f = d.join("long.npy");
+        std::fs::write(&f, padded(1, dict, 20_000, &data)).unwrap();
+        assert!(matches!(
+            read(&f),
+            Err(NpyError::HeaderTooLong { len: 20_000, .. })
+        ));
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn data_beyond_the_shape_is_refused_without_reading_it() {
+        let d = dir();
+        let f = d.join("long.npy");
+        // A 1 TiB sparse file whose header says one f32: refused naming
+        // its real length, without reading (or allocating) a terabyte.
+        let t = Tensor::from_f32(&[1], &[1.0]).unwrap();
+        let bytes = to_bytes(&t, &f).unwrap();
+        let header = bytes.len() as u64 - 4;
+        std::fs::write(&f, &bytes).unwrap();
+        let file = std::fs::OpenOptions::new().write(true).open(&f).unwrap();
+        file.set_len(1 << 40).unwrap();
+        drop(file);
+        let e = read_as(&f, DType::F32).unwrap_err();
+        assert!(
+            matches!(e, NpyError::DataLength { expected: 4, found, more: false, .. }
+                if found == (1 << 40) - header),
+            "{e}"
+        );
+        assert!(e.to_string().ends_with(&format!(
+            "shape [1] of f32 needs 4 data bytes, the file has {}",
+            (1u64 << 40) - header
+        )));
+        // The same file cut to its data reads.
+        let file = std::fs::OpenOptions::new().write(true).open(&f).unwrap();
+        file.set_len(header + 4).unwrap();
+        drop(file);
+        assert_eq!(read(&f).unwrap(), t);
+        std::fs::remove_dir_all(&d).unwrap();
+        // A device that never ends is not read to its end either.
+        #[cfg(target_os = "linux")]
+        {
+            let e = read(Path::new("/dev/zero")).unwrap_err();
+            assert!(
+                e.to_string()
+                    .starts_with("/dev/zero: not a valid .npy file: missing the"),
+                "{e}"
+            );
         }
     }
 

@@ -699,3 +699,120 @@ fn graph_beyond_the_limits_is_a_user_error_everywhere() {
     }
     assert!(!out.exists() && !m.exists());
 }
+
+/// Inputs that never end (`/dev/zero`) are refused after a bounded read,
+/// naming the file, by every command that reads a file: they were read
+/// until memory ran out.
+#[cfg(target_os = "linux")]
+#[test]
+fn endless_inputs_are_refused() {
+    let dir = scratch("endless");
+    let out = dir.join("out");
+    let m = dir.join("m.dvmb");
+    let zero = "/dev/zero";
+    for args in [
+        &["verify", zero][..],
+        &["disasm", zero],
+        &["objdump", zero],
+        &["explain", zero],
+        &["asm", zero, "-o", m.to_str().unwrap()],
+        &["link", zero, "-o", m.to_str().unwrap()],
+    ] {
+        let o = dvm().args(args).output().unwrap();
+        assert_user_error(
+            &o,
+            "/dev/zero: the file is larger than 268435456 bytes",
+            &out,
+        );
+        assert!(!m.exists(), "{args:?}");
+    }
+    let mut inputs = write_inputs(&dir, 5);
+    inputs[0] = format!("q={zero}");
+    let o = run_graph(&dir, &inputs, "cpu", &out);
+    assert_user_error(&o, "--input `q`: /dev/zero: not a valid .npy file", &out);
+    assert!(!out.exists());
+}
+
+/// Bindings too large for the executor are the user's errors (exit 2)
+/// with a message saying why, found before any code is written; a value
+/// beyond 64 bits is named as such.
+#[test]
+fn shapes_too_large_for_the_executor_are_user_errors() {
+    let dir = scratch("too-large");
+    let out = dir.join("out");
+    let explain = |graph: &str, bind: &str| {
+        let g = dir.join("g.json");
+        std::fs::write(&g, graph).unwrap();
+        dvm()
+            .arg("explain")
+            .arg(&g)
+            .args(["--bind", bind])
+            .output()
+            .unwrap()
+    };
+    // A contraction of 10^8: its chunks alone overflow a program.
+    let start = std::time::Instant::now();
+    let o = explain(
+        r#"{"inputs":[{"name":"x","dtype":"f32","shape":["S","S"]}],
+            "nodes":[{"name":"y","op":"matmul","inputs":["x","x"]}],"outputs":["y"]}"#,
+        "S=100000000",
+    );
+    assert_user_error(&o, "a contraction of length 100000000 (", &out);
+    assert!(start.elapsed() < std::time::Duration::from_secs(5));
+    // More bodies than a program holds: the reason, not a Debug dump.
+    let o = explain(
+        r#"{"inputs":[{"name":"x","dtype":"f32","shape":["S",1,"S",1,64]},
+                      {"name":"y","dtype":"f32","shape":[1,"S",1,"S",64]}],
+            "nodes":[{"name":"z","op":"add","inputs":["x","y"]}],"outputs":["z"]}"#,
+        "S=1000",
+    );
+    assert_user_error(
+        &o,
+        "kernel does not fit the executor: the kernel has 1000 bodies, the program holds at most",
+        &out,
+    );
+    let o = explain(
+        r#"{"inputs":[{"name":"x","dtype":"f32","shape":["S"]}],"outputs":["x"]}"#,
+        "S=99999999999999999999",
+    );
+    assert_user_error(
+        &o,
+        "--bind `S=99999999999999999999`: `99999999999999999999` is beyond a 64-bit integer",
+        &out,
+    );
+    let mut inputs = write_inputs(&dir, 5);
+    inputs[0] = "q=".into();
+    let o = run_graph(&dir, &inputs, "cpu", &out);
+    assert_user_error(&o, "--input `q=`: expected NAME=FILE.npy", &out);
+}
+
+/// Demo lengths out of range are refused before anything is allocated:
+/// `--lens 100000000` asked for 100 GB of inputs and aborted, and
+/// `--op-lens 0` read as a tile that does not fit the UB.
+#[test]
+fn demo_lengths_out_of_range_are_refused() {
+    for (args, needle) in [
+        (
+            &["--lens", "100000000", "--op-lens", "17"][..],
+            "sequence length 100000000 is outside the encoder's range 1..=8192",
+        ),
+        (
+            &["--lens", "1", "--op-lens", "0"],
+            "sequence length 0 is outside the single-operator table's range 1..=16384",
+        ),
+        (
+            &["--lens", "1", "--op-lens", "100000000"],
+            "sequence length 100000000 is outside the single-operator table's range",
+        ),
+    ] {
+        let o = dvm()
+            .arg("demo")
+            .args(args)
+            .args(["--cores", "1"])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(1), "{args:?}: {err}");
+        assert!(err.contains(needle), "{args:?}: {err}");
+    }
+}

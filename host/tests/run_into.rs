@@ -176,3 +176,38 @@ fn one_node_as_two_outputs() {
     assert_eq!(want[0].1.bytes(), a.bytes());
     assert_eq!(want[1].1.bytes(), b.bytes());
 }
+
+#[test]
+fn outputs_too_large_for_memory_are_an_error_not_an_abort() {
+    // `x` broadcast to 128 × (2^32-1) × 128 f32: 2^48 bytes less 64 KiB,
+    // inside an address space (so the graph takes it) but beyond any
+    // machine's memory, and beyond a 47-bit user address space, so no
+    // allocator gives it whatever its overcommit policy. The runtime
+    // allocated it with `vec!`, which aborts the process.
+    let mut g = Graph::new();
+    let x = g
+        .input(
+            "x",
+            DType::F32,
+            &[Dim::from(128), Dim::from(1), Dim::from(128)],
+        )
+        .unwrap();
+    let shape = [Dim::from(128), Dim::from(u32::MAX as i64), Dim::from(128)];
+    let y = g.expand(x, &shape).unwrap();
+    g.output("y", y).unwrap();
+    let rt = Runtime::new(1, 16);
+    let prepared = Prepared::new(&g).unwrap();
+    let x = tensor(&[128, 1, 128], 3);
+    let e = rt
+        .run(&prepared, &[("x", &x)], &Bindings::new())
+        .unwrap_err();
+    let bytes = 128 * 128 * 4 * u64::from(u32::MAX);
+    assert!(
+        matches!(&e, RunError::Alloc { what, bytes: b } if what == "output `y`" && *b == bytes),
+        "{e}"
+    );
+    assert_eq!(
+        e.to_string(),
+        format!("cannot allocate {bytes} bytes for output `y`")
+    );
+}

@@ -74,13 +74,16 @@ impl CodeWriter {
         at
     }
 
-    /// Attaches a debug label to the next instruction.
+    /// Attaches a debug label to the next instruction (one must follow:
+    /// [`ModuleBuilder::add_kernel`] refuses a label past the body's end).
     pub fn label(&mut self, text: impl Into<String>) {
         self.labels.push((self.words.len() as u32, text.into()));
     }
 
     /// Attaches a debug label to the instruction at word offset `word`
-    /// (which need not be written yet). Labels keep the order they are
+    /// (which need not be written yet, but must be by the time the kernel
+    /// is added: [`ModuleBuilder::add_kernel`] refuses a label at or past
+    /// the body's end). Labels keep the order they are
     /// added in. For copying a body together with its labels, e.g. when the
     /// linker rebuilds a kernel from a parsed module's code and metadata.
     pub fn label_at(&mut self, word: u32, text: impl Into<String>) {
@@ -152,6 +155,24 @@ pub enum BuildError {
         /// Index of the kernel that has it.
         first: u32,
     },
+    /// A debug label names no word of its body: its word offset is at or
+    /// past the body's end (e.g. [`CodeWriter::label`] with no instruction
+    /// after it, or [`CodeWriter::label_at`] beyond the code).
+    /// [`Module::parse`](crate::Module::parse) refuses such a label, and
+    /// the assembler refuses a `.label` that no word follows.
+    #[error("kernel \"{}\": label \"{}\" is on word {word} of body {body}, which has {words} word(s): a label must name a word of its body", kernel.escape_debug(), label.escape_debug())]
+    LabelPastEnd {
+        /// The kernel's name.
+        kernel: String,
+        /// The body (index within the kernel).
+        body: u32,
+        /// The label's word offset.
+        word: u32,
+        /// The body's length in words.
+        words: u32,
+        /// The label's text.
+        label: String,
+    },
 }
 
 /// Collects kernels and writes a module.
@@ -189,7 +210,10 @@ impl ModuleBuilder {
     /// # Errors
     /// [`BuildError::DuplicateKernel`] when a kernel of the same name was
     /// added before (names are unique within a module; [`Module::parse`]
-    /// rejects duplicates). The builder is unchanged then.
+    /// rejects duplicates); [`BuildError::LabelPastEnd`] when a label's
+    /// word offset is at or past the end of its body (a label names a word
+    /// of its body; [`Module::parse`] rejects such labels). The builder is
+    /// unchanged then.
     ///
     /// [`Module::parse`]: crate::Module::parse
     pub fn add_kernel(&mut self, k: KernelDef) -> Result<u32, BuildError> {
@@ -198,6 +222,18 @@ impl ModuleBuilder {
                 name: k.name,
                 first: first as u32,
             });
+        }
+        for (b, body) in k.bodies.iter().enumerate() {
+            let words = body.code.words.len();
+            if let Some((word, text)) = body.code.labels.iter().find(|l| l.0 as usize >= words) {
+                return Err(BuildError::LabelPastEnd {
+                    kernel: k.name,
+                    body: b as u32,
+                    word: *word,
+                    words: u32::try_from(words).unwrap_or(u32::MAX),
+                    label: text.clone(),
+                });
+            }
         }
         let index = self.kernels.len() as u32;
         let body_start = self.bodies.len() as u32;

@@ -232,6 +232,24 @@ pub enum ParseError {
         /// The kernel's body count.
         bodies: u32,
     },
+    /// A debug label of a kernel names no word of its body: its word
+    /// offset is at or past the body's end (a label names the word at its
+    /// offset; the builder and the assembler refuse such a label too).
+    #[error(
+        "metadata of kernel {kernel}: label \"{label}\" is on word {word} of body {body}, which has {words} word(s): a label must name a word of its body"
+    )]
+    MetaLabelWord {
+        /// Kernel index.
+        kernel: u32,
+        /// Body named by the label (within the kernel).
+        body: u32,
+        /// Word offset named by the label.
+        word: u32,
+        /// The body's length in words.
+        words: u32,
+        /// The label's text (shortened when long).
+        label: ShortName,
+    },
     /// Two kernels have the same name.
     #[error("kernels {first} and {second} have the same name \"{name}\"")]
     DuplicateKernelName {

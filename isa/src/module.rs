@@ -409,8 +409,10 @@ impl<'a> Module<'a> {
     /// table index (kernel → parameters and bodies, body → code), and the
     /// metadata: it decodes as exactly one canonical postcard `ModuleMeta`
     /// with an entry per kernel, as many parameter names as the kernel
-    /// entry declares, labels on existing bodies, and kernel names unique
-    /// within the module. Instructions are checked later, by
+    /// entry declares, labels on existing bodies and on a word of their
+    /// body (a label names the word at its offset, so one at or past the
+    /// body's end names nothing: the builder and the assembler refuse it
+    /// too), and kernel names unique within the module. Instructions are checked later, by
     /// [`crate::verify`].
     ///
     /// # Errors
@@ -529,7 +531,7 @@ impl<'a> Module<'a> {
                 return Err(ParseError::BadParam { param: i as u32 });
             }
         }
-        check_meta(meta, kernels)?;
+        check_meta(meta, kernels, bodies)?;
         Ok(Module {
             bytes,
             header,
@@ -600,7 +602,7 @@ impl<'a> Module<'a> {
     pub fn kernel_name(&self, k: u32) -> Option<&'a str> {
         let mut found = None;
         // `parse` checked the metadata: the walk does not fail.
-        let _ = walk_meta(self.meta, self.kernels, |i, n| {
+        let _ = walk_meta(self.meta, self.kernels, self.bodies, |i, n| {
             if i == k {
                 found = Some(n);
             }
@@ -803,10 +805,12 @@ impl<'a> MetaReader<'a> {
 }
 
 /// Walks the metadata section, checking it against the tables (see
-/// [`Module::parse`]); calls `name(i, name)` for each kernel.
+/// [`Module::parse`]; the kernels' body ranges lie inside `bodies`, which
+/// was checked before); calls `name(i, name)` for each kernel.
 fn walk_meta<'a>(
     meta: &'a [u8],
     kernels: &[KernelEntry],
+    bodies: &[BodyEntry],
     mut name: impl FnMut(u32, &'a str) -> Result<(), ParseError>,
 ) -> Result<(), ParseError> {
     let mut r = MetaReader { bytes: meta, at: 0 };
@@ -843,8 +847,22 @@ fn walk_meta<'a>(
                     bodies: k.body_count.get(),
                 });
             }
-            r.u32()?;
-            r.str()?;
+            let word = r.u32()?;
+            let text = r.str()?;
+            // In range: `body < body_count` and the kernel's body range
+            // lies inside the body table.
+            let words = bodies
+                .get(k.body_start.get() as usize + body as usize)
+                .map_or(0, |b| b.code_len.get());
+            if word >= words {
+                return Err(ParseError::MetaLabelWord {
+                    kernel: i,
+                    body,
+                    word,
+                    words,
+                    label: ShortName::new(text),
+                });
+            }
         }
     }
     if r.at != meta.len() {
@@ -854,7 +872,11 @@ fn walk_meta<'a>(
 }
 
 /// Checks the metadata section and that kernel names are unique.
-fn check_meta(meta: &[u8], kernels: &[KernelEntry]) -> Result<(), ParseError> {
+fn check_meta(
+    meta: &[u8],
+    kernels: &[KernelEntry],
+    bodies: &[BodyEntry],
+) -> Result<(), ParseError> {
     let dup = |first: u32, second: u32, name: &str| ParseError::DuplicateKernelName {
         first,
         second,
@@ -863,7 +885,7 @@ fn check_meta(meta: &[u8], kernels: &[KernelEntry]) -> Result<(), ParseError> {
     #[cfg(feature = "alloc")]
     if kernels.len() > SMALL_MODULE {
         let mut names = alloc::vec::Vec::with_capacity(kernels.len());
-        walk_meta(meta, kernels, |i, n| {
+        walk_meta(meta, kernels, bodies, |i, n| {
             names.push((n, i));
             Ok(())
         })?;
@@ -874,12 +896,12 @@ fn check_meta(meta: &[u8], kernels: &[KernelEntry]) -> Result<(), ParseError> {
         };
     }
     // Few kernels (or no allocator): compare each name with those before.
-    walk_meta(meta, kernels, |_, _| Ok(()))?;
+    walk_meta(meta, kernels, bodies, |_, _| Ok(()))?;
     if kernels.len() < 2 {
         return Ok(());
     }
-    walk_meta(meta, kernels, |i, n| {
-        walk_meta(meta, kernels, |j, m| {
+    walk_meta(meta, kernels, bodies, |i, n| {
+        walk_meta(meta, kernels, bodies, |j, m| {
             if j < i && m == n {
                 Err(dup(j, i, n))
             } else {

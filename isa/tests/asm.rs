@@ -8,7 +8,7 @@ use dvm_isa::asm::{
     assemble, disassemble, disassemble_code, disassemble_kernel, disassemble_lossy,
     disassemble_with, format_instr, AsmError, AsmErrorKind, DisasmError, DisasmOptions,
 };
-use dvm_isa::builder::{BodyDef, CodeWriter, KernelDef, ModuleBuilder, ParamDef};
+use dvm_isa::builder::{BodyDef, BuildError, CodeWriter, KernelDef, ModuleBuilder, ParamDef};
 use dvm_isa::error::{OperandError, ParseError};
 use dvm_isa::module::{features, SectionKind};
 use dvm_isa::{DType, Instr, KernelKind, Module, Opcode, ParamAccess, Pipe, Scalar, WaitMask};
@@ -910,38 +910,80 @@ fn labels_past_the_end_of_their_body_are_refused() {
 }
 
 #[test]
-fn builder_labels_past_the_end_are_lossy() {
-    // The builder can put a label where no word follows (it does not
-    // check); the exact text cannot say it, the lossy one comments it out.
-    let mut code = CodeWriter::new();
-    code.label("first");
-    code.push(&Instr::End {}, WaitMask::NONE);
-    code.label("at the end");
-    code.label_at(7, "beyond");
-    let bytes = one_body_module(code);
-    let m = Module::parse(&bytes).unwrap();
+fn builder_refuses_labels_past_the_end() {
+    // A label names the word at its offset: the builder refuses one where
+    // no word is (as the assembler refuses a `.label` no word follows, and
+    // `Module::parse` a module that holds one), and is unchanged then.
+    let kernel = |code: CodeWriter| KernelDef {
+        name: "k".into(),
+        kind: KernelKind::Vector,
+        ub_bytes: 64,
+        params: vec![],
+        bodies: vec![BodyDef {
+            grid: [1, 1, 1],
+            code,
+        }],
+    };
+    let mut b = ModuleBuilder::new();
+    let empty = b.finish();
+    let mut at_end = CodeWriter::new();
+    at_end.label("first");
+    at_end.push(&Instr::End {}, WaitMask::NONE);
+    at_end.label("at the end");
+    let e = b.add_kernel(kernel(at_end)).unwrap_err();
     assert_eq!(
-        disassemble(&m),
-        Err(DisasmError::Lossy(
-            "kernel 0: label \"at the end\" at word 1 is past the end of body 0 (1 words)".into()
-        ))
+        e,
+        BuildError::LabelPastEnd {
+            kernel: "k".into(),
+            body: 0,
+            word: 1,
+            words: 1,
+            label: "at the end".into(),
+        }
     );
-    let lossy = disassemble_lossy(&m);
-    assert!(
-        lossy.ends_with(
-            "    .label \"first\"\n    end\n    \
-             ; kernel 0: label \"at the end\" at word 1 is past the end of body 0 (1 words)\n    \
-             ; kernel 0: label \"beyond\" at word 7 is past the end of body 0 (1 words)\n.end\n"
-        ),
-        "{lossy}"
+    assert_eq!(
+        e.to_string(),
+        "kernel \"k\": label \"at the end\" is on word 1 of body 0, which has 1 word(s): \
+         a label must name a word of its body"
     );
-    // Both texts assemble: the labels that had no word are dropped.
-    let kept = Module::parse(&assemble(&lossy).unwrap())
-        .unwrap()
-        .meta()
-        .unwrap();
-    assert_eq!(kept.kernels[0].labels.len(), 1);
-    assemble(&disassemble_kernel(&m, 0).unwrap()).unwrap();
+    let mut beyond = CodeWriter::new();
+    beyond.push(&Instr::End {}, WaitMask::NONE);
+    beyond.label_at(7, "beyond");
+    assert!(matches!(
+        b.add_kernel(kernel(beyond)),
+        Err(BuildError::LabelPastEnd {
+            word: 7,
+            words: 1,
+            ..
+        })
+    ));
+    let mut no_code = CodeWriter::new();
+    no_code.label("alone");
+    assert!(matches!(
+        b.add_kernel(kernel(no_code)),
+        Err(BuildError::LabelPastEnd {
+            word: 0,
+            words: 0,
+            ..
+        })
+    ));
+    assert_eq!(b.kernel_names().count(), 0);
+    assert_eq!(b.finish(), empty);
+    // On the last word, and on a word inside an instruction, are labels.
+    let mut ok = CodeWriter::new();
+    ok.label_at(1, "inside add");
+    for w in add_words() {
+        ok.push_word(w);
+    }
+    ok.label("on end");
+    ok.push(&Instr::End {}, WaitMask::NONE);
+    b.add_kernel(kernel(ok)).unwrap();
+    let bytes = b.finish();
+    let labels = Module::parse(&bytes).unwrap().meta().unwrap().kernels[0]
+        .labels
+        .clone();
+    let got: Vec<(u32, &str)> = labels.iter().map(|l| (l.word, l.text.as_str())).collect();
+    assert_eq!(got, [(1, "inside add"), (3, "on end")]);
 }
 
 // ---------------------------------------------------------------------------

@@ -518,6 +518,34 @@ fn metadata_must_match_the_tables() {
             bodies: 1
         }
     );
+    // A label names a word of its body: `a`'s body is `add` (3 words)
+    // and `end`, so word 3 (`end`) is the last it may name.
+    let mut m = meta.clone();
+    m.kernels[0].labels[0].word = 3;
+    Module::parse(&with_meta(&good, &m)).unwrap();
+    for word in [4, 5, u32::MAX] {
+        let mut m = meta.clone();
+        m.kernels[0].labels[0].word = word;
+        let e = parse_err(&with_meta(&good, &m));
+        assert!(
+            matches!(e, ParseError::MetaLabelWord { kernel: 0, body: 0, word: w, words: 4, label }
+                if w == word && label.as_str() == "start"),
+            "{e}"
+        );
+    }
+    // Also in a later kernel, and the message says where.
+    let mut m = meta.clone();
+    m.kernels[1].labels.push(dvm_isa::meta::Label {
+        body: 0,
+        word: 1,
+        text: "after \"end\"".into(),
+    });
+    let e = parse_err(&with_meta(&good, &m));
+    assert_eq!(
+        e.to_string(),
+        "metadata of kernel 1: label \"after \\\"end\\\"\" is on word 1 of body 0, which \
+         has 1 word(s): a label must name a word of its body"
+    );
     // Two kernels of one name.
     let mut m = meta.clone();
     m.kernels[1].name = "a".into();

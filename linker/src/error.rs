@@ -145,4 +145,7 @@ pub enum LayoutError {
     /// A size on the command line does not parse.
     #[error("`{0}` is not a size (decimal or 0x hex, optional K/KiB, M/MiB or G/GiB suffix)")]
     BadNumber(String),
+    /// A size on the command line is a number, but beyond 2^64-1 bytes.
+    #[error("`{0}` is more than a 64-bit size or address can hold (2^64-1)")]
+    TooLarge(String),
 }

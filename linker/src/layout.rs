@@ -258,8 +258,8 @@ ASSERT(_dvm_stacks_end <= _dvm_ram_end,
 /// 1024). For command-line options.
 ///
 /// # Errors
-/// [`LayoutError::BadNumber`] when `s` is not such a number or overflows
-/// a `u64`.
+/// [`LayoutError::BadNumber`] when `s` is not such a number,
+/// [`LayoutError::TooLarge`] when it is one that overflows a `u64`.
 pub fn parse_size(s: &str) -> Result<u64, LayoutError> {
     let bad = || LayoutError::BadNumber(s.to_string());
     let t = s.trim();
@@ -275,6 +275,7 @@ pub fn parse_size(s: &str) -> Result<u64, LayoutError> {
     .find_map(|(suffix, shift)| t.strip_suffix(suffix).map(|d| (d, shift)))
     .unwrap_or((t, 0));
     let digits: String = digits.chars().filter(|c| *c != '_').collect();
+    let too_large = || LayoutError::TooLarge(s.to_string());
     let value = match digits
         .strip_prefix("0x")
         .or_else(|| digits.strip_prefix("0X"))
@@ -282,6 +283,9 @@ pub fn parse_size(s: &str) -> Result<u64, LayoutError> {
         Some(hex) => u64::from_str_radix(hex, 16),
         None => digits.parse::<u64>(),
     }
-    .map_err(|_| bad())?;
-    value.checked_mul(1u64 << shift).ok_or_else(bad)
+    .map_err(|e| match e.kind() {
+        core::num::IntErrorKind::PosOverflow => too_large(),
+        _ => bad(),
+    })?;
+    value.checked_mul(1u64 << shift).ok_or_else(too_large)
 }

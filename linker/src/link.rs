@@ -239,17 +239,26 @@ fn copy_kernel(
             k.param_count()
         )));
     }
-    if let Some(l) = meta
-        .labels
-        .iter()
-        .find(|l| l.body as usize >= k.bodies.len())
-    {
-        return Err(bad(format!(
-            "label `{}` is on body {}, the kernel has {} bodies",
-            l.text,
-            l.body,
-            k.bodies.len()
-        )));
+    for l in &meta.labels {
+        // A label names a word of an existing body (as `Module::parse`
+        // checks): the builder would refuse anything else.
+        let Some(code) = k.body_code(l.body as usize) else {
+            return Err(bad(format!(
+                "label `{}` is on body {}, the kernel has {} bodies",
+                l.text,
+                l.body,
+                k.bodies.len()
+            )));
+        };
+        if l.word as usize >= code.len() {
+            return Err(bad(format!(
+                "label `{}` is on word {} of body {}, which has {} word(s)",
+                l.text,
+                l.word,
+                l.body,
+                code.len()
+            )));
+        }
     }
     let params: Vec<Param> = k.params().collect();
     if params.len() != k.param_count() {

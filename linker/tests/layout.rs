@@ -176,21 +176,29 @@ fn sizes_parse() {
     assert_eq!(parse_size("15872KiB"), Ok(15872 * 1024));
     assert_eq!(parse_size("16M"), Ok(16 << 20));
     assert_eq!(parse_size("1GiB"), Ok(1 << 30));
-    for bad in [
-        "",
-        "x",
-        "-1",
-        "0x",
-        "12Q",
-        "99999999999999999999",
-        "17179869184G",
-    ] {
+    for bad in ["", "x", "-1", "0x", "12Q", "1.5M"] {
         assert_eq!(
             parse_size(bad),
             Err(LayoutError::BadNumber(bad.into())),
             "{bad}"
         );
     }
+    // Numbers, but too large: said so, not "not a size".
+    for big in [
+        "99999999999999999999",
+        "0x1_0000_0000_0000_0000",
+        "17179869184G",
+    ] {
+        assert_eq!(
+            parse_size(big),
+            Err(LayoutError::TooLarge(big.into())),
+            "{big}"
+        );
+    }
+    assert_eq!(
+        LayoutError::TooLarge("17179869184G".into()).to_string(),
+        "`17179869184G` is more than a 64-bit size or address can hold (2^64-1)"
+    );
 }
 
 // ---------------------------------------------------------------------------

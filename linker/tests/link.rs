@@ -252,6 +252,19 @@ fn metadata_that_disagrees_with_the_tables_is_rejected() {
     assert!(matches!(err, LinkError::Parse { .. }), "{err}");
     assert!(err.to_string().contains("metadata"), "{err}");
     assert!(err.to_string().contains("body 3"), "{err}");
+    // A label past the end of its body (the body is one `end`): the
+    // builder would refuse it when writing the image; rejected on input.
+    let mut meta = m.meta().unwrap();
+    meta.kernels[0].labels[0].word = 1;
+    let err = Linker::new()
+        .add_bytes("bad", &relabel(&good, &meta))
+        .unwrap_err();
+    assert!(matches!(err, LinkError::Parse { .. }), "{err}");
+    assert!(
+        err.to_string()
+            .contains("label \"ok\" is on word 1 of body 0, which has 1 word(s)"),
+        "{err}"
+    );
     let mut meta = m.meta().unwrap();
     meta.kernels[0].params.clear();
     let err = Linker::new()

@@ -117,17 +117,15 @@ pub(super) fn compile_into(
         KernelKind::Vector
     };
     let t = &sc.tiled;
-    let tiles = nbodies * t.tiles_per_body();
+    // Statistics for `dvm explain`: saturating (see the matmul's).
+    let tiles = nbodies.saturating_mul(t.tiles_per_body());
     let bytes_moved = group
         .inputs
         .iter()
-        .map(|v| v.numel() * v.dtype.size() as u64)
-        .sum::<u64>()
-        + group
-            .outputs
-            .iter()
-            .map(|(_, v)| v.numel() * v.dtype.size() as u64)
-            .sum::<u64>();
+        .chain(group.outputs.iter().map(|(_, v)| v))
+        .fold(0u64, |acc, v| {
+            acc.saturating_add(v.numel().saturating_mul(v.dtype.size() as u64))
+        });
     Ok(Summary {
         kind,
         ub_bytes,

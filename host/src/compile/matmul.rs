@@ -160,6 +160,18 @@ pub(super) fn compile_into(
     if group.inputs.len() + group.outputs.len() > 255 {
         return Err(CompileError::TooLarge("parameter count".into()));
     }
+    // Each contraction chunk is three instructions (two loads and a
+    // matmul) in every body: a contraction whose chunks alone overflow the
+    // executor's program is refused here, before its code is written (a
+    // long one would take minutes and gigabytes to emit).
+    let chunks = k.div_ceil(tk);
+    if chunks.saturating_mul(3) > dvm_device::predecode::DEFAULT_INSTRS as u64 {
+        return Err(CompileError::TooLarge(format!(
+            "a contraction of length {k} ({chunks} chunks of {tk}, 3 instructions each, \
+             in a program of at most {} instructions)",
+            dvm_device::predecode::DEFAULT_INSTRS
+        )));
+    }
     let grid = t.grid3()?;
     let nbodies = t.bodies();
     let nbodies_usize =
@@ -242,20 +254,20 @@ pub(super) fn compile_into(
     } else {
         KernelKind::Cube
     };
-    let tiles = nbodies * t.tiles_per_body();
-    let io = |d: DType, e: u64| e * d.size() as u64;
+    // Statistics for `dvm explain`: saturating, as shapes may be large
+    // enough to overflow them (a kernel that is never run).
+    let tiles = nbodies.saturating_mul(t.tiles_per_body());
+    let io = |d: DType, e: u64| e.saturating_mul(d.size() as u64);
     // A is read once per column tile, B once per row tile.
-    let bytes_moved = io(a.dtype, a.numel()) * n.div_ceil(tn)
-        + io(b.dtype, b.numel()) * m.div_ceil(tm)
-        + group.inputs[2..]
-            .iter()
-            .map(|v| io(v.dtype, v.numel()))
-            .sum::<u64>()
-        + group
-            .outputs
-            .iter()
-            .map(|(_, v)| io(v.dtype, v.numel()))
-            .sum::<u64>();
+    let bytes_moved = io(a.dtype, a.numel())
+        .saturating_mul(n.div_ceil(tn))
+        .saturating_add(io(b.dtype, b.numel()).saturating_mul(m.div_ceil(tm)))
+        .saturating_add(
+            group.inputs[2..]
+                .iter()
+                .chain(group.outputs.iter().map(|(_, v)| v))
+                .fold(0u64, |acc, v| acc.saturating_add(io(v.dtype, v.numel()))),
+        );
     Ok(Summary {
         kind,
         ub_bytes,

@@ -97,6 +97,16 @@ impl Tiled {
             g[off + i] = u32::try_from(self.grid_extent(a))
                 .map_err(|_| CompileError::TooLarge("tile grid".into()))?;
         }
+        // The tile index of a body is a `u32` (the verifier's rule).
+        let tiles = g
+            .iter()
+            .try_fold(1u64, |n, &d| n.checked_mul(u64::from(d)))
+            .filter(|&n| n <= u64::from(u32::MAX));
+        if tiles.is_none() {
+            return Err(CompileError::TooLarge(format!(
+                "tile grid {g:?} (more than 2^32-1 tiles)"
+            )));
+        }
         Ok(g)
     }
 

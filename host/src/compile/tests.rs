@@ -388,3 +388,43 @@ fn build_matches_compile_then_ready() {
         }
     }
 }
+
+/// A plain `m × k` by `k × n` f32 matmul group.
+fn matmul_group(m: u64, n: u64, k: u64) -> Group {
+    Group {
+        kind: GroupKind::Matmul {
+            batch: vec![],
+            m,
+            n,
+            k,
+            acc: DType::F32,
+        },
+        inputs: vec![f32v(&[m, k]), f32v(&[k, n])],
+        nodes: vec![(Node::Matmul, DType::F32)],
+        outputs: vec![(0, f32v(&[m, n]))],
+    }
+}
+
+#[test]
+fn huge_matmuls_are_refused_not_panicked_on_or_emitted() {
+    let t = Target::default();
+    // A contraction whose chunks alone overflow the executor's program:
+    // refused at once (it took minutes and gigabytes to emit before).
+    let start = std::time::Instant::now();
+    let e = compile(&matmul_group(64, 64, 1 << 32), "k", &t).unwrap_err();
+    assert!(
+        matches!(&e, CompileError::TooLarge(what) if what.starts_with("a contraction of length 4294967296 (")),
+        "{e}"
+    );
+    assert!(start.elapsed() < std::time::Duration::from_secs(2));
+    // The longest contraction a program holds still compiles.
+    compile(&matmul_group(4, 4, 256 * 85), "k", &t).unwrap();
+    // A tile grid of more than 2^32-1 tiles (the verifier's limit) is the
+    // compiler's refusal, not a kernel that "does not verify" (which
+    // reads as a compiler bug).
+    let e = compile(&matmul_group(1 << 30, 1 << 30, 1024), "k", &t).unwrap_err();
+    assert!(
+        matches!(&e, CompileError::TooLarge(what) if what.contains("more than 2^32-1 tiles")),
+        "{e}"
+    );
+}

@@ -410,10 +410,11 @@ impl Graph {
     ///
     /// # Errors
     ///
-    /// [`GraphError::Io`] naming the file, and the errors of
+    /// [`GraphError::Io`] naming the file (also when it is longer than
+    /// [`crate::input::MAX_INPUT_BYTES`] or not UTF-8), and the errors of
     /// [`Graph::from_json`].
     pub fn from_json_file(path: &Path) -> Result<Graph, GraphError> {
-        let text = std::fs::read_to_string(path).map_err(|source| GraphError::Io {
+        let text = crate::input::read_text(path).map_err(|source| GraphError::Io {
             path: path.to_owned(),
             source,
         })?;

@@ -45,6 +45,15 @@ pub enum RunError {
         /// The failure.
         error: dvm_device::exec::ExecError,
     },
+    /// A buffer of the plan could not be allocated (the shapes at these
+    /// bindings need more memory than the system gives).
+    #[error("cannot allocate {bytes} bytes for {what}")]
+    Alloc {
+        /// The buffer: ``output `NAME` `` or `a temporary buffer`.
+        what: String,
+        /// Its size.
+        bytes: u64,
+    },
     /// The output tensors given to [`Runtime::run_into`] do not match the
     /// graph's outputs.
     #[error("output `{name}`: {what}")]
@@ -235,9 +244,35 @@ const SPARE_BYTES: usize = 1 << 30;
 /// A dense, 8-byte aligned device buffer.
 struct DevBuf(Vec<u64>, usize);
 
+/// Element types whose all-zero bit pattern is a valid value.
+trait ZeroBits: Copy {}
+impl ZeroBits for u8 {}
+impl ZeroBits for u64 {}
+
+/// `vec![0; n]` (zeroed memory straight from the allocator, so a large
+/// buffer is fresh pages that are not written here), or `None` when the
+/// allocation fails where `vec!` would abort the process.
+fn try_zeroed<T: ZeroBits>(n: usize) -> Option<Vec<T>> {
+    let layout = std::alloc::Layout::array::<T>(n).ok()?;
+    if layout.size() == 0 {
+        return Some(Vec::new());
+    }
+    // SAFETY: `layout` has a non-zero size (checked above).
+    let p = unsafe { std::alloc::alloc_zeroed(layout) };
+    if p.is_null() {
+        return None;
+    }
+    // SAFETY: `p` was allocated by the global allocator with the layout of
+    // `[T; n]` (so its alignment and capacity are `T`'s and `n`), and its
+    // `n` elements are zero bytes, a valid `T` (`ZeroBits`).
+    Some(unsafe { Vec::from_raw_parts(p.cast::<T>(), n, n) })
+}
+
 impl DevBuf {
-    fn new(bytes: usize) -> DevBuf {
-        DevBuf(vec![0u64; bytes.div_ceil(8).max(1)], bytes)
+    /// A zeroed buffer of `bytes` bytes, or `None` if it cannot be
+    /// allocated.
+    fn new(bytes: usize) -> Option<DevBuf> {
+        Some(DevBuf(try_zeroed(bytes.div_ceil(8).max(1))?, bytes))
     }
     fn bytes_mut(&mut self) -> &mut [u8] {
         let n = self.1;
@@ -299,10 +334,11 @@ impl Mem<'_> {
 
 /// A zeroed vector for an output tensor, its pages already faulted in
 /// (a large allocation is fresh memory from the OS; faulting it page by
-/// page inside a kernel would stall the kernel's stores).
-fn fresh_output(bytes: usize) -> Vec<u8> {
+/// page inside a kernel would stall the kernel's stores); `None` if it
+/// cannot be allocated.
+fn fresh_output(bytes: usize) -> Option<Vec<u8>> {
     const PAGE: usize = 4096;
-    let mut v = vec![0u8; bytes];
+    let mut v = try_zeroed::<u8>(bytes)?;
     if bytes >= 256 * PAGE {
         huge_pages(&mut v);
         for i in (0..bytes).step_by(PAGE) {
@@ -311,7 +347,7 @@ fn fresh_output(bytes: usize) -> Vec<u8> {
             unsafe { std::ptr::write_volatile(v.as_mut_ptr().add(i), 0) };
         }
     }
-    v
+    Some(v)
 }
 
 /// Asks the kernel to back the 2 MiB-aligned part of `v` with transparent
@@ -378,7 +414,7 @@ impl Runtime {
     /// twice), else a new one. Its contents are unspecified: every buffer
     /// of a plan is written (inputs and constants copied, temporaries
     /// stored by their kernel) before it is read.
-    fn take_buf(&self, bytes: usize) -> DevBuf {
+    fn take_buf(&self, bytes: usize) -> Option<DevBuf> {
         let words = bytes.div_ceil(8).max(1);
         let mut spare = self.spare.lock().unwrap_or_else(|p| p.into_inner());
         let best = spare
@@ -391,7 +427,7 @@ impl Runtime {
             Some(i) => {
                 let mut b = spare.swap_remove(i);
                 b.1 = bytes;
-                b
+                Some(b)
             }
             None => DevBuf::new(bytes),
         }
@@ -644,19 +680,28 @@ impl Runtime {
         let mut mems: Vec<Mem<'_>> = Vec::with_capacity(plan.buffers.len());
         for (i, info) in plan.buffers.iter().enumerate() {
             let bytes = info.bytes as usize;
+            let first_out = plan.outputs.iter().position(|o| o.1 == i);
+            // Shapes within an address space may still need more memory
+            // than there is: an error naming the buffer, not an abort.
+            let no_memory = || RunError::Alloc {
+                what: match first_out {
+                    Some(k) => format!("output `{}`", plan.outputs[k].0),
+                    None => "a temporary buffer".into(),
+                },
+                bytes: info.bytes,
+            };
             if let Some(src) = initial_bytes(graph, info, inputs) {
                 if matches!(info.kind, BufKind::Input(_)) && src.len() >= bytes && aligned(src) {
                     mems.push(Mem::Input(&src[..bytes]));
                     continue;
                 }
-                let mut buf = self.take_buf(bytes);
+                let mut buf = self.take_buf(bytes).ok_or_else(no_memory)?;
                 let dst = buf.bytes_mut();
                 let n = dst.len().min(src.len());
                 dst[..n].copy_from_slice(&src[..n]);
                 mems.push(Mem::Dev(buf));
                 continue;
             }
-            let first_out = plan.outputs.iter().position(|o| o.1 == i);
             if let Some(k) = first_out {
                 if in_caller {
                     let fits = |b: &mut &mut [u8]| aligned(b) && b.len() == bytes;
@@ -665,14 +710,14 @@ impl Runtime {
                         continue;
                     }
                 } else {
-                    let v = fresh_output(bytes);
+                    let v = fresh_output(bytes).ok_or_else(no_memory)?;
                     if aligned(&v) {
                         mems.push(Mem::Output(v));
                         continue;
                     }
                 }
             }
-            mems.push(Mem::Dev(self.take_buf(bytes)));
+            mems.push(Mem::Dev(self.take_buf(bytes).ok_or_else(no_memory)?));
         }
         let result = self.launch_all(plan, kernels, &mut mems, profile);
         let outputs = result.and_then(|()| {

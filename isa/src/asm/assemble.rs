@@ -324,11 +324,20 @@ impl Assembler {
                     )
                 })?;
                 open.close_body(".end", cur.no)?;
-                // Names were checked at `.kernel`; this cannot fail.
+                // Names were checked at `.kernel`, labels at `.body` and
+                // `.end` (`close_body`): this cannot fail.
                 self.builder.add_kernel(open.def).map_err(|e| match e {
                     BuildError::DuplicateKernel { name, first } => {
                         cur.err_at(at, AsmErrorKind::DuplicateKernel { name, first })
                     }
+                    BuildError::LabelPastEnd { label, .. } => cur.err_at(
+                        at,
+                        AsmErrorKind::LabelPastEnd {
+                            label,
+                            closer: ".end",
+                            line: cur.no,
+                        },
+                    ),
                 })?;
                 Ok(())
             }

@@ -33,8 +33,10 @@
 //! with a comment giving the decode error; an instruction that a label
 //! falls inside prints as `.word` too, split at the label. Either way every
 //! word and every label keeps its place. A label at or past the end of its
-//! body (the builder does not refuse one) names no word: it is printed as
-//! a comment, and [`disassemble`] refuses the module as lossy.
+//! body names no word; the builder refuses one and [`crate::Module::parse`]
+//! a module that holds one, so the disassembler never sees it (it would
+//! print it as a comment, and [`disassemble`] would refuse the module as
+//! lossy).
 //!
 //! [`disassemble`] guarantees `assemble(disassemble(m)?) == m.bytes()`: it
 //! checks this itself and fails when the module holds something the text
