@@ -693,9 +693,9 @@ fn params_dims_and_names() {
 // Code that does not decode, labels in odd places
 // ---------------------------------------------------------------------------
 
-fn one_body_module(code: CodeWriter) -> Vec<u8> {
-    let mut b = ModuleBuilder::new();
-    b.add_kernel(KernelDef {
+/// Vector kernel `k` with one body of `code`.
+fn one_body_kernel(code: CodeWriter) -> KernelDef {
+    KernelDef {
         name: "k".into(),
         kind: KernelKind::Vector,
         ub_bytes: 64,
@@ -704,8 +704,13 @@ fn one_body_module(code: CodeWriter) -> Vec<u8> {
             grid: [1, 1, 1],
             code,
         }],
-    })
-    .expect("unique kernel name");
+    }
+}
+
+fn one_body_module(code: CodeWriter) -> Vec<u8> {
+    let mut b = ModuleBuilder::new();
+    b.add_kernel(one_body_kernel(code))
+        .expect("unique kernel name");
     b.finish()
 }
 
@@ -914,16 +919,7 @@ fn builder_refuses_labels_past_the_end() {
     // A label names the word at its offset: the builder refuses one where
     // no word is (as the assembler refuses a `.label` no word follows, and
     // `Module::parse` a module that holds one), and is unchanged then.
-    let kernel = |code: CodeWriter| KernelDef {
-        name: "k".into(),
-        kind: KernelKind::Vector,
-        ub_bytes: 64,
-        params: vec![],
-        bodies: vec![BodyDef {
-            grid: [1, 1, 1],
-            code,
-        }],
-    };
+    let kernel = one_body_kernel;
     let mut b = ModuleBuilder::new();
     let empty = b.finish();
     let mut at_end = CodeWriter::new();
