@@ -300,6 +300,11 @@ struct Siblings {
     work: VecDeque<Pair>,
     /// Rejected pairs of groups, smaller id first (as in [`Vertical`]).
     tried: IdSet<u64>,
+    /// [`Siblings::queue_readers`]'s scratch, kept so that queueing after
+    /// a merge does not allocate: each reader's group, and the positions
+    /// of the readers in the group `only`.
+    groups: Vec<Option<usize>>,
+    mine: Vec<usize>,
 }
 
 impl Siblings {
@@ -331,11 +336,16 @@ impl Siblings {
         // every pair of readers each time made a node read by n groups
         // cost n^3 (1000 adds of one input took 10 s to fuse). The pairs
         // are queued in the same order as by visiting every pair.
-        let groups: Vec<Option<usize>> = users.iter().map(|&u| sibling(u)).collect();
-        let mine: Vec<usize> = match only {
-            Some(o) => (0..users.len()).filter(|&i| groups[i] == Some(o)).collect(),
-            None => Vec::new(),
-        };
+        let (mut groups, mut mine) = (
+            std::mem::take(&mut self.groups),
+            std::mem::take(&mut self.mine),
+        );
+        groups.clear();
+        groups.extend(users.iter().map(|&u| sibling(u)));
+        mine.clear();
+        if let Some(o) = only {
+            mine.extend((0..users.len()).filter(|&i| groups[i] == Some(o)));
+        }
         for (i, &u) in users.iter().enumerate() {
             let Some(cu) = groups[i] else { continue };
             let partners: &mut dyn Iterator<Item = usize> = match only {
@@ -369,6 +379,7 @@ impl Siblings {
                 ));
             }
         }
+        (self.groups, self.mine) = (groups, mine);
     }
 }
 
@@ -675,6 +686,8 @@ pub fn rules(opts: &FuseOptions) -> Vec<Box<dyn Rule>> {
             init: false,
             work: VecDeque::new(),
             tried: IdSet::default(),
+            groups: Vec::new(),
+            mine: Vec::new(),
         }));
     }
     if opts.stack {

@@ -5,6 +5,7 @@ use std::ops::Range;
 use std::sync::Arc;
 
 use dvm_isa::KernelKind;
+use zerocopy::FromZeros;
 
 use super::cache::{CacheStats, KernelCache};
 use super::pool::{CpuPool, RawBuf};
@@ -244,28 +245,11 @@ const SPARE_BYTES: usize = 1 << 30;
 /// A dense, 8-byte aligned device buffer.
 struct DevBuf(Vec<u64>, usize);
 
-/// Element types whose all-zero bit pattern is a valid value.
-trait ZeroBits: Copy {}
-impl ZeroBits for u8 {}
-impl ZeroBits for u64 {}
-
 /// `vec![0; n]` (zeroed memory straight from the allocator, so a large
 /// buffer is fresh pages that are not written here), or `None` when the
 /// allocation fails where `vec!` would abort the process.
-fn try_zeroed<T: ZeroBits>(n: usize) -> Option<Vec<T>> {
-    let layout = std::alloc::Layout::array::<T>(n).ok()?;
-    if layout.size() == 0 {
-        return Some(Vec::new());
-    }
-    // SAFETY: `layout` has a non-zero size (checked above).
-    let p = unsafe { std::alloc::alloc_zeroed(layout) };
-    if p.is_null() {
-        return None;
-    }
-    // SAFETY: `p` was allocated by the global allocator with the layout of
-    // `[T; n]` (so its alignment and capacity are `T`'s and `n`), and its
-    // `n` elements are zero bytes, a valid `T` (`ZeroBits`).
-    Some(unsafe { Vec::from_raw_parts(p.cast::<T>(), n, n) })
+fn try_zeroed<T: FromZeros>(n: usize) -> Option<Vec<T>> {
+    T::new_vec_zeroed(n).ok()
 }
 
 impl DevBuf {

@@ -78,30 +78,28 @@ fn psci_error(code: i64) -> &'static str {
 /// in `x0`. Returns PSCI's status (0 on success).
 fn cpu_on(conduit: Conduit, mpidr: u64, entry: u64, context: u64) -> i64 {
     let ret: u64;
+    // One call for either conduit: only the instruction differs.
+    macro_rules! psci {
+        ($insn:literal) => {
+            core::arch::asm!(
+                $insn,
+                inout("x0") PSCI_CPU_ON_64 => ret,
+                inout("x1") mpidr => _, inout("x2") entry => _, inout("x3") context => _,
+                out("x4") _, out("x5") _, out("x6") _, out("x7") _, out("x8") _,
+                out("x9") _, out("x10") _, out("x11") _, out("x12") _, out("x13") _,
+                out("x14") _, out("x15") _, out("x16") _, out("x17") _,
+                options(nostack),
+            )
+        };
+    }
     // SAFETY: a PSCI call (SMC Calling Convention): function id and
     // arguments in x0..x3, the result in x0; x4..x17 may be clobbered
     // (SMCCC 1.0). QEMU's PSCI starts the other CPU and touches no memory
     // of this one.
     unsafe {
         match conduit {
-            Conduit::Hvc => core::arch::asm!(
-                "hvc #0",
-                inout("x0") PSCI_CPU_ON_64 => ret,
-                inout("x1") mpidr => _, inout("x2") entry => _, inout("x3") context => _,
-                out("x4") _, out("x5") _, out("x6") _, out("x7") _, out("x8") _,
-                out("x9") _, out("x10") _, out("x11") _, out("x12") _, out("x13") _,
-                out("x14") _, out("x15") _, out("x16") _, out("x17") _,
-                options(nostack),
-            ),
-            Conduit::Smc => core::arch::asm!(
-                "smc #0",
-                inout("x0") PSCI_CPU_ON_64 => ret,
-                inout("x1") mpidr => _, inout("x2") entry => _, inout("x3") context => _,
-                out("x4") _, out("x5") _, out("x6") _, out("x7") _, out("x8") _,
-                out("x9") _, out("x10") _, out("x11") _, out("x12") _, out("x13") _,
-                out("x14") _, out("x15") _, out("x16") _, out("x17") _,
-                options(nostack),
-            ),
+            Conduit::Hvc => psci!("hvc #0"),
+            Conduit::Smc => psci!("smc #0"),
         }
     }
     ret as i64
