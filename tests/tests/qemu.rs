@@ -238,6 +238,15 @@ fn a_stack_overflow_hits_the_guard_page_and_is_reported() {
 
 #[test]
 #[ignore = "needs the firmware and QEMU: run `cargo ci qemu`"]
+fn a_fault_in_the_middle_of_a_log_line_is_reported_not_hung() {
+    // The logger cannot be entered again while it writes a frame: the
+    // exception handler must exit with the fault's status without logging.
+    let status = device().selftest("fault-while-logging").expect("QEMU runs");
+    assert_eq!(status, Some(Status::StackOverflow));
+}
+
+#[test]
+#[ignore = "needs the firmware and QEMU: run `cargo ci qemu`"]
 fn a_stack_overflow_on_a_secondary_core_is_reported() {
     let status = device()
         .selftest("stack-overflow-secondary")

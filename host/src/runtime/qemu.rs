@@ -227,8 +227,9 @@ impl QemuDevice {
 
     /// Boots the firmware with the semihosting command line
     /// `selftest=<name>` and no job; returns the firmware's exit status.
-    /// `stack-overflow` (core 0) and `stack-overflow-secondary` (core 1)
-    /// must give [`Status::StackOverflow`].
+    /// `stack-overflow` (core 0), `stack-overflow-secondary` (core 1) and
+    /// `fault-while-logging` (a guard-page read in the middle of a log
+    /// frame) must give [`Status::StackOverflow`].
     ///
     /// # Errors
     /// [`QemuError`] when QEMU cannot run or times out.

@@ -178,13 +178,20 @@ const EC_DATA_ABORT_SAME_EL: u64 = 0x25;
 /// Called from the vector table on the core's exception stack: logs what
 /// happened and exits with [`Status::StackOverflow`] (a data abort in a
 /// core's guard page) or [`Status::Exception`]. Exiting ends the emulation
-/// (every core) without a report.
+/// (every core) without a report. An exception taken while this core
+/// writes a log frame exits without logging ([`crate::logging_here`]).
 #[no_mangle]
 extern "C" fn dvm_fw_exception(vector: u64, esr: u64, far: u64, elr: u64) -> ! {
     let core = core_index();
     let class = esr >> 26;
     let guard_of =
         (0..CORES).find(|&c| (0..4096).contains(&far.wrapping_sub(layout::stack_guard(c) as u64)));
+    if crate::logging_here() {
+        report::exit(match (class, guard_of) {
+            (EC_DATA_ABORT_SAME_EL, Some(_)) => Status::StackOverflow,
+            _ => Status::Exception,
+        })
+    }
     if let (EC_DATA_ABORT_SAME_EL, Some(owner)) = (class, guard_of) {
         defmt::error!(
             "core {=usize}: stack overflow: access at {=u64:#x} (core {=usize}'s guard page), pc {=u64:#x}",

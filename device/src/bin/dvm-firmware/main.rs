@@ -14,7 +14,9 @@
 //! The semihosting command line `selftest=stack-overflow` (QEMU's `-append`)
 //! runs a self-test instead of the job: it recurses until the stack hits its
 //! guard page, which must end in [`dvm_isa::job::Status::StackOverflow`];
-//! `selftest=stack-overflow-secondary` does the same on core 1.
+//! `selftest=stack-overflow-secondary` does the same on core 1;
+//! `selftest=fault-while-logging` faults in the middle of a log frame, which
+//! must end in the fault's status, not in a hang.
 //!
 //! Memory layout (from `dvm-linker`'s `memory.x`/`link.x`): code, data, bss,
 //! one unified buffer per core (`.ub`), per core a guard page and a stack,
@@ -127,6 +129,15 @@ unsafe impl critical_section::Impl for CoreCriticalSection {
     }
 }
 
+/// Whether this core holds the critical section, which it does while
+/// `defmt` writes a log frame. An exception or a panic taken then must not
+/// log: `defmt`'s logger refuses to be entered again (it panics, and the
+/// panic handler's own log line would panic again, so the run would end
+/// only by the host's timeout).
+pub fn logging_here() -> bool {
+    CS_OWNER.load(Ordering::Relaxed) == boot::core_index()
+}
+
 /// Rust entry of core 0, called by the boot code on core 0's stack with
 /// `.bss` zeroed; `boot_el` is the exception level it entered at.
 #[no_mangle]
@@ -149,6 +160,7 @@ extern "C" fn dvm_fw_main(boot_el: u64) -> ! {
         match a {
             b"selftest=stack-overflow" => selftest::overflow_the_stack(),
             b"selftest=stack-overflow-secondary" => smp::overflow_a_secondary_stack(),
+            b"selftest=fault-while-logging" => selftest::fault_while_logging(),
             _ => {}
         }
     }
@@ -159,6 +171,10 @@ extern "C" fn dvm_fw_main(boot_el: u64) -> ! {
 
 #[panic_handler]
 fn panic(info: &PanicInfo) -> ! {
+    if logging_here() {
+        // Inside a log frame (see `logging_here`): no further log line.
+        report::exit(Status::Panic)
+    }
     let core = boot::core_index();
     if let Some(loc) = info.location() {
         defmt::error!(
