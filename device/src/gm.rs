@@ -830,37 +830,35 @@ pub fn load_tile_map_rows(
         let x = ub.as_ptr().add(g.ub + r * row_bytes).cast::<f32>();
         let dst = gm.add(g.row(r));
         if stream.is_some() {
-            stream_scaled(dst, x, cols, f, cur);
+            stream_scaled(dst, x, cols, f, || cur.step());
         } else {
             scale_run(dst, x, cols, f);
         }
     };
+    // Each row's store is woven into the next row's loop, a block after
+    // each block of its `exp` (`crate::ops::rowpipe`), and, when streamed,
+    // the next tile's prefetches with it, so that the memory traffic keeps
+    // pace with the arithmetic instead of coming in bursts between rows.
+    let row_lines = row_bytes.div_ceil(64);
+    for r in 0..rows {
+        let (ma, ua) = row_args(r);
+        let store = r.checked_sub(1).map(|q| crate::ops::ScaledRow {
+            // SAFETY: as for `store_row`; rows are apart (`rs ≥ cols`)
+            // and `out` is 4-aligned (checked above), and only this
+            // slice touches these bytes while it lives (other blocks
+            // write other tiles).
+            dst: unsafe { core::slice::from_raw_parts_mut(gm.add(g.row(q)), cols) },
+            src: ma.dst - row_bytes as u32,
+            f: factor(ub, q),
+            stream: stream.is_some(),
+            prefetch: cur.take(row_lines),
+        });
+        row_map(ub, row(r), &ma, store);
+        (unary.0)(ub, &ua);
+    }
+    store_row(ub, rows - 1, &mut cur);
     if stream.is_some() {
-        // Streamed, each row goes out right after it is computed (stores
-        // woven into the next row's loop were slower, `crate::ops::rowpipe`).
-        for r in 0..rows {
-            let (ma, ua) = row_args(r);
-            (map.0)(ub, row(r), &[], &ma);
-            (unary.0)(ub, &ua);
-            store_row(ub, r, &mut cur);
-        }
         stream_fence();
-    } else {
-        for r in 0..rows {
-            let (ma, ua) = row_args(r);
-            let store = r.checked_sub(1).map(|q| crate::ops::ScaledRow {
-                // SAFETY: as for `store_row`; rows are apart (`rs ≥ cols`)
-                // and `out` is 4-aligned (checked above), and only this
-                // slice touches these bytes while it lives (other blocks
-                // write other tiles).
-                dst: unsafe { core::slice::from_raw_parts_mut(gm.add(g.row(q)), cols) },
-                src: ma.dst - row_bytes as u32,
-                f: factor(ub, q),
-            });
-            row_map(ub, row(r), &ma, store);
-            (unary.0)(ub, &ua);
-        }
-        store_row(ub, rows - 1, &mut cur);
     }
     Ok(true)
 }
@@ -1019,6 +1017,27 @@ impl<'a> Cursor<'a> {
         }
     }
 
+    /// The prefetches due over a store of `stored_lines` lines, as one
+    /// contiguous run to spread over that store ([`PrefetchRun::share`]);
+    /// when a region ends inside it, the rest of the share waits for the
+    /// next call.
+    fn take(&mut self, stored_lines: usize) -> PrefetchRun {
+        let Some(&(addr, len)) = self.pf.regions[..self.pf.n].get(self.region) else {
+            return PrefetchRun::NONE;
+        };
+        let bytes = (self.per_line * stored_lines * 64).min(len - self.off);
+        let run = PrefetchRun {
+            addr: addr.wrapping_add(self.off),
+            bytes,
+        };
+        self.off += bytes;
+        if self.off >= len {
+            self.region += 1;
+            self.off = 0;
+        }
+        run
+    }
+
     /// Prefetches the next `per_line` lines.
     #[inline(always)]
     fn step(&mut self) {
@@ -1032,6 +1051,36 @@ impl<'a> Cursor<'a> {
                 self.region += 1;
                 self.off = 0;
             }
+        }
+    }
+}
+
+/// A contiguous run of bytes to prefetch over a row's store, a share of
+/// it per block stored (`crate::ops::ScaledRow`), so that the loads of the
+/// next tile go out at the pace of the stores.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct PrefetchRun {
+    addr: usize,
+    bytes: usize,
+}
+
+impl PrefetchRun {
+    /// Nothing to prefetch.
+    pub const NONE: PrefetchRun = PrefetchRun { addr: 0, bytes: 0 };
+
+    /// Prefetches the lines of the run's share for elements `at..end` of a
+    /// store of `len` elements (the shares of `0..len` cover the run once).
+    #[inline(always)]
+    pub fn share(&self, at: usize, end: usize, len: usize) {
+        if self.bytes == 0 || len == 0 {
+            return;
+        }
+        let line = |i: usize| (self.bytes * i / len).div_ceil(64) * 64;
+        let mut o = line(at);
+        let hi = line(end.min(len));
+        while o < hi {
+            prefetch(self.addr.wrapping_add(o));
+            o += 64;
         }
     }
 }
@@ -1226,7 +1275,7 @@ pub fn store_tile_scaled(
             let f = factors.add(r).read_unaligned();
             let (dst, src) = (gm.add(g.row(r)), box_ptr.add(r * g.pitch));
             if stream.is_some() {
-                stream_scaled(dst, src, g.ce, f, &mut cur);
+                stream_scaled(dst, src, g.ce, f, || cur.step());
             } else {
                 scale_run(dst, src, g.ce, f);
             }
@@ -1251,14 +1300,40 @@ unsafe fn scale_run(dst: *mut f32, src: *const f32, n: usize, f: f32) {
     }
 }
 
+/// `dst[i] = src[i] · f` over two slices of one length (nothing
+/// otherwise), with non-temporal stores when `stream` (where the target has
+/// them): a row of a softmax's scaled store (`crate::ops::ScaledRow`).
+#[inline(always)]
+pub(crate) fn store_scaled(dst: &mut [f32], src: &[f32], f: f32, stream: bool) {
+    if dst.len() != src.len() {
+        return;
+    }
+    if stream {
+        // SAFETY: two slices of `dst.len()` elements, which cannot overlap
+        // (one is borrowed mutably).
+        unsafe { stream_scaled(dst.as_mut_ptr(), src.as_ptr(), dst.len(), f, || {}) };
+    } else {
+        for (d, x) in dst.iter_mut().zip(src) {
+            *d = *x * f;
+        }
+    }
+}
+
 /// [`scale_run`] with non-temporal stores where the target has them
 /// (x86-64; the same products: SSE multiplies round as scalar ones do),
-/// prefetching through `cur` as it goes.
+/// calling `per_line` before each line stored (a prefetch [`Cursor`]'s
+/// step).
 ///
 /// # Safety
 /// As [`scale_run`].
 #[inline(always)]
-unsafe fn stream_scaled(dst: *mut f32, src: *const f32, n: usize, f: f32, cur: &mut Cursor<'_>) {
+unsafe fn stream_scaled(
+    dst: *mut f32,
+    src: *const f32,
+    n: usize,
+    f: f32,
+    mut per_line: impl FnMut(),
+) {
     #[cfg(target_arch = "x86_64")]
     {
         use core::arch::x86_64::{_mm_loadu_ps, _mm_mul_ps, _mm_set1_ps, _mm_stream_ps};
@@ -1278,7 +1353,7 @@ unsafe fn stream_scaled(dst: *mut f32, src: *const f32, n: usize, f: f32, cur: &
             let k = _mm_set1_ps(f);
             let mut i = head;
             while i + 16 <= n {
-                cur.step();
+                per_line();
                 let (s, d) = (src.add(i), dst.add(i));
                 let v0 = _mm_mul_ps(_mm_loadu_ps(s), k);
                 let v1 = _mm_mul_ps(_mm_loadu_ps(s.add(4)), k);
@@ -1296,7 +1371,7 @@ unsafe fn stream_scaled(dst: *mut f32, src: *const f32, n: usize, f: f32, cur: &
     #[cfg(not(target_arch = "x86_64"))]
     {
         for _ in 0..(n * 4).div_ceil(64) {
-            cur.step();
+            per_line();
         }
         // SAFETY: as the caller guarantees.
         unsafe { scale_run(dst, src, n, f) };

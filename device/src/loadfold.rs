@@ -23,8 +23,9 @@
 //! goes on with an element-wise op on its row sums in place and the store
 //! of its box scaled by them (a softmax's `1/sum` and its scaled store;
 //! [`plan_rows`]), the three run a row at a time: each row is stored
-//! while it is in L1, and stores that stay in the caches are woven into
-//! the next row's arithmetic (`crate::ops::RowHandler`).
+//! while it is in L1, woven into the next row's arithmetic (and, for
+//! outputs too large for the caches, with non-temporal stores and the next
+//! tile's prefetches; `crate::ops::RowHandler`).
 //!
 //! At launch ([`fits`]) the pair is fused only when the loaded buffer
 //! overlaps no writable buffer: the fused pass reads the tile as a slice.
