@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use clap::{Subcommand, ValueEnum};
 use dvm_linker::{layout, objdump, Arch, DeviceDesc, LinkError, Linker};
 
-use crate::out_files::{write_all_atomic, MadeDir};
+use crate::out_files::{refuse_overwriting_inputs, write_all_atomic, MadeDir};
 use crate::{read, Failure};
 
 /// Architecture of the ELF object `dvm link` writes.
@@ -148,6 +148,9 @@ fn link(
     if let Some(path) = image {
         files.push((path, &linked));
     }
+    let outs: Vec<&Path> = files.iter().map(|(p, _)| *p).collect();
+    let ins: Vec<&Path> = inputs.iter().map(PathBuf::as_path).collect();
+    refuse_overwriting_inputs(&outs, &ins)?;
     write_all_atomic(&files)?;
     println!(
         "{}: {} kernel(s) from {} module(s), image {} bytes, {arch}",

@@ -22,7 +22,7 @@ use dvm_isa::{DeviceLimits, Module};
 mod link_cmd;
 mod out_files;
 
-use out_files::{check_dir, write_all_atomic, write_atomic, MadeDir};
+use out_files::{check_dir, refuse_overwriting_inputs, write_all_atomic, write_atomic, MadeDir};
 
 /// dvm: a bytecode virtual machine for dynamic-shape tensor programs.
 #[derive(Parser)]
@@ -451,6 +451,7 @@ fn run(cli: Cli) -> Result<(), Failure> {
                     .add_kernel(def)
                     .map_err(|e| Failure(e.to_string(), 2))?;
             }
+            refuse_overwriting_inputs(&[&output], &[&graph])?;
             write_atomic(&output, &builder.finish())?;
             println!("{}: {} kernel(s)", output.display(), kernels.len());
             Ok(())
@@ -508,6 +509,7 @@ fn run(cli: Cli) -> Result<(), Failure> {
                 .map_err(|_| Failure(format!("{}: not UTF-8 text", input.display()), 2))?;
             let bytes = dvm_isa::asm::assemble(&text)
                 .map_err(|e| Failure(format!("{}: {e}", input.display()), 2))?;
+            refuse_overwriting_inputs(&[&output], &[&input])?;
             write_atomic(&output, &bytes)
         }
         Command::Link(cmd) => cmd.run(),

@@ -7,6 +7,57 @@ use std::path::{Path, PathBuf};
 
 use crate::Failure;
 
+/// Refuses an output that is one of the command's inputs (the same
+/// regular file, however it is named: a link, `./`, `..`), as a compiler
+/// refuses `cc -o x.c x.c`: the input was read whole, so nothing would be
+/// corrupted, but the user's source would be gone.
+///
+/// # Errors
+///
+/// Exit code 2, naming both paths, when an output is an input.
+pub(crate) fn refuse_overwriting_inputs(
+    outputs: &[&Path],
+    inputs: &[&Path],
+) -> Result<(), Failure> {
+    for out in outputs {
+        let Ok(o) = std::fs::metadata(out) else {
+            continue;
+        };
+        if !o.is_file() {
+            continue;
+        }
+        if let Some(input) = inputs.iter().find(|i| same_file(&o, out, i)) {
+            return Err(Failure(
+                format!(
+                    "{} is the input {}: refusing to write over it (choose another output)",
+                    out.display(),
+                    input.display()
+                ),
+                2,
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Whether `b` names the file whose metadata `a` (of path `a_path`) is.
+fn same_file(a: &std::fs::Metadata, a_path: &Path, b: &Path) -> bool {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt;
+        let _ = a_path;
+        std::fs::metadata(b).is_ok_and(|m| m.dev() == a.dev() && m.ino() == a.ino())
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = a;
+        match (std::fs::canonicalize(a_path), std::fs::canonicalize(b)) {
+            (Ok(x), Ok(y)) => x == y,
+            _ => false,
+        }
+    }
+}
+
 /// Writes `bytes` to `path` as [`write_all_atomic`] does.
 ///
 /// # Errors

@@ -279,6 +279,85 @@ fn asm_refuses_a_label_past_the_end_of_its_body() {
 }
 
 #[test]
+fn an_output_that_is_an_input_is_refused_and_the_input_kept() {
+    let dir = scratch("in-is-out");
+    let src = dir.join("k.s");
+    let text = ".kernel \"k\" kind=vector ub=64\n  .body grid=1,1,1\n    end\n.end\n";
+    std::fs::write(&src, text).unwrap();
+    let module = dir.join("k.dvmb");
+    let ok = dvm()
+        .arg("asm")
+        .arg(&src)
+        .arg("-o")
+        .arg(&module)
+        .output()
+        .unwrap();
+    assert!(
+        ok.status.success(),
+        "{}",
+        String::from_utf8_lossy(&ok.stderr)
+    );
+    let graph = dir.join("g.json");
+    std::fs::copy(example(), &graph).unwrap();
+    let before = std::fs::read(&graph).unwrap();
+    // The same file under another name, through `..`.
+    let src_again = dir.join("sub/../k.s");
+    std::fs::create_dir_all(dir.join("sub")).unwrap();
+    let object = dir.join("k.o");
+    let runs: [(&str, Vec<&std::ffi::OsStr>, &Path); 4] = [
+        (
+            "asm",
+            vec![src.as_os_str(), "-o".as_ref(), src_again.as_os_str()],
+            &src,
+        ),
+        (
+            "compile",
+            vec![
+                graph.as_os_str(),
+                "--bind".as_ref(),
+                "S=4".as_ref(),
+                "-o".as_ref(),
+                graph.as_os_str(),
+            ],
+            &graph,
+        ),
+        (
+            "link",
+            vec![module.as_os_str(), "-o".as_ref(), module.as_os_str()],
+            &module,
+        ),
+        (
+            "link",
+            vec![
+                module.as_os_str(),
+                "-o".as_ref(),
+                object.as_os_str(),
+                "--image".as_ref(),
+                module.as_os_str(),
+            ],
+            &module,
+        ),
+    ];
+    for (cmd, args, input) in runs {
+        let kept = std::fs::read(input).unwrap();
+        let o = dvm().arg(cmd).args(&args).output().unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{cmd}: {err}");
+        assert!(err.contains("refusing to write over it"), "{cmd}: {err}");
+        assert_eq!(
+            std::fs::read(input).unwrap(),
+            kept,
+            "{cmd} changed its input"
+        );
+    }
+    assert_eq!(std::fs::read(&graph).unwrap(), before);
+    assert!(
+        !dir.join("k.o").exists(),
+        "link wrote its object beside a refused image"
+    );
+}
+
+#[test]
 fn explain_shows_groups_reasons_and_kernels() {
     let o = dvm()
         .arg("explain")

@@ -136,7 +136,8 @@ impl QemuDevice {
             path: firmware.clone(),
             error,
         };
-        let bytes = std::fs::read(&firmware).map_err(|e| bad(e.to_string()))?;
+        let bytes = crate::input::read_limited(&firmware, crate::input::MAX_INPUT_BYTES)
+            .map_err(|e| bad(e.to_string()))?;
         let elf = object::File::parse(&*bytes).map_err(|e| bad(format!("not an ELF: {e}")))?;
         let job_base = elf
             .symbols()
