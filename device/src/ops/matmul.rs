@@ -165,6 +165,17 @@ pub(crate) trait MmIn: Pod {
     type A: Acc;
     /// The element as an accumulator value (exact).
     fn load(self) -> Self::A;
+    /// [`pack_rows`] of `W` full runs (`panel.len()` depths each) with
+    /// vector code, for a prefix of the depths: returns how many it
+    /// packed (a multiple of 8; 0 where there is no such code).
+    #[inline(always)]
+    fn pack_fast<const W: usize>(
+        _src: &[Self],
+        _stride: usize,
+        _panel: &mut [G<Self::A, W>],
+    ) -> usize {
+        0
+    }
 }
 
 /// A matmul output element.
@@ -196,7 +207,114 @@ macro_rules! mm_float {
         }
     )*};
 }
-mm_float!(f32, F16, Bf16);
+mm_float!(F16, Bf16);
+
+impl MmIn for f32 {
+    type A = f32;
+    #[inline(always)]
+    fn load(self) -> f32 {
+        self
+    }
+    #[inline(always)]
+    fn pack_fast<const W: usize>(src: &[f32], stride: usize, panel: &mut [G<f32, W>]) -> usize {
+        #[cfg(all(target_arch = "x86_64", not(target_os = "none")))]
+        {
+            let kc = panel.len();
+            let depths = kc / 8 * 8;
+            // Every load below reads inside `src`: row `W − 1` is the last.
+            let fits = (W - 1)
+                .checked_mul(stride)
+                .and_then(|o| o.checked_add(kc))
+                .is_some_and(|end| end <= src.len());
+            if (W == 8 || W == 16)
+                && fits
+                && depths > 0
+                && std::arch::is_x86_feature_detected!("avx")
+            {
+                for p in (0..depths).step_by(8) {
+                    for half in 0..W / 8 {
+                        // SAFETY: AVX was detected; rows `8·half..8·half + 8`
+                        // hold depths `p..p + 8` inside `src` (checked with
+                        // `fits`), and groups `p..p + 8` of `panel` (`p + 8 ≤
+                        // kc`) have lanes `8·half..8·half + 8` (`W ≥ 8·half
+                        // + 8`), `W` apart.
+                        unsafe {
+                            transpose::t8x8(
+                                src.as_ptr().add(8 * half * stride + p),
+                                stride,
+                                panel.as_mut_ptr().add(p).cast::<f32>().add(8 * half),
+                                W,
+                            );
+                        }
+                    }
+                }
+                return depths;
+            }
+        }
+        let _ = (src, stride, panel);
+        0
+    }
+}
+
+impl MmOut<f32> for f32 {
+    #[inline(always)]
+    fn get(self) -> f32 {
+        self
+    }
+    #[inline(always)]
+    fn put(a: f32) -> Self {
+        a
+    }
+}
+
+/// An 8 × 8 transpose of `f32`s in AVX registers, for packing panels.
+#[cfg(all(target_arch = "x86_64", not(target_os = "none")))]
+mod transpose {
+    use core::arch::x86_64::{
+        _mm256_loadu_ps, _mm256_permute2f128_ps, _mm256_shuffle_ps, _mm256_storeu_ps,
+        _mm256_unpackhi_ps, _mm256_unpacklo_ps,
+    };
+
+    /// Writes column `q` of the 8 × 8 block whose row `r` is the 8 values
+    /// at `src + r·stride` to the 8 values at `dst + q·dst_stride`.
+    ///
+    /// # Safety
+    /// The CPU must support AVX; the 8 source rows must be readable and
+    /// the 8 destinations writable, the two apart.
+    #[target_feature(enable = "avx")]
+    pub(super) unsafe fn t8x8(src: *const f32, stride: usize, dst: *mut f32, dst_stride: usize) {
+        // SAFETY: as the caller guarantees.
+        unsafe {
+            let r = |i: usize| _mm256_loadu_ps(src.add(i * stride));
+            let (r0, r1, r2, r3) = (r(0), r(1), r(2), r(3));
+            let (r4, r5, r6, r7) = (r(4), r(5), r(6), r(7));
+            // Pairs of rows interleaved: t0 = r0[0] r1[0] r0[1] r1[1] | r0[4] …
+            let (t0, t1) = (_mm256_unpacklo_ps(r0, r1), _mm256_unpackhi_ps(r0, r1));
+            let (t2, t3) = (_mm256_unpacklo_ps(r2, r3), _mm256_unpackhi_ps(r2, r3));
+            let (t4, t5) = (_mm256_unpacklo_ps(r4, r5), _mm256_unpackhi_ps(r4, r5));
+            let (t6, t7) = (_mm256_unpacklo_ps(r6, r7), _mm256_unpackhi_ps(r6, r7));
+            // Four rows: s0 = r0..r3 [0] | r0..r3 [4], s1 the same for 1 and 5, …
+            let s0 = _mm256_shuffle_ps::<0x44>(t0, t2);
+            let s1 = _mm256_shuffle_ps::<0xee>(t0, t2);
+            let s2 = _mm256_shuffle_ps::<0x44>(t1, t3);
+            let s3 = _mm256_shuffle_ps::<0xee>(t1, t3);
+            let s4 = _mm256_shuffle_ps::<0x44>(t4, t6);
+            let s5 = _mm256_shuffle_ps::<0xee>(t4, t6);
+            let s6 = _mm256_shuffle_ps::<0x44>(t5, t7);
+            let s7 = _mm256_shuffle_ps::<0xee>(t5, t7);
+            // Low halves give columns 0–3, high halves 4–7.
+            let w = |q: usize, v| _mm256_storeu_ps(dst.add(q * dst_stride), v);
+            w(0, _mm256_permute2f128_ps::<0x20>(s0, s4));
+            w(1, _mm256_permute2f128_ps::<0x20>(s1, s5));
+            w(2, _mm256_permute2f128_ps::<0x20>(s2, s6));
+            w(3, _mm256_permute2f128_ps::<0x20>(s3, s7));
+            w(4, _mm256_permute2f128_ps::<0x31>(s0, s4));
+            w(5, _mm256_permute2f128_ps::<0x31>(s1, s5));
+            w(6, _mm256_permute2f128_ps::<0x31>(s2, s6));
+            w(7, _mm256_permute2f128_ps::<0x31>(s3, s7));
+        }
+    }
+}
 
 impl MmIn for i8 {
     type A = i32;
@@ -283,13 +401,36 @@ fn pack_a<I: MmIn>(
             }
         } else {
             // a is m×k: each row's kc values are contiguous.
-            for ii in 0..rows {
-                let o = (r0 + ii) * k + p0;
-                for (g, x) in panel.iter_mut().zip(a.get(o..o + kc)?) {
-                    if let Some(g) = g.0.get_mut(ii) {
-                        *g = x.load();
-                    }
-                }
+            pack_rows(a.get(r0 * k + p0..)?, k, rows, kc, panel)?;
+        }
+    }
+    Some(())
+}
+
+/// Packs `rows ≤ W` runs of `kc` contiguous values, run `r` at
+/// `src[r·stride..]`, into `kc` groups of `W`: group `p` holds the runs'
+/// `p`-th values (lanes from `rows` on are left as they are). A transpose:
+/// full panels of `f32` go through [`MmIn::pack_fast`] (8 × 8 register
+/// transposes where the CPU has AVX), the rest one value at a time.
+#[inline(always)]
+fn pack_rows<I: MmIn, const W: usize>(
+    src: &[I],
+    stride: usize,
+    rows: usize,
+    kc: usize,
+    panel: &mut [G<I::A, W>],
+) -> Option<()> {
+    let panel = panel.get_mut(..kc)?;
+    let done = if rows == W {
+        I::pack_fast(src, stride, panel)
+    } else {
+        0
+    };
+    for r in 0..rows {
+        let o = r * stride;
+        for (g, x) in panel[done..].iter_mut().zip(src.get(o + done..o + kc)?) {
+            if let Some(g) = g.0.get_mut(r) {
+                *g = x.load();
             }
         }
     }
@@ -321,14 +462,7 @@ fn pack_b<I: MmIn, const NR: usize>(
         let cols = (nc - jp * NR).min(NR);
         if trans {
             // b is n×k: each column's kc values are contiguous.
-            for jj in 0..cols {
-                let o = (c0 + jj) * k + p0;
-                for (g, x) in panel.iter_mut().zip(b.get(o..o + kc)?) {
-                    if let Some(g) = g.0.get_mut(jj) {
-                        *g = x.load();
-                    }
-                }
-            }
+            pack_rows(b.get(c0 * k + p0..)?, k, cols, kc, panel)?;
         } else {
             // b is k×n: the NR values of one depth are contiguous.
             for (p, g) in panel.iter_mut().enumerate() {
