@@ -13,7 +13,9 @@
 //! the median kernel time
 //! over the calls (launches only, as the fusion benchmark's "kernel ms")
 //! and the rate in GB/s of the bytes the kernels move; for several
-//! launches, each one's best time too.
+//! launches, each one's best time too. The element type of the inputs
+//! is `f32`, or `f16` / `bf16` with a fifth argument (`kernel_time qkt
+//! 2048 10 64 f16`).
 
 use std::time::Duration;
 
@@ -29,14 +31,23 @@ fn main() {
     let s: u64 = args.get(2).and_then(|a| a.parse().ok()).unwrap_or(32768);
     let calls: usize = args.get(3).and_then(|a| a.parse().ok()).unwrap_or(30);
     let h: u64 = args.get(4).and_then(|a| a.parse().ok()).unwrap_or(768);
+    let dt = match args.get(5).map_or("f32", String::as_str) {
+        "f32" => DType::F32,
+        "f16" => DType::F16,
+        "bf16" => DType::BF16,
+        other => {
+            eprintln!("unknown element type `{other}` (f32, f16, bf16)");
+            std::process::exit(2);
+        }
+    };
     let mut g = Graph::new();
     let dims = [Dim::from(s as i64), Dim::from(h as i64)];
-    let x = g.input("x", DType::F32, &dims).expect("x");
+    let x = g.input("x", dt, &dims).expect("x");
     let y = match what {
         "softmax" | "softmax-causal" => g.softmax(x, -1),
         "layernorm" => {
-            let gamma = g.input("g", DType::F32, &dims[1..]).expect("g");
-            let beta = g.input("b", DType::F32, &dims[1..]).expect("b");
+            let gamma = g.input("g", dt, &dims[1..]).expect("g");
+            let beta = g.input("b", dt, &dims[1..]).expect("b");
             g.layer_norm(x, gamma, beta, 1e-5)
         }
         "row-sum" => g.reduce(x, ReduceOp::Sum, &[-1], false),
@@ -53,7 +64,7 @@ fn main() {
         "qkt" => g.matmul(x, x, false, true),
         // A projection: x·w with w of H × H.
         "xw" => {
-            let w = g.input("w", DType::F32, &[dims[1].clone(), dims[1].clone()]).expect("w");
+            let w = g.input("w", dt, &[dims[1].clone(), dims[1].clone()]).expect("w");
             g.matmul(x, w, false, false)
         }
         other => {
@@ -79,13 +90,17 @@ fn main() {
             }
         })
         .collect();
-    let xt = Tensor::from_f32(&[s, h], &data).expect("x tensor");
-    let ones = Tensor::from_f32(&[h], &vec![1.0; h as usize]).expect("g tensor");
-    let zeros = Tensor::from_f32(&[h], &vec![0.0; h as usize]).expect("b tensor");
+    let as_dt = |shape: &[u64], v: &[f32]| {
+        let v: Vec<f64> = v.iter().map(|&x| f64::from(x)).collect();
+        Tensor::from_f64(dt, shape, &v).expect("tensor")
+    };
+    let xt = as_dt(&[s, h], &data);
+    let ones = as_dt(&[h], &vec![1.0; h as usize]);
+    let zeros = as_dt(&[h], &vec![0.0; h as usize]);
     let w: Vec<f32> = (0..h * h)
         .map(|i| ((i * 7727) % 1000) as f32 / 25_000.0 - 0.02)
         .collect();
-    let wt = Tensor::from_f32(&[h, h], &w).expect("w tensor");
+    let wt = as_dt(&[h, h], &w);
     let inputs: Vec<(&str, &Tensor)> = match what {
         "layernorm" => vec![("x", &xt), ("g", &ones), ("b", &zeros)],
         "xw" => vec![("x", &xt), ("w", &wt)],

@@ -167,15 +167,77 @@ pub(crate) trait MmIn: Pod {
     fn load(self) -> Self::A;
     /// [`pack_rows`] of `W` full runs (`panel.len()` depths each) with
     /// vector code, for a prefix of the depths: returns how many it
-    /// packed (a multiple of 8; 0 where there is no such code).
+    /// packed (a multiple of 8; 0 where there is no such code). By
+    /// default each `W × 8` block is converted into accumulator values
+    /// first, then transposed; `f32` transposes its source directly.
     #[inline(always)]
     fn pack_fast<const W: usize>(
-        _src: &[Self],
-        _stride: usize,
-        _panel: &mut [G<Self::A, W>],
+        src: &[Self],
+        stride: usize,
+        panel: &mut [G<Self::A, W>],
     ) -> usize {
-        0
+        let depths = fast_depths::<Self::A, W>(src.len(), stride, panel.len());
+        if depths == 0 {
+            return 0;
+        }
+        // Whole runs converted at a time (long loops vectorise), then
+        // transposed from the block.
+        let mut block = [[Self::A::default(); KC]; W];
+        for (r, row) in block.iter_mut().enumerate() {
+            let o = r * stride;
+            let Some(run) = src.get(o..o + depths) else {
+                return 0;
+            };
+            for (d, x) in row.iter_mut().zip(run) {
+                *d = x.load();
+            }
+        }
+        for p in (0..depths).step_by(8) {
+            for half in 0..W / 8 {
+                // SAFETY: `fast_depths` checked AVX, `W ∈ {8, 16}` and
+                // 4-byte accumulators (moved as `f32` bit patterns, which
+                // the shuffles keep); rows `8·half..8·half + 8` of `block`
+                // hold depths `p..p + 8` (`p + 8 ≤ depths ≤ kc ≤ KC`),
+                // `KC` apart, and groups `p..p + 8` of `panel` have lanes
+                // `8·half..8·half + 8`, `W` apart.
+                #[cfg(all(target_arch = "x86_64", not(target_os = "none")))]
+                unsafe {
+                    transpose::t8x8(
+                        block.as_ptr().add(8 * half).cast::<f32>().add(p),
+                        KC,
+                        panel.as_mut_ptr().add(p).cast::<f32>().add(8 * half),
+                        W,
+                    );
+                }
+            }
+        }
+        depths
     }
+}
+
+/// How many leading depths (a multiple of 8) [`MmIn::pack_fast`] packs for
+/// a panel of `W` runs of `kc` values in a source of `len` elements with
+/// the runs `stride` apart: all full groups of 8 where the CPU has AVX,
+/// `W` is 8 or 16, accumulators are 4 bytes and every run lies inside the
+/// source; 0 otherwise (and on other targets).
+#[inline(always)]
+fn fast_depths<A, const W: usize>(len: usize, stride: usize, kc: usize) -> usize {
+    #[cfg(all(target_arch = "x86_64", not(target_os = "none")))]
+    {
+        let fits = (W.max(1) - 1)
+            .checked_mul(stride)
+            .and_then(|o| o.checked_add(kc))
+            .is_some_and(|end| end <= len);
+        if (W == 8 || W == 16)
+            && core::mem::size_of::<A>() == 4
+            && fits
+            && std::arch::is_x86_feature_detected!("avx")
+        {
+            return kc.min(KC) / 8 * 8;
+        }
+    }
+    let _ = (len, stride, kc);
+    0
 }
 
 /// A matmul output element.
@@ -217,42 +279,26 @@ impl MmIn for f32 {
     }
     #[inline(always)]
     fn pack_fast<const W: usize>(src: &[f32], stride: usize, panel: &mut [G<f32, W>]) -> usize {
-        #[cfg(all(target_arch = "x86_64", not(target_os = "none")))]
-        {
-            let kc = panel.len();
-            let depths = kc / 8 * 8;
-            // Every load below reads inside `src`: row `W − 1` is the last.
-            let fits = (W - 1)
-                .checked_mul(stride)
-                .and_then(|o| o.checked_add(kc))
-                .is_some_and(|end| end <= src.len());
-            if (W == 8 || W == 16)
-                && fits
-                && depths > 0
-                && std::arch::is_x86_feature_detected!("avx")
-            {
-                for p in (0..depths).step_by(8) {
-                    for half in 0..W / 8 {
-                        // SAFETY: AVX was detected; rows `8·half..8·half + 8`
-                        // hold depths `p..p + 8` inside `src` (checked with
-                        // `fits`), and groups `p..p + 8` of `panel` (`p + 8 ≤
-                        // kc`) have lanes `8·half..8·half + 8` (`W ≥ 8·half
-                        // + 8`), `W` apart.
-                        unsafe {
-                            transpose::t8x8(
-                                src.as_ptr().add(8 * half * stride + p),
-                                stride,
-                                panel.as_mut_ptr().add(p).cast::<f32>().add(8 * half),
-                                W,
-                            );
-                        }
-                    }
+        let depths = fast_depths::<f32, W>(src.len(), stride, panel.len());
+        for p in (0..depths).step_by(8) {
+            for half in 0..W / 8 {
+                // SAFETY: `fast_depths` checked AVX, `W ∈ {8, 16}` and that
+                // rows `0..W` hold depths `0..kc` inside `src`, so rows
+                // `8·half..8·half + 8` hold `p..p + 8`; groups `p..p + 8`
+                // of `panel` (`p + 8 ≤ depths ≤ kc`) have lanes `8·half..
+                // 8·half + 8`, `W` apart.
+                #[cfg(all(target_arch = "x86_64", not(target_os = "none")))]
+                unsafe {
+                    transpose::t8x8(
+                        src.as_ptr().add(8 * half * stride + p),
+                        stride,
+                        panel.as_mut_ptr().add(p).cast::<f32>().add(8 * half),
+                        W,
+                    );
                 }
-                return depths;
             }
         }
-        let _ = (src, stride, panel);
-        0
+        depths
     }
 }
 
@@ -410,8 +456,8 @@ fn pack_a<I: MmIn>(
 /// Packs `rows ≤ W` runs of `kc` contiguous values, run `r` at
 /// `src[r·stride..]`, into `kc` groups of `W`: group `p` holds the runs'
 /// `p`-th values (lanes from `rows` on are left as they are). A transpose:
-/// full panels of `f32` go through [`MmIn::pack_fast`] (8 × 8 register
-/// transposes where the CPU has AVX), the rest one value at a time.
+/// full panels go through [`MmIn::pack_fast`] (8 × 8 register transposes
+/// where the CPU has AVX), the rest one value at a time.
 #[inline(always)]
 fn pack_rows<I: MmIn, const W: usize>(
     src: &[I],
