@@ -168,8 +168,9 @@ pub(crate) trait MmIn: Pod {
     /// [`pack_rows`] of `W` full runs (`panel.len()` depths each) with
     /// vector code, for a prefix of the depths: returns how many it
     /// packed (a multiple of 8; 0 where there is no such code). By
-    /// default each `W × 8` block is converted into accumulator values
-    /// first, then transposed; `f32` transposes its source directly.
+    /// default the runs are first converted into accumulator values, whole
+    /// (into a `W × KC` block on the stack), then transposed; `f32`
+    /// transposes its source directly.
     #[inline(always)]
     fn pack_fast<const W: usize>(
         src: &[Self],
