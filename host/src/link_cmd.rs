@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use clap::{Subcommand, ValueEnum};
 use dvm_linker::{layout, objdump, Arch, DeviceDesc, LinkError, Linker};
 
-use crate::out_files::{refuse_overwriting_inputs, write_all_atomic, MadeDir};
+use crate::out_files::{write_all_atomic, MadeDir};
 use crate::{read, Failure};
 
 /// Architecture of the ELF object `dvm link` writes.
@@ -148,10 +148,8 @@ fn link(
     if let Some(path) = image {
         files.push((path, &linked));
     }
-    let outs: Vec<&Path> = files.iter().map(|(p, _)| *p).collect();
     let ins: Vec<&Path> = inputs.iter().map(PathBuf::as_path).collect();
-    refuse_overwriting_inputs(&outs, &ins)?;
-    write_all_atomic(&files)?;
+    write_all_atomic(&files, &ins)?;
     println!(
         "{}: {} kernel(s) from {} module(s), image {} bytes, {arch}",
         output.display(),
@@ -168,10 +166,13 @@ fn memory_x(desc: &DeviceDesc, dir: &Path) -> Result<(), Failure> {
     let memory = dir.join("memory.x");
     let link = dir.join("link.x");
     let (memory_text, link_text) = (layout::memory_x(desc), layout::link_x());
-    write_all_atomic(&[
-        (&memory, memory_text.as_bytes()),
-        (&link, link_text.as_bytes()),
-    ])
+    write_all_atomic(
+        &[
+            (&memory, memory_text.as_bytes()),
+            (&link, link_text.as_bytes()),
+        ],
+        &[],
+    )
     .inspect_err(|_| made.undo())?;
     println!("{}\n{}", memory.display(), link.display());
     Ok(())

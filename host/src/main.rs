@@ -22,7 +22,7 @@ use dvm_isa::{DeviceLimits, Module};
 mod link_cmd;
 mod out_files;
 
-use out_files::{check_dir, refuse_overwriting_inputs, write_all_atomic, write_atomic, MadeDir};
+use out_files::{check_dir, write_all_atomic, write_atomic, MadeDir};
 
 /// dvm: a bytecode virtual machine for dynamic-shape tensor programs.
 #[derive(Parser)]
@@ -419,7 +419,9 @@ fn run(cli: Cli) -> Result<(), Failure> {
                 .map(|(p, b)| (p.as_path(), b.as_slice()))
                 .collect();
             let made = MadeDir::create(&output_dir)?;
-            write_all_atomic(&files).inspect_err(|_| made.undo())?;
+            // An output may replace an input `.npy` (read whole before):
+            // feeding a run's result back is a workflow, not a slip.
+            write_all_atomic(&files, &[]).inspect_err(|_| made.undo())?;
             for p in &paths {
                 println!("{}", p.display());
             }
@@ -451,8 +453,7 @@ fn run(cli: Cli) -> Result<(), Failure> {
                     .add_kernel(def)
                     .map_err(|e| Failure(e.to_string(), 2))?;
             }
-            refuse_overwriting_inputs(&[&output], &[&graph])?;
-            write_atomic(&output, &builder.finish())?;
+            write_atomic(&output, &builder.finish(), &[&graph])?;
             println!("{}: {} kernel(s)", output.display(), kernels.len());
             Ok(())
         }
@@ -509,8 +510,7 @@ fn run(cli: Cli) -> Result<(), Failure> {
                 .map_err(|_| Failure(format!("{}: not UTF-8 text", input.display()), 2))?;
             let bytes = dvm_isa::asm::assemble(&text)
                 .map_err(|e| Failure(format!("{}: {e}", input.display()), 2))?;
-            refuse_overwriting_inputs(&[&output], &[&input])?;
-            write_atomic(&output, &bytes)
+            write_atomic(&output, &bytes, &[&input])
         }
         Command::Link(cmd) => cmd.run(),
     }

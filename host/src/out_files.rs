@@ -7,64 +7,13 @@ use std::path::{Path, PathBuf};
 
 use crate::Failure;
 
-/// Refuses an output that is one of the command's inputs (the same
-/// regular file, however it is named: a link, `./`, `..`), as a compiler
-/// refuses `cc -o x.c x.c`: the input was read whole, so nothing would be
-/// corrupted, but the user's source would be gone.
-///
-/// # Errors
-///
-/// Exit code 2, naming both paths, when an output is an input.
-pub(crate) fn refuse_overwriting_inputs(
-    outputs: &[&Path],
-    inputs: &[&Path],
-) -> Result<(), Failure> {
-    for out in outputs {
-        let Ok(o) = std::fs::metadata(out) else {
-            continue;
-        };
-        if !o.is_file() {
-            continue;
-        }
-        if let Some(input) = inputs.iter().find(|i| same_file(&o, out, i)) {
-            return Err(Failure(
-                format!(
-                    "{} is the input {}: refusing to write over it (choose another output)",
-                    out.display(),
-                    input.display()
-                ),
-                2,
-            ));
-        }
-    }
-    Ok(())
-}
-
-/// Whether `b` names the file whose metadata `a` (of path `a_path`) is.
-fn same_file(a: &std::fs::Metadata, a_path: &Path, b: &Path) -> bool {
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::MetadataExt;
-        let _ = a_path;
-        std::fs::metadata(b).is_ok_and(|m| m.dev() == a.dev() && m.ino() == a.ino())
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = a;
-        match (std::fs::canonicalize(a_path), std::fs::canonicalize(b)) {
-            (Ok(x), Ok(y)) => x == y,
-            _ => false,
-        }
-    }
-}
-
 /// Writes `bytes` to `path` as [`write_all_atomic`] does.
 ///
 /// # Errors
 ///
 /// As [`write_all_atomic`].
-pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), Failure> {
-    write_all_atomic(&[(path, bytes)])
+pub(crate) fn write_atomic(path: &Path, bytes: &[u8], inputs: &[&Path]) -> Result<(), Failure> {
+    write_all_atomic(&[(path, bytes)], inputs)
 }
 
 /// How one file of [`write_all_atomic`] reaches its destination.
@@ -124,7 +73,8 @@ fn destination(path: &Path) -> Result<Dest, Failure> {
 }
 
 /// `path` with its directory resolved (the file itself may not exist
-/// yet): two paths to one file compare equal.
+/// yet): two paths to one file compare equal. (For an input, which exists,
+/// resolve the whole path first, so that a link to a file keys as it.)
 fn file_key(path: &Path) -> PathBuf {
     let dir = path
         .parent()
@@ -178,9 +128,12 @@ fn write_temp(
 /// # Errors
 ///
 /// Exit code 2 when a destination is a directory or a dangling symbolic
-/// link, or two name one file (nothing is written then); 1 when a file cannot be written or
-/// renamed, naming it.
-pub(crate) fn write_all_atomic(files: &[(&Path, &[u8])]) -> Result<(), Failure> {
+/// link, two name one file, or one is one of the command's `inputs`
+/// (the same file under any name, as a compiler refuses `cc -o x.c x.c`:
+/// the input was read whole, but the user's source would be gone);
+/// nothing is written then. 1 when a file cannot be written or renamed,
+/// naming it.
+pub(crate) fn write_all_atomic(files: &[(&Path, &[u8])], inputs: &[&Path]) -> Result<(), Failure> {
     let fail = |path: &Path, e: std::io::Error| {
         Failure(format!("cannot write {}: {e}", path.display()), 1)
     };
@@ -204,6 +157,19 @@ pub(crate) fn write_all_atomic(files: &[(&Path, &[u8])]) -> Result<(), Failure> 
                     "{} and {} are the same file: give each output its own",
                     files[j].0.display(),
                     files[i].0.display()
+                ),
+                2,
+            ));
+        }
+    }
+    for input in inputs {
+        let k = file_key(&std::fs::canonicalize(input).unwrap_or_else(|_| input.to_path_buf()));
+        if let Some(i) = keys.iter().position(|x| *x == k) {
+            return Err(Failure(
+                format!(
+                    "{} is the input {}: refusing to write over it (choose another output)",
+                    files[i].0.display(),
+                    input.display()
                 ),
                 2,
             ));

@@ -184,15 +184,17 @@ const EC_DATA_ABORT_SAME_EL: u64 = 0x25;
 extern "C" fn dvm_fw_exception(vector: u64, esr: u64, far: u64, elr: u64) -> ! {
     let core = core_index();
     let class = esr >> 26;
-    let guard_of =
-        (0..CORES).find(|&c| (0..4096).contains(&far.wrapping_sub(layout::stack_guard(c) as u64)));
+    // The core whose guard page a data abort hit, if it hit one.
+    let overflowed = (0..CORES)
+        .find(|&c| (0..4096).contains(&far.wrapping_sub(layout::stack_guard(c) as u64)))
+        .filter(|_| class == EC_DATA_ABORT_SAME_EL);
     if crate::logging_here() {
-        report::exit(match (class, guard_of) {
-            (EC_DATA_ABORT_SAME_EL, Some(_)) => Status::StackOverflow,
-            _ => Status::Exception,
+        report::exit(match overflowed {
+            Some(_) => Status::StackOverflow,
+            None => Status::Exception,
         })
     }
-    if let (EC_DATA_ABORT_SAME_EL, Some(owner)) = (class, guard_of) {
+    if let Some(owner) = overflowed {
         defmt::error!(
             "core {=usize}: stack overflow: access at {=u64:#x} (core {=usize}'s guard page), pc {=u64:#x}",
             core,
