@@ -193,27 +193,47 @@ pub(crate) trait MmIn: Pod {
                 *d = x.load();
             }
         }
-        for p in (0..depths).step_by(8) {
-            for half in 0..W / 8 {
-                // SAFETY: `fast_depths` checked AVX, `W ∈ {8, 16}` and
-                // 4-byte accumulators (moved as `f32` bit patterns, which
-                // the shuffles keep); rows `8·half..8·half + 8` of `block`
-                // hold depths `p..p + 8` (`p + 8 ≤ depths ≤ kc ≤ KC`),
-                // `KC` apart, and groups `p..p + 8` of `panel` have lanes
-                // `8·half..8·half + 8`, `W` apart.
-                #[cfg(all(target_arch = "x86_64", not(target_os = "none")))]
-                unsafe {
-                    transpose::t8x8(
-                        block.as_ptr().add(8 * half).cast::<f32>().add(p),
-                        KC,
-                        panel.as_mut_ptr().add(p).cast::<f32>().add(8 * half),
-                        W,
-                    );
-                }
-            }
-        }
+        // SAFETY: `fast_depths` checked AVX, `W ∈ {8, 16}` and 4-byte
+        // accumulators (moved as `f32` bit patterns, which the shuffles
+        // keep); the block's `W` rows, `KC` apart, hold `depths ≤ KC`
+        // values each.
+        unsafe { transpose_runs(block.as_ptr().cast::<f32>(), KC, depths, panel) };
         depths
     }
+}
+
+/// Groups `0..depths` of `panel` from `W` runs of 4-byte values, run `r`
+/// at `src + r·stride`: 8 × 8 register transposes (a no-op where there
+/// are none; [`fast_depths`] is then 0).
+///
+/// # Safety
+/// When `depths > 0`: the CPU has AVX, `W` is 8 or 16, `depths ≤
+/// panel.len()` is a multiple of 8, `A` is 4 bytes, and the `W` runs of
+/// `depths` values at `src` are readable and apart from `panel`.
+#[inline(always)]
+unsafe fn transpose_runs<A, const W: usize>(
+    src: *const f32,
+    stride: usize,
+    depths: usize,
+    panel: &mut [G<A, W>],
+) {
+    #[cfg(all(target_arch = "x86_64", not(target_os = "none")))]
+    for p in (0..depths).step_by(8) {
+        for half in 0..W / 8 {
+            // SAFETY: as the caller guarantees: rows `8·half..8·half + 8`
+            // hold depths `p..p + 8` (`p + 8 ≤ depths`), and groups `p..p +
+            // 8` of `panel` have lanes `8·half..8·half + 8`, `W` apart.
+            unsafe {
+                transpose::t8x8(
+                    src.add(8 * half * stride + p),
+                    stride,
+                    panel.as_mut_ptr().add(p).cast::<f32>().add(8 * half),
+                    W,
+                );
+            }
+        }
+    }
+    let _ = (src, stride, depths, panel);
 }
 
 /// How many leading depths (a multiple of 8) [`MmIn::pack_fast`] packs for
@@ -281,24 +301,9 @@ impl MmIn for f32 {
     #[inline(always)]
     fn pack_fast<const W: usize>(src: &[f32], stride: usize, panel: &mut [G<f32, W>]) -> usize {
         let depths = fast_depths::<f32, W>(src.len(), stride, panel.len());
-        for p in (0..depths).step_by(8) {
-            for half in 0..W / 8 {
-                // SAFETY: `fast_depths` checked AVX, `W ∈ {8, 16}` and that
-                // rows `0..W` hold depths `0..kc` inside `src`, so rows
-                // `8·half..8·half + 8` hold `p..p + 8`; groups `p..p + 8`
-                // of `panel` (`p + 8 ≤ depths ≤ kc`) have lanes `8·half..
-                // 8·half + 8`, `W` apart.
-                #[cfg(all(target_arch = "x86_64", not(target_os = "none")))]
-                unsafe {
-                    transpose::t8x8(
-                        src.as_ptr().add(8 * half * stride + p),
-                        stride,
-                        panel.as_mut_ptr().add(p).cast::<f32>().add(8 * half),
-                        W,
-                    );
-                }
-            }
-        }
+        // SAFETY: `fast_depths` checked AVX, `W ∈ {8, 16}` and that rows
+        // `0..W`, `stride` apart, hold depths `0..depths` inside `src`.
+        unsafe { transpose_runs(src.as_ptr(), stride, depths, panel) };
         depths
     }
 }
