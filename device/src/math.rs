@@ -179,7 +179,16 @@ pub fn exp(x: f32) -> f32 {
 pub fn exp_map(dst: &mut [f32], src: &[f32], pre: impl Fn(f32) -> f32) {
     const M: u32 = 0x4b40_0000;
     const LO: f32 = -104.0;
-    for (d, s) in dst.chunks_mut(EXP_BLOCK).zip(src.chunks(EXP_BLOCK)) {
+    let n = dst.len().min(src.len());
+    let (mut dst, mut src) = (&mut dst[..n], &src[..n]);
+    // Blocks split off one at a time, not `chunks(..).zip(chunks(..))`:
+    // where LLVM does not inline that zip's constructor (in a large
+    // caller), each call divides by the block size, at every block.
+    while !dst.is_empty() {
+        let k = dst.len().min(EXP_BLOCK);
+        let (d, dr) = core::mem::take(&mut dst).split_at_mut(k);
+        let (s, sr) = src.split_at(k);
+        (dst, src) = (dr, sr);
         let (mut lo, mut hi) = (u32::MAX, 0u32);
         for (d, &x) in d.iter_mut().zip(s) {
             // Unclamped: the clamps change nothing in the range kept.

@@ -6,7 +6,8 @@
 //! ```
 //!
 //! Arguments: workload (`softmax`, `softmax-causal`: its rows masked
-//! with `-inf` as causal attention does, `layernorm`, `row-sum`,
+//! with `-inf` as causal attention does, `layernorm`, `row-sum`, `exp`
+//! and `neg` (element-wise: in the caches, a compute rate and a copy),
 //! `attention`: softmax(x·xᵀ/√H)·x, `qkt`: x·xᵀ alone, `xw`: x·w with w
 //! of H × H), rows S,
 //! calls, and the hidden size H (768 unless given). Prints the best and
@@ -51,6 +52,9 @@ fn main() {
             g.layer_norm(x, gamma, beta, 1e-5)
         }
         "row-sum" => g.reduce(x, ReduceOp::Sum, &[-1], false),
+        // Element-wise maps: exp (compute-bound in cache) and negation (a copy).
+        "exp" => g.unary(Opcode::Exp, x),
+        "neg" => g.unary(Opcode::Neg, x),
         // softmax(q·kᵀ/√H)·v with q = k = v = x.
         "attention" => {
             let s = g.matmul(x, x, false, true).expect("scores");
@@ -69,7 +73,7 @@ fn main() {
         }
         other => {
             eprintln!(
-                "unknown workload `{other}` (softmax, softmax-causal, layernorm, row-sum, attention, qkt, xw)"
+                "unknown workload `{other}` (softmax, softmax-causal, layernorm, row-sum, exp, neg, attention, qkt, xw)"
             );
             std::process::exit(2);
         }
