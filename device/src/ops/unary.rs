@@ -252,6 +252,10 @@ impl<C: Copy, A: Kern<C>, B: Kern<C>> Kern<C> for Then<A, B> {
 /// a chunk live on the stack.
 const FOLD_ROWS: usize = 64;
 
+/// Rows shorter than this run [`col_map_fold`]'s map over all the rows of
+/// a batch at once.
+const SHORT_ROW: usize = 64;
+
 /// Handler of the superinstruction a softmax's middle becomes
 /// (`crate::peephole`): over `rows = a.n` rows of `a.cols` `f32`s,
 /// `dst = K(src op v[r])` (`REV`: `K(v[r] op src)`), then `fold[r] = R`
@@ -374,17 +378,29 @@ where
             let Some(d) = view_mut::<f32>(sp.dst) else {
                 return;
             };
-            for (i, dr) in d.chunks_exact_mut(cols).enumerate() {
-                let k = Then(WithImm::<f32, O, REV>(vals[i], PhantomData), K::default());
-                let sr = match src {
-                    TSrc::Alias => TSrc::Alias,
-                    TSrc::Slice(s) => match s.get(i * cols..(i + 1) * cols) {
-                        Some(s) => TSrc::Slice(s),
-                        None => return,
-                    },
-                };
-                map1_core::<f32, _>(dr, sr, k);
-                folds[i] = super::tile2d::fold_one::<f32, R>(dr);
+            let row_src = |i: usize| match src {
+                TSrc::Alias => Some(TSrc::Alias),
+                TSrc::Slice(s) => s.get(i * cols..(i + 1) * cols).map(TSrc::Slice),
+            };
+            if cols < SHORT_ROW {
+                // Short rows: `O` row by row, then `K` over all of them in
+                // one call (per row, `K`'s setup outweighed its work), then
+                // the folds. The same values: `K` is element-wise.
+                for (i, dr) in d.chunks_exact_mut(cols).enumerate() {
+                    let Some(sr) = row_src(i) else { return };
+                    map1_core::<f32, _>(dr, sr, WithImm::<f32, O, REV>(vals[i], PhantomData));
+                }
+                K::default().run_inplace(d);
+                for (f, dr) in folds.iter_mut().zip(d.chunks_exact(cols)) {
+                    *f = super::tile2d::fold_one::<f32, R>(dr);
+                }
+            } else {
+                for (i, dr) in d.chunks_exact_mut(cols).enumerate() {
+                    let k = Then(WithImm::<f32, O, REV>(vals[i], PhantomData), K::default());
+                    let Some(sr) = row_src(i) else { return };
+                    map1_core::<f32, _>(dr, sr, k);
+                    folds[i] = super::tile2d::fold_one::<f32, R>(dr);
+                }
             }
         }
         let Some(f) = ub.get_mut(at(&rf, r0, 4)).and_then(view_mut::<f32>) else {
