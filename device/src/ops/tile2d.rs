@@ -160,6 +160,12 @@ fn operands<'u, S: Pod, D: Pod>(
 /// scalar code.
 #[inline(never)]
 fn fold_lanes<C: Copy, O: RedOp<C>, const L: usize>(acc: &mut [C; L]) -> C {
+    lane_tree::<C, O, L>(acc)
+}
+
+/// The steps of [`fold_lanes`].
+#[inline(always)]
+fn lane_tree<C: Copy, O: RedOp<C>, const L: usize>(acc: &mut [C; L]) -> C {
     let mut h = L / 2;
     while h >= TREE_MIN {
         let (lo, hi) = acc.split_at_mut(h);
@@ -332,11 +338,72 @@ fn fold_cols<T: Elem, O: RedOp<T::C>>(src: &[T], dst: &mut [T], cols: usize) {
         dst.fill(T::put(O::id()));
         return;
     }
+    let mut folds = [O::id(); BATCH];
+    for (s, d) in src.chunks(BATCH * cols).zip(dst.chunks_mut(BATCH)) {
+        let f = &mut folds[..d.len()];
+        fold_batch::<T, O>(s, cols, f);
+        for (d, f) in d.iter_mut().zip(f.iter()) {
+            *d = T::put(*f);
+        }
+    }
+}
+
+/// Rows whose lanes [`fold_rows`] folds in one call.
+const BATCH: usize = 16;
+
+/// `dst[r] = fold(src row r)` for `dst.len()` rows of `cols`, each in
+/// [`fold_row`]'s order ([`fold_batch`], [`BATCH`] rows at a time).
+#[inline(always)]
+pub(crate) fn fold_rows<T: Elem, O: RedOp<T::C>>(src: &[T], cols: usize, dst: &mut [T::C]) {
+    if cols == 0 {
+        dst.fill(O::id());
+        return;
+    }
+    for (s, d) in src.chunks(BATCH * cols).zip(dst.chunks_mut(BATCH)) {
+        fold_batch::<T, O>(s, cols, d);
+    }
+}
+
+/// `dst[r] = fold(src row r)` for `dst.len()` rows of `cols` (at most
+/// [`BATCH`]), each in [`fold_row`]'s order: every row's lanes first, then
+/// the rows' lane folds ([`fold_lanes`]) in one call, then each row's
+/// tail. One call per row had cost more than a short row's loop: its
+/// lanes, stored by the caller, were loaded back at once by the callee in
+/// other widths, which the core cannot forward from the stores; here they
+/// have long left the store queue, and the rows' trees overlap.
+#[inline(always)]
+fn fold_batch<T: Elem, O: RedOp<T::C>>(src: &[T], cols: usize, dst: &mut [T::C]) {
+    if cols == 0 {
+        dst.fill(O::id());
+        return;
+    }
     by_lanes!(cols, L => {
-        for (d, row) in dst.iter_mut().zip(src.chunks_exact(cols)) {
-            *d = T::put(fold_row::<T, O, L>(row));
+        let main = cols / L * L;
+        let mut lanes = [[O::id(); L]; BATCH];
+        for (row, ln) in src.chunks_exact(cols).zip(lanes.iter_mut()) {
+            let (mut acc, mut nan) = ([O::id(); L], [O::id(); L]);
+            for c in row[..main].chunks_exact(L) {
+                accumulate::<T, O>(&mut acc, &mut nan, c);
+            }
+            merge_nan::<T::C, O>(&mut acc, &nan);
+            *ln = acc;
+        }
+        let n = dst.len().min(BATCH);
+        fold_lanes_rows::<T::C, O, L>(&mut lanes[..n], &mut dst[..n]);
+        for (row, d) in src.chunks_exact(cols).zip(dst.iter_mut()) {
+            for x in &row[main..] {
+                *d = O::f(*d, x.get());
+            }
         }
     })
+}
+
+/// [`fold_lanes`] of each row's lanes into `out`.
+#[inline(never)]
+fn fold_lanes_rows<C: Copy, O: RedOp<C>, const L: usize>(rows: &mut [[C; L]], out: &mut [C]) {
+    for (acc, o) in rows.iter_mut().zip(out) {
+        *o = lane_tree::<C, O, L>(acc);
+    }
 }
 
 /// The fold of one row of a [`reduce_cols`], in the same order (the same

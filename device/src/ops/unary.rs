@@ -391,17 +391,14 @@ where
                     map1_core::<f32, _>(dr, sr, WithImm::<f32, O, REV>(vals[i], PhantomData));
                 }
                 K::default().run_inplace(d);
-                for (f, dr) in folds.iter_mut().zip(d.chunks_exact(cols)) {
-                    *f = super::tile2d::fold_one::<f32, R>(dr);
-                }
             } else {
                 for (i, dr) in d.chunks_exact_mut(cols).enumerate() {
                     let k = Then(WithImm::<f32, O, REV>(vals[i], PhantomData), K::default());
                     let Some(sr) = row_src(i) else { return };
                     map1_core::<f32, _>(dr, sr, k);
-                    folds[i] = super::tile2d::fold_one::<f32, R>(dr);
                 }
             }
+            super::tile2d::fold_rows::<f32, R>(d, cols, &mut folds[..m]);
         }
         let Some(f) = ub.get_mut(at(&rf, r0, 4)).and_then(view_mut::<f32>) else {
             return;
