@@ -214,13 +214,8 @@ fn merge_nan<C: Copy, O: RedOp<C>>(acc: &mut [C], nan: &[C]) {
 #[inline(always)]
 fn fold_row<T: Elem, O: RedOp<T::C>, const L: usize>(row: &[T]) -> T::C {
     let (main, tail) = row.split_at(row.len() / L * L);
-    let (mut acc, mut nan) = ([O::id(); L], [O::id(); L]);
-    for c in main.chunks_exact(L) {
-        accumulate::<T, O>(&mut acc, &mut nan, c);
-    }
-    merge_nan::<T::C, O>(&mut acc, &nan);
-    // A copy, so that the loop above keeps `acc` in registers.
-    let mut lanes = acc;
+    // A copy, so that the lanes' loop keeps them in registers.
+    let mut lanes = row_lanes::<T, O, L>(main);
     let mut s = fold_lanes::<T::C, O, L>(&mut lanes);
     for x in tail {
         s = O::f(s, x.get());
@@ -381,12 +376,7 @@ fn fold_batch<T: Elem, O: RedOp<T::C>>(src: &[T], cols: usize, dst: &mut [T::C])
         let main = cols / L * L;
         let mut lanes = [[O::id(); L]; BATCH];
         for (row, ln) in src.chunks_exact(cols).zip(lanes.iter_mut()) {
-            let (mut acc, mut nan) = ([O::id(); L], [O::id(); L]);
-            for c in row[..main].chunks_exact(L) {
-                accumulate::<T, O>(&mut acc, &mut nan, c);
-            }
-            merge_nan::<T::C, O>(&mut acc, &nan);
-            *ln = acc;
+            *ln = row_lanes::<T, O, L>(&row[..main]);
         }
         let n = dst.len().min(BATCH);
         fold_lanes_rows::<T::C, O, L>(&mut lanes[..n], &mut dst[..n]);
@@ -396,6 +386,19 @@ fn fold_batch<T: Elem, O: RedOp<T::C>>(src: &[T], cols: usize, dst: &mut [T::C])
             }
         }
     })
+}
+
+/// The `L` lanes of a row's main part (a whole number of `L`-element
+/// chunks; element `i` to lane `i % L`), NaNs merged: what [`fold_lanes`]
+/// folds.
+#[inline(always)]
+fn row_lanes<T: Elem, O: RedOp<T::C>, const L: usize>(main: &[T]) -> [T::C; L] {
+    let (mut acc, mut nan) = ([O::id(); L], [O::id(); L]);
+    for c in main.chunks_exact(L) {
+        accumulate::<T, O>(&mut acc, &mut nan, c);
+    }
+    merge_nan::<T::C, O>(&mut acc, &nan);
+    acc
 }
 
 /// [`fold_lanes`] of each row's lanes into `out`.
