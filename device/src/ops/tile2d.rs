@@ -343,7 +343,7 @@ fn fold_cols<T: Elem, O: RedOp<T::C>>(src: &[T], dst: &mut [T], cols: usize) {
     }
 }
 
-/// Rows whose lanes [`fold_rows`] folds in one call.
+/// Rows whose lane trees [`fold_batch`] folds in one call.
 const BATCH: usize = 16;
 
 /// `dst[r] = fold(src row r)` for `dst.len()` rows of `cols`, each in
