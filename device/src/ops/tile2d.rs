@@ -365,13 +365,11 @@ pub(crate) fn fold_rows<T: Elem, O: RedOp<T::C>>(src: &[T], cols: usize, dst: &m
 /// tail. One call per row had cost more than a short row's loop: its
 /// lanes, stored by the caller, were loaded back at once by the callee in
 /// other widths, which the core cannot forward from the stores; here they
-/// have long left the store queue, and the rows' trees overlap.
+/// have long left the store queue, and the rows' trees overlap. `cols >
+/// 0`: its callers ([`fold_rows`], [`fold_cols`]) fill empty rows' folds
+/// themselves.
 #[inline(always)]
 fn fold_batch<T: Elem, O: RedOp<T::C>>(src: &[T], cols: usize, dst: &mut [T::C]) {
-    if cols == 0 {
-        dst.fill(O::id());
-        return;
-    }
     by_lanes!(cols, L => {
         let main = cols / L * L;
         let mut lanes = [[O::id(); L]; BATCH];
