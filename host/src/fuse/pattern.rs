@@ -367,30 +367,43 @@ impl Siblings {
                 let (v, Some(cv)) = (users[j], groups[j]) else {
                     continue;
                 };
-                if cu == cv || only.is_some_and(|o| o != cu && o != cv) {
-                    continue;
-                }
-                if dependent
-                    .as_mut()
-                    .is_some_and(|d| d.through_others(st, cu, cv, only))
-                {
-                    // The merge's own cycle search agrees.
-                    debug_assert!(st.path_between(cu, cv, false).is_some());
-                    continue;
-                }
-                self.work.push_back(Pair::pack(
-                    &Cand {
-                        a: cu,
-                        b: cv,
-                        na: u,
-                        nb: v,
-                        via: Some(x),
-                    },
-                    x,
-                ));
+                self.queue_pair(st, x, (u, cu), (v, cv), only, dependent.as_mut());
             }
         }
         (self.groups, self.mine) = (groups, mine);
+    }
+
+    /// Queues readers `u` (in group `cu`) and `v` (in `cv`) of `x` as a
+    /// pair, unless the groups are one, neither is `only` (when given), or
+    /// `dependent` knows a path between them through other units.
+    #[allow(clippy::too_many_arguments)]
+    fn queue_pair(
+        &mut self,
+        st: &State<'_>,
+        x: NodeId,
+        (u, cu): (NodeId, usize),
+        (v, cv): (NodeId, usize),
+        only: Option<usize>,
+        dependent: Option<&mut Dependence>,
+    ) {
+        if cu == cv || only.is_some_and(|o| o != cu && o != cv) {
+            return;
+        }
+        if dependent.is_some_and(|d| d.through_others(st, cu, cv, only)) {
+            // The merge's own cycle search agrees.
+            debug_assert!(st.path_between(cu, cv, false).is_some());
+            return;
+        }
+        self.work.push_back(Pair::pack(
+            &Cand {
+                a: cu,
+                b: cv,
+                na: u,
+                nb: v,
+                via: Some(x),
+            },
+            x,
+        ));
     }
 
     /// [`Siblings::queue_readers`] for a value with many readers: the
@@ -482,23 +495,8 @@ impl Siblings {
                     let (v, Some(cv)) = (users[j], sibling(users[j])) else {
                         continue;
                     };
-                    if cu == cv || only.is_some_and(|o| o != cu && o != cv) {
-                        continue;
-                    }
-                    if dependent.through_others(st, cu, cv, only) {
-                        debug_assert!(st.path_between(cu, cv, false).is_some());
-                        continue;
-                    }
-                    self.work.push_back(Pair::pack(
-                        &Cand {
-                            a: cu,
-                            b: cv,
-                            na: users[i],
-                            nb: v,
-                            via: Some(x),
-                        },
-                        x,
-                    ));
+                    let u = users[i];
+                    self.queue_pair(st, x, (u, cu), (v, cv), only, Some(&mut dependent));
                 }
             }
             a = b;
