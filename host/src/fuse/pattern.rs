@@ -376,7 +376,6 @@ impl Siblings {
     /// Queues readers `u` (in group `cu`) and `v` (in `cv`) of `x` as a
     /// pair, unless the groups are one, neither is `only` (when given), or
     /// `dependent` knows a path between them through other units.
-    #[allow(clippy::too_many_arguments)]
     fn queue_pair(
         &mut self,
         st: &State<'_>,
