@@ -58,12 +58,12 @@ fn main() {
 #[cfg(target_arch = "x86_64")]
 fn run(rounds: usize, fmas: usize, threads: usize) {
     // 64-byte aligned views, for the non-temporal stores.
-    let aligned = |v: &mut Vec<f32>| v.as_ptr().align_offset(64);
-    let mut src_buf: Vec<f32> = (0..ROWS * COLS + 16)
+    let aligned = |v: &[f32]| v.as_ptr().align_offset(64);
+    let src_buf: Vec<f32> = (0..ROWS * COLS + 16)
         .map(|i| (i % 1000) as f32 / 250.0 - 2.0)
         .collect();
     let mut dst_buf = vec![0f32; ROWS * COLS + 16];
-    let (so, d_o) = (aligned(&mut src_buf), aligned(&mut dst_buf));
+    let (so, d_o) = (aligned(&src_buf), aligned(&dst_buf));
     let src = &src_buf[so..so + ROWS * COLS];
     let dst = &mut dst_buf[d_o..d_o + ROWS * COLS];
     let kernels = [Kernel::Copy, Kernel::Map, Kernel::Tiled, Kernel::Woven];

@@ -335,10 +335,7 @@ impl Siblings {
             return;
         }
         let ox = st.owner(x);
-        let sibling = |u: NodeId| {
-            st.owner(u)
-                .filter(|&c| ox != Some(c) && !matches!(st.cluster(c).kind, ClusterKind::Matmul))
-        };
+        let sibling = |u: NodeId| sibling_group(st, ox, u);
         let mut dependent =
             (users.len() >= DEPENDENCE_READERS).then(|| Dependence::new(st, users, sibling));
         // Each reader's group, looked up once; with `only`, the positions
@@ -414,10 +411,7 @@ impl Siblings {
     fn queue_window(&mut self, st: &State<'_>, x: NodeId, users: &[NodeId], only: Option<usize>) {
         let n = users.len();
         let ox = st.owner(x);
-        let sibling = |u: NodeId| {
-            st.owner(u)
-                .filter(|&c| ox != Some(c) && !matches!(st.cluster(c).kind, ClusterKind::Matmul))
-        };
+        let sibling = |u: NodeId| sibling_group(st, ox, u);
         // The readers in `only`, by index in `users` (ascending; a reader
         // listed once per operand that is `x`).
         let mut mine = std::mem::take(&mut self.mine);
@@ -433,27 +427,22 @@ impl Siblings {
             mine.dedup();
         }
         // The first readers of the pairs, as runs of indices: all of them,
-        // or those at most a window before a reader in `only`.
-        let mut run: Option<(usize, usize)> = None;
-        let mut runs = |a: usize, b: usize, this: &mut Self, mine: &[usize]| match run {
-            Some((ra, rb)) if a <= rb => run = Some((ra, rb.max(b))),
-            _ => {
-                if let Some((ra, rb)) = run.replace((a, b)) {
-                    this.queue_run(st, x, users, only, mine, (ra, rb), &sibling);
-                }
-            }
-        };
-        match only {
-            None => runs(0, n, self, &mine),
-            Some(_) => {
-                for k in 0..mine.len() {
-                    let m = mine[k];
-                    runs(m.saturating_sub(SIBLING_WINDOW), m + 1, self, &mine);
+        // or those at most a window before a reader in `only` (overlapping
+        // windows merged, so that no pair is queued twice).
+        let mut run = only.is_none().then_some((0, n));
+        for &m in &mine {
+            let (a, b) = (m.saturating_sub(SIBLING_WINDOW), m + 1);
+            match run {
+                Some((ra, rb)) if a <= rb => run = Some((ra, rb.max(b))),
+                _ => {
+                    if let Some(r) = run.replace((a, b)) {
+                        self.queue_run(st, x, users, only, &mine, r, &sibling);
+                    }
                 }
             }
         }
-        if let Some((ra, rb)) = run {
-            self.queue_run(st, x, users, only, &mine, (ra, rb), &sibling);
+        if let Some(r) = run {
+            self.queue_run(st, x, users, only, &mine, r, &sibling);
         }
         self.mine = mine;
     }
@@ -501,6 +490,13 @@ impl Siblings {
             a = b;
         }
     }
+}
+
+/// The group of `u`, a reader of a value owned by group `ox` (if any), when
+/// it may merge as a sibling: neither a matmul group nor the value's own.
+fn sibling_group(st: &State<'_>, ox: Option<usize>, u: NodeId) -> Option<usize> {
+    st.owner(u)
+        .filter(|&c| ox != Some(c) && !matches!(st.cluster(c).kind, ClusterKind::Matmul))
 }
 
 /// Readers of one value up to which [`Siblings::queue_readers`] pairs
