@@ -65,9 +65,8 @@ mod tests {
 
     #[test]
     fn files_devices_and_pipes_beyond_the_limit_are_refused() {
-        let d = std::env::temp_dir().join(format!("dvm-input-test-{}", std::process::id()));
-        std::fs::create_dir_all(&d).unwrap();
-        let f = d.join("f");
+        let d = tempfile::tempdir().unwrap();
+        let f = d.path().join("f");
         std::fs::write(&f, [1u8; 100]).unwrap();
         assert_eq!(read_limited(&f, 100).unwrap(), [1u8; 100]);
         let e = read_limited(&f, 99).unwrap_err();
@@ -87,7 +86,7 @@ mod tests {
             read_text(&f).unwrap_err().to_string(),
             "not UTF-8 text (byte 3)"
         );
-        std::fs::remove_dir_all(&d).unwrap();
+        drop(d);
         // A device that never ends: read up to the limit, then refused
         // (`std::fs::read` read it until memory ran out).
         #[cfg(target_os = "linux")]

@@ -30,6 +30,7 @@ pub mod models;
 pub mod npy;
 pub mod reference;
 pub mod runtime;
+pub mod staged;
 pub mod sym;
 pub mod tensor;
 pub mod warm;

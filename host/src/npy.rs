@@ -28,9 +28,8 @@
 //! directory and renamed into place, so a failure leaves no half-written
 //! file (and no temporary either).
 
-use std::io::{Cursor, Write};
+use std::io::Cursor;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use dvm_isa::DType;
 use half::f16;
@@ -667,40 +666,6 @@ pub fn to_bytes(tensor: &Tensor, path: &Path) -> Result<Vec<u8>, NpyError> {
     Ok(buf.into_inner())
 }
 
-static TEMP_COUNTER: AtomicU64 = AtomicU64::new(0);
-
-/// A temporary path next to `path` (same directory, so renaming is atomic).
-fn temp_path(path: &Path) -> PathBuf {
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let k = TEMP_COUNTER.fetch_add(1, Ordering::Relaxed);
-    path.with_file_name(format!(".{name}.{}.{k}.tmp", std::process::id()))
-}
-
-fn write_temp(path: &Path, bytes: &[u8]) -> Result<PathBuf, NpyError> {
-    let tmp = temp_path(path);
-    let result = (|| {
-        let mut f = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(&tmp)?;
-        f.write_all(bytes)?;
-        f.sync_all()
-    })();
-    match result {
-        Ok(()) => Ok(tmp),
-        Err(source) => {
-            let _ = std::fs::remove_file(&tmp);
-            Err(NpyError::Io {
-                path: path.to_owned(),
-                source,
-            })
-        }
-    }
-}
-
 /// Writes `tensor` to `path` atomically (see the [module docs](self)).
 ///
 /// # Errors
@@ -719,57 +684,37 @@ pub fn write(path: &Path, tensor: &Tensor) -> Result<(), NpyError> {
 ///
 /// [`NpyError::Io`] or [`NpyError::Invalid`] naming the file at fault.
 pub fn write_all(files: &[(&Path, &Tensor)]) -> Result<(), NpyError> {
-    let mut temps: Vec<(PathBuf, &Path)> = Vec::with_capacity(files.len());
-    let cleanup = |temps: &[(PathBuf, &Path)]| {
-        for (t, _) in temps {
-            let _ = std::fs::remove_file(t);
-        }
+    let io = |e: crate::staged::StageError| NpyError::Io {
+        path: e.path,
+        source: e.source,
     };
+    let mut staged = crate::staged::Staged::new();
     for &(path, tensor) in files {
-        let written = to_bytes(tensor, path).and_then(|bytes| write_temp(path, &bytes));
-        match written {
-            Ok(tmp) => temps.push((tmp, path)),
-            Err(e) => {
-                cleanup(&temps);
-                return Err(e);
-            }
-        }
+        let bytes = to_bytes(tensor, path)?;
+        staged.stage(path, &bytes, None).map_err(io)?;
     }
-    for (i, (tmp, path)) in temps.iter().enumerate() {
-        if let Err(source) = std::fs::rename(tmp, path) {
-            cleanup(&temps[i..]);
-            return Err(NpyError::Io {
-                path: path.to_path_buf(),
-                source,
-            });
-        }
-    }
-    Ok(())
+    staged.commit().map_err(io)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn dir() -> PathBuf {
-        let k = TEMP_COUNTER.fetch_add(1, Ordering::Relaxed);
-        let d = std::env::temp_dir().join(format!("dvm-npy-test-{}-{k}", std::process::id()));
-        std::fs::create_dir_all(&d).unwrap();
-        d
+    fn dir() -> tempfile::TempDir {
+        tempfile::tempdir().unwrap()
     }
 
     fn roundtrip(t: &Tensor) -> Tensor {
         let d = dir();
-        let p = d.join("t.npy");
+        let p = d.path().join("t.npy");
         write(&p, t).unwrap();
         let back = read_as(&p, t.dtype()).unwrap();
         // Only the file itself is left.
-        let names: Vec<_> = std::fs::read_dir(&d)
+        let names: Vec<_> = std::fs::read_dir(d.path())
             .unwrap()
             .map(|e| e.unwrap().file_name())
             .collect();
         assert_eq!(names, vec![std::ffi::OsString::from("t.npy")]);
-        std::fs::remove_dir_all(&d).unwrap();
         back
     }
 
@@ -1141,19 +1086,18 @@ mod tests {
         );
         // Through a file too.
         let d = dir();
-        let f = d.join("long.npy");
+        let f = d.path().join("long.npy");
         std::fs::write(&f, padded(1, dict, 20_000, &data)).unwrap();
         assert!(matches!(
             read(&f),
             Err(NpyError::HeaderTooLong { len: 20_000, .. })
         ));
-        std::fs::remove_dir_all(&d).unwrap();
     }
 
     #[test]
     fn data_beyond_the_shape_is_refused_without_reading_it() {
         let d = dir();
-        let f = d.join("long.npy");
+        let f = d.path().join("long.npy");
         // A 1 TiB sparse file whose header says one f32: refused naming
         // its real length, without reading (or allocating) a terabyte.
         let t = Tensor::from_f32(&[1], &[1.0]).unwrap();
@@ -1178,7 +1122,6 @@ mod tests {
         file.set_len(header + 4).unwrap();
         drop(file);
         assert_eq!(read(&f).unwrap(), t);
-        std::fs::remove_dir_all(&d).unwrap();
         // A device that never ends is not read to its end either.
         #[cfg(target_os = "linux")]
         {
@@ -1204,15 +1147,14 @@ mod tests {
     fn write_all_leaves_nothing_on_failure() {
         let d = dir();
         let t = Tensor::from_f32(&[1], &[1.0]).unwrap();
-        let good = d.join("a.npy");
-        let bad = d.join("missing-subdir").join("b.npy");
+        let good = d.path().join("a.npy");
+        let bad = d.path().join("missing-subdir").join("b.npy");
         assert!(write_all(&[(&good, &t), (&bad, &t)]).is_err());
-        assert_eq!(std::fs::read_dir(&d).unwrap().count(), 0);
+        assert_eq!(std::fs::read_dir(d.path()).unwrap().count(), 0);
         // Overwriting an existing file replaces it whole.
         write(&good, &t).unwrap();
         let t2 = Tensor::from_f32(&[2], &[5.0, 6.0]).unwrap();
         write(&good, &t2).unwrap();
         assert_eq!(read(&good).unwrap(), t2);
-        std::fs::remove_dir_all(&d).unwrap();
     }
 }

@@ -86,36 +86,6 @@ fn file_key(path: &Path) -> PathBuf {
     }
 }
 
-/// A fresh temporary path next to `target` (same directory, so renaming it
-/// onto `target` is atomic).
-fn temp_path(target: &Path) -> PathBuf {
-    static COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    let k = COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let name = target
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    target.with_file_name(format!(".{name}.tmp-{}-{k}", std::process::id()))
-}
-
-/// Writes `bytes` to a new file `tmp` (with `keep`'s permissions, if any).
-fn write_temp(
-    tmp: &Path,
-    bytes: &[u8],
-    keep: Option<&std::fs::Permissions>,
-) -> std::io::Result<()> {
-    use std::io::Write;
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .open(tmp)?;
-    f.write_all(bytes)?;
-    if let Some(p) = keep {
-        f.set_permissions(p.clone())?;
-    }
-    Ok(())
-}
-
 /// Writes several files as one, so a failure leaves none of them behind
 /// (nor anything else): every destination is checked first (none may be a
 /// directory), then every file is written to a temporary next to its
@@ -175,39 +145,21 @@ pub(crate) fn write_all_atomic(files: &[(&Path, &[u8])], inputs: &[&Path]) -> Re
             ));
         }
     }
-    let cleanup = |tmps: &[(PathBuf, &Path)]| {
-        for (t, _) in tmps {
-            // Best effort: the temporary may not exist.
-            let _ = std::fs::remove_file(t);
-        }
-    };
-    let mut tmps: Vec<(PathBuf, &Path)> = Vec::with_capacity(files.len());
+    let mut staged = dvm_host::staged::Staged::new();
     for ((path, bytes), dest) in files.iter().zip(&dests) {
         if let Dest::Rename { target, keep } = dest {
-            let tmp = temp_path(target);
-            let written = write_temp(&tmp, bytes, keep.as_ref());
-            tmps.push((tmp, target));
-            if let Err(e) = written {
-                cleanup(&tmps);
-                return Err(fail(path, e));
-            }
+            staged
+                .stage(target, bytes, keep.as_ref())
+                .map_err(|e| fail(path, e.source))?;
         }
     }
+    // (Dropping `staged` on an error removes its temporaries.)
     for ((path, bytes), dest) in files.iter().zip(&dests) {
         if let Dest::InPlace = dest {
-            if let Err(e) = std::fs::write(path, bytes) {
-                cleanup(&tmps);
-                return Err(fail(path, e));
-            }
+            std::fs::write(path, bytes).map_err(|e| fail(path, e))?;
         }
     }
-    for (i, (tmp, target)) in tmps.iter().enumerate() {
-        if let Err(e) = std::fs::rename(tmp, target) {
-            cleanup(&tmps[i..]);
-            return Err(fail(target, e));
-        }
-    }
-    Ok(())
+    staged.commit().map_err(|e| fail(&e.path, e.source))
 }
 
 /// A directory made for outputs, and the part of it that did not exist

@@ -16,11 +16,13 @@ fn example() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/attention.json")
 }
 
-fn scratch(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("dvm-cli-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
+/// A fresh directory for one test, removed when the test ends (also
+/// when it fails).
+fn scratch(name: &str) -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix(&format!("dvm-cli-{name}-"))
+        .tempdir()
+        .unwrap()
 }
 
 fn write_inputs(dir: &Path, s: u64) -> Vec<String> {
@@ -49,13 +51,14 @@ fn run_graph(dir: &Path, inputs: &[String], device: &str, out: &Path) -> std::pr
 
 #[test]
 fn run_on_cpu_matches_reference() {
-    let dir = scratch("ok");
-    let inputs = write_inputs(&dir, 37);
+    let dir_tmp = scratch("ok");
+    let dir = dir_tmp.path();
+    let inputs = write_inputs(dir, 37);
     let cpu = dir.join("cpu");
     let refd = dir.join("ref");
-    let a = run_graph(&dir, &inputs, "cpu", &cpu);
+    let a = run_graph(dir, &inputs, "cpu", &cpu);
     assert!(a.status.success(), "{}", String::from_utf8_lossy(&a.stderr));
-    let b = run_graph(&dir, &inputs, "reference", &refd);
+    let b = run_graph(dir, &inputs, "reference", &refd);
     assert!(b.status.success(), "{}", String::from_utf8_lossy(&b.stderr));
     let x = npy::read(&cpu.join("o.npy")).unwrap();
     let y = npy::read(&refd.join("o.npy")).unwrap();
@@ -80,34 +83,35 @@ fn assert_user_error(out: &std::process::Output, needle: &str, out_dir: &Path) {
 
 #[test]
 fn bad_inputs_are_user_errors() {
-    let dir = scratch("bad");
-    let mut inputs = write_inputs(&dir, 5);
+    let dir_tmp = scratch("bad");
+    let dir = dir_tmp.path();
+    let mut inputs = write_inputs(dir, 5);
     let out = dir.join("out");
     // Missing input.
-    let o = run_graph(&dir, &inputs[..2], "cpu", &out);
+    let o = run_graph(dir, &inputs[..2], "cpu", &out);
     assert_user_error(&o, "v", &out);
     // Unknown input name.
     let mut extra = inputs.clone();
     extra.push(format!("w={}", dir.join("q.npy").display()));
-    let o = run_graph(&dir, &extra, "cpu", &out);
+    let o = run_graph(dir, &extra, "cpu", &out);
     assert_user_error(&o, "w", &out);
     // Wrong dtype.
     let t = Tensor::from_i32(&[5, 64], &vec![1; 320]).unwrap();
     npy::write(&dir.join("vi.npy"), &t).unwrap();
     inputs[2] = format!("v={}", dir.join("vi.npy").display());
-    let o = run_graph(&dir, &inputs, "cpu", &out);
+    let o = run_graph(dir, &inputs, "cpu", &out);
     assert_user_error(&o, "v", &out);
     // Mismatched shapes: k has another length than q.
-    let mut inputs = write_inputs(&dir, 5);
+    let mut inputs = write_inputs(dir, 5);
     let k = Tensor::from_f32(&[6, 64], &data(384, 9)).unwrap();
     npy::write(&dir.join("k6.npy"), &k).unwrap();
     inputs[1] = format!("k={}", dir.join("k6.npy").display());
-    let o = run_graph(&dir, &inputs, "cpu", &out);
+    let o = run_graph(dir, &inputs, "cpu", &out);
     assert_user_error(&o, "k", &out);
     // Not an npy file.
     std::fs::write(dir.join("junk.npy"), b"hello").unwrap();
     inputs[1] = format!("k={}", dir.join("junk.npy").display());
-    let o = run_graph(&dir, &inputs, "cpu", &out);
+    let o = run_graph(dir, &inputs, "cpu", &out);
     assert_user_error(&o, "junk.npy", &out);
     // Unreadable graph.
     let o = dvm()
@@ -148,8 +152,9 @@ fn npy_with_dict(path: &Path, dict: &str, t: &Tensor) {
 /// `fortran_order` and `shape`; so does `dvm run`, naming file and keys.
 #[test]
 fn npy_header_keys_are_checked() {
-    let dir = scratch("npy-keys");
-    let mut inputs = write_inputs(&dir, 5);
+    let dir_tmp = scratch("npy-keys");
+    let dir = dir_tmp.path();
+    let mut inputs = write_inputs(dir, 5);
     let out = dir.join("out");
     let k = Tensor::from_f32(&[5, 64], &data(320, 2)).unwrap();
     let cases = [
@@ -173,7 +178,7 @@ fn npy_header_keys_are_checked() {
         let file = dir.join(format!("k-{name}.npy"));
         npy_with_dict(&file, dict, &k);
         inputs[1] = format!("k={}", file.display());
-        let o = run_graph(&dir, &inputs, "cpu", &out);
+        let o = run_graph(dir, &inputs, "cpu", &out);
         assert_user_error(&o, &format!("k-{name}.npy"), &out);
         assert_user_error(&o, needle, &out);
     }
@@ -185,13 +190,14 @@ fn npy_header_keys_are_checked() {
         &k,
     );
     inputs[1] = format!("k={}", file.display());
-    let o = run_graph(&dir, &inputs, "cpu", &out);
+    let o = run_graph(dir, &inputs, "cpu", &out);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
 }
 
 #[test]
 fn compile_disasm_verify_and_bad_bindings() {
-    let dir = scratch("compile");
+    let dir_tmp = scratch("compile");
+    let dir = dir_tmp.path();
     let m = dir.join("attn.dvmb");
     let o = dvm()
         .arg("compile")
@@ -254,7 +260,8 @@ fn compile_disasm_verify_and_bad_bindings() {
 /// naming the file, the label and its line; no module is written.
 #[test]
 fn asm_refuses_a_label_past_the_end_of_its_body() {
-    let dir = scratch("asm-label");
+    let dir_tmp = scratch("asm-label");
+    let dir = dir_tmp.path();
     let src = dir.join("tail.s");
     std::fs::write(
         &src,
@@ -280,7 +287,8 @@ fn asm_refuses_a_label_past_the_end_of_its_body() {
 
 #[test]
 fn an_output_that_is_an_input_is_refused_and_the_input_kept() {
-    let dir = scratch("in-is-out");
+    let dir_tmp = scratch("in-is-out");
+    let dir = dir_tmp.path();
     let src = dir.join("k.s");
     let text = ".kernel \"k\" kind=vector ub=64\n  .body grid=1,1,1\n    end\n.end\n";
     std::fs::write(&src, text).unwrap();
@@ -412,10 +420,11 @@ fn explain_shows_groups_reasons_and_kernels() {
 
 #[test]
 fn run_fused_and_unfused_give_the_same_outputs() {
-    let dir = scratch("nofuse");
-    let inputs = write_inputs(&dir, 29);
+    let dir_tmp = scratch("nofuse");
+    let dir = dir_tmp.path();
+    let inputs = write_inputs(dir, 29);
     let (a, b) = (dir.join("fused"), dir.join("unfused"));
-    let o = run_graph(&dir, &inputs, "cpu", &a);
+    let o = run_graph(dir, &inputs, "cpu", &a);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let mut c = dvm();
     c.arg("run").arg(example());
@@ -435,8 +444,9 @@ fn run_fused_and_unfused_give_the_same_outputs() {
 
 #[test]
 fn qemu_device_needs_a_real_firmware() {
-    let dir = scratch("qemu");
-    let inputs = write_inputs(&dir, 5);
+    let dir_tmp = scratch("qemu");
+    let dir = dir_tmp.path();
+    let inputs = write_inputs(dir, 5);
     let out = dir.join("out");
     // No --firmware (and no DVM_FIRMWARE).
     let mut c = dvm();
@@ -498,7 +508,8 @@ fn explain_the_demo_encoder_block() {
 /// but a multi-core runtime keeps it on one core.
 #[test]
 fn verify_names_kernels_that_run_on_one_core() {
-    let dir = scratch("one_core");
+    let dir_tmp = scratch("one_core");
+    let dir = dir_tmp.path();
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/same_box.s");
     let m = dir.join("same_box.dvmb");
     assert!(dvm()
@@ -524,7 +535,8 @@ fn verify_names_kernels_that_run_on_one_core() {
 /// refused while parsing (exit 2), before any thread is spawned.
 #[test]
 fn cores_out_of_range_are_refused() {
-    let dir = scratch("cores");
+    let dir_tmp = scratch("cores");
+    let dir = dir_tmp.path();
     let out = dir.join("out");
     for cores in ["0", "1025", "18446744073709551615"] {
         let runs = [
@@ -590,8 +602,9 @@ fn listing(dir: &Path) -> Vec<String> {
 /// is a directory), `a.npy` is not written either.
 #[test]
 fn run_writes_all_outputs_or_none() {
-    let dir = scratch("two");
-    let (g, x) = two_outputs(&dir);
+    let dir_tmp = scratch("two");
+    let dir = dir_tmp.path();
+    let (g, x) = two_outputs(dir);
     let out = dir.join("out");
     std::fs::create_dir_all(out.join("b.npy")).unwrap();
     let o = run_two(&g, &x, &out).output().unwrap();
@@ -614,12 +627,13 @@ fn run_writes_all_outputs_or_none() {
 /// An `--output-dir` that is a regular file is named as not a directory.
 #[test]
 fn output_dir_that_is_a_file_is_not_a_directory() {
-    let dir = scratch("odfile");
-    let (g, x) = two_outputs(&dir);
+    let dir_tmp = scratch("odfile");
+    let dir = dir_tmp.path();
+    let (g, x) = two_outputs(dir);
     let file = dir.join("afile");
     std::fs::write(&file, b"keep").unwrap();
     let o = run_two(&g, &x, &file).output().unwrap();
-    assert_user_error(&o, "not a directory", &dir);
+    assert_user_error(&o, "not a directory", dir);
     assert!(String::from_utf8_lossy(&o.stderr).contains("afile"));
     assert_eq!(std::fs::read(&file).unwrap(), b"keep");
 }
@@ -629,8 +643,9 @@ fn output_dir_that_is_a_file_is_not_a_directory() {
 /// those.
 #[test]
 fn run_removes_the_output_directory_it_made() {
-    let dir = scratch("made");
-    let (g, x) = two_outputs(&dir);
+    let dir_tmp = scratch("made");
+    let dir = dir_tmp.path();
+    let (g, x) = two_outputs(dir);
     let out = dir.join("new").join("deeper");
     let cmd = run_two(&g, &x, &out);
     let args: Vec<String> = cmd
@@ -660,7 +675,8 @@ fn run_removes_the_output_directory_it_made() {
 #[test]
 fn outputs_through_links_and_fifos() {
     use std::os::unix::fs::FileTypeExt;
-    let dir = scratch("links");
+    let dir_tmp = scratch("links");
+    let dir = dir_tmp.path();
     let compile = |out: &Path| {
         dvm()
             .arg("compile")
@@ -689,7 +705,7 @@ fn outputs_through_links_and_fifos() {
     let dangling = dir.join("dangling.dvmb");
     std::os::unix::fs::symlink("missing.dvmb", &dangling).unwrap();
     let o = compile(&dangling);
-    assert_user_error(&o, "dangling.dvmb", &dir);
+    assert_user_error(&o, "dangling.dvmb", dir);
     assert!(!dir.join("missing.dvmb").exists());
 
     let fifo = dir.join("fifo");
@@ -716,8 +732,9 @@ fn outputs_through_links_and_fifos() {
 /// `--bind` of one symbol twice names it (exit 2), in `run` and `explain`.
 #[test]
 fn a_symbol_bound_twice_is_named() {
-    let dir = scratch("twice");
-    let inputs = write_inputs(&dir, 8);
+    let dir_tmp = scratch("twice");
+    let dir = dir_tmp.path();
+    let inputs = write_inputs(dir, 8);
     let out = dir.join("out");
     let mut c = dvm();
     c.arg("run").arg(example());
@@ -743,7 +760,8 @@ fn a_symbol_bound_twice_is_named() {
 /// 2) in `run`, `explain` and `compile` alike.
 #[test]
 fn graph_beyond_the_limits_is_a_user_error_everywhere() {
-    let dir = scratch("limits");
+    let dir_tmp = scratch("limits");
+    let dir = dir_tmp.path();
     let g = dir.join("big.json");
     std::fs::write(
         &g,
@@ -785,7 +803,8 @@ fn graph_beyond_the_limits_is_a_user_error_everywhere() {
 #[cfg(target_os = "linux")]
 #[test]
 fn endless_inputs_are_refused() {
-    let dir = scratch("endless");
+    let dir_tmp = scratch("endless");
+    let dir = dir_tmp.path();
     let out = dir.join("out");
     let m = dir.join("m.dvmb");
     let zero = "/dev/zero";
@@ -805,9 +824,9 @@ fn endless_inputs_are_refused() {
         );
         assert!(!m.exists(), "{args:?}");
     }
-    let mut inputs = write_inputs(&dir, 5);
+    let mut inputs = write_inputs(dir, 5);
     inputs[0] = format!("q={zero}");
-    let o = run_graph(&dir, &inputs, "cpu", &out);
+    let o = run_graph(dir, &inputs, "cpu", &out);
     assert_user_error(&o, "--input `q`: /dev/zero: not a valid .npy file", &out);
     assert!(!out.exists());
 }
@@ -817,7 +836,8 @@ fn endless_inputs_are_refused() {
 /// beyond 64 bits is named as such.
 #[test]
 fn shapes_too_large_for_the_executor_are_user_errors() {
-    let dir = scratch("too-large");
+    let dir_tmp = scratch("too-large");
+    let dir = dir_tmp.path();
     let out = dir.join("out");
     let explain = |graph: &str, bind: &str| {
         let g = dir.join("g.json");
@@ -859,9 +879,9 @@ fn shapes_too_large_for_the_executor_are_user_errors() {
         "--bind `S=99999999999999999999`: `99999999999999999999` is beyond a 64-bit integer",
         &out,
     );
-    let mut inputs = write_inputs(&dir, 5);
+    let mut inputs = write_inputs(dir, 5);
     inputs[0] = "q=".into();
-    let o = run_graph(&dir, &inputs, "cpu", &out);
+    let o = run_graph(dir, &inputs, "cpu", &out);
     assert_user_error(&o, "--input `q=`: expected NAME=FILE.npy", &out);
 }
 

@@ -12,11 +12,13 @@ fn example() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/attention.json")
 }
 
-fn scratch(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("dvm-link-cli-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
+/// A fresh directory for one test, removed when the test ends (also
+/// when it fails).
+fn scratch(name: &str) -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix(&format!("dvm-link-cli-{name}-"))
+        .tempdir()
+        .unwrap()
 }
 
 fn ok(o: &Output) -> String {
@@ -74,8 +76,9 @@ fn first_kernel(path: &Path) -> String {
 
 #[test]
 fn link_then_objdump() {
-    let dir = scratch("ok");
-    let attn = compile(&dir, 100);
+    let dir_tmp = scratch("ok");
+    let dir = dir_tmp.path();
+    let attn = compile(dir, 100);
     let first = first_kernel(&attn);
     let symbol: String = first
         .chars()
@@ -87,7 +90,7 @@ fn link_then_objdump() {
             }
         })
         .collect();
-    let neg = small(&dir, "neg");
+    let neg = small(dir, "neg");
     let obj = dir.join("kernels.o");
     let image = dir.join("kernels.dvmb");
     let out = ok(&dvm()
@@ -154,14 +157,14 @@ fn link_then_objdump() {
         .unwrap());
     let dump = ok(&dvm().arg("objdump").arg(&x86).output().unwrap());
     assert!(dump.starts_with("x86_64 relocatable"), "{dump}");
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
 fn bad_link_input_is_a_user_error() {
-    let dir = scratch("bad");
-    let a100 = compile(&dir, 100);
-    let a64 = compile(&dir, 64);
+    let dir_tmp = scratch("bad");
+    let dir = dir_tmp.path();
+    let a100 = compile(dir, 100);
+    let a64 = compile(dir, 64);
     let out = dir.join("out.o");
     let link = |inputs: &[&Path]| {
         let o = dvm()
@@ -204,13 +207,13 @@ fn bad_link_input_is_a_user_error() {
         .unwrap();
     user_error(&o, &["mips"]);
     assert!(!out.exists());
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
 fn bad_objdump_input_is_a_user_error() {
-    let dir = scratch("objdump");
-    let neg = small(&dir, "neg");
+    let dir_tmp = scratch("objdump");
+    let dir = dir_tmp.path();
+    let neg = small(dir, "neg");
     // A module is not an ELF object.
     user_error(
         &dvm().arg("objdump").arg(&neg).output().unwrap(),
@@ -248,12 +251,12 @@ fn bad_objdump_input_is_a_user_error() {
         &dvm().arg("objdump").arg(&obj).output().unwrap(),
         &["k.o", "module"],
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
 fn memory_x_writes_both_files_or_nothing() {
-    let dir = scratch("memx");
+    let dir_tmp = scratch("memx");
+    let dir = dir_tmp.path();
     let out = dir.join("layout");
     ok(&dvm()
         .args([
@@ -297,13 +300,13 @@ fn memory_x_writes_both_files_or_nothing() {
         user_error(&o, &[culprit]);
         assert!(!bad.join("memory.x").exists() && !bad.join("link.x").exists());
     }
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
 fn a_failed_second_output_leaves_no_first_output() {
-    let dir = scratch("two-outputs");
-    let neg = small(&dir, "neg");
+    let dir_tmp = scratch("two-outputs");
+    let dir = dir_tmp.path();
+    let neg = small(dir, "neg");
     let obj = dir.join("kernels.o");
     let image = dir.join("missing-dir").join("kernels.dvmb");
     let o = link_with_image(&neg, &obj, &image);
@@ -311,7 +314,7 @@ fn a_failed_second_output_leaves_no_first_output() {
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains("kernels.dvmb"), "{err}");
     assert!(!obj.exists(), "the object was left behind");
-    assert!(temporaries(&dir).is_empty(), "{:?}", temporaries(&dir));
+    assert!(temporaries(dir).is_empty(), "{:?}", temporaries(dir));
 }
 
 /// `dvm link MODULE -o OBJ --image IMAGE`, run.
@@ -340,15 +343,16 @@ fn temporaries(dir: &Path) -> Vec<String> {
 /// renamed into place: exit 2, and the other output is not written.
 #[test]
 fn an_output_that_is_a_directory_leaves_the_other_unwritten() {
-    let dir = scratch("dir-output");
-    let neg = small(&dir, "neg");
+    let dir_tmp = scratch("dir-output");
+    let dir = dir_tmp.path();
+    let neg = small(dir, "neg");
     let obj = dir.join("kernels.o");
     let image = dir.join("image-dir");
     std::fs::create_dir(&image).unwrap();
     let o = link_with_image(&neg, &obj, &image);
     user_error(&o, &["image-dir", "is a directory"]);
     assert!(!obj.exists(), "the object was left behind");
-    assert!(temporaries(&dir).is_empty(), "{:?}", temporaries(&dir));
+    assert!(temporaries(dir).is_empty(), "{:?}", temporaries(dir));
 
     // memory-x: `link.x` is a directory, so `memory.x` is not written.
     let mx = dir.join("mx");
@@ -369,5 +373,4 @@ fn an_output_that_is_a_directory_leaves_the_other_unwritten() {
     let o = link_with_image(&neg, &obj, dir.join(".").join("kernels.o"));
     user_error(&o, &["kernels.o", "same file"]);
     assert!(!obj.exists(), "an output was written");
-    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -3,7 +3,7 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
 use dvm_isa::Module;
@@ -218,11 +218,13 @@ fn have_ld() -> bool {
     found
 }
 
-fn scratch(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("dvm-linker-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
+/// A fresh directory for one test, removed when the test ends (also
+/// when it fails).
+fn scratch(name: &str) -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix(&format!("dvm-linker-{name}-"))
+        .tempdir()
+        .unwrap()
 }
 
 /// A tiny firmware object: `_start` in `.text.boot` (a branch to itself),
@@ -278,7 +280,8 @@ fn gnu_ld_accepts_the_script_and_its_asserts_fire() {
     if !have_ld() {
         return;
     }
-    let dir = scratch("ld");
+    let dir_tmp = scratch("ld");
+    let dir = dir_tmp.path();
     let boot = dir.join("boot.o");
     std::fs::write(&boot, boot_object()).unwrap();
     let kernels = dir.join("kernels.o");
@@ -287,7 +290,7 @@ fn gnu_ld_accepts_the_script_and_its_asserts_fire() {
     std::fs::write(&kernels, write_object(&image, Arch::Aarch64).unwrap()).unwrap();
 
     let desc = DeviceDesc::default();
-    let out = ld(&dir, &desc, &[&boot, &kernels]);
+    let out = ld(dir, &desc, &[&boot, &kernels]);
     assert!(
         out.status.success(),
         "{}",
@@ -349,7 +352,7 @@ fn gnu_ld_accepts_the_script_and_its_asserts_fire() {
         stack_size: desc.ram_size,
         ..desc
     };
-    let out = ld(&dir, &big, &[&boot]);
+    let out = ld(dir, &big, &[&boot]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success());
     assert!(err.contains("dvm: firmware RAM too small"), "{err}");
@@ -358,7 +361,7 @@ fn gnu_ld_accepts_the_script_and_its_asserts_fire() {
         ub_size: 1000,
         ..desc
     };
-    let out = ld(&dir, &odd, &[&boot]);
+    let out = ld(dir, &odd, &[&boot]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success());
     assert!(
@@ -370,18 +373,17 @@ fn gnu_ld_accepts_the_script_and_its_asserts_fire() {
         stack_size: 1024,
         ..desc
     };
-    let err = String::from_utf8_lossy(&ld(&dir, &small, &[&boot]).stderr).into_owned();
+    let err = String::from_utf8_lossy(&ld(dir, &small, &[&boot]).stderr).into_owned();
     assert!(err.contains("_dvm_stack_size must be"), "{err}");
     // Too many cores.
     let many = DeviceDesc { cores: 9, ..desc };
-    let err = String::from_utf8_lossy(&ld(&dir, &many, &[&boot]).stderr).into_owned();
+    let err = String::from_utf8_lossy(&ld(dir, &many, &[&boot]).stderr).into_owned();
     assert!(err.contains("_dvm_cores must be 1 to 8"), "{err}");
     // A misaligned RAM origin.
     let odd = DeviceDesc {
         ram_base: desc.ram_base + 16,
         ..desc
     };
-    let err = String::from_utf8_lossy(&ld(&dir, &odd, &[&boot]).stderr).into_owned();
+    let err = String::from_utf8_lossy(&ld(dir, &odd, &[&boot]).stderr).into_owned();
     assert!(err.contains("RAM origin is not 4 KiB aligned"), "{err}");
-    let _ = std::fs::remove_dir_all(&dir);
 }

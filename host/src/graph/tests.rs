@@ -976,8 +976,8 @@ fn concrete_shapes_refuse_more_bytes_than_an_address_space() {
 
 #[test]
 fn json_constant_from_npy_file() {
-    let dir = std::env::temp_dir().join(format!("dvm-graph-json-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
     let t = crate::tensor::Tensor::from_f32(&[2, 2], &[1.0, 2.0, 3.0, 4.0]).unwrap();
     crate::npy::write(&dir.join("w.npy"), &t).unwrap();
     let text = r#"{"inputs": [{"name": "x", "dtype": "f32", "shape": ["S", 2]}],
@@ -991,19 +991,18 @@ fn json_constant_from_npy_file() {
     assert_eq!(g.shape_string(w), "[2, 2]");
     // A declared dtype or shape must agree with the file.
     let bad = text.replace(r#""file": "w.npy""#, r#""file": "w.npy", "dtype": "i32""#);
-    let e = Graph::from_json(&bad, &dir).unwrap_err().to_string();
+    let e = Graph::from_json(&bad, dir).unwrap_err().to_string();
     assert!(
         e.contains("node `w`") && e.contains("w.npy") && e.contains("expected dtype i32"),
         "{e}"
     );
     let bad = text.replace(r#""file": "w.npy""#, r#""file": "w.npy", "shape": [4]"#);
-    let e = Graph::from_json(&bad, &dir).unwrap_err().to_string();
+    let e = Graph::from_json(&bad, dir).unwrap_err().to_string();
     assert!(e.contains("node `w`") && e.contains("field `shape`"), "{e}");
     let e = Graph::from_json_file(&dir.join("missing.json"))
         .unwrap_err()
         .to_string();
     assert!(e.contains("missing.json"), "{e}");
-    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 #[test]

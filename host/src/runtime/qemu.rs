@@ -12,11 +12,11 @@
 use std::io::Read as _;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use dvm_isa::job::{parse_report, JobBuilder, Report, ReportError, Status};
 use object::{Object as _, ObjectSymbol as _};
+use tempfile::{Builder, TempDir};
 
 use super::session::{initial_bytes, Prepared, RunError, Runtime};
 use crate::sym::Bindings;
@@ -206,9 +206,9 @@ impl QemuDevice {
         if end > VIRT_RAM_LIMIT {
             return Err(QemuError::TooLarge(job.len() as u64));
         }
-        let dir = TempDir::new()?;
+        let dir = Builder::new().prefix("dvm-qemu-").tempdir()?;
         let (status, wall, stderr) = self.boot(&dir, end, Some(job), None)?;
-        let report = match std::fs::read(dir.0.join(REPORT_FILE)) {
+        let report = match std::fs::read(dir.path().join(REPORT_FILE)) {
             Ok(bytes) => parse_report(&bytes)?,
             Err(_) => {
                 let code = status.code();
@@ -235,7 +235,7 @@ impl QemuDevice {
     /// # Errors
     /// [`QemuError`] when QEMU cannot run or times out.
     pub fn selftest(&self, name: &str) -> Result<Option<Status>, QemuError> {
-        let dir = TempDir::new()?;
+        let dir = Builder::new().prefix("dvm-qemu-").tempdir()?;
         let (status, _, _) =
             self.boot(&dir, self.job_base, None, Some(&format!("selftest={name}")))?;
         Ok(status
@@ -256,7 +256,7 @@ impl QemuDevice {
         let mib = (ram_end - VIRT_RAM_BASE).div_ceil(1 << 20) + 16;
         let ram_mib = mib.clamp(128, (VIRT_RAM_LIMIT - VIRT_RAM_BASE) >> 20);
         let mut cmd = Command::new(&self.qemu);
-        cmd.current_dir(&dir.0)
+        cmd.current_dir(dir.path())
             .args(["-M", "virt", "-cpu", "cortex-a57", "-nographic"])
             .arg("-smp")
             .arg(self.cpus.to_string())
@@ -267,7 +267,7 @@ impl QemuDevice {
             .arg("-kernel")
             .arg(&self.firmware);
         if let Some(job) = job {
-            let job_path = dir.0.join("job.bin");
+            let job_path = dir.path().join("job.bin");
             std::fs::write(&job_path, job)?;
             cmd.arg("-device").arg(format!(
                 "loader,file={},addr={:#x},force-raw=on",
@@ -310,30 +310,6 @@ impl QemuDevice {
             let _ = e.read_to_string(&mut stderr);
         }
         Ok((status, wall, stderr))
-    }
-}
-
-/// A private temporary directory, removed on drop.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new() -> std::io::Result<TempDir> {
-        static NEXT: AtomicU64 = AtomicU64::new(0);
-        let n = NEXT.fetch_add(1, Ordering::Relaxed);
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.subsec_nanos());
-        let path =
-            std::env::temp_dir().join(format!("dvm-qemu-{}-{n}-{nanos}", std::process::id()));
-        std::fs::create_dir(&path)?;
-        Ok(TempDir(path))
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        // Best effort: a leftover temporary directory is harmless.
-        let _ = std::fs::remove_dir_all(&self.0);
     }
 }
 
