@@ -415,8 +415,48 @@ fn quick_broadcast(scope: &SymbolScope, a: &[Dim], b: &[Dim]) -> Option<Shape> {
     Some(out)
 }
 
+/// Most nodes of one extent's expression ([`Dim::size_up_to`]): beyond it
+/// a node's shape is refused rather than carried on. Every operation
+/// canonicalises its result's extents, at a cost that grows with their
+/// size (faster than linearly: bounds are taken of the arguments of every
+/// `min` and `max` inside), and an operator that uses an extent twice
+/// (a slice with a negative start and a non-negative end) doubles it
+/// along a chain of such operators: without a limit a graph of a few
+/// dozen operators could keep the compiler busy for hours. Real models'
+/// extents are a few dozen nodes; a chain of 250 slices and concats along
+/// one axis reaches this.
+pub(crate) const MAX_EXTENT_NODES: usize = 1024;
+
 /// Checks `op` over `args` and computes the result's dtype and shape.
+///
+/// # Errors
+///
+/// As the checks of each operator say, and [`GraphError::Invalid`] when an
+/// extent of the result's shape has more than [`MAX_EXTENT_NODES`] nodes.
 pub(crate) fn infer(
+    scope: &SymbolScope,
+    cx: &Ctx<'_>,
+    op: Op,
+    args: &[Arg],
+    dtype: Option<DType>,
+    shape: Option<&[Dim]>,
+) -> Result<Inferred, GraphError> {
+    let inferred = infer_op(scope, cx, op, args, dtype, shape)?;
+    for (axis, d) in inferred.2.iter().enumerate() {
+        let size = d.size_up_to(MAX_EXTENT_NODES);
+        if size > MAX_EXTENT_NODES {
+            return Err(cx.invalid(format!(
+                "the symbolic extent of axis {axis} grows beyond {MAX_EXTENT_NODES} terms \
+                 (a long chain of slices or concatenations along one axis?); declare \
+                 the inputs it comes from with concrete extents on that axis"
+            )));
+        }
+    }
+    Ok(inferred)
+}
+
+/// [`infer`] before its check of the result's extents.
+fn infer_op(
     scope: &SymbolScope,
     cx: &Ctx<'_>,
     op: Op,
@@ -679,11 +719,7 @@ pub(crate) fn infer(
                 if step < 1 {
                     return Err(cx.invalid(format!("axis {axis}: step must be >= 1, got {step}")));
                 }
-                let n = &a.shape[axis];
-                let lo = slice_bound(n, start);
-                let hi = slice_bound(n, end);
-                let len = (hi - lo).max(&Dim::ZERO);
-                let len = len
+                let len = slice_len(&a.shape[axis], start, end)
                     .div_ceil(step)
                     .map_err(|e| cx.invalid(format!("axis {axis}: {e}")))?;
                 s[axis] = canon(&len);
@@ -881,12 +917,34 @@ pub(crate) fn reduced_shape(shape: &[Dim], axes: &[usize], keepdims: bool) -> Sh
         .collect()
 }
 
-/// Python's clamped slice bound of `v` on an axis of extent `n`.
-fn slice_bound(n: &Dim, v: i64) -> Dim {
-    if v >= 0 {
-        Dim::val(v).min(n)
-    } else {
-        (n + v).max(&Dim::ZERO)
+/// The extent of Python's slice `start..end` (step 1) of an axis of
+/// extent `n >= 0`: both bounds count from the end when negative, then
+/// clamp to `0..=n`; `i64::MAX` is "to the end".
+///
+/// Written, where the bounds' signs allow, with `n` once: `min(e, n) −
+/// min(s, n)` spelt out would hold `n` twice, and a chain of slices of
+/// slices (each one's `n` the extent before) would double the expression
+/// at every step.
+fn slice_len(n: &Dim, start: i64, end: i64) -> Dim {
+    let (s, e) = (Dim::val(start), Dim::val(end));
+    let zero = &Dim::ZERO;
+    match (start >= 0, end >= 0) {
+        (true, true) if end <= start => Dim::ZERO,
+        // `n − min(s, n)`.
+        (true, true) if end == i64::MAX => (n - &s).max(zero),
+        // `min(e, n) − min(s, n)`, with `e > s`.
+        (true, true) => (&e - &s).min(&(n - &s).max(zero)),
+        // `max(n + e, 0) − min(s, n)`.
+        (true, false) => (n + &e - &s).max(zero),
+        // `n − max(n + s, 0)`.
+        (false, true) if end == i64::MAX => (-&s).min(n),
+        (false, true) => {
+            let lo = (n + &s).max(zero);
+            (e.min(n) - lo).max(zero)
+        }
+        (false, false) if end <= start => Dim::ZERO,
+        // `max(n + e, 0) − max(n + s, 0)`, with `e > s`.
+        (false, false) => (&e - &s).min(&(n + &e).max(zero)),
     }
 }
 

@@ -386,6 +386,75 @@ fn slices_are_symbolic() {
     }
 }
 
+#[test]
+fn symbolic_slices_follow_python_at_every_extent() {
+    let python = |n: i64, start: i64, end: i64, step: i64| {
+        let clamp = |v: i64| if v < 0 { (n + v).max(0) } else { v.min(n) };
+        let len = (clamp(end) - clamp(start)).max(0);
+        (len + step - 1) / step
+    };
+    let bounds = [-13, -5, -2, -1, 0, 1, 2, 5, 13, i64::MAX];
+    for &start in &bounds[..bounds.len() - 1] {
+        for &end in &bounds {
+            for step in [1, 2, 3] {
+                let mut g = Graph::new();
+                let s = g.symbol("S", 0, 100).unwrap();
+                let x = g.input("x", DType::F32, &[s.into()]).unwrap();
+                let y = g.slice(x, &[(0, start, end, step)]).unwrap();
+                g.output("y", y).unwrap();
+                for n in 0..16u64 {
+                    let bind = g.bind(&[("x", &[n])], &Bindings::new()).unwrap();
+                    let got = g.concrete_shapes(&bind).unwrap()[y.0][0];
+                    let want = python(n as i64, start, end, step);
+                    assert_eq!(
+                        got as i64,
+                        want,
+                        "{start}:{end}:{step} of {n}: {}",
+                        shape(&g, y)
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// `x[start:end]` of the previous value concatenated with `x`, `pairs`
+/// times, along the symbolic axis.
+fn slice_concat_chain(pairs: usize, start: i64, end: i64) -> Result<(Graph, NodeId), GraphError> {
+    let mut g = Graph::new();
+    let s = g.symbol("S", 1, 1 << 20).unwrap();
+    let x = g.input("x", DType::F32, &[s.into(), d(8)]).unwrap();
+    let mut cur = x;
+    for _ in 0..pairs {
+        let part = g.slice(cur, &[(0, start, end, 1)])?;
+        cur = g.concat(&[part, x], 0)?;
+    }
+    g.output("y", cur)?;
+    Ok((g, cur))
+}
+
+#[test]
+fn long_slice_chains_stay_small_or_are_refused() {
+    // Each slice's extent names the extent before it once: the expression
+    // grows by a few nodes per pair (it doubled per pair, and 14 pairs
+    // took seconds, 20 hours).
+    let (g, y) = slice_concat_chain(120, 2, i64::MAX).unwrap();
+    assert!(g[y].shape[0].size_up_to(1024) < 1024, "{}", shape(&g, y));
+    for n in [1u64, 2, 3, 7] {
+        let bind = g.bind(&[("x", &[n, 8])], &Bindings::new()).unwrap();
+        // Python: each pair keeps max(len - 2, 0) and appends n.
+        let want = (0..120).fold(n, |len, _| len.saturating_sub(2) + n);
+        assert_eq!(g.concrete_shapes(&bind).unwrap()[y.0][0], want, "n = {n}");
+    }
+    // A negative start with a non-negative end uses the extent twice: the
+    // expression doubles per pair, and is refused once it is too large.
+    let e = msg(slice_concat_chain(40, -5, 10));
+    assert!(
+        e.contains("grows beyond 1024 terms") && e.contains("(slice)"),
+        "{e}"
+    );
+}
+
 // ---- binding ------------------------------------------------------------------
 
 #[test]
