@@ -137,6 +137,23 @@ struct Inner {
     scratch: FuseScratch,
 }
 
+thread_local! {
+    /// The fusion pass's working memory of the last context this thread
+    /// dropped, for the next one it makes: its first decision then finds
+    /// its buffers grown (a new context's first flush spent about a sixth
+    /// of its decision growing them).
+    static SPARE_SCRATCH: std::cell::Cell<Option<FuseScratch>> =
+        const { std::cell::Cell::new(None) };
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        let scratch = std::mem::take(&mut self.scratch);
+        // (During thread teardown the slot may be gone: then it is dropped.)
+        let _ = SPARE_SCRATCH.try_with(|s| s.set(Some(scratch)));
+    }
+}
+
 /// Fusion decisions (decomposed graph and fusion plan) of recorded windows,
 /// keyed by the window's structure: operators, wiring, shapes, dtypes and
 /// which values leave it. Inputs and outputs are named by position, so a
@@ -353,7 +370,11 @@ impl Eager {
                 inputs: Vec::new(),
                 stats: EagerStats::default(),
                 decisions: DecisionCache::default(),
-                scratch: FuseScratch::default(),
+                scratch: SPARE_SCRATCH
+                    .try_with(std::cell::Cell::take)
+                    .ok()
+                    .flatten()
+                    .unwrap_or_default(),
             })),
         }
     }
