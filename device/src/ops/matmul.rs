@@ -550,7 +550,7 @@ pub(crate) fn matmul<I: MmIn, O: MmOut<I::A>, const NR: usize>(ub: &mut [u8], ar
 }
 
 /// [`matmul`] with its `b` panels (`NC / NR · KC` groups) and block
-/// accumulators (`MC · NC / NR`) in `bp` and `c`.
+/// accumulators (`MC · NC / NR`, zeroed) in `bp` and `c`.
 #[inline(always)]
 fn run<I: MmIn, O: MmOut<I::A>, const NR: usize>(
     ub: &mut [u8],
@@ -569,12 +569,17 @@ fn run<I: MmIn, O: MmOut<I::A>, const NR: usize>(
     let zero = I::A::default();
     let mut ap = [G([zero; MR]); MC / MR * KC];
     let cg = NC / NR;
+    // `c` comes zeroed: the first block need not clear it again.
+    let mut cleared = true;
     for j0 in (0..n).step_by(NC) {
         let nc = (n - j0).min(NC);
         for i0 in (0..m).step_by(MC) {
             let mc = (m - i0).min(MC);
             // Block accumulators: the old dst or zero.
-            c.fill(G([zero; NR]));
+            if !cleared {
+                c.fill(G([zero; NR]));
+            }
+            cleared = false;
             if accumulate {
                 for (i, crow) in c.chunks_exact_mut(cg).take(mc).enumerate() {
                     let o = (i0 + i) * n + j0;
