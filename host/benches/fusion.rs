@@ -870,7 +870,8 @@ fn eager_window_from([x, wt, bt, gt]: &[LazyTensor; 4], shift: usize) {
 /// `DVM_PRIM` picks the primitive window, `DVM_FAST` only the pass without
 /// reasons, `DVM_SWEEP` the sweep instead of the rules (without reasons), `DVM_PREP` decomposition + pass, `DVM_EAGER` the eager window
 /// in a fresh context each time (its decision and run, the medians of the
-/// decision and of the whole flush; `DVM_CORES` cores, default 1),
+/// decision and of the whole flush; `DVM_CORES` cores, default 1;
+/// `DVM_PAUSE_US` a sleep between the context's creation and its window),
 /// `DVM_ROTATE` new windows in used contexts (the window's nine other
 /// rotations after the first, in `DVM_CONTEXTS` contexts, default 20;
 /// `DVM_CORES` as above; `DVM_RULES` decides with the rules instead of
@@ -934,8 +935,15 @@ fn decision_loop() {
             .unwrap_or(1);
         let mut us = Vec::with_capacity(reps);
         let mut flush = Vec::with_capacity(reps);
+        let pause = std::env::var("DVM_PAUSE_US")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .map(std::time::Duration::from_micros);
         for _ in 0..reps {
             let ex = dvm_host::eager::Eager::new(cores);
+            if let Some(p) = pause {
+                std::thread::sleep(p);
+            }
             eager_window(&eager_inputs(&ex));
             let st = ex.stats();
             us.push(st.fuse_us);

@@ -359,6 +359,14 @@ impl Eager {
     /// [`FuseOptions::off`] to run one kernel per operation) and window
     /// length (at least 1).
     pub fn with_options(cores: usize, options: FuseOptions, window: usize) -> Eager {
+        let mut scratch = SPARE_SCRATCH
+            .try_with(std::cell::Cell::take)
+            .ok()
+            .flatten()
+            .unwrap_or_default();
+        if options.fuse {
+            warm_decision(&options, &mut scratch);
+        }
         Eager {
             inner: Rc::new(RefCell::new(Inner {
                 rt: Runtime::new(cores, 1024),
@@ -370,11 +378,7 @@ impl Eager {
                 inputs: Vec::new(),
                 stats: EagerStats::default(),
                 decisions: DecisionCache::default(),
-                scratch: SPARE_SCRATCH
-                    .try_with(std::cell::Cell::take)
-                    .ok()
-                    .flatten()
-                    .unwrap_or_default(),
+                scratch,
             })),
         }
     }
@@ -877,6 +881,42 @@ fn decide(inner: &mut Inner, graph: &mut Graph) -> Result<(Rc<Prepared>, f64), G
     Ok((p, us))
 }
 
+/// A small window of the operators eager code records: an element-wise
+/// chain with a broadcast operand, a softmax, a layer norm, a matmul with
+/// its epilogue and an RMS norm, two values leaving it.
+fn warm_window() -> Result<Graph, GraphError> {
+    let mut g = Graph::new();
+    let (rows, cols) = (Dim::val(24), Dim::val(64));
+    let x = g.input("i0", DType::F32, &[rows, cols.clone()])?;
+    let w = g.input("i1", DType::F32, &[cols.clone(), cols.clone()])?;
+    let v = g.input("i2", DType::F32, &[cols])?;
+    let a = g.binary(Opcode::Mul, x, x)?;
+    let b = g.binary(Opcode::Add, a, v)?;
+    let s = g.softmax(b, -1)?;
+    let n = g.layer_norm(s, v, v, 1e-5)?;
+    let m = g.matmul(n, w, false, false)?;
+    let e = g.binary(Opcode::Add, m, v)?;
+    let t = g.unary(Opcode::Tanh, e)?;
+    let y = g.binary(Opcode::Add, t, x)?;
+    let z = g.rms_norm(y, v, 1e-6)?;
+    g.output("o0", z)?;
+    g.output("o1", m)?;
+    Ok(g)
+}
+
+/// Decides and prepares [`warm_window`] with `options` in `scratch`, and
+/// throws the result away: a new context's first decision then finds the
+/// decision's code in the caches, its branches predicted and `scratch`
+/// grown, as [`crate::warm::warm_up`] does for the compiler. (A context's
+/// first decision took about twice as long as a new window's in a
+/// context that had run others.)
+fn warm_decision(options: &FuseOptions, scratch: &mut FuseScratch) {
+    if let Ok(g) = warm_window() {
+        std::hint::black_box(signature(&g));
+        let _ = std::hint::black_box(prepare(g, options, scratch, true));
+    }
+}
+
 /// The prepared window `graph`, decided over its recorded operators
 /// ([`FusionPlan::decide_recorded`]) and then decomposed, the decision
 /// mapped onto the decomposition; or, for a window that cannot be decided
@@ -1180,6 +1220,26 @@ fn signature(g: &Graph) -> (Vec<u64>, usize) {
 mod tests {
     use super::*;
     use crate::fuse::tests::generated_graph_rows;
+
+    /// The warm-up window goes the way a context's windows go: decided
+    /// over its recorded operators, then prepared, fused into fewer
+    /// kernels than operators.
+    #[test]
+    fn the_warm_up_window_takes_the_decision_path() {
+        let g = warm_window().expect("builds");
+        let ops = g.nodes().len() - 3;
+        let options = Eager::new(1).inner.borrow().options;
+        let mut scratch = FuseScratch::default();
+        let decided = FusionPlan::decide_recorded(&g, &options, &mut scratch);
+        assert!(matches!(decided, Some(Ok(_))));
+        let (p, _, kept) = prepare(g, &options, &mut scratch, true).expect("prepares");
+        assert!(kept.is_some(), "decided over the recorded operators");
+        let groups = p.fusion().clusters.len();
+        assert!(
+            groups > 0 && groups < ops,
+            "{groups} groups for {ops} operators"
+        );
+    }
 
     /// [`symbolic_decision`]'s claim: a window's decision, its spaces
     /// rewritten in the symbols of the copy of another window of its
