@@ -17,11 +17,13 @@ pub struct Staged {
 }
 
 /// An error of [`Staged`]: the destination it concerns and the I/O error.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
+#[error("cannot write {}: {source}", path.display())]
 pub struct StageError {
     /// The destination being written or renamed onto.
     pub path: PathBuf,
     /// What went wrong.
+    #[source]
     pub source: std::io::Error,
 }
 
@@ -96,5 +98,60 @@ impl Staged {
             })?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn names(dir: &Path) -> Vec<String> {
+        let mut v: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        v.sort();
+        v
+    }
+
+    #[test]
+    fn files_appear_together_or_not_at_all() {
+        let d = tempfile::tempdir().unwrap();
+        let (a, b) = (d.path().join("a.bin"), d.path().join("b.bin"));
+        let mut s = Staged::new();
+        s.stage(&a, b"one", None).unwrap();
+        s.stage(&b, b"two", None).unwrap();
+        // Staged, not yet in place: only the temporaries exist.
+        assert!(!a.exists() && !b.exists());
+        assert_eq!(names(d.path()).len(), 2);
+        s.commit().unwrap();
+        assert_eq!(names(d.path()), ["a.bin", "b.bin"]);
+        assert_eq!(std::fs::read(&a).unwrap(), b"one");
+
+        // A destination that cannot be written: an error naming it, and
+        // the file staged before it is gone with the staging.
+        let c = d.path().join("c.bin");
+        let bad = d.path().join("missing").join("d.bin");
+        let mut s = Staged::new();
+        s.stage(&c, b"three", None).unwrap();
+        let e = s.stage(&bad, b"four", None).unwrap_err();
+        assert_eq!(e.path, bad);
+        assert!(e.to_string().contains("missing/d.bin"), "{e}");
+        drop(s);
+        assert_eq!(names(d.path()), ["a.bin", "b.bin"]);
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn kept_permissions_are_applied() {
+        use std::os::unix::fs::PermissionsExt;
+        let d = tempfile::tempdir().unwrap();
+        let a = d.path().join("a.bin");
+        let mut s = Staged::new();
+        s.stage(&a, b"x", Some(&Permissions::from_mode(0o640)))
+            .unwrap();
+        s.commit().unwrap();
+        let mode = std::fs::metadata(&a).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o640);
     }
 }
