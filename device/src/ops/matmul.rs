@@ -24,12 +24,15 @@ pub(crate) const MR: usize = 8;
 /// registers. Handlers compiled for AVX-512 use [`NR_WIDE`].
 pub(crate) const NR: usize = 8;
 /// Micro-kernel columns for AVX-512 (`f32`: [`Acc::kernel_fast`]): each
-/// accumulator row one 16-lane register, and each depth step one load of
-/// `b`, eight broadcasts of `a`, eight multiplies and eight adds. (Over
-/// [`NR`] the compiler paired two rows per register and spent a permute
-/// per pair and step; left to itself over 16 columns it vectorised along
-/// the depth and ran 17× slower, hence the hand-written kernel.)
-pub(crate) const NR_WIDE: usize = 16;
+/// accumulator row two 16-lane registers (sixteen in all), and each depth
+/// step two loads of `b`, eight broadcasts of `a`, sixteen multiplies and
+/// sixteen adds. (Without fused multiply-adds, which would change the
+/// bits, a step of the 8 × 16 kernel paid nine loads for sixteen
+/// arithmetic instructions and ran load-bound; over [`NR`] the compiler
+/// paired two rows per register and spent a permute per pair and step;
+/// left to itself over 16 columns it vectorised along the depth and ran
+/// 17× slower, hence the hand-written kernel.)
+pub(crate) const NR_WIDE: usize = 32;
 /// Output block rows. On the AI-CPU firmware (aarch64) the blocks are
 /// 32 × 32 to fit its 64 KiB stack.
 #[cfg(target_arch = "aarch64")]
@@ -100,7 +103,7 @@ impl Acc for f32 {
             unsafe {
                 let bp = &*(bp as *const [G<f32, NR>] as *const [G<f32, NR_WIDE>]);
                 let c = &mut *(c as *mut [G<f32, NR>] as *mut [G<f32, NR_WIDE>]);
-                wide::kernel_8x16(ap, bp, c);
+                wide::kernel_8x32(ap, bp, c);
             }
             return true;
         }
@@ -125,24 +128,38 @@ mod wide {
     /// # Safety
     /// The CPU must support AVX-512 F.
     #[target_feature(enable = "avx512f")]
-    pub(super) unsafe fn kernel_8x16(
+    pub(super) unsafe fn kernel_8x32(
         ap: &[G<f32, MR>],
         bp: &[G<f32, NR_WIDE>],
         c: &mut [G<f32, NR_WIDE>],
     ) {
-        let mut acc: [__m512; MR] = [_mm512_setzero_ps(); MR];
+        const _: () = assert!(NR_WIDE == 32);
+        let mut lo: [__m512; MR] = [_mm512_setzero_ps(); MR];
+        let mut hi: [__m512; MR] = [_mm512_setzero_ps(); MR];
         for (a, b) in ap.iter().zip(bp) {
-            // SAFETY: `b.0` holds `NR_WIDE` (16) `f32`s.
-            let bv = unsafe { _mm512_loadu_ps(b.0.as_ptr()) };
-            for (r, &av) in acc.iter_mut().zip(a.0.iter()) {
-                *r = _mm512_add_ps(*r, _mm512_mul_ps(_mm512_set1_ps(av), bv));
+            // SAFETY: `b.0` holds `NR_WIDE` (32) `f32`s: two vectors.
+            let (b0, b1) = unsafe {
+                (
+                    _mm512_loadu_ps(b.0.as_ptr()),
+                    _mm512_loadu_ps(b.0.as_ptr().add(16)),
+                )
+            };
+            for ((l, h), &av) in lo.iter_mut().zip(hi.iter_mut()).zip(a.0.iter()) {
+                let av = _mm512_set1_ps(av);
+                *l = _mm512_add_ps(*l, _mm512_mul_ps(av, b0));
+                *h = _mm512_add_ps(*h, _mm512_mul_ps(av, b1));
             }
         }
-        for (row, r) in c.iter_mut().step_by(NC / NR_WIDE).zip(acc) {
-            // SAFETY: `row.0` holds 16 `f32`s, read then written.
+        for (row, (l, h)) in c
+            .iter_mut()
+            .step_by(NC / NR_WIDE)
+            .zip(lo.into_iter().zip(hi))
+        {
+            let p = row.0.as_mut_ptr();
+            // SAFETY: `row.0` holds 32 `f32`s, read then written.
             unsafe {
-                let old = _mm512_loadu_ps(row.0.as_ptr());
-                _mm512_storeu_ps(row.0.as_mut_ptr(), _mm512_add_ps(old, r));
+                _mm512_storeu_ps(p, _mm512_add_ps(_mm512_loadu_ps(p), l));
+                _mm512_storeu_ps(p.add(16), _mm512_add_ps(_mm512_loadu_ps(p.add(16)), h));
             }
         }
     }
@@ -193,7 +210,7 @@ pub(crate) trait MmIn: Pod {
                 *d = x.load();
             }
         }
-        // SAFETY: `fast_depths` checked AVX, `W ∈ {8, 16}` and 4-byte
+        // SAFETY: `fast_depths` checked AVX, `W ∈ {8, 16, 32}` and 4-byte
         // accumulators (moved as `f32` bit patterns, which the shuffles
         // keep); the block's `W` rows, `KC` apart, hold `depths ≤ KC`
         // values each.
@@ -207,7 +224,7 @@ pub(crate) trait MmIn: Pod {
 /// are none; [`fast_depths`] is then 0).
 ///
 /// # Safety
-/// When `depths > 0`: the CPU has AVX, `W` is 8 or 16, `depths ≤
+/// When `depths > 0`: the CPU has AVX, `W` is 8, 16 or 32, `depths ≤
 /// panel.len()` is a multiple of 8, `A` is 4 bytes, and the `W` runs of
 /// `depths` values at `src` are readable and apart from `panel`.
 #[inline(always)]
@@ -239,7 +256,7 @@ unsafe fn transpose_runs<A, const W: usize>(
 /// How many leading depths (a multiple of 8) [`MmIn::pack_fast`] packs for
 /// a panel of `W` runs of `kc` values in a source of `len` elements with
 /// the runs `stride` apart: all full groups of 8 where the CPU has AVX,
-/// `W` is 8 or 16, accumulators are 4 bytes and every run lies inside the
+/// `W` is 8, 16 or 32, accumulators are 4 bytes and every run lies inside the
 /// source; 0 otherwise (and on other targets).
 #[inline(always)]
 fn fast_depths<A, const W: usize>(len: usize, stride: usize, kc: usize) -> usize {
@@ -249,7 +266,7 @@ fn fast_depths<A, const W: usize>(len: usize, stride: usize, kc: usize) -> usize
             .checked_mul(stride)
             .and_then(|o| o.checked_add(kc))
             .is_some_and(|end| end <= len);
-        if (W == 8 || W == 16)
+        if (W == 8 || W == 16 || W == 32)
             && core::mem::size_of::<A>() == 4
             && fits
             && std::arch::is_x86_feature_detected!("avx")
@@ -301,7 +318,7 @@ impl MmIn for f32 {
     #[inline(always)]
     fn pack_fast<const W: usize>(src: &[f32], stride: usize, panel: &mut [G<f32, W>]) -> usize {
         let depths = fast_depths::<f32, W>(src.len(), stride, panel.len());
-        // SAFETY: `fast_depths` checked AVX, `W ∈ {8, 16}` and that rows
+        // SAFETY: `fast_depths` checked AVX, `W ∈ {8, 16, 32}` and that rows
         // `0..W`, `stride` apart, hold depths `0..depths` inside `src`.
         unsafe { transpose_runs(src.as_ptr(), stride, depths, panel) };
         depths

@@ -400,7 +400,7 @@ fn cast_handler(simd: Simd, from: DType, to: DType) -> Handler {
 
 /// The matmul handler for an (input, output) pair allowed by the verifier.
 fn matmul_handler(simd: Simd, dt: DType, out: DType) -> Option<Handler> {
-    // AVX-512 copies take 16-column micro-tiles (`matmul::NR_WIDE`); other
+    // AVX-512 copies take 32-column micro-tiles (`matmul::NR_WIDE`); other
     // targets (the aarch64 firmware) never build them.
     macro_rules! nr {
         ($i:ty, $o:ty) => {{
