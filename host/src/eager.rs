@@ -357,7 +357,9 @@ impl Eager {
 
     /// A context with the given fusion options (use
     /// [`FuseOptions::off`] to run one kernel per operation) and window
-    /// length (at least 1).
+    /// length (at least 1). With fusion on, it decides a small warm-up
+    /// window first and throws the result away (a few tens of µs), so that
+    /// the first window's decision finds its code warm.
     pub fn with_options(cores: usize, options: FuseOptions, window: usize) -> Eager {
         let mut scratch = SPARE_SCRATCH
             .try_with(std::cell::Cell::take)
