@@ -499,6 +499,17 @@ impl Graph {
                     }
                     (None, Some(f)) => {
                         let path = base_dir.join(&f);
+                        // A weight is a file: a FIFO would block the read
+                        // until something writes to it, a device never end.
+                        if let Ok(m) = std::fs::metadata(&path) {
+                            if !m.is_file() {
+                                return Err(err(
+                                    &at,
+                                    Some("file"),
+                                    format!("`{f}` is not a regular file"),
+                                ));
+                            }
+                        }
                         let t = match dt {
                             Some(d) => crate::npy::read_as(&path, d),
                             None => crate::npy::read(&path),

@@ -1044,6 +1044,31 @@ fn concrete_shapes_refuse_more_bytes_than_an_address_space() {
 }
 
 #[test]
+fn json_constants_must_be_regular_files() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let text = r#"{"nodes": [{"name": "w", "op": "constant", "file": "w.npy"}],
+      "outputs": ["w"]}"#;
+    // A directory, and (where `mkfifo` exists) a FIFO nobody writes to,
+    // which reading would wait on for ever.
+    std::fs::create_dir(dir.join("w.npy")).unwrap();
+    let e = Graph::from_json(text, dir).unwrap_err().to_string();
+    assert!(
+        e.contains("node `w`") && e.contains("`w.npy` is not a regular file"),
+        "{e}"
+    );
+    std::fs::remove_dir(dir.join("w.npy")).unwrap();
+    let fifo = std::process::Command::new("mkfifo")
+        .arg(dir.join("w.npy"))
+        .status()
+        .is_ok_and(|s| s.success());
+    if fifo {
+        let e = Graph::from_json(text, dir).unwrap_err().to_string();
+        assert!(e.contains("`w.npy` is not a regular file"), "{e}");
+    }
+}
+
+#[test]
 fn json_constant_from_npy_file() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
