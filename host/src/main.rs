@@ -517,6 +517,16 @@ fn run(cli: Cli) -> Result<(), Failure> {
 }
 
 fn main() -> ExitCode {
+    // Output into a pipe that was closed (`dvm demo | head -1`) ends the
+    // process quietly, as it ends other Unix tools, rather than as a
+    // panic in `println!` (Rust's runtime ignores SIGPIPE by default).
+    #[cfg(target_os = "linux")]
+    // SAFETY: sets a signal's disposition to the system default, first
+    // thing in `main`, before any other thread exists or any handler was
+    // installed; no Rust state depends on SIGPIPE being ignored.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
     match run(Cli::parse()) {
         Ok(()) => ExitCode::SUCCESS,
         Err(Failure(msg, code)) => {

@@ -915,3 +915,28 @@ fn demo_lengths_out_of_range_are_refused() {
         assert!(err.contains(needle), "{args:?}: {err}");
     }
 }
+
+/// A reader that goes away (`dvm demo | head -1`) ends `dvm` quietly, as
+/// it ends other Unix tools: no panic, no backtrace.
+#[cfg(target_os = "linux")]
+#[test]
+fn a_closed_output_pipe_ends_quietly() {
+    use std::io::{BufRead, BufReader};
+    use std::process::Stdio;
+    let mut child = dvm()
+        .arg("demo")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut first = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut first)
+        .unwrap();
+    assert!(first.starts_with("dvm demo"), "{first}");
+    // The reader is dropped: the demo's next line meets a closed pipe.
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert_ne!(out.status.code(), Some(101), "{stderr}");
+}
