@@ -586,17 +586,15 @@ fn run<I: MmIn, O: MmOut<I::A>, const NR: usize>(
     let zero = I::A::default();
     let mut ap = [G([zero; MR]); MC / MR * KC];
     let cg = NC / NR;
-    // `c` comes zeroed: the first block need not clear it again.
-    let mut cleared = true;
     for j0 in (0..n).step_by(NC) {
         let nc = (n - j0).min(NC);
         for i0 in (0..m).step_by(MC) {
             let mc = (m - i0).min(MC);
-            // Block accumulators: the old dst or zero.
-            if !cleared {
+            // Block accumulators: the old dst or zero (`c` comes zeroed for
+            // the first block).
+            if (i0, j0) != (0, 0) {
                 c.fill(G([zero; NR]));
             }
-            cleared = false;
             if accumulate {
                 for (i, crow) in c.chunks_exact_mut(cg).take(mc).enumerate() {
                     let o = (i0 + i) * n + j0;

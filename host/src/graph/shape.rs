@@ -415,7 +415,7 @@ fn quick_broadcast(scope: &SymbolScope, a: &[Dim], b: &[Dim]) -> Option<Shape> {
     Some(out)
 }
 
-/// Most nodes of one extent's expression ([`Dim::size_up_to`]): beyond it
+/// Most nodes of one extent's expression ([`Dim::size`]): beyond it
 /// a node's shape is refused rather than carried on. Every operation
 /// canonicalises its result's extents, at a cost that grows with their
 /// size (faster than linearly: bounds are taken of the arguments of every
@@ -443,8 +443,7 @@ pub(crate) fn infer(
 ) -> Result<Inferred, GraphError> {
     let inferred = infer_op(scope, cx, op, args, dtype, shape)?;
     for (axis, d) in inferred.2.iter().enumerate() {
-        let size = d.size_up_to(MAX_EXTENT_NODES);
-        if size > MAX_EXTENT_NODES {
+        if d.size() > MAX_EXTENT_NODES {
             return Err(cx.invalid(format!(
                 "the symbolic extent of axis {axis} grows beyond {MAX_EXTENT_NODES} terms \
                  (a long chain of slices or concatenations along one axis?); declare \

@@ -148,32 +148,6 @@ impl Dim {
         contains(&self.0, sym)
     }
 
-    /// The number of nodes of this dimension's expression tree (a constant
-    /// or a symbol is 1, an operation 1 plus its arguments'), counted up
-    /// to `limit`: the answer is at most `limit + 1`, so a huge tree costs
-    /// no more than a small one to measure.
-    pub fn size_up_to(&self, limit: usize) -> usize {
-        fn walk(n: &Node, left: &mut usize) {
-            if *left == 0 {
-                return;
-            }
-            *left -= 1;
-            let kids: &[Node] = match n {
-                Node::Val(_) | Node::Sym(_) => &[],
-                Node::Add(xs) | Node::Min(xs) | Node::Max(xs) => xs,
-                Node::Mul(p) => &p.fs,
-                Node::Div(x, _) | Node::Rem(x, _) => std::slice::from_ref(&**x),
-            };
-            for k in kids {
-                walk(k, left);
-            }
-        }
-        let budget = limit.saturating_add(1);
-        let mut left = budget;
-        walk(&self.0, &mut left);
-        budget - left
-    }
-
     /// Floor division by the positive constant `divisor` (rounds toward −∞).
     ///
     /// # Errors
