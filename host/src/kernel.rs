@@ -68,7 +68,10 @@ pub struct KernelInfo {
     pub tile: (u64, u64),
     /// Tiles over all bodies.
     pub tiles: u64,
-    /// Bytes the kernel reads from and writes to global memory per launch.
+    /// Bytes the kernel reads from and writes to global memory per launch:
+    /// each operand's distinct elements once (a broadcast operand at its
+    /// own size), and for a matmul its operands once per tile that reads
+    /// them.
     pub bytes_moved: u64,
     /// Byte range of the name within the module.
     name: (usize, usize),

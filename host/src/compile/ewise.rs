@@ -124,7 +124,7 @@ pub(super) fn compile_into(
         .iter()
         .chain(group.outputs.iter().map(|(_, v)| v))
         .fold(0u64, |acc, v| {
-            acc.saturating_add(v.numel().saturating_mul(v.dtype.size() as u64))
+            acc.saturating_add(v.distinct_numel().saturating_mul(v.dtype.size() as u64))
         });
     Ok(Summary {
         kind,

@@ -266,7 +266,9 @@ pub(super) fn compile_into(
             group.inputs[2..]
                 .iter()
                 .chain(group.outputs.iter().map(|(_, v)| v))
-                .fold(0u64, |acc, v| acc.saturating_add(io(v.dtype, v.numel()))),
+                .fold(0u64, |acc, v| {
+                    acc.saturating_add(io(v.dtype, v.distinct_numel()))
+                }),
         );
     Ok(Summary {
         kind,

@@ -101,6 +101,40 @@ fn broadcast_add_with_tails() {
     }
 }
 
+/// A broadcast operand's bytes count once in a kernel's traffic, as a
+/// copy of it would move them: a `[cols]` bias added to `rows × cols` rows
+/// moves the rows twice (in, out) and the bias once, however many rows.
+#[test]
+fn broadcast_operands_count_once_in_bytes_moved() {
+    for &(rows, cols) in &[(1u64, 768u64), (21, 768), (4096, 768), (3, 5)] {
+        let x = f32v(&[rows, cols]);
+        let bias = f32v(&[cols]).broadcast_to(&[rows, cols]).unwrap();
+        assert_eq!(bias.distinct_numel(), cols);
+        assert_eq!(bias.numel(), rows * cols);
+        let group = Group {
+            kind: GroupKind::Elementwise {
+                shape: vec![rows, cols],
+            },
+            inputs: vec![x.clone(), bias],
+            nodes: vec![
+                (Node::Input(0), DType::F32),
+                (Node::Input(1), DType::F32),
+                (Node::Binary(Opcode::Add, 0, 1), DType::F32),
+            ],
+            outputs: vec![(2, x)],
+        };
+        let compiled = compile(&group, "k", &Target::default()).expect("compiles");
+        assert_eq!(
+            compiled.bytes_moved,
+            4 * (2 * rows * cols + cols),
+            "{rows}x{cols}"
+        );
+    }
+    // A view with an empty dimension addresses nothing, broadcast or not.
+    let empty = f32v(&[0, 7]).broadcast_to(&[3, 0, 7]).unwrap();
+    assert_eq!(empty.distinct_numel(), 0);
+}
+
 #[test]
 fn transposed_input_is_a_strided_load() {
     let (r, c) = (37u64, 29u64);

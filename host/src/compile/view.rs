@@ -43,6 +43,23 @@ impl View {
         self.shape.iter().product()
     }
 
+    /// Number of distinct buffer elements the view reads or writes: its
+    /// elements with every broadcast (stride-0) dimension counted once. A
+    /// kernel's traffic statistics count these, so a `[768]` bias
+    /// broadcast over `S` rows is 768 elements, not `S · 768` (the bytes a
+    /// copy of the operand would move). Saturating, as [`View::numel`]'s
+    /// callers' statistics are.
+    pub fn distinct_numel(&self) -> u64 {
+        if self.shape.contains(&0) {
+            return 0;
+        }
+        self.shape
+            .iter()
+            .zip(&self.strides)
+            .filter(|&(_, &st)| st != 0)
+            .fold(1u64, |acc, (&ext, _)| acc.saturating_mul(ext))
+    }
+
     /// This view broadcast (NumPy rules, aligned at the right) to `shape`:
     /// missing leading dimensions and dimensions of extent 1 get stride 0.
     /// Returns `None` when the shapes are not broadcast-compatible.
