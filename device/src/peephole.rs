@@ -11,7 +11,16 @@
 //! again for the next tile, so `t` must be overwritten (or the kernel end)
 //! before any read, scanning to the end of the body and on from its start.
 //!
-//! A second sweep fuses a softmax's middle: `x − v[r]` (a fused pair),
+//! `brcrow t ← v` followed by a binary op reading `t` is the same with a
+//! row (a norm's weight and bias, one row of a `[cols]` input, applied to
+//! every row of the tile): [`crate::ops::binary_row_handler`].
+//!
+//! A binary op whose result a sum along the columns reads next (a norm's
+//! sum of squares, a residual add before a norm's mean) becomes one
+//! handler that folds each row right after writing it, while it is in L1
+//! ([`crate::ops::binary_sum_cols_handler`]); it writes what the pair did.
+//!
+//! Another sweep fuses a softmax's middle: `x − v[r]` (a fused pair),
 //! `exp` in place, and the sum along columns of the result become one
 //! handler ([`crate::ops::col_exp_sum_handler`]) that works a row at a
 //! time while it is in L1: one pass over the tile instead of three. It
@@ -23,8 +32,8 @@
 use dvm_isa::DType;
 
 use crate::ops::{
-    binary_col_handler, col_exp_sum_gm_handler, col_exp_sum_handler, col_exp_sum_row_handler,
-    BinKind, Footprint, Peep, Simd, UbArgs, UbOp,
+    binary_col_handler, binary_row_handler, binary_sum_cols_handler, col_exp_sum_gm_handler,
+    col_exp_sum_handler, col_exp_sum_row_handler, BinKind, Footprint, Peep, Simd, UbArgs, UbOp,
 };
 use crate::predecode::VInstr;
 
@@ -96,11 +105,17 @@ fn dead(t: (u32, u32), after: &[VInstr], before: &[VInstr]) -> bool {
     true
 }
 
-/// The fused op for `brc` (a `brccol`) then `bin` (a binary op), if `bin`
-/// reads the broadcast tile as exactly one operand and the column is
-/// disjoint from its destination.
+/// The fused op for `brc` (a `brccol` or a `brcrow`) then `bin` (a binary
+/// op), if `bin` reads the broadcast tile as exactly one operand and the
+/// broadcast vector is disjoint from its destination. Returns it and the
+/// broadcast tile's range.
 fn fuse(brc: &UbOp, bin: &UbOp, simd: Simd) -> Option<(UbOp, (u32, u32))> {
-    let (Peep::BroadcastCol(bdt), Peep::Binary(op, dt)) = (brc.peep, bin.peep) else {
+    let (by_col, bdt) = match brc.peep {
+        Peep::BroadcastCol(d) => (true, d),
+        Peep::BroadcastRow(d) => (false, d),
+        _ => return None,
+    };
+    let Peep::Binary(op, dt) = bin.peep else {
         return None;
     };
     let size = dt.size();
@@ -109,15 +124,17 @@ fn fuse(brc: &UbOp, bin: &UbOp, simd: Simd) -> Option<(UbOp, (u32, u32))> {
     }
     let (rows, cols) = (brc.args.n, brc.args.cols);
     let elems = rows.checked_mul(cols)?;
-    if bin.args.n != elems || cols < 2 {
+    // A column of `rows` or a row of `cols`, broadcast to the tile.
+    let (vec_len, min_len) = if by_col { (rows, cols) } else { (cols, rows) };
+    if bin.args.n != elems || min_len < 2 {
         return None;
     }
     let bytes = elems.checked_mul(size)?;
     let t = brc.args.dst;
     let tr = (t, t.checked_add(bytes)?);
     let v = brc.args.a;
-    let vr = (v, v.checked_add(rows.checked_mul(size)?)?);
-    let (col_first, other) = match (bin.args.a == t, bin.args.b == t) {
+    let vr = (v, v.checked_add(vec_len.checked_mul(size)?)?);
+    let (vec_first, other) = match (bin.args.a == t, bin.args.b == t) {
         (true, false) => (true, bin.args.b),
         (false, true) => (false, bin.args.a),
         _ => return None,
@@ -127,7 +144,14 @@ fn fuse(brc: &UbOp, bin: &UbOp, simd: Simd) -> Option<(UbOp, (u32, u32))> {
     if overlaps(vr, dr) {
         return None;
     }
-    let handler = binary_col_handler(simd, op, dt, col_first)?;
+    let (handler, peep) = if by_col {
+        (
+            binary_col_handler(simd, op, dt, vec_first)?,
+            Peep::BinaryCol(op, dt, vec_first),
+        )
+    } else {
+        (binary_row_handler(simd, op, dt, vec_first)?, Peep::None)
+    };
     let fused = UbOp {
         handler,
         args: UbArgs {
@@ -139,7 +163,7 @@ fn fuse(brc: &UbOp, bin: &UbOp, simd: Simd) -> Option<(UbOp, (u32, u32))> {
             ..UbArgs::default()
         },
         gm: None,
-        peep: Peep::BinaryCol(op, dt, col_first),
+        peep,
         from_gm: None,
         from_gm_row: None,
         foot: Footprint {
@@ -195,6 +219,47 @@ fn fuse_exp_sum(bc: &UbOp, exp: &UbOp, sum: &UbOp, simd: Simd) -> Option<UbOp> {
         // any later liveness scan more conservative, never less (it is
         // built after the pair scans of this body).
         foot: bc.foot,
+    })
+}
+
+/// The superinstruction for `bin` (a binary op into tile `t`) then `sum`
+/// (a sum along the columns of exactly `t`), if the sums lie apart from
+/// `t` and from the binary op's sources (`ops::tile2d::binary_fold_cols`).
+/// It writes what the pair did, so no liveness condition applies.
+fn fuse_binary_sum(bin: &UbOp, sum: &UbOp, simd: Simd) -> Option<UbOp> {
+    let (Peep::Binary(op, dt), Peep::SumCols(sdt)) = (bin.peep, sum.peep) else {
+        return None;
+    };
+    let (rows, cols) = (sum.args.n, sum.args.cols);
+    let elems = rows.checked_mul(cols)?;
+    if sdt != dt || sum.args.a != bin.args.dst || bin.args.n != elems {
+        return None;
+    }
+    let size = dt.size();
+    let span = |at: u32, n: u32| Some((at, at.checked_add(n.checked_mul(size)?)?));
+    let vr = span(sum.args.dst, rows)?;
+    for at in [bin.args.dst, bin.args.a, bin.args.b] {
+        if overlaps(vr, span(at, elems)?) {
+            return None;
+        }
+    }
+    let handler = binary_sum_cols_handler(simd, op, dt)?;
+    Some(UbOp {
+        handler,
+        args: UbArgs {
+            c: sum.args.dst,
+            n: rows,
+            cols,
+            ..bin.args
+        },
+        gm: None,
+        peep: Peep::None,
+        from_gm: None,
+        from_gm_row: None,
+        // It also writes the sums: as for the softmax superinstruction,
+        // leaving them out of `write` only makes later scans more
+        // conservative.
+        foot: bin.foot,
     })
 }
 
@@ -262,6 +327,12 @@ pub(crate) fn fuse_body(
             .iter()
             .all(|&(s, e)| code.get(s..e).is_some_and(|o| written_first(o, t)));
         (elsewhere && dead(t, &code[r + 2..end], &code[to..w])).then_some(VInstr::Ub(fused))
+    });
+    // Each binary op whose result a sum along columns reads next
+    // ([`fuse_binary_sum`]).
+    let end = sweep::<2>(code, (to, end), to, |code, r, _| match code.get(r..r + 2) {
+        Some([VInstr::Ub(a), VInstr::Ub(b)]) => fuse_binary_sum(a, b, simd).map(VInstr::Ub),
+        _ => None,
     });
     // Each `binary_col; exp; sum` run ([`fuse_exp_sum`]).
     let end = sweep::<3>(code, (to, end), to, |code, r, _| match code.get(r..r + 3) {

@@ -599,3 +599,211 @@ fn a_scaled_tile_read_after_its_store_keeps_the_mul() {
     assert_eq!(fused, plain);
     assert_eq!(nf, np - 1, "only the broadcast pair fuses");
 }
+
+/// Runs kernel 0 with the peephole on or off over `inputs` and outputs of
+/// `out_lens` bytes: the outputs and the instruction count.
+fn run_io(bytes: &[u8], inputs: &[&Buf], out_lens: &[usize], peephole: bool) -> (Vec<Buf>, usize) {
+    let m = Module::parse(bytes).unwrap();
+    let vk = verify_kernel(&m, 0, &DeviceLimits::DEFAULT).unwrap();
+    let mut prog: Program = Program::empty();
+    prog.set_peephole(peephole);
+    prog.predecode(&vk).unwrap();
+    let mut out: Vec<Buf> = out_lens.iter().map(|&l| Buf::zeroed(l)).collect();
+    let mut gm: Vec<GmBuf<'_>> = inputs
+        .iter()
+        .map(|b| GmBuf::from_slice(b.bytes()))
+        .collect();
+    gm.extend(out.iter_mut().map(|b| GmBuf::from_mut_slice(b.bytes_mut())));
+    let launch = Launch::new(&vk, gm).unwrap();
+    let mut ub = ub();
+    run_all_blocks_sequentially(&prog, &launch, 2, ub.as_mut_slice()).unwrap();
+    drop(launch);
+    (out, prog.instr_count())
+}
+
+/// Random elements of `dt` for a buffer of `n`.
+fn random(dt: DType, n: usize, rng: &mut Rng) -> Buf {
+    match dt {
+        DType::F32 => Buf::from_f32(&rng.f32s(n, -3.0, 3.0)),
+        DType::I32 => Buf::from_i32(
+            &(0..n)
+                .map(|_| (rng.next() % 2001) as i32 - 1000)
+                .collect::<Vec<_>>(),
+        ),
+        _ => Buf::from_u16(
+            &(0..n)
+                .map(|_| half::f16::from_f32(rng.f32(0.5, 3.0)).to_bits())
+                .collect::<Vec<_>>(),
+        ),
+    }
+}
+
+/// `brcrow t ← g` (one row of a `[cols]` input, as the compiler loads a
+/// norm's weight) then a binary op reading `t`: one handler when `t` is
+/// dead afterwards, the same bytes as the pair either way.
+#[test]
+fn fused_row_broadcast_ops_match_the_pair() {
+    let ops: [(&str, Op); 6] = [
+        ("x * t", |dt, dst, a, b, n| Instr::Mul { dt, dst, a, b, n }),
+        ("x + t", |dt, dst, a, b, n| Instr::Add { dt, dst, a, b, n }),
+        ("t - x", |dt, dst, a, b, n| Instr::Sub {
+            dt,
+            dst,
+            a: b,
+            b: a,
+            n,
+        }),
+        ("x / t", |dt, dst, a, b, n| Instr::Div { dt, dst, a, b, n }),
+        ("max", |dt, dst, a, b, n| Instr::Max { dt, dst, a, b, n }),
+        ("t min x", |dt, dst, a, b, n| Instr::Min {
+            dt,
+            dst,
+            a: b,
+            b: a,
+            n,
+        }),
+    ];
+    let mut rng = Rng(11);
+    for dt in [DType::F32, DType::F16, DType::I32] {
+        for (rows, cols, total) in [(4u32, 96u32, 10u32), (3, 7, 3), (8, 256, 20), (1, 64, 3)] {
+            let l = Layout::new(dt, (rows, cols, total));
+            let s = dt.size();
+            // UB: x, then the row g, then the broadcast tile t.
+            let g_at = l.tile.next_multiple_of(64);
+            let t_at = (g_at + cols * s).next_multiple_of(64);
+            let n = (total * cols) as usize;
+            let x = random(dt, n, &mut rng);
+            let g = random(dt, cols as usize, &mut rng);
+            let len = n * s as usize;
+            for (what, op) in ops {
+                for store_t in [false, true] {
+                    let mut params = vec![(dt, R), (dt, R), (dt, W)];
+                    let mut code = vec![
+                        l.bx(0, l.x).load_fill(dvm_isa::Scalar(0)),
+                        GmBox::new(dt, 1, 1, cols).ub(g_at).load(),
+                        Instr::BroadcastRow {
+                            dt,
+                            dst: t_at,
+                            src: g_at,
+                            rows,
+                            cols,
+                        },
+                        op(dt, l.x, l.x, t_at, rows * cols),
+                        l.bx(2, l.x).store(),
+                    ];
+                    if store_t {
+                        params.push((dt, W));
+                        code.push(l.bx(3, t_at).store());
+                    }
+                    let ub_bytes = t_at + l.tile;
+                    let bytes = build(vec![K::vector(ub_bytes, &params, l.grid(), code)]);
+                    let outs = vec![len; 1 + store_t as usize];
+                    let (fused, nf) = run_io(&bytes, &[&x, &g], &outs, true);
+                    let (pair, np) = run_io(&bytes, &[&x, &g], &outs, false);
+                    let case = format!("{dt:?} {what} {rows}x{cols}/{total} store_t={store_t}");
+                    assert_eq!(fused, pair, "{case}");
+                    // One row per tile broadcasts nothing worth fusing.
+                    let want = if store_t || rows < 2 { np } else { np - 1 };
+                    assert_eq!(nf, want, "{case}: fused {nf} of {np} instructions");
+                }
+            }
+        }
+    }
+}
+
+/// A binary op into `t`, then a sum along the columns of `t`: one handler
+/// folding each row as it is written, the same bytes (the tile and the
+/// sums) as the pair, in place, into another tile, and as a square
+/// (`x · x`); sums that overlap an operand keep the pair.
+#[test]
+fn a_binary_op_and_the_row_sums_of_its_result_match_the_pair() {
+    #[derive(Clone, Copy, Debug)]
+    enum Case {
+        InPlace,
+        Elsewhere,
+        Square,
+        SumsOverlapY,
+    }
+    let mut rng = Rng(13);
+    for dt in [DType::F32, DType::F16, DType::I32] {
+        for (rows, cols, total) in [(4u32, 96u32, 10u32), (3, 7, 3), (8, 768, 20), (5, 200, 5)] {
+            let s = dt.size();
+            let tile = rows * cols * s;
+            let step = (rows * cols) as u64;
+            let bx = |buf: u8, ub: u32| {
+                GmBox::new(dt, buf, rows, cols)
+                    .ub(ub)
+                    .rows_tail(2, total)
+                    .step([0, 0, step])
+            };
+            let sums_box = |buf: u8, ub: u32| {
+                GmBox::new(dt, buf, rows, 1)
+                    .ub(ub)
+                    .rows_tail(2, total)
+                    .step([0, 0, rows as u64])
+            };
+            let (x_at, y_at) = (0, tile.next_multiple_of(64));
+            let t_at = (y_at + tile).next_multiple_of(64);
+            let v_at = (t_at + tile).next_multiple_of(64);
+            let n = (total * cols) as usize;
+            let x = random(dt, n, &mut rng);
+            let y = random(dt, n, &mut rng);
+            let len = n * s as usize;
+            let sums_len = total as usize * s as usize;
+            for case in [
+                Case::InPlace,
+                Case::Elsewhere,
+                Case::Square,
+                Case::SumsOverlapY,
+            ] {
+                let (dst, a, b, v) = match case {
+                    Case::InPlace => (x_at, x_at, y_at, v_at),
+                    Case::Elsewhere => (t_at, x_at, y_at, v_at),
+                    Case::Square => (t_at, x_at, x_at, v_at),
+                    // The sums land in `y`'s first row: the pair must stay.
+                    Case::SumsOverlapY => (t_at, x_at, y_at, y_at),
+                };
+                let code = vec![
+                    bx(0, x_at).load_fill(dvm_isa::Scalar(0)),
+                    bx(1, y_at).load_fill(dvm_isa::Scalar(0)),
+                    Instr::Mul {
+                        dt,
+                        dst,
+                        a,
+                        b,
+                        n: rows * cols,
+                    },
+                    Instr::ReduceSum {
+                        dt,
+                        axis: Axis::Cols,
+                        dst: v,
+                        src: dst,
+                        rows,
+                        cols,
+                    },
+                    bx(2, dst).store(),
+                    sums_box(3, v).store(),
+                ];
+                let params = vec![(dt, R), (dt, R), (dt, W), (dt, W)];
+                let ub_bytes = v_at + (rows * s).next_multiple_of(64);
+                let bytes = build(vec![K::vector(
+                    ub_bytes,
+                    &params,
+                    [1, 1, total.div_ceil(rows)],
+                    code,
+                )]);
+                let outs = [len, sums_len];
+                let (fused, nf) = run_io(&bytes, &[&x, &y], &outs, true);
+                let (pair, np) = run_io(&bytes, &[&x, &y], &outs, false);
+                let what = format!("{dt:?} {case:?} {rows}x{cols}/{total}");
+                assert_eq!(fused, pair, "{what}");
+                let want = if matches!(case, Case::SumsOverlapY) {
+                    np
+                } else {
+                    np - 1
+                };
+                assert_eq!(nf, want, "{what}: fused {nf} of {np} instructions");
+            }
+        }
+    }
+}

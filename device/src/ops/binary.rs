@@ -75,7 +75,7 @@ pub(crate) fn binary_gm<T: Elem, O: BinOp<T::C>>(
 
 /// `d = a op b` over equal-length slices (a source may be `d` itself).
 #[inline(always)]
-fn binary_core<T: Elem, O: BinOp<T::C>>(d: &mut [T], a: TSrc<'_, T>, b: TSrc<'_, T>) {
+pub(crate) fn binary_core<T: Elem, O: BinOp<T::C>>(d: &mut [T], a: TSrc<'_, T>, b: TSrc<'_, T>) {
     if let Some(dc) = T::direct_mut(d) {
         direct::<T, O>(dc, a, b);
         return;

@@ -60,14 +60,14 @@ pub use self::rowpipe::{RowHandler, ScaledRow};
 use self::simd::pick;
 pub use self::simd::Simd;
 use self::tile2d::{
-    broadcast_col, broadcast_row, load_reduce_cols, reduce_cols, reduce_cols_gm, reduce_rows,
-    transpose, Max as FoldMax, Min as FoldMin, Sum,
+    binary_fold_cols, broadcast_col, broadcast_row, load_reduce_cols, reduce_cols, reduce_cols_gm,
+    reduce_rows, transpose, Max as FoldMax, Min as FoldMin, Sum,
 };
 use self::ub::{Bf16, Bool, F16};
 use self::unary::{
-    binary_col, col_map_fold, col_map_fold_gm, scalar, scalar_gm, unary, unary_gm, Abs, Ceil, Erf,
-    Exp, Floor, GeluErf, GeluTanh, Log, Neg, Not, Recip, Relu, Round, Rsqrt, Sigmoid, Silu, Sqrt,
-    Tanh,
+    binary_col, binary_row, col_map_fold, col_map_fold_gm, scalar, scalar_gm, unary, unary_gm, Abs,
+    Ceil, Erf, Exp, Floor, GeluErf, GeluTanh, Log, Neg, Not, Recip, Relu, Round, Rsqrt, Sigmoid,
+    Silu, Sqrt, Tanh,
 };
 
 /// Operands of a UB-only instruction, in byte offsets and element counts.
@@ -183,6 +183,8 @@ pub enum Peep {
     None,
     /// `brccol` of elements of this dtype.
     BroadcastCol(DType),
+    /// `brcrow` of elements of this dtype.
+    BroadcastRow(DType),
     /// An element-wise binary op over numeric dtypes.
     Binary(BinKind, DType),
     /// The superinstruction of a `brccol` and a binary op
@@ -685,6 +687,7 @@ pub fn resolve_with(instr: &Instr, simd: Simd) -> Option<UbOp> {
     };
     let peep = match *instr {
         I::BroadcastCol { dt, .. } => Peep::BroadcastCol(dt),
+        I::BroadcastRow { dt, .. } => Peep::BroadcastRow(dt),
         I::Add { dt, .. } if dt != DType::Bool => Peep::Binary(BinKind::Add, dt),
         I::Sub { dt, .. } if dt != DType::Bool => Peep::Binary(BinKind::Sub, dt),
         I::Mul { dt, .. } if dt != DType::Bool => Peep::Binary(BinKind::Mul, dt),
@@ -827,6 +830,43 @@ pub fn binary_col_handler(simd: Simd, op: BinKind, dt: DType, col_first: bool) -
         BinKind::Div => h!(Div),
         BinKind::Max => h!(Max),
         BinKind::Min => h!(Min),
+    })
+}
+
+/// The handler of `brcrow` then binary op `op` (`crate::peephole`): the row
+/// first with `row_first` (`unary::binary_row`).
+pub fn binary_row_handler(simd: Simd, op: BinKind, dt: DType, row_first: bool) -> Option<Handler> {
+    let s = simd;
+    macro_rules! h {
+        ($o:ident) => {
+            if row_first {
+                num_h!(s, dt, binary_row::<_, $o, true>)
+            } else {
+                num_h!(s, dt, binary_row::<_, $o, false>)
+            }
+        };
+    }
+    Some(match op {
+        BinKind::Add => h!(Add),
+        BinKind::Sub => h!(Sub),
+        BinKind::Mul => h!(Mul),
+        BinKind::Div => h!(Div),
+        BinKind::Max => h!(Max),
+        BinKind::Min => h!(Min),
+    })
+}
+
+/// The handler of binary op `op` then a sum along the columns of its
+/// result (`crate::peephole`, `tile2d::binary_fold_cols`).
+pub fn binary_sum_cols_handler(simd: Simd, op: BinKind, dt: DType) -> Option<Handler> {
+    let s = simd;
+    Some(match op {
+        BinKind::Add => num_h!(s, dt, binary_fold_cols::<_, Add, Sum>),
+        BinKind::Sub => num_h!(s, dt, binary_fold_cols::<_, Sub, Sum>),
+        BinKind::Mul => num_h!(s, dt, binary_fold_cols::<_, Mul, Sum>),
+        BinKind::Div => num_h!(s, dt, binary_fold_cols::<_, Div, Sum>),
+        BinKind::Max => num_h!(s, dt, binary_fold_cols::<_, Max, Sum>),
+        BinKind::Min => num_h!(s, dt, binary_fold_cols::<_, Min, Sum>),
     })
 }
 

@@ -19,7 +19,10 @@
 //! Empty folds give the identity: 0 for sums, −inf / `MIN` for max, +inf /
 //! `MAX` for min. Float max/min propagate NaN.
 
-use super::ub::{range_of, view, view_mut, Elem, Pod, Split};
+use core::ops::Range;
+
+use super::binary::{binary_core, BinOp};
+use super::ub::{range_of, view, view_mut, Elem, Pod, Split, TSrc};
 use super::UbArgs;
 
 /// Independent accumulators per row for `axis = cols`.
@@ -234,6 +237,94 @@ pub(crate) fn reduce_cols<T: Elem, O: RedOp<T::C>>(ub: &mut [u8], a: &UbArgs) {
         return;
     };
     fold_cols::<T, O>(src, dst, cols);
+}
+
+/// Rows of [`binary_fold_cols`] whose folds wait on the stack before they
+/// are written.
+const FOLD_CHUNK: usize = 64;
+
+/// Handler of a binary op followed by a fold along the columns of its
+/// result (`crate::peephole`): over `rows = a.n` rows of `a.cols`, `t = x
+/// op y` a row at a time (`t` at `a.dst`; `x` at `a.a` and `y` at `a.b`,
+/// each identical to `t` or disjoint from it), each row folded by `R`
+/// right after it is written, into `v` (`rows` elements at `a.c`,
+/// disjoint from all three). It writes what the two instructions did,
+/// with the same arithmetic per element and each row folded in
+/// [`fold_one`]'s order (that of [`reduce_cols`]), so the same bytes; the
+/// row is folded while it is in L1 instead of after the whole tile. A
+/// norm's sum of squares (`mul t ← d, d; rsum`) and a residual add
+/// feeding a norm's mean (`add t ← x, r; rsum`) compile to this pair.
+#[inline(always)]
+pub(crate) fn binary_fold_cols<T: Elem, O: BinOp<T::C>, R: RedOp<T::C>>(ub: &mut [u8], a: &UbArgs) {
+    let (rows, cols) = (a.n as usize, a.cols as usize);
+    let Some(elems) = rows.checked_mul(cols) else {
+        return;
+    };
+    let (Some(rt), Some(rx), Some(ry), Some(rv)) = (
+        range_of::<T>(a.dst, elems),
+        range_of::<T>(a.a, elems),
+        range_of::<T>(a.b, elems),
+        range_of::<T>(a.c, rows),
+    ) else {
+        return;
+    };
+    let apart = |p: &Range<usize>| rv.end <= p.start || p.end <= rv.start;
+    if !(apart(&rt) && apart(&rx) && apart(&ry)) || rv.end > ub.len() {
+        return;
+    }
+    if cols == 0 {
+        // The binary op writes nothing; every fold is the identity.
+        if let Some(v) = ub.get_mut(rv).and_then(view_mut::<T>) {
+            v.fill(T::put(R::id()));
+        }
+        return;
+    }
+    let mut folds = [R::id(); FOLD_CHUNK];
+    for r0 in (0..rows).step_by(FOLD_CHUNK) {
+        let n = (rows - r0).min(FOLD_CHUNK);
+        {
+            let Some(sp) = Split::new(ub, rt.clone()) else {
+                return;
+            };
+            let (Some(x), Some(y)) = (
+                sp.src(rx.clone()).and_then(|s| s.typed::<T>()),
+                sp.src(ry.clone()).and_then(|s| s.typed::<T>()),
+            ) else {
+                return;
+            };
+            let Some(t) = view_mut::<T>(sp.dst) else {
+                return;
+            };
+            for (k, f) in folds[..n].iter_mut().enumerate() {
+                let span = (r0 + k) * cols..(r0 + k + 1) * cols;
+                let (Some(xr), Some(yr), Some(tr)) = (
+                    row_of(x, span.clone()),
+                    row_of(y, span.clone()),
+                    t.get_mut(span.clone()),
+                ) else {
+                    return;
+                };
+                binary_core::<T, O>(tr, xr, yr);
+                *f = fold_one::<T, R>(tr);
+            }
+        }
+        let Some(v) = ub.get_mut(rv.clone()).and_then(view_mut::<T>) else {
+            return;
+        };
+        for (d, f) in v.iter_mut().skip(r0).zip(&folds[..n]) {
+            *d = T::put(*f);
+        }
+    }
+}
+
+/// Elements `span` of a source operand (all of it when it is the
+/// destination itself, which the caller slices).
+#[inline(always)]
+fn row_of<T>(s: TSrc<'_, T>, span: Range<usize>) -> Option<TSrc<'_, T>> {
+    match s {
+        TSrc::Alias => Some(TSrc::Alias),
+        TSrc::Slice(s) => s.get(span).map(TSrc::Slice),
+    }
 }
 
 /// [`reduce_cols`] with its operands in global memory: `src` is `rows ×

@@ -8,7 +8,7 @@
 
 use core::marker::PhantomData;
 
-use super::binary::BinOp;
+use super::binary::{binary_core, BinOp};
 use super::ub::{range_of, view, view_mut, Elem, Split, TSrc, CHUNK};
 use super::UbArgs;
 use crate::math;
@@ -224,6 +224,56 @@ pub(crate) fn binary_col<T: Elem, O: BinOp<T::C>, const REV: bool>(ub: &mut [u8]
             },
         };
         map1_core::<T, _>(dr, sr, k);
+    }
+}
+
+/// Handler of a binary op whose one operand is a row broadcast down the
+/// rows (what `brcrow` then the binary op compute, without the broadcast
+/// tile): over `rows = a.n` rows of `a.cols`, `dst = src op v` row by row
+/// (`REV`: `v op src`), `src` at `a.a` (identical to `dst` or disjoint),
+/// the row `v` (`cols` elements) at `a.b`, disjoint from both. How a
+/// norm's weight and bias (one row of a `[cols]` input) reach its rows.
+/// The predecoder builds it (`crate::peephole`); the same arithmetic per
+/// element as the binary handler on the broadcast tile, so the same bytes.
+#[inline(always)]
+pub(crate) fn binary_row<T: Elem, O: BinOp<T::C>, const REV: bool>(ub: &mut [u8], a: &UbArgs) {
+    let (rows, cols) = (a.n as usize, a.cols as usize);
+    let Some(elems) = rows.checked_mul(cols) else {
+        return;
+    };
+    let (Some(rd), Some(rs), Some(rv)) = (
+        range_of::<T>(a.dst, elems),
+        range_of::<T>(a.a, elems),
+        range_of::<T>(a.b, cols),
+    ) else {
+        return;
+    };
+    let Some(sp) = Split::new(ub, rd) else { return };
+    let (Some(src), Some(TSrc::Slice(v))) = (
+        sp.src(rs).and_then(|s| s.typed::<T>()),
+        sp.src(rv).and_then(|s| s.typed::<T>()),
+    ) else {
+        return;
+    };
+    let Some(d) = view_mut::<T>(sp.dst) else {
+        return;
+    };
+    if cols == 0 {
+        return;
+    }
+    for (r, dr) in d.chunks_exact_mut(cols).enumerate() {
+        let sr = match src {
+            TSrc::Alias => TSrc::Alias,
+            TSrc::Slice(s) => match s.get(r * cols..(r + 1) * cols) {
+                Some(s) => TSrc::Slice(s),
+                None => return,
+            },
+        };
+        if REV {
+            binary_core::<T, O>(dr, TSrc::Slice(v), sr);
+        } else {
+            binary_core::<T, O>(dr, sr, TSrc::Slice(v));
+        }
     }
 }
 

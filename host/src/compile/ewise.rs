@@ -16,6 +16,46 @@ pub(crate) enum Class {
     Reduced,
 }
 
+/// How an input constant along one axis of the tile is loaded: one row or
+/// one column, broadcast to a tile only where an operation reads it
+/// (`brcrow` / `brccol` right before it, which the device's predecoder
+/// fuses into the operation). A `[cols]` norm weight is then one row of
+/// UB, not `tr` copies of it loaded from global memory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Spread {
+    /// The same row for every tile row (stride 0 along the rows): a
+    /// `1 × tc` load, `brcrow` at each use.
+    DownRows,
+    /// The same value across each row (stride 0 along the columns): a
+    /// `tr × 1` load, `brccol` at each use.
+    AcrossCols,
+}
+
+/// Which inputs of `group` are [`Spread`] over the tiled space `t` (its
+/// `rdim` and `cdim` set), written to `out` per node. An input stored as
+/// an output as it is stays a tile.
+pub(super) fn spreads(group: &Group, t: &Tiled, out: &mut Vec<Option<Spread>>) {
+    out.clear();
+    for (i, (node, _)) in group.nodes.iter().enumerate() {
+        let stored = group.outputs.iter().any(|(n, _)| *n == i);
+        // A matmul's own operands (inputs 0 and 1) are not over its space.
+        let own = |k: usize| matches!(group.kind, GroupKind::Matmul { .. }) && k < 2;
+        let s = match *node {
+            Node::Input(k) if !stored && !own(k) => t.strides.get(k).and_then(|st| {
+                if st[t.cdim] == 0 {
+                    Some(Spread::AcrossCols)
+                } else if t.rdim.is_some_and(|r| st[r] == 0) {
+                    Some(Spread::DownRows)
+                } else {
+                    None
+                }
+            }),
+            _ => None,
+        };
+        out.push(s);
+    }
+}
+
 /// Compiles an element-wise or reduce group.
 ///
 /// # Errors
@@ -88,7 +128,8 @@ pub(super) fn compile_into(
     t.tr = 1;
     t.tc = 1;
     last_uses(group, &mut sc.last);
-    choose_tile(t, group, classes, &sc.last, fold, target)?;
+    spreads(group, t, &mut sc.spread);
+    choose_tile(t, group, classes, &sc.spread, &sc.last, fold, target)?;
     grid_layout(t);
 
     if group.inputs.len() + group.outputs.len() > 255 {
@@ -103,6 +144,7 @@ pub(super) fn compile_into(
         group,
         t: &sc.tiled,
         classes: &sc.classes,
+        spread: &sc.spread,
         last: &sc.last,
         fold,
         target,
@@ -230,42 +272,46 @@ pub(super) fn max_elem_size(group: &Group) -> u64 {
         .unwrap_or(4)
 }
 
-/// Peak number of live full and reduced buffers (including broadcast temps).
-pub(super) fn peak_buffers(group: &Group, classes: &[Class], last: &[usize]) -> (u64, u64) {
-    let (mut full, mut red, mut peak_full, mut peak_red) = (0u64, 0u64, 0u64, 0u64);
+/// Peak numbers of live buffers: full tiles (broadcast temporaries
+/// included), reduced vectors, and [`Spread`] inputs (a row or a column
+/// each).
+pub(super) fn peak_buffers(
+    group: &Group,
+    classes: &[Class],
+    spread: &[Option<Spread>],
+    last: &[usize],
+) -> (u64, u64, u64) {
+    // Which count a node's buffer is in: full, reduced, spread.
+    let kind = |o: usize| match (spread.get(o).copied().flatten(), classes[o]) {
+        (Some(_), _) => 2,
+        (None, Class::Full) => 0,
+        (None, Class::Reduced) => 1,
+    };
+    let mut live = [0u64; 3];
+    let mut peak = [0u64; 3];
     for (i, (node, _)) in group.nodes.iter().enumerate() {
-        // Operands broadcast from reduced to full need a temporary.
-        let temps = if classes[i] == Class::Full {
-            node.operands()
-                .filter(|&o| classes[o] == Class::Reduced)
-                .count() as u64
-        } else {
-            0
-        };
-        match classes[i] {
-            Class::Full => full += 1,
-            Class::Reduced => red += 1,
-        }
-        peak_full = peak_full.max(full + temps);
-        peak_red = peak_red.max(red);
+        // Operands broadcast to full need a temporary: reduced ones read by
+        // a full node, spread ones read by any.
+        let temps = node
+            .operands()
+            .filter(|&o| kind(o) == 2 || (classes[i] == Class::Full && kind(o) == 1))
+            .count() as u64;
+        live[kind(i)] += 1;
+        peak[0] = peak[0].max(live[0] + temps);
+        peak[1] = peak[1].max(live[1]);
+        peak[2] = peak[2].max(live[2]);
         // Each distinct operand dies once (`mul(x, x)` reads x twice).
         for (k, o) in node.operands().enumerate() {
             if last[o] == i && !node.operands().take(k).any(|p| p == o) {
-                match classes[o] {
-                    Class::Full => full -= 1,
-                    Class::Reduced => red -= 1,
-                }
+                live[kind(o)] -= 1;
             }
         }
         // A node nobody reads is still stored; it dies after its store.
         if !is_read(last, i) {
-            match classes[i] {
-                Class::Full => full -= 1,
-                Class::Reduced => red -= 1,
-            }
+            live[kind(i)] -= 1;
         }
     }
-    (peak_full.max(1), peak_red)
+    (peak[0].max(1), peak[1], peak[2])
 }
 
 /// Whether a later node reads node `i`, from [`last_uses`] (operands come
@@ -278,33 +324,39 @@ fn choose_tile(
     t: &mut Tiled,
     group: &Group,
     classes: &[Class],
+    spread: &[Option<Spread>],
     last: &[usize],
     fold: Option<Axis>,
     target: &Target,
 ) -> Result<(), CompileError> {
     let es = max_elem_size(group);
-    let (nf, nr) = peak_buffers(group, classes, last);
+    let (nf, nr, nv) = peak_buffers(group, classes, spread, last);
     let ub = target.ub_bytes as u64;
     let (er, ec) = (t.er(), t.ec());
     let align = ALIGN as u64;
-    // Bytes for a tr × tc tile: nf full buffers plus nr reduced ones.
+    // Bytes for a tr × tc tile: nf full buffers, nr reduced ones, and nv
+    // spread inputs (a row or a column, whichever is longer, bounds both).
     let cost = |tr: u64, tc: u64| -> u64 {
         let red_len = match fold {
             Some(Axis::Cols) => tr,
             Some(Axis::Rows) => tc,
             None => 0,
         };
-        nf * (tr * tc * es).next_multiple_of(align) + nr * (red_len * es).next_multiple_of(align)
+        nf * (tr * tc * es).next_multiple_of(align)
+            + nr * (red_len * es).next_multiple_of(align)
+            + nv * (tr.max(tc) * es).next_multiple_of(align)
     };
     // Columns: a fold along the columns needs whole rows; otherwise as many
     // columns as fit one row of buffers.
-    let tc_max = (ub / (nf + nr).max(1) / es).max(1) / 16 * 16;
+    let tc_max = (ub / (nf + nr + nv).max(1) / es).max(1) / 16 * 16;
     let tc = match fold {
         Some(Axis::Cols) => ec,
         // A fold along the rows keeps all `er` rows of a column strip in UB:
-        // as many columns as fit (multiples of 16 when there is room).
+        // as many columns as fit (multiples of 16 when there is room), after
+        // the spread inputs' columns of `er`.
         Some(Axis::Rows) => {
-            let per_col = (nf * er + nr) * es;
+            let per_col = (nf * er + nr + nv) * es;
+            let ub = ub.saturating_sub(nv * (er * es).next_multiple_of(align));
             let fit = ub / per_col.max(1);
             let fit = if fit >= 16 { fit / 16 * 16 } else { fit };
             ec.min(fit.max(1))
@@ -366,6 +418,8 @@ pub(super) struct Ctx<'a> {
     pub group: &'a Group,
     pub t: &'a Tiled,
     pub classes: &'a [Class],
+    /// [`spreads`] of the group over `t`.
+    pub spread: &'a [Option<Spread>],
     /// [`last_uses`] of the group.
     pub last: &'a [usize],
     pub fold: Option<Axis>,
@@ -405,6 +459,7 @@ pub(super) fn emit_body(
         group,
         t,
         classes,
+        spread,
         last,
         fold,
         target,
@@ -435,6 +490,14 @@ pub(super) fn emit_body(
     addr.clear();
     addr.resize(group.nodes.len(), u32::MAX);
     let w = WaitMask::NONE;
+    // A spread input as this tile loads it: a row only for tiles of several
+    // rows, a column only for tiles of several columns.
+    let spread_of = |o: usize| {
+        spread.get(o).copied().flatten().filter(|s| match s {
+            Spread::DownRows => t.tr > 1,
+            Spread::AcrossCols => t.tc > 1,
+        })
+    };
     for (i, (node, dt)) in group.nodes.iter().enumerate() {
         let dt = *dt;
         let class = classes[i];
@@ -446,7 +509,20 @@ pub(super) fn emit_body(
         let mut temps = Temps::default();
         let mut opnd =
             |o: usize, code: &mut CodeWriter, ub: &mut UbAlloc| -> Result<u32, CompileError> {
-                if class == Class::Full && classes[o] == Class::Reduced {
+                if let Some(s) = spread_of(o) {
+                    let tmp = ub.alloc(bytes(Class::Full), limit).ok_or_else(oom)?;
+                    let op = match s {
+                        Spread::DownRows => Opcode::BroadcastRow,
+                        Spread::AcrossCols => Opcode::BroadcastCol,
+                    };
+                    let odt = group.nodes[o].1;
+                    code.push(
+                        &instr(op, &[odt as u64, tmp as u64, addr[o] as u64, t.tr, t.tc])?,
+                        w,
+                    );
+                    temps.push(tmp);
+                    Ok(tmp)
+                } else if class == Class::Full && classes[o] == Class::Reduced {
                     let tmp = ub.alloc(bytes(Class::Full), limit).ok_or_else(oom)?;
                     let odt = group.nodes[o].1;
                     let op = if fold == Some(Axis::Cols) {
@@ -466,22 +542,22 @@ pub(super) fn emit_body(
             };
         // In place when an operand of the same class and element size dies here.
         let reuse = |o: usize, ops: &[u32]| -> Option<u32> {
-            let same = classes[o] == class && group.nodes[o].1.size() == dt.size();
+            let same = classes[o] == class
+                && spread_of(o).is_none()
+                && group.nodes[o].1.size() == dt.size();
             (same && last[o] == i && !temps_contains(ops, addr[o])).then_some(addr[o])
         };
         let result: u32;
         match *node {
             Node::Input(k) => {
-                result = ub.alloc(bytes(class), limit).ok_or_else(oom)?;
+                let (shape, len) = match spread_of(i) {
+                    Some(Spread::DownRows) => (BoxShape::ColVec, (t.tc * es) as u32),
+                    Some(Spread::AcrossCols) => (BoxShape::RowVec, (t.tr * es) as u32),
+                    None => (BoxShape::Full, bytes(class)),
+                };
+                result = ub.alloc(len, limit).ok_or_else(oom)?;
                 code.push(
-                    &t.load(
-                        k,
-                        k as u8,
-                        group.inputs[k].dtype,
-                        result,
-                        body,
-                        BoxShape::Full,
-                    )?,
+                    &t.load(k, k as u8, group.inputs[k].dtype, result, body, shape)?,
                     w,
                 );
             }

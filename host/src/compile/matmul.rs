@@ -6,7 +6,7 @@ use dvm_isa::builder::CodeWriter;
 use dvm_isa::{DType, Instr, KernelKind, MmFlags, Pipe, WaitMask};
 
 use super::ewise::{
-    classify, emit_body, last_uses, max_elem_size, peak_buffers, stride_array, Ctx,
+    classify, emit_body, last_uses, max_elem_size, peak_buffers, spreads, stride_array, Ctx,
 };
 use super::group::{Group, GroupKind, Node};
 use super::space::{coalesce_keep, grid_layout, load_from, BoxShape, PatternFields};
@@ -122,12 +122,13 @@ pub(super) fn compile_into(
     // during the epilogue in the worst case (slots are reused by size).
     let es_in = a.dtype.size() as u64;
     let es = max_elem_size(group).max(acc.size() as u64);
-    let (nf, _) = peak_buffers(group, classes, &sc.last);
+    spreads(group, t, &mut sc.spread);
+    let (nf, _, nv) = peak_buffers(group, classes, &sc.spread, &sc.last);
     let al = |x: u64| x.next_multiple_of(ALIGN as u64);
     let ub = target.ub_bytes as u64;
     let (mut tm, mut tn, mut tk) = (m.min(64), n.min(128), k.min(256));
     let cost = |tm: u64, tn: u64, tk: u64| {
-        al(tm * tk * es_in) + al(tk * tn * es_in) + nf * al(tm * tn * es)
+        al(tm * tk * es_in) + al(tk * tn * es_in) + nf * al(tm * tn * es) + nv * al(tm.max(tn) * es)
     };
     while cost(tm, tn, tk) > ub {
         if tk > 32 {
@@ -226,6 +227,7 @@ pub(super) fn compile_into(
         group,
         t,
         classes: &sc.classes,
+        spread: &sc.spread,
         last: &sc.last,
         fold: None,
         target,

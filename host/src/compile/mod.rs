@@ -21,7 +21,7 @@ use std::cell::RefCell;
 use dvm_isa::builder::{BodyDef, CodeWriter, KernelDef};
 use dvm_isa::{DType, Instr, KernelKind, Opcode, Scalar};
 
-use ewise::Class;
+use ewise::{Class, Spread};
 use space::Tiled;
 use ub_alloc::UbAlloc;
 
@@ -133,6 +133,8 @@ pub struct Summary {
 #[derive(Debug, Default)]
 pub struct Scratch {
     pub(crate) classes: Vec<Class>,
+    /// Per node: an input loaded as one row or column ([`ewise::spreads`]).
+    pub(crate) spread: Vec<Option<Spread>>,
     pub(crate) last: Vec<usize>,
     pub(crate) addr: Vec<u32>,
     /// Operand strides over the (uncoalesced) space.
@@ -151,6 +153,7 @@ impl Scratch {
     pub fn new() -> Scratch {
         let mut s = Scratch {
             classes: Vec::with_capacity(64),
+            spread: Vec::with_capacity(64),
             last: Vec::with_capacity(64),
             addr: Vec::with_capacity(64),
             strides: Vec::with_capacity(16),
