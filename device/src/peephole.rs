@@ -20,6 +20,10 @@
 //! handler that folds each row right after writing it, while it is in L1
 //! ([`crate::ops::binary_sum_cols_handler`]); it writes what the pair did.
 //!
+//! A norm's middle (`x − m[r]`, then the squares and their row sums) and
+//! its tail (the row scale, the weight row, the bias row, all in place)
+//! each become one handler too (`crate::ops::norm`).
+//!
 //! Another sweep fuses a softmax's middle: `x − v[r]` (a fused pair),
 //! `exp` in place, and the sum along columns of the result become one
 //! handler ([`crate::ops::col_exp_sum_handler`]) that works a row at a
@@ -32,8 +36,10 @@
 use dvm_isa::DType;
 
 use crate::ops::{
-    binary_col_handler, binary_row_handler, binary_sum_cols_handler, col_exp_sum_gm_handler,
-    col_exp_sum_handler, col_exp_sum_row_handler, BinKind, Footprint, Peep, Simd, UbArgs, UbOp,
+    binary_col_handler, binary_row_handler, binary_sum_cols_handler, center_sq_sum_handler,
+    col_exp_sum_gm_handler, col_exp_sum_handler, col_exp_sum_row_handler, scale_affine_handler,
+    BinKind, Footprint, Peep, Simd, UbArgs, UbOp, AFFINE_BIAS, AFFINE_BIAS_FIRST,
+    AFFINE_SCALE_FIRST, AFFINE_WEIGHT_FIRST,
 };
 use crate::predecode::VInstr;
 
@@ -150,7 +156,10 @@ fn fuse(brc: &UbOp, bin: &UbOp, simd: Simd) -> Option<(UbOp, (u32, u32))> {
             Peep::BinaryCol(op, dt, vec_first),
         )
     } else {
-        (binary_row_handler(simd, op, dt, vec_first)?, Peep::None)
+        (
+            binary_row_handler(simd, op, dt, vec_first)?,
+            Peep::BinaryRow(op, dt, vec_first),
+        )
     };
     let fused = UbOp {
         handler,
@@ -253,13 +262,144 @@ fn fuse_binary_sum(bin: &UbOp, sum: &UbOp, simd: Simd) -> Option<UbOp> {
             ..bin.args
         },
         gm: None,
-        peep: Peep::None,
+        peep: Peep::BinarySumCols(op, dt),
         from_gm: None,
         from_gm_row: None,
         // It also writes the sums: as for the softmax superinstruction,
         // leaving them out of `write` only makes later scans more
         // conservative.
         foot: bin.foot,
+    })
+}
+
+/// A norm's middle for `sub` (a fused `x − m[r]` into `d`) then `sq` (a
+/// fused `d · d` into `t` with its row sums into `v`), if their shapes
+/// line up and the operands lie as `ops::norm::center_sq_sum` needs: the
+/// tiles identical or apart, the means and the sums apart from every tile
+/// and from each other unless identical. It writes what the pair did.
+fn fuse_center(sub: &UbOp, sq: &UbOp, simd: Simd) -> Option<UbOp> {
+    let (
+        Peep::BinaryCol(BinKind::Sub, DType::F32, false),
+        Peep::BinarySumCols(BinKind::Mul, DType::F32),
+    ) = (sub.peep, sq.peep)
+    else {
+        return None;
+    };
+    let (rows, cols) = (sub.args.n, sub.args.cols);
+    let d = sub.args.dst;
+    if sq.args.a != d || sq.args.b != d || sq.args.n != rows || sq.args.cols != cols {
+        return None;
+    }
+    let elems = rows.checked_mul(cols)?;
+    let span = |at: u32, n: u32| Some((at, at.checked_add(n.checked_mul(4)?)?));
+    let (dr, xr, tr) = (
+        span(d, elems)?,
+        span(sub.args.a, elems)?,
+        span(sq.args.dst, elems)?,
+    );
+    let (mr, vr) = (span(sub.args.b, rows)?, span(sq.args.c, rows)?);
+    let same_or_apart = |p: (u32, u32), q: (u32, u32)| p == q || !overlaps(p, q);
+    let tiles = [dr, xr, tr];
+    if !same_or_apart(xr, dr)
+        || !same_or_apart(tr, dr)
+        || !same_or_apart(xr, tr)
+        || tiles.iter().any(|&t| overlaps(t, mr) || overlaps(t, vr))
+        || !same_or_apart(mr, vr)
+    {
+        return None;
+    }
+    Some(UbOp {
+        handler: center_sq_sum_handler(simd),
+        args: UbArgs {
+            dst: d,
+            a: sub.args.a,
+            b: sub.args.b,
+            c: sq.args.c,
+            k: sq.args.dst,
+            n: rows,
+            cols,
+            ..UbArgs::default()
+        },
+        gm: None,
+        peep: Peep::None,
+        from_gm: None,
+        from_gm_row: None,
+        // It also writes `t` and the sums: as for the other
+        // superinstructions that write more than `write` lists, later scans
+        // only get more conservative.
+        foot: sub.foot,
+    })
+}
+
+/// A norm's tail for `scale` (a fused `d · s[r]` in place), `weight` (a
+/// fused `d · g` in place) and, if any, `bias` (a fused `d + b` in place),
+/// all `f32` over the same tile (`ops::norm::scale_affine`). Each fused op
+/// already keeps its vector apart from the tile.
+fn fuse_affine(scale: &UbOp, weight: &UbOp, bias: Option<&UbOp>, simd: Simd) -> Option<UbOp> {
+    let (
+        Peep::BinaryCol(BinKind::Mul, DType::F32, sf),
+        Peep::BinaryRow(BinKind::Mul, DType::F32, wf),
+    ) = (scale.peep, weight.peep)
+    else {
+        return None;
+    };
+    let bf = match bias.map(|b| b.peep) {
+        None => false,
+        Some(Peep::BinaryRow(BinKind::Add, DType::F32, bf)) => bf,
+        Some(_) => return None,
+    };
+    let d = scale.args.dst;
+    let (rows, cols) = (scale.args.n, scale.args.cols);
+    let in_place =
+        |op: &UbOp| op.args.dst == d && op.args.a == d && op.args.n == rows && op.args.cols == cols;
+    if !in_place(scale) || !in_place(weight) || bias.is_some_and(|b| !in_place(b)) {
+        return None;
+    }
+    let mut flags = 0;
+    for (on, bit) in [
+        (bias.is_some(), AFFINE_BIAS),
+        (sf, AFFINE_SCALE_FIRST),
+        (wf, AFFINE_WEIGHT_FIRST),
+        (bf, AFFINE_BIAS_FIRST),
+    ] {
+        if on {
+            flags |= bit;
+        }
+    }
+    Some(UbOp {
+        handler: scale_affine_handler(simd),
+        args: UbArgs {
+            dst: d,
+            a: d,
+            b: scale.args.b,
+            c: weight.args.b,
+            k: bias.map_or(0, |b| b.args.b),
+            n: rows,
+            cols,
+            flags,
+            ..UbArgs::default()
+        },
+        gm: None,
+        peep: Peep::None,
+        from_gm: None,
+        from_gm_row: None,
+        foot: Footprint {
+            read: (
+                scale
+                    .foot
+                    .read
+                    .0
+                    .min(weight.foot.read.0)
+                    .min(bias.map_or(u32::MAX, |b| b.foot.read.0)),
+                scale
+                    .foot
+                    .read
+                    .1
+                    .max(weight.foot.read.1)
+                    .max(bias.map_or(0, |b| b.foot.read.1)),
+            ),
+            write: scale.foot.write,
+        },
     })
 }
 
@@ -332,6 +472,22 @@ pub(crate) fn fuse_body(
     // ([`fuse_binary_sum`]).
     let end = sweep::<2>(code, (to, end), to, |code, r, _| match code.get(r..r + 2) {
         Some([VInstr::Ub(a), VInstr::Ub(b)]) => fuse_binary_sum(a, b, simd).map(VInstr::Ub),
+        _ => None,
+    });
+    // Each norm's middle ([`fuse_center`]).
+    let end = sweep::<2>(code, (to, end), to, |code, r, _| match code.get(r..r + 2) {
+        Some([VInstr::Ub(a), VInstr::Ub(b)]) => fuse_center(a, b, simd).map(VInstr::Ub),
+        _ => None,
+    });
+    // Each norm's tail, with a bias, then without ([`fuse_affine`]).
+    let end = sweep::<3>(code, (to, end), to, |code, r, _| match code.get(r..r + 3) {
+        Some([VInstr::Ub(a), VInstr::Ub(b), VInstr::Ub(c)]) => {
+            fuse_affine(a, b, Some(c), simd).map(VInstr::Ub)
+        }
+        _ => None,
+    });
+    let end = sweep::<2>(code, (to, end), to, |code, r, _| match code.get(r..r + 2) {
+        Some([VInstr::Ub(a), VInstr::Ub(b)]) => fuse_affine(a, b, None, simd).map(VInstr::Ub),
         _ => None,
     });
     // Each `binary_col; exp; sum` run ([`fuse_exp_sum`]).

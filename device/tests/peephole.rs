@@ -807,3 +807,144 @@ fn a_binary_op_and_the_row_sums_of_its_result_match_the_pair() {
         }
     }
 }
+
+/// A layer norm's body as the compiler emits it (the weight and bias rows
+/// loaded first, `x` and `t` tiles, `m` the row values), with the weight
+/// and bias operands first or second and the bias left out (an RMS norm's
+/// tail): its middle (`x − m`, the squares, their sums) and its tail (row
+/// scale, weight, bias) each run as one handler, with the same bytes as
+/// the instructions.
+#[test]
+fn a_norms_middle_and_tail_fuse_with_the_same_bytes() {
+    let dt = DType::F32;
+    let mut rng = Rng(17);
+    for (rows, cols, total) in [(4u32, 96u32, 10u32), (20, 768, 41), (3, 7, 3), (6, 300, 12)] {
+        let step = (rows * cols) as u64;
+        let tile = rows * cols * 4;
+        let (g_at, b_at) = (0, (cols * 4).next_multiple_of(64));
+        let x_at = (b_at + cols * 4).next_multiple_of(64);
+        let m_at = (x_at + tile).next_multiple_of(64);
+        let t_at = (m_at + rows * 4).next_multiple_of(64);
+        let bx = |buf: u8, ub: u32| {
+            GmBox::new(dt, buf, rows, cols)
+                .ub(ub)
+                .rows_tail(2, total)
+                .step([0, 0, step])
+        };
+        let n = (total * cols) as usize;
+        let x = Buf::from_f32(&rng.f32s(n, -3.0, 3.0));
+        let g = Buf::from_f32(&rng.f32s(cols as usize, -2.0, 2.0));
+        let b = Buf::from_f32(&rng.f32s(cols as usize, -1.0, 1.0));
+        let e = rows * cols;
+        let imm = |v: f32| dvm_isa::Scalar(v.to_bits());
+        for (bias, operand_first) in [(true, false), (true, true), (false, false)] {
+            // `x ← x op t`, or `x ← t op x`.
+            let bin = |mk: fn(DType, u32, u32, u32, u32) -> Instr, first: bool| {
+                if first {
+                    mk(dt, x_at, t_at, x_at, e)
+                } else {
+                    mk(dt, x_at, x_at, t_at, e)
+                }
+            };
+            let mul: fn(DType, u32, u32, u32, u32) -> Instr =
+                |dt, dst, a, b, n| Instr::Mul { dt, dst, a, b, n };
+            let add: fn(DType, u32, u32, u32, u32) -> Instr =
+                |dt, dst, a, b, n| Instr::Add { dt, dst, a, b, n };
+            let brc_col = Instr::BroadcastCol {
+                dt,
+                dst: t_at,
+                src: m_at,
+                rows,
+                cols,
+            };
+            let brc_row = |src| Instr::BroadcastRow {
+                dt,
+                dst: t_at,
+                src,
+                rows,
+                cols,
+            };
+            let mut code = vec![
+                GmBox::new(dt, 1, 1, cols).ub(g_at).load(),
+                GmBox::new(dt, 2, 1, cols).ub(b_at).load(),
+                bx(0, x_at).load_fill(dvm_isa::Scalar(0)),
+                Instr::ReduceSum {
+                    dt,
+                    axis: Axis::Cols,
+                    dst: m_at,
+                    src: x_at,
+                    rows,
+                    cols,
+                },
+                Instr::DivS {
+                    dt,
+                    dst: m_at,
+                    a: m_at,
+                    n: rows,
+                    imm: imm(cols as f32),
+                },
+                brc_col,
+                Instr::Sub {
+                    dt,
+                    dst: x_at,
+                    a: x_at,
+                    b: t_at,
+                    n: e,
+                },
+                Instr::Mul {
+                    dt,
+                    dst: t_at,
+                    a: x_at,
+                    b: x_at,
+                    n: e,
+                },
+                Instr::ReduceSum {
+                    dt,
+                    axis: Axis::Cols,
+                    dst: m_at,
+                    src: t_at,
+                    rows,
+                    cols,
+                },
+                Instr::AddS {
+                    dt,
+                    dst: m_at,
+                    a: m_at,
+                    n: rows,
+                    imm: imm(1e-5),
+                },
+                Instr::Rsqrt {
+                    dt,
+                    dst: m_at,
+                    src: m_at,
+                    n: rows,
+                },
+                brc_col,
+                bin(mul, operand_first),
+                brc_row(g_at),
+                bin(mul, operand_first),
+            ];
+            if bias {
+                code.push(brc_row(b_at));
+                code.push(bin(add, operand_first));
+            }
+            code.push(bx(3, x_at).store());
+            let params = vec![(dt, R), (dt, R), (dt, R), (dt, W)];
+            let bytes = build(vec![K::vector(
+                t_at + tile,
+                &params,
+                [1, 1, total.div_ceil(rows)],
+                code,
+            )]);
+            let outs = [n * 4];
+            let (fused, nf) = run_io(&bytes, &[&x, &g, &b], &outs, true);
+            let (plain, np) = run_io(&bytes, &[&x, &g, &b], &outs, false);
+            let what = format!("{rows}x{cols}/{total} bias={bias} first={operand_first}");
+            assert_eq!(fused, plain, "{what}");
+            // brccol+sub, mul+rsum → 1 (3 fewer); brccol+mul, brcrow+mul
+            // [, brcrow+add] → 1 (3 or 5 fewer).
+            let want = np - 3 - if bias { 5 } else { 3 };
+            assert_eq!(nf, want, "{what}: fused {nf} of {np} instructions");
+        }
+    }
+}

@@ -40,6 +40,7 @@ mod cast;
 mod compare;
 mod ew;
 mod matmul;
+mod norm;
 mod rowpipe;
 pub mod simd;
 mod tile2d;
@@ -190,6 +191,12 @@ pub enum Peep {
     /// The superinstruction of a `brccol` and a binary op
     /// ([`binary_col_handler`]); `true` when the column is the first operand.
     BinaryCol(BinKind, DType, bool),
+    /// The superinstruction of a `brcrow` and a binary op
+    /// ([`binary_row_handler`]); `true` when the row is the first operand.
+    BinaryRow(BinKind, DType, bool),
+    /// The superinstruction of a binary op and the sums along the columns
+    /// of its result ([`binary_sum_cols_handler`]).
+    BinarySumCols(BinKind, DType),
     /// `exp` of this dtype.
     Exp(DType),
     /// A sum along columns of this dtype.
@@ -869,6 +876,22 @@ pub fn binary_sum_cols_handler(simd: Simd, op: BinKind, dt: DType) -> Option<Han
         BinKind::Min => num_h!(s, dt, binary_fold_cols::<_, Min, Sum>),
     })
 }
+
+/// The handler of a norm's middle (`norm::center_sq_sum`): `x − m[r]`,
+/// its squares and their row sums in one pass per row, over `f32`.
+pub fn center_sq_sum_handler(simd: Simd) -> Handler {
+    let s = simd;
+    pick!(s, norm::center_sq_sum)
+}
+
+/// The handler of a norm's tail (`norm::scale_affine`): the row scale, the
+/// weight row and the bias row in one pass per row, over `f32`.
+pub fn scale_affine_handler(simd: Simd) -> Handler {
+    let s = simd;
+    pick!(s, norm::scale_affine)
+}
+
+pub use norm::{AFFINE_BIAS, AFFINE_BIAS_FIRST, AFFINE_SCALE_FIRST, AFFINE_WEIGHT_FIRST};
 
 /// The handler of the softmax superinstruction (`unary::col_map_fold`):
 /// `binary_col` of `op` with the column second, `exp` in place, and a sum

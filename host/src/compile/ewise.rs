@@ -287,8 +287,8 @@ pub(super) fn peak_buffers(
         (None, Class::Full) => 0,
         (None, Class::Reduced) => 1,
     };
-    let mut live = [0u64; 3];
-    let mut peak = [0u64; 3];
+    let mut live = [0u64; 2];
+    let mut peak = [0u64; 2];
     for (i, (node, _)) in group.nodes.iter().enumerate() {
         // Operands broadcast to full need a temporary: reduced ones read by
         // a full node, spread ones read by any.
@@ -296,22 +296,25 @@ pub(super) fn peak_buffers(
             .operands()
             .filter(|&o| kind(o) == 2 || (classes[i] == Class::Full && kind(o) == 1))
             .count() as u64;
-        live[kind(i)] += 1;
+        if kind(i) != 2 {
+            live[kind(i)] += 1;
+        }
         peak[0] = peak[0].max(live[0] + temps);
         peak[1] = peak[1].max(live[1]);
-        peak[2] = peak[2].max(live[2]);
         // Each distinct operand dies once (`mul(x, x)` reads x twice).
         for (k, o) in node.operands().enumerate() {
-            if last[o] == i && !node.operands().take(k).any(|p| p == o) {
+            if last[o] == i && !node.operands().take(k).any(|p| p == o) && kind(o) != 2 {
                 live[kind(o)] -= 1;
             }
         }
         // A node nobody reads is still stored; it dies after its store.
-        if !is_read(last, i) {
+        if !is_read(last, i) && kind(i) != 2 {
             live[kind(i)] -= 1;
         }
     }
-    (peak[0].max(1), peak[1], peak[2])
+    // Spread inputs load at the body's start: all live at once.
+    let spread_inputs = (0..group.nodes.len()).filter(|&o| kind(o) == 2).count() as u64;
+    (peak[0].max(1), peak[1], spread_inputs)
 }
 
 /// Whether a later node reads node `i`, from [`last_uses`] (operands come
@@ -498,6 +501,23 @@ pub(super) fn emit_body(
             Spread::AcrossCols => t.tc > 1,
         })
     };
+    // Spread inputs load first, a row or a column each: the operations
+    // that read them then sit next to each other, which lets the
+    // predecoder fuse runs of them (a norm's scale, weight and bias).
+    for (i, (node, _)) in group.nodes.iter().enumerate() {
+        let (&Node::Input(k), Some(s)) = (node, spread_of(i)) else {
+            continue;
+        };
+        let (shape, len) = match s {
+            Spread::DownRows => (BoxShape::ColVec, t.tc * es),
+            Spread::AcrossCols => (BoxShape::RowVec, t.tr * es),
+        };
+        addr[i] = ub.alloc(len as u32, limit).ok_or_else(oom)?;
+        code.push(
+            &t.load(k, k as u8, group.inputs[k].dtype, addr[i], body, shape)?,
+            w,
+        );
+    }
     for (i, (node, dt)) in group.nodes.iter().enumerate() {
         let dt = *dt;
         let class = classes[i];
@@ -549,15 +569,19 @@ pub(super) fn emit_body(
         };
         let result: u32;
         match *node {
+            // Loaded above.
+            Node::Input(_) if spread_of(i).is_some() => result = addr[i],
             Node::Input(k) => {
-                let (shape, len) = match spread_of(i) {
-                    Some(Spread::DownRows) => (BoxShape::ColVec, (t.tc * es) as u32),
-                    Some(Spread::AcrossCols) => (BoxShape::RowVec, (t.tr * es) as u32),
-                    None => (BoxShape::Full, bytes(class)),
-                };
-                result = ub.alloc(len, limit).ok_or_else(oom)?;
+                result = ub.alloc(bytes(class), limit).ok_or_else(oom)?;
                 code.push(
-                    &t.load(k, k as u8, group.inputs[k].dtype, result, body, shape)?,
+                    &t.load(
+                        k,
+                        k as u8,
+                        group.inputs[k].dtype,
+                        result,
+                        body,
+                        BoxShape::Full,
+                    )?,
                     w,
                 );
             }

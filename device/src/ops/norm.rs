@@ -1,0 +1,187 @@
+//! A norm's middle and tail as superinstructions (`crate::peephole`), each
+//! one pass per row over `f32` tiles instead of one pass per instruction.
+//!
+//! The compiler's layer norm is `d = x − mean[r]` (a fused `brccol; sub`),
+//! `t = d · d` and its row sums (a fused `mul; rsum`), then, with
+//! `rs = rsqrt(var + ε)`, `d · rs[r]` (a fused `brccol; mul`), `· g` and
+//! `+ b` (fused `brcrow`s of the weight and bias rows); an RMS norm has the
+//! scale and the weight. Run one after the other, every instruction reads
+//! and writes the whole tile once more. Here the middle ([`center_sq_sum`])
+//! and the tail ([`scale_affine`]) each go over a row once, with the same
+//! `f32` operations in the same order per element (no fused multiply-add),
+//! so they write the same bytes as the instructions they replace.
+
+use super::tile2d::{fold_one, Sum};
+use super::ub::{range_of, view_mut, Split, TSrc};
+use super::UbArgs;
+use core::ops::Range;
+
+/// Whether two byte ranges share no byte.
+fn apart(p: &Range<usize>, q: &Range<usize>) -> bool {
+    p.end <= q.start || q.end <= p.start
+}
+
+/// `d = x − m[r]`, `t = d · d`, `v[r] = Σ t[r]` a row at a time, over
+/// `rows = a.n` rows of `a.cols` `f32`s: `d` at `a.dst`, `x` at `a.a`
+/// (identical to `d` or apart), the row means `m` at `a.b`, the sums `v`
+/// at `a.c`, `t` at `a.k` (identical to `d` or apart). `m` and `v` lie
+/// apart from the tiles, and from each other unless identical (each row's
+/// mean is read before its sum is written). Each sum folds in
+/// [`fold_one`]'s order, as `rsum` does. Does nothing when an operand is
+/// off.
+#[inline(always)]
+pub(crate) fn center_sq_sum(ub: &mut [u8], a: &UbArgs) {
+    let (rows, cols) = (a.n as usize, a.cols as usize);
+    let Some(elems) = rows.checked_mul(cols) else {
+        return;
+    };
+    let (Some(rd), Some(rx), Some(rm), Some(rv), Some(rt)) = (
+        range_of::<f32>(a.dst, elems),
+        range_of::<f32>(a.a, elems),
+        range_of::<f32>(a.b, rows),
+        range_of::<f32>(a.c, rows),
+        range_of::<f32>(a.k, elems),
+    ) else {
+        return;
+    };
+    let tiles = [&rd, &rx, &rt];
+    let same_or_apart = |p: &Range<usize>| p == &rd || apart(p, &rd);
+    let vectors_apart = tiles.iter().all(|t| apart(t, &rm) && apart(t, &rv));
+    if cols == 0
+        || !same_or_apart(&rx)
+        || !same_or_apart(&rt)
+        || !(rx == rt || apart(&rx, &rt) || rx == rd)
+        || !vectors_apart
+        || !(rm == rv || apart(&rm, &rv))
+        || tiles.iter().chain([&&rm, &&rv]).any(|r| r.end > ub.len())
+    {
+        return;
+    }
+    for r in 0..rows {
+        let row = |p: &Range<usize>| p.start + r * cols * 4..p.start + (r + 1) * cols * 4;
+        let (xr, dr, tr) = (row(&rx), row(&rd), row(&rt));
+        let Some(m) = f32_at(ub, rm.start + r * 4) else {
+            return;
+        };
+        // `d = x − m` (x is d itself or apart from it).
+        {
+            let Some(sp) = Split::new(ub, dr.clone()) else {
+                return;
+            };
+            let (Some(x), Some(d)) = (
+                sp.src(xr).and_then(|s| s.typed::<f32>()),
+                view_mut::<f32>(sp.dst),
+            ) else {
+                return;
+            };
+            match x {
+                TSrc::Alias => d.iter_mut().for_each(|e| *e -= m),
+                TSrc::Slice(x) => d.iter_mut().zip(x).for_each(|(e, &v)| *e = v - m),
+            }
+        }
+        // `t = d · d` (d is t itself or apart from it), then its sum.
+        let sum = {
+            let Some(sp) = Split::new(ub, tr) else {
+                return;
+            };
+            let (Some(d), Some(t)) = (
+                sp.src(dr).and_then(|s| s.typed::<f32>()),
+                view_mut::<f32>(sp.dst),
+            ) else {
+                return;
+            };
+            match d {
+                TSrc::Alias => t.iter_mut().for_each(|e| *e *= *e),
+                TSrc::Slice(d) => t.iter_mut().zip(d).for_each(|(e, &v)| *e = v * v),
+            }
+            fold_one::<f32, Sum>(t)
+        };
+        let Some(v) = ub.get_mut(rv.start + r * 4..rv.start + r * 4 + 4) else {
+            return;
+        };
+        v.copy_from_slice(&sum.to_ne_bytes());
+    }
+}
+
+/// The `f32` at byte `at` of `ub`.
+fn f32_at(ub: &[u8], at: usize) -> Option<f32> {
+    let b = ub.get(at..at.checked_add(4)?)?;
+    Some(f32::from_ne_bytes([b[0], b[1], b[2], b[3]]))
+}
+
+/// `d = ((d · s[r]) · g) + b` in place a row at a time, over `rows = a.n`
+/// rows of `a.cols` `f32`s: `d` at `a.dst`, the row scales `s` at `a.b`,
+/// the weight row `g` at `a.c`, the bias row `b` at `a.k`, each apart
+/// from `d`. `a.flags` ([`AFFINE_BIAS`] …): whether there is a bias, and
+/// which operand of each step came first in its instruction (the same
+/// value either way, but not the same NaN when both operands are NaNs).
+/// The products and the sum round as the instructions did. Does nothing
+/// when an operand is off.
+#[inline(always)]
+pub(crate) fn scale_affine(ub: &mut [u8], a: &UbArgs) {
+    let (rows, cols) = (a.n as usize, a.cols as usize);
+    let bias = a.flags & AFFINE_BIAS != 0;
+    let Some(elems) = rows.checked_mul(cols) else {
+        return;
+    };
+    let (Some(rd), Some(rs), Some(rg), Some(rb)) = (
+        range_of::<f32>(a.dst, elems),
+        range_of::<f32>(a.b, rows),
+        range_of::<f32>(a.c, cols),
+        range_of::<f32>(if bias { a.k } else { a.c }, cols),
+    ) else {
+        return;
+    };
+    let Some(sp) = Split::new(ub, rd) else {
+        return;
+    };
+    let (Some(s), Some(g), Some(b), Some(d)) = (
+        sp.disjoint::<f32>(rs),
+        sp.disjoint::<f32>(rg),
+        sp.disjoint::<f32>(rb),
+        view_mut::<f32>(sp.dst),
+    ) else {
+        return;
+    };
+    if cols == 0 {
+        return;
+    }
+    let order = a.flags & !AFFINE_BIAS;
+    macro_rules! rows {
+        ($sf:expr, $wf:expr, $bf:expr) => {
+            for (row, &f) in d.chunks_exact_mut(cols).zip(s) {
+                if bias {
+                    for ((x, &w), &c) in row.iter_mut().zip(g).zip(b) {
+                        let y = if $sf { f * *x } else { *x * f };
+                        let y = if $wf { w * y } else { y * w };
+                        *x = if $bf { c + y } else { y + c };
+                    }
+                } else {
+                    for (x, &w) in row.iter_mut().zip(g) {
+                        let y = if $sf { f * *x } else { *x * f };
+                        *x = if $wf { w * y } else { y * w };
+                    }
+                }
+            }
+        };
+    }
+    // The usual order (the tile first) gets its own loop; the others are
+    // as exact, and rare.
+    match order {
+        0 => rows!(false, false, false),
+        _ => rows!(
+            order & AFFINE_SCALE_FIRST != 0,
+            order & AFFINE_WEIGHT_FIRST != 0,
+            order & AFFINE_BIAS_FIRST != 0
+        ),
+    }
+}
+
+/// [`scale_affine`]'s flag: a bias row follows the weight.
+pub const AFFINE_BIAS: u32 = 1;
+/// [`scale_affine`]'s flag: the scale was the product's first operand.
+pub const AFFINE_SCALE_FIRST: u32 = 2;
+/// [`scale_affine`]'s flag: the weight was the product's first operand.
+pub const AFFINE_WEIGHT_FIRST: u32 = 4;
+/// [`scale_affine`]'s flag: the bias was the sum's first operand.
+pub const AFFINE_BIAS_FIRST: u32 = 8;
