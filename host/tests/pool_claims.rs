@@ -125,7 +125,7 @@ fn elementwise_kernels_claim_chunks_with_the_same_result() {
 
 #[test]
 fn reduce_kernels_claim_chunks_with_the_same_result() {
-    let (rows, cols) = (4001, 96);
+    let (rows, cols) = (8001, 96);
     let x = data((rows * cols) as usize, 2);
     same_on_every_pool(&row_sum(rows, cols), &[x], rows as usize);
 }

@@ -296,14 +296,18 @@ pub(super) fn peak_buffers(
             .operands()
             .filter(|&o| kind(o) == 2 || (classes[i] == Class::Full && kind(o) == 1))
             .count() as u64;
-        if kind(i) != 2 {
+        // A result written over an operand that dies here takes no buffer
+        // of its own (as `emit_body` does).
+        let reused = reused_operand(group, classes, spread, last, i);
+        if kind(i) != 2 && reused.is_none() {
             live[kind(i)] += 1;
         }
         peak[0] = peak[0].max(live[0] + temps);
         peak[1] = peak[1].max(live[1]);
         // Each distinct operand dies once (`mul(x, x)` reads x twice).
         for (k, o) in node.operands().enumerate() {
-            if last[o] == i && !node.operands().take(k).any(|p| p == o) && kind(o) != 2 {
+            let first = !node.operands().take(k).any(|p| p == o);
+            if last[o] == i && first && kind(o) != 2 && reused != Some(o) {
                 live[kind(o)] -= 1;
             }
         }
@@ -315,6 +319,34 @@ pub(super) fn peak_buffers(
     // Spread inputs load at the body's start: all live at once.
     let spread_inputs = (0..group.nodes.len()).filter(|&o| kind(o) == 2).count() as u64;
     (peak[0].max(1), peak[1], spread_inputs)
+}
+
+/// The operand whose buffer node `i`'s result takes over, as `emit_body`
+/// chooses it: the first of its element-wise operands (`x`, or `a` then
+/// `b`) of the same class and element size, not spread, read once by the
+/// node and for the last time. `spread` may mark more inputs than the
+/// emitted body spreads (never fewer): this then sees fewer reuses than
+/// there are, and the peak it feeds stays an upper bound.
+fn reused_operand(
+    group: &Group,
+    classes: &[Class],
+    spread: &[Option<Spread>],
+    last: &[usize],
+    i: usize,
+) -> Option<usize> {
+    let (node, dt) = &group.nodes[i];
+    let candidates = match *node {
+        Node::Unary(_, x) | Node::Cast(x) | Node::Scalar(_, x, _) => [Some(x), None],
+        Node::Binary(_, a, b) | Node::Select(_, a, b) => [Some(a), Some(b)],
+        _ => [None, None],
+    };
+    candidates.into_iter().flatten().find(|&o| {
+        classes[o] == classes[i]
+            && spread.get(o).copied().flatten().is_none()
+            && group.nodes[o].1.size() == dt.size()
+            && last[o] == i
+            && node.operands().filter(|&p| p == o).count() == 1
+    })
 }
 
 /// Whether a later node reads node `i`, from [`last_uses`] (operands come
