@@ -821,60 +821,62 @@ pub fn resolve_gm(instr: &Instr, simd: Simd) -> Option<GmOp> {
 /// first with `col_first` (`unary::binary_col`).
 pub fn binary_col_handler(simd: Simd, op: BinKind, dt: DType, col_first: bool) -> Option<Handler> {
     let s = simd;
-    macro_rules! h {
-        ($o:ident) => {
-            if col_first {
-                num_h!(s, dt, binary_col::<_, $o, true>)
-            } else {
-                num_h!(s, dt, binary_col::<_, $o, false>)
-            }
-        };
-    }
-    Some(match op {
-        BinKind::Add => h!(Add),
-        BinKind::Sub => h!(Sub),
-        BinKind::Mul => h!(Mul),
-        BinKind::Div => h!(Div),
-        BinKind::Max => h!(Max),
-        BinKind::Min => h!(Min),
-    })
+    Some(by_kind!(op, O => if col_first {
+        num_h!(s, dt, binary_col::<_, O, true>)
+    } else {
+        num_h!(s, dt, binary_col::<_, O, false>)
+    }))
 }
+
+/// `$body` with the type `$o` the [`BinKind`] `$op`'s binary function.
+macro_rules! by_kind {
+    ($op:expr, $o:ident => $body:expr) => {
+        match $op {
+            BinKind::Add => {
+                type $o = Add;
+                $body
+            }
+            BinKind::Sub => {
+                type $o = Sub;
+                $body
+            }
+            BinKind::Mul => {
+                type $o = Mul;
+                $body
+            }
+            BinKind::Div => {
+                type $o = Div;
+                $body
+            }
+            BinKind::Max => {
+                type $o = Max;
+                $body
+            }
+            BinKind::Min => {
+                type $o = Min;
+                $body
+            }
+        }
+    };
+}
+use by_kind;
 
 /// The handler of `brcrow` then binary op `op` (`crate::peephole`): the row
 /// first with `row_first` (`unary::binary_row`).
 pub fn binary_row_handler(simd: Simd, op: BinKind, dt: DType, row_first: bool) -> Option<Handler> {
     let s = simd;
-    macro_rules! h {
-        ($o:ident) => {
-            if row_first {
-                num_h!(s, dt, binary_row::<_, $o, true>)
-            } else {
-                num_h!(s, dt, binary_row::<_, $o, false>)
-            }
-        };
-    }
-    Some(match op {
-        BinKind::Add => h!(Add),
-        BinKind::Sub => h!(Sub),
-        BinKind::Mul => h!(Mul),
-        BinKind::Div => h!(Div),
-        BinKind::Max => h!(Max),
-        BinKind::Min => h!(Min),
-    })
+    Some(by_kind!(op, O => if row_first {
+        num_h!(s, dt, binary_row::<_, O, true>)
+    } else {
+        num_h!(s, dt, binary_row::<_, O, false>)
+    }))
 }
 
 /// The handler of binary op `op` then a sum along the columns of its
 /// result (`crate::peephole`, `tile2d::binary_fold_cols`).
 pub fn binary_sum_cols_handler(simd: Simd, op: BinKind, dt: DType) -> Option<Handler> {
     let s = simd;
-    Some(match op {
-        BinKind::Add => num_h!(s, dt, binary_fold_cols::<_, Add, Sum>),
-        BinKind::Sub => num_h!(s, dt, binary_fold_cols::<_, Sub, Sum>),
-        BinKind::Mul => num_h!(s, dt, binary_fold_cols::<_, Mul, Sum>),
-        BinKind::Div => num_h!(s, dt, binary_fold_cols::<_, Div, Sum>),
-        BinKind::Max => num_h!(s, dt, binary_fold_cols::<_, Max, Sum>),
-        BinKind::Min => num_h!(s, dt, binary_fold_cols::<_, Min, Sum>),
-    })
+    Some(by_kind!(op, O => num_h!(s, dt, binary_fold_cols::<_, O, Sum>)))
 }
 
 /// The handler of a norm's middle (`norm::center_sq_sum`): `x − m[r]`,
@@ -891,7 +893,7 @@ pub fn scale_affine_handler(simd: Simd) -> Handler {
     pick!(s, norm::scale_affine)
 }
 
-pub use norm::{AFFINE_BIAS, AFFINE_BIAS_FIRST, AFFINE_SCALE_FIRST, AFFINE_WEIGHT_FIRST};
+pub(crate) use norm::{AFFINE_BIAS, AFFINE_BIAS_FIRST, AFFINE_SCALE_FIRST, AFFINE_WEIGHT_FIRST};
 
 /// The handler of the softmax superinstruction (`unary::col_map_fold`):
 /// `binary_col` of `op` with the column second, `exp` in place, and a sum

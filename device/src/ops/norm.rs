@@ -178,10 +178,10 @@ pub(crate) fn scale_affine(ub: &mut [u8], a: &UbArgs) {
 }
 
 /// [`scale_affine`]'s flag: a bias row follows the weight.
-pub const AFFINE_BIAS: u32 = 1;
+pub(crate) const AFFINE_BIAS: u32 = 1;
 /// [`scale_affine`]'s flag: the scale was the product's first operand.
-pub const AFFINE_SCALE_FIRST: u32 = 2;
+pub(crate) const AFFINE_SCALE_FIRST: u32 = 2;
 /// [`scale_affine`]'s flag: the weight was the product's first operand.
-pub const AFFINE_WEIGHT_FIRST: u32 = 4;
+pub(crate) const AFFINE_WEIGHT_FIRST: u32 = 4;
 /// [`scale_affine`]'s flag: the bias was the sum's first operand.
-pub const AFFINE_BIAS_FIRST: u32 = 8;
+pub(crate) const AFFINE_BIAS_FIRST: u32 = 8;

@@ -22,7 +22,7 @@
 use core::ops::Range;
 
 use super::binary::{binary_core, BinOp};
-use super::ub::{range_of, view, view_mut, Elem, Pod, Split, TSrc};
+use super::ub::{range_of, view, view_mut, Elem, Pod, Split};
 use super::UbArgs;
 
 /// Independent accumulators per row for `axis = cols`.
@@ -298,8 +298,8 @@ pub(crate) fn binary_fold_cols<T: Elem, O: BinOp<T::C>, R: RedOp<T::C>>(ub: &mut
             for (k, f) in folds[..n].iter_mut().enumerate() {
                 let span = (r0 + k) * cols..(r0 + k + 1) * cols;
                 let (Some(xr), Some(yr), Some(tr)) = (
-                    row_of(x, span.clone()),
-                    row_of(y, span.clone()),
+                    x.span(span.clone()),
+                    y.span(span.clone()),
                     t.get_mut(span.clone()),
                 ) else {
                     return;
@@ -314,16 +314,6 @@ pub(crate) fn binary_fold_cols<T: Elem, O: BinOp<T::C>, R: RedOp<T::C>>(ub: &mut
         for (d, f) in v.iter_mut().skip(r0).zip(&folds[..n]) {
             *d = T::put(*f);
         }
-    }
-}
-
-/// Elements `span` of a source operand (all of it when it is the
-/// destination itself, which the caller slices).
-#[inline(always)]
-fn row_of<T>(s: TSrc<'_, T>, span: Range<usize>) -> Option<TSrc<'_, T>> {
-    match s {
-        TSrc::Alias => Some(TSrc::Alias),
-        TSrc::Slice(s) => s.get(span).map(TSrc::Slice),
     }
 }
 

@@ -284,6 +284,19 @@ pub(crate) enum TSrc<'a, T> {
     Alias,
 }
 
+impl<'a, T> TSrc<'a, T> {
+    /// Elements `span` of the source: that part of the slice, or still the
+    /// destination itself (which the caller slices the same way); `None`
+    /// when the span leaves the slice.
+    #[inline(always)]
+    pub fn span(self, span: core::ops::Range<usize>) -> Option<TSrc<'a, T>> {
+        match self {
+            TSrc::Alias => Some(TSrc::Alias),
+            TSrc::Slice(s) => s.get(span).map(TSrc::Slice),
+        }
+    }
+}
+
 impl<'a> Src<'a> {
     /// Views the source as `[T]`.
     #[inline(always)]

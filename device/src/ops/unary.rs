@@ -190,38 +190,13 @@ pub(crate) fn scalar_gm<T: Elem, O: BinOp<T::C>, const REV: bool>(
 /// element as the binary handler on the broadcast tile, so the same bytes.
 #[inline(always)]
 pub(crate) fn binary_col<T: Elem, O: BinOp<T::C>, const REV: bool>(ub: &mut [u8], a: &UbArgs) {
-    let (rows, cols) = (a.n as usize, a.cols as usize);
-    let Some(elems) = rows.checked_mul(cols) else {
+    let Some((d, src, v, cols)) = tile_and_vector::<T>(ub, a, a.n as usize) else {
         return;
     };
-    let (Some(rd), Some(rs), Some(rv)) = (
-        range_of::<T>(a.dst, elems),
-        range_of::<T>(a.a, elems),
-        range_of::<T>(a.b, rows),
-    ) else {
-        return;
-    };
-    let Some(sp) = Split::new(ub, rd) else { return };
-    let (Some(src), Some(TSrc::Slice(v))) = (
-        sp.src(rs).and_then(|s| s.typed::<T>()),
-        sp.src(rv).and_then(|s| s.typed::<T>()),
-    ) else {
-        return;
-    };
-    let Some(d) = view_mut::<T>(sp.dst) else {
-        return;
-    };
-    if cols == 0 {
-        return;
-    }
     for (r, (dr, vr)) in d.chunks_exact_mut(cols).zip(v).enumerate() {
         let k = WithImm::<T::C, O, REV>(vr.get(), PhantomData);
-        let sr = match src {
-            TSrc::Alias => TSrc::Alias,
-            TSrc::Slice(s) => match s.get(r * cols..(r + 1) * cols) {
-                Some(s) => TSrc::Slice(s),
-                None => return,
-            },
+        let Some(sr) = src.span(r * cols..(r + 1) * cols) else {
+            return;
         };
         map1_core::<T, _>(dr, sr, k);
     }
@@ -237,37 +212,12 @@ pub(crate) fn binary_col<T: Elem, O: BinOp<T::C>, const REV: bool>(ub: &mut [u8]
 /// element as the binary handler on the broadcast tile, so the same bytes.
 #[inline(always)]
 pub(crate) fn binary_row<T: Elem, O: BinOp<T::C>, const REV: bool>(ub: &mut [u8], a: &UbArgs) {
-    let (rows, cols) = (a.n as usize, a.cols as usize);
-    let Some(elems) = rows.checked_mul(cols) else {
+    let Some((d, src, v, cols)) = tile_and_vector::<T>(ub, a, a.cols as usize) else {
         return;
     };
-    let (Some(rd), Some(rs), Some(rv)) = (
-        range_of::<T>(a.dst, elems),
-        range_of::<T>(a.a, elems),
-        range_of::<T>(a.b, cols),
-    ) else {
-        return;
-    };
-    let Some(sp) = Split::new(ub, rd) else { return };
-    let (Some(src), Some(TSrc::Slice(v))) = (
-        sp.src(rs).and_then(|s| s.typed::<T>()),
-        sp.src(rv).and_then(|s| s.typed::<T>()),
-    ) else {
-        return;
-    };
-    let Some(d) = view_mut::<T>(sp.dst) else {
-        return;
-    };
-    if cols == 0 {
-        return;
-    }
     for (r, dr) in d.chunks_exact_mut(cols).enumerate() {
-        let sr = match src {
-            TSrc::Alias => TSrc::Alias,
-            TSrc::Slice(s) => match s.get(r * cols..(r + 1) * cols) {
-                Some(s) => TSrc::Slice(s),
-                None => return,
-            },
+        let Some(sr) = src.span(r * cols..(r + 1) * cols) else {
+            return;
         };
         if REV {
             binary_core::<T, O>(dr, TSrc::Slice(v), sr);
@@ -276,6 +226,35 @@ pub(crate) fn binary_row<T: Elem, O: BinOp<T::C>, const REV: bool>(ub: &mut [u8]
         }
     }
 }
+
+/// The operands of a binary op with a broadcast vector (`binary_col`,
+/// `binary_row`): the destination tile (`a.n` rows of `a.cols` at
+/// `a.dst`), its source tile (at `a.a`: the destination itself or
+/// disjoint from it), the vector (`vec_len` elements at `a.b`, disjoint
+/// from the destination) and the row length; `None` when an operand is
+/// off or the rows are empty.
+#[inline(always)]
+fn tile_and_vector<'u, T: Elem>(
+    ub: &'u mut [u8],
+    a: &UbArgs,
+    vec_len: usize,
+) -> Option<TileAndVector<'u, T>> {
+    let (rows, cols) = (a.n as usize, a.cols as usize);
+    let elems = rows.checked_mul(cols)?;
+    let rd = range_of::<T>(a.dst, elems)?;
+    let (rs, rv) = (range_of::<T>(a.a, elems)?, range_of::<T>(a.b, vec_len)?);
+    let sp = Split::new(ub, rd)?;
+    let src = sp.src(rs)?.typed::<T>()?;
+    let TSrc::Slice(v) = sp.src(rv)?.typed::<T>()? else {
+        return None;
+    };
+    let d = view_mut::<T>(sp.dst)?;
+    (cols > 0).then_some((d, src, v, cols))
+}
+
+/// [`tile_and_vector`]'s operands: the destination, its source, the
+/// vector, the row length.
+type TileAndVector<'u, T> = (&'u mut [T], TSrc<'u, T>, &'u [T], usize);
 
 /// `B` after `A`: `x ↦ B(A(x))` with the intermediate kept as a compute
 /// value (the same bits as running `A` then `B` over a tile whose element

@@ -65,23 +65,28 @@ fn f32v(shape: &[u64]) -> View {
     View::contiguous(DType::F32, shape)
 }
 
+/// `x + bias` over `rows × cols`, the bias a `[cols]` row broadcast.
+fn bias_add(rows: u64, cols: u64) -> Group {
+    let x = f32v(&[rows, cols]);
+    let bias = f32v(&[cols]).broadcast_to(&[rows, cols]).unwrap();
+    Group {
+        kind: GroupKind::Elementwise {
+            shape: vec![rows, cols],
+        },
+        inputs: vec![x.clone(), bias],
+        nodes: vec![
+            (Node::Input(0), DType::F32),
+            (Node::Input(1), DType::F32),
+            (Node::Binary(Opcode::Add, 0, 1), DType::F32),
+        ],
+        outputs: vec![(2, x)],
+    }
+}
+
 #[test]
 fn broadcast_add_with_tails() {
     for &(rows, cols) in &[(1u64, 1u64), (3, 5), (17, 768), (1000, 3), (2, 70_001)] {
-        let x = f32v(&[rows, cols]);
-        let bias = f32v(&[cols]).broadcast_to(&[rows, cols]).unwrap();
-        let group = Group {
-            kind: GroupKind::Elementwise {
-                shape: vec![rows, cols],
-            },
-            inputs: vec![x.clone(), bias],
-            nodes: vec![
-                (Node::Input(0), DType::F32),
-                (Node::Input(1), DType::F32),
-                (Node::Binary(Opcode::Add, 0, 1), DType::F32),
-            ],
-            outputs: vec![(2, x)],
-        };
+        let group = bias_add(rows, cols);
         let a = data((rows * cols) as usize, 1);
         let b = data(cols as usize, 2);
         for blocks in [1, 3] {
@@ -107,22 +112,10 @@ fn broadcast_add_with_tails() {
 #[test]
 fn broadcast_operands_count_once_in_bytes_moved() {
     for &(rows, cols) in &[(1u64, 768u64), (21, 768), (4096, 768), (3, 5)] {
-        let x = f32v(&[rows, cols]);
-        let bias = f32v(&[cols]).broadcast_to(&[rows, cols]).unwrap();
+        let group = bias_add(rows, cols);
+        let bias = &group.inputs[1];
         assert_eq!(bias.distinct_numel(), cols);
         assert_eq!(bias.numel(), rows * cols);
-        let group = Group {
-            kind: GroupKind::Elementwise {
-                shape: vec![rows, cols],
-            },
-            inputs: vec![x.clone(), bias],
-            nodes: vec![
-                (Node::Input(0), DType::F32),
-                (Node::Input(1), DType::F32),
-                (Node::Binary(Opcode::Add, 0, 1), DType::F32),
-            ],
-            outputs: vec![(2, x)],
-        };
         let compiled = compile(&group, "k", &Target::default()).expect("compiles");
         assert_eq!(
             compiled.bytes_moved,
