@@ -383,21 +383,14 @@ fn fuse_affine(scale: &UbOp, weight: &UbOp, bias: Option<&UbOp>, simd: Simd) -> 
         peep: Peep::None,
         from_gm: None,
         from_gm_row: None,
+        // One hull over the three ops' reads; the tile is all it writes.
         foot: Footprint {
-            read: (
-                scale
-                    .foot
-                    .read
-                    .0
-                    .min(weight.foot.read.0)
-                    .min(bias.map_or(u32::MAX, |b| b.foot.read.0)),
-                scale
-                    .foot
-                    .read
-                    .1
-                    .max(weight.foot.read.1)
-                    .max(bias.map_or(0, |b| b.foot.read.1)),
-            ),
+            read: [Some(scale), Some(weight), bias]
+                .into_iter()
+                .flatten()
+                .fold((u32::MAX, 0), |(lo, hi), op| {
+                    (lo.min(op.foot.read.0), hi.max(op.foot.read.1))
+                }),
             write: scale.foot.write,
         },
     })

@@ -12,7 +12,11 @@
 //! so they write the same bytes as the instructions they replace.
 
 use super::tile2d::{fold_one, Sum};
-use super::ub::{range_of, view_mut, Split, TSrc};
+use core::marker::PhantomData;
+
+use super::binary::{binary_core, Mul, Sub};
+use super::ub::{range_of, view, view_mut, Split};
+use super::unary::{map1_core, WithImm};
 use super::UbArgs;
 use core::ops::Range;
 
@@ -60,10 +64,11 @@ pub(crate) fn center_sq_sum(ub: &mut [u8], a: &UbArgs) {
     for r in 0..rows {
         let row = |p: &Range<usize>| p.start + r * cols * 4..p.start + (r + 1) * cols * 4;
         let (xr, dr, tr) = (row(&rx), row(&rd), row(&rt));
-        let Some(m) = f32_at(ub, rm.start + r * 4) else {
+        let m_at = rm.start + r * 4;
+        let Some(m) = ub.get(m_at..m_at + 4).and_then(view::<f32>).map(|v| v[0]) else {
             return;
         };
-        // `d = x − m` (x is d itself or apart from it).
+        // `d = x − m` (x is d itself or apart from it), as `binary_col`.
         {
             let Some(sp) = Split::new(ub, dr.clone()) else {
                 return;
@@ -74,12 +79,10 @@ pub(crate) fn center_sq_sum(ub: &mut [u8], a: &UbArgs) {
             ) else {
                 return;
             };
-            match x {
-                TSrc::Alias => d.iter_mut().for_each(|e| *e -= m),
-                TSrc::Slice(x) => d.iter_mut().zip(x).for_each(|(e, &v)| *e = v - m),
-            }
+            map1_core::<f32, _>(d, x, WithImm::<f32, Sub, false>(m, PhantomData));
         }
-        // `t = d · d` (d is t itself or apart from it), then its sum.
+        // `t = d · d` (d is t itself or apart from it), then its sum, as
+        // `binary_fold_cols`.
         let sum = {
             let Some(sp) = Split::new(ub, tr) else {
                 return;
@@ -90,10 +93,7 @@ pub(crate) fn center_sq_sum(ub: &mut [u8], a: &UbArgs) {
             ) else {
                 return;
             };
-            match d {
-                TSrc::Alias => t.iter_mut().for_each(|e| *e *= *e),
-                TSrc::Slice(d) => t.iter_mut().zip(d).for_each(|(e, &v)| *e = v * v),
-            }
+            binary_core::<f32, Mul>(t, d, d);
             fold_one::<f32, Sum>(t)
         };
         let Some(v) = ub.get_mut(rv.start + r * 4..rv.start + r * 4 + 4) else {
@@ -101,12 +101,6 @@ pub(crate) fn center_sq_sum(ub: &mut [u8], a: &UbArgs) {
         };
         v.copy_from_slice(&sum.to_ne_bytes());
     }
-}
-
-/// The `f32` at byte `at` of `ub`.
-fn f32_at(ub: &[u8], at: usize) -> Option<f32> {
-    let b = ub.get(at..at.checked_add(4)?)?;
-    Some(f32::from_ne_bytes([b[0], b[1], b[2], b[3]]))
 }
 
 /// `d = ((d · s[r]) · g) + b` in place a row at a time, over `rows = a.n`

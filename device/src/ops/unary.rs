@@ -83,7 +83,7 @@ pub(crate) fn map1_gm<T: Elem, K: Kern<T::C>>(dst: &mut [u8], src: &[u8], n: u32
 
 /// `d = k(src)` over equal-length slices (`src` may be `d` itself).
 #[inline(always)]
-fn map1_core<T: Elem, K: Kern<T::C>>(d: &mut [T], src: TSrc<'_, T>, k: K) {
+pub(crate) fn map1_core<T: Elem, K: Kern<T::C>>(d: &mut [T], src: TSrc<'_, T>, k: K) {
     match src {
         TSrc::Alias => {
             if let Some(dc) = T::direct_mut(d) {

@@ -321,12 +321,11 @@ pub(super) fn peak_buffers(
     (peak[0].max(1), peak[1], spread_inputs)
 }
 
-/// The operand whose buffer node `i`'s result takes over, as `emit_body`
-/// chooses it: the first of its element-wise operands (`x`, or `a` then
-/// `b`) of the same class and element size, not spread, read once by the
-/// node and for the last time. `spread` may mark more inputs than the
-/// emitted body spreads (never fewer): this then sees fewer reuses than
-/// there are, and the peak it feeds stays an upper bound.
+/// The operand whose buffer node `i`'s result takes over (`emit_body`
+/// writes it there, `peak_buffers` counts it so): the first of its
+/// element-wise operands (`x`, or `a` then `b`) of the same class and
+/// element size, not spread, read once by the node and for the last time
+/// (an operand feeding two slots is not overwritten).
 fn reused_operand(
     group: &Group,
     classes: &[Class],
@@ -592,13 +591,9 @@ pub(super) fn emit_body(
                     Ok(addr[o])
                 }
             };
-        // In place when an operand of the same class and element size dies here.
-        let reuse = |o: usize, ops: &[u32]| -> Option<u32> {
-            let same = classes[o] == class
-                && spread_of(o).is_none()
-                && group.nodes[o].1.size() == dt.size();
-            (same && last[o] == i && !temps_contains(ops, addr[o])).then_some(addr[o])
-        };
+        // In place over an operand that dies here, by the rule the UB
+        // estimate counts with (`peak_buffers`).
+        let reused = reused_operand(group, classes, spread, last, i).map(|o| addr[o]);
         let result: u32;
         match *node {
             // Loaded above.
@@ -619,19 +614,15 @@ pub(super) fn emit_body(
             }
             Node::Unary(op, x) => {
                 let xa = opnd(x, code, ub)?;
-                result = match reuse(x, &[]) {
-                    Some(a) => a,
-                    None => ub.alloc(bytes(class), limit).ok_or_else(oom)?,
-                };
+                result =
+                    reused.map_or_else(|| ub.alloc(bytes(class), limit).ok_or_else(oom), Ok)?;
                 let xdt = group.nodes[x].1;
                 code.push(&instr(op, &[xdt as u64, result as u64, xa as u64, n])?, w);
             }
             Node::Cast(x) => {
                 let xa = opnd(x, code, ub)?;
-                result = match reuse(x, &[]) {
-                    Some(a) => a,
-                    None => ub.alloc(bytes(class), limit).ok_or_else(oom)?,
-                };
+                result =
+                    reused.map_or_else(|| ub.alloc(bytes(class), limit).ok_or_else(oom), Ok)?;
                 let xdt = group.nodes[x].1;
                 code.push(
                     &instr(
@@ -643,10 +634,8 @@ pub(super) fn emit_body(
             }
             Node::Scalar(op, x, v) => {
                 let xa = opnd(x, code, ub)?;
-                result = match reuse(x, &[]) {
-                    Some(a) => a,
-                    None => ub.alloc(bytes(class), limit).ok_or_else(oom)?,
-                };
+                result =
+                    reused.map_or_else(|| ub.alloc(bytes(class), limit).ok_or_else(oom), Ok)?;
                 let xdt = group.nodes[x].1;
                 let imm = scalar(xdt, v).0 as u64;
                 code.push(
@@ -657,11 +646,8 @@ pub(super) fn emit_body(
             Node::Binary(op, a, b) => {
                 let aa = opnd(a, code, ub)?;
                 let ba = opnd(b, code, ub)?;
-                let ops = [aa, ba];
-                result = match reuse(a, &ops).or_else(|| reuse(b, &ops)) {
-                    Some(r) => r,
-                    None => ub.alloc(bytes(class), limit).ok_or_else(oom)?,
-                };
+                result =
+                    reused.map_or_else(|| ub.alloc(bytes(class), limit).ok_or_else(oom), Ok)?;
                 let adt = group.nodes[a].1;
                 code.push(
                     &instr(op, &[adt as u64, result as u64, aa as u64, ba as u64, n])?,
@@ -672,11 +658,8 @@ pub(super) fn emit_body(
                 let ca = opnd(c, code, ub)?;
                 let aa = opnd(a, code, ub)?;
                 let ba = opnd(b, code, ub)?;
-                let ops = [ca, aa, ba];
-                result = match reuse(a, &ops).or_else(|| reuse(b, &ops)) {
-                    Some(r) => r,
-                    None => ub.alloc(bytes(class), limit).ok_or_else(oom)?,
-                };
+                result =
+                    reused.map_or_else(|| ub.alloc(bytes(class), limit).ok_or_else(oom), Ok)?;
                 code.push(
                     &instr(
                         Opcode::Select,
@@ -753,11 +736,4 @@ pub(super) fn emit_body(
     }
     code.push(&Instr::End {}, w);
     Ok(())
-}
-
-fn temps_contains(ops: &[u32], a: u32) -> bool {
-    // An operand address that is also another operand's address (a == b)
-    // cannot be overwritten in place unless both die: keep it simple and
-    // refuse in-place when the same buffer feeds two operand slots.
-    ops.iter().filter(|&&x| x == a).count() > 1
 }
