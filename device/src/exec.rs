@@ -20,7 +20,8 @@ use dvm_isa::{DeviceLimits, KernelKind};
 
 use crate::gm::{
     load_tile, load_tile_fused, load_tile_map, load_tile_map_rows, store_add_tile, store_tile,
-    store_tile_scaled, store_tile_streaming, BindError, GmBuf, GmFault, Launch, Prefetch,
+    store_tile_affine, store_tile_scaled, store_tile_streaming, BindError, GmBuf, GmFault, Launch,
+    Prefetch, StoreMap,
 };
 use crate::loadfold;
 use crate::predecode::{Program, VInstr};
@@ -589,7 +590,7 @@ fn run_tiles<const N: usize, const B: usize>(
                 VInstr::Store {
                     pattern,
                     stream,
-                    scale,
+                    map,
                 } => {
                     let buf = bufs
                         .get(pattern.buf as usize)
@@ -597,10 +598,15 @@ fn run_tiles<const N: usize, const B: usize>(
                     // Streamed: what to prefetch on the way (the next
                     // tile's loads, at the body's last streaming store).
                     let pf = stream.then(|| prefetch(i, t, c));
-                    match (scale, &pf) {
-                        (Some(v), pf) => store_tile_scaled(pattern, c, buf, ub, *v, pf.as_ref()),
-                        (None, Some(pf)) => store_tile_streaming(pattern, c, buf, ub, pf),
-                        (None, None) => store_tile(pattern, c, buf, ub),
+                    match (map, &pf) {
+                        (StoreMap::Scale(v), pf) => {
+                            store_tile_scaled(pattern, c, buf, ub, *v, pf.as_ref())
+                        }
+                        (StoreMap::Affine(m), pf) => {
+                            store_tile_affine(pattern, c, buf, ub, m, pf.as_ref())
+                        }
+                        (StoreMap::Copy, Some(pf)) => store_tile_streaming(pattern, c, buf, ub, pf),
+                        (StoreMap::Copy, None) => store_tile(pattern, c, buf, ub),
                     }
                     .map_err(|e| fault(i, t, e))?;
                 }

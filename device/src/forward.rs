@@ -22,7 +22,7 @@
 //! loads from, and, at launch ([`Forward::fits`]), overlaps none of them.
 
 use crate::exec::ExecError;
-use crate::gm::{Geom, GmBuf, GmFault};
+use crate::gm::{Geom, GmBuf, GmFault, StoreMap};
 use crate::predecode::VInstr;
 
 /// A forwarded body: the indices of its instructions.
@@ -53,7 +53,7 @@ pub fn plan(code: &[VInstr]) -> Option<Forward> {
     let gm = op.gm?;
     let VInstr::Store {
         pattern: st,
-        scale: None,
+        map: StoreMap::Copy,
         ..
     } = &code[store_at]
     else {

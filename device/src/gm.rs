@@ -1287,6 +1287,164 @@ pub fn store_tile_scaled(
     Ok(())
 }
 
+/// What a store does to the elements of its box on their way out. Besides
+/// a plain copy, the superinstruction of an `f32` op over the stored tile
+/// and the store of its result (`crate::peephole`): the op's results go
+/// straight to global memory, and the tile is never written in UB.
+#[derive(Clone, Copy, Debug)]
+pub enum StoreMap {
+    /// None: the box as UB holds it (the decoder's store).
+    Copy,
+    /// Row `r` multiplied by the `f32` at UB byte offset `v + 4r`: a row
+    /// scale (`brccol` then `mul`, as a softmax ends), [`store_tile_scaled`].
+    Scale(u32),
+    /// A norm's tail, [`store_tile_affine`].
+    Affine(AffineStore),
+}
+
+impl StoreMap {
+    /// The UB byte ranges the map reads besides the box, for a box of
+    /// `rows` rows and `cols` columns (empty ranges where it reads none).
+    pub fn operands(&self, rows: u32, cols: u32) -> [(u32, u32); 3] {
+        let span = |at: u32, n: u32| (at, at.saturating_add(n.saturating_mul(4)));
+        match self {
+            StoreMap::Copy => [(0, 0); 3],
+            StoreMap::Scale(v) => [span(*v, rows), (0, 0), (0, 0)],
+            StoreMap::Affine(m) => [
+                span(m.scale, rows),
+                span(m.weight, cols),
+                if m.has_bias() {
+                    span(m.bias, cols)
+                } else {
+                    (0, 0)
+                },
+            ],
+        }
+    }
+}
+
+/// A norm's tail applied as an `f32` box is stored: row `r` of the box
+/// `x` leaves as `((x · s[r]) · g) + b`, `s` the row scales, `g` the
+/// weight row and `b` the bias row (if any), all in UB; the products and
+/// the sum round as the instructions it replaces (`brccol; mul`, `brcrow;
+/// mul`, `brcrow; add`) did.
+#[derive(Clone, Copy, Debug)]
+pub struct AffineStore {
+    /// UB byte offset of the row scales (one `f32` per row of the box).
+    pub scale: u32,
+    /// UB byte offset of the weight row (one `f32` per column).
+    pub weight: u32,
+    /// UB byte offset of the bias row, read only when the flags have a
+    /// bias.
+    pub bias: u32,
+    /// Whether there is a bias, as the norm's tail superinstruction's
+    /// flags say.
+    pub flags: u32,
+    /// The row map, for this CPU's vector extensions.
+    pub row: crate::ops::AffineRow,
+}
+
+impl AffineStore {
+    /// Whether a bias row is added.
+    pub fn has_bias(&self) -> bool {
+        self.flags & crate::ops::AFFINE_BIAS != 0
+    }
+}
+
+/// Elements of a row mapped at a time by [`store_tile_affine`] before they
+/// are stored: 4 KiB (a 768-column row in one), which stays in L1 between
+/// the two.
+const AFFINE_CHUNK: usize = 1024;
+
+/// [`store_tile`] of an `f32` box through a norm's tail ([`AffineStore`]):
+/// each row is mapped a chunk at a time into a buffer in L1 and the chunk
+/// stored from there, so the stores go out while the next chunk computes.
+/// With `prefetch`, long runs go out with non-temporal stores as in
+/// [`store_tile_streaming`], prefetching it on the way.
+///
+/// # Errors
+/// As [`store_tile`]; [`GmFault::Operand`] for a box that is not `f32`
+/// with contiguous columns, and [`GmFault::Ub`] for a scale, weight or
+/// bias vector outside `ub` or off the element alignment, or a box off it;
+/// nothing is written then.
+#[inline]
+pub fn store_tile_affine(
+    p: &GmPattern,
+    coord: [u32; 3],
+    buf: &GmBuf<'_>,
+    ub: &[u8],
+    map: &AffineStore,
+    prefetch: Option<&Prefetch>,
+) -> Result<(), GmFault> {
+    if !buf.writable {
+        return Err(GmFault::ReadOnly);
+    }
+    if p.dtype != DType::F32 || p.col_stride != 1 {
+        return Err(GmFault::Operand);
+    }
+    let g = Geom::new(p, coord, buf.len, ub.len())?;
+    let vector = |at: u32, n: usize| {
+        let r = crate::ops::range_of::<f32>(at, n)?;
+        crate::ops::view::<f32>(ub.get(r)?)
+    };
+    let bias_at = if map.has_bias() { map.bias } else { map.weight };
+    let (Some(s), Some(w), Some(b)) = (
+        vector(map.scale, g.rows),
+        vector(map.weight, g.ce),
+        vector(bias_at, g.ce),
+    ) else {
+        return Err(GmFault::Ub);
+    };
+    // The box's rows, as `f32` slices: `Geom::new` checked the box lies
+    // inside `ub`; its alignment is checked here.
+    let row = |r: usize| {
+        let at = g.ub + r * g.pitch * 4;
+        crate::ops::view::<f32>(ub.get(at..at + g.ce * 4)?)
+    };
+    if g.re == 0 || g.ce == 0 {
+        return Ok(());
+    }
+    if row(0).is_none() {
+        return Err(GmFault::Ub);
+    }
+    let stream = prefetch.filter(|_| g.streams(4));
+    let mut cur = Cursor::new(stream.unwrap_or(&Prefetch::NONE), g.re * g.ce * 4);
+    let mut chunk = [0f32; AFFINE_CHUNK];
+    for (r, &f) in s.iter().enumerate().take(g.re) {
+        let Some(x) = row(r) else {
+            // Cannot happen: every row has the first one's alignment and
+            // lies inside the checked box.
+            return Err(GmFault::Ub);
+        };
+        // (Slicing, not `chunks`: three zipped `Chunks` cost six integer
+        // divisions per row, as much as a 768-column row's arithmetic.)
+        let mut c0 = 0;
+        while c0 < g.ce {
+            let c1 = (c0 + AFFINE_CHUNK).min(g.ce);
+            let out = &mut chunk[..c1 - c0];
+            (map.row)(out, &x[c0..c1], f, &w[c0..c1], &b[c0..c1], map.flags);
+            let src = out.as_ptr().cast::<u8>();
+            // SAFETY: columns `c0..c1` lie inside row `r` of the GM box
+            // that `Geom::new` checked against the writable `buf` (columns
+            // contiguous: `col_stride == 1`); `chunk` is a local array,
+            // apart from global memory.
+            unsafe {
+                let dst = buf.ptr.add((g.row(r) + c0) * 4);
+                if stream.is_some() {
+                    stream_copy(dst, src, (c1 - c0) * 4, &mut cur);
+                } else {
+                    ptr::copy_nonoverlapping(src, dst, (c1 - c0) * 4);
+                }
+            }
+            c0 = c1;
+        }
+    }
+    if stream.is_some() {
+        stream_fence();
+    }
+    Ok(())
+}
+
 /// `dst[i] = src[i] · f` for `i < n`, in order.
 ///
 /// # Safety

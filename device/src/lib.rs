@@ -36,5 +36,7 @@ pub use exec::{
     block_range, run_all_blocks_sequentially, run_block, run_blocks_strided, run_tile_range,
     run_tile_ranges, Barrier, ExecError, NoBarrier, RunStats, UbStorage, UB_DEFAULT_BYTES,
 };
-pub use gm::{BindError, GmBuf, GmFault, Launch, ParamSig, Prefetch, PrefetchRun};
+pub use gm::{
+    AffineStore, BindError, GmBuf, GmFault, Launch, ParamSig, Prefetch, PrefetchRun, StoreMap,
+};
 pub use predecode::{LoadError, PredecodeError, Program, VInstr};

@@ -30,7 +30,7 @@
 //! At launch ([`fits`]) the pair is fused only when the loaded buffer
 //! overlaps no writable buffer: the fused pass reads the tile as a slice.
 
-use crate::gm::GmBuf;
+use crate::gm::{GmBuf, StoreMap};
 use dvm_isa::DType;
 
 use crate::ops::{GmShape, Peep};
@@ -113,7 +113,7 @@ pub fn plan_rows(code: &[VInstr], at: u8) -> bool {
         Some(VInstr::Ub(un)),
         Some(VInstr::Store {
             pattern: sp,
-            scale: Some(factors),
+            map: StoreMap::Scale(factors),
             ..
         }),
     ) = (code.get(at + 2), code.get(at + 3), code.get(at + 4))

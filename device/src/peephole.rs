@@ -24,6 +24,13 @@
 //! its tail (the row scale, the weight row, the bias row, all in place)
 //! each become one handler too (`crate::ops::norm`).
 //!
+//! An op whose tile only its store reads next becomes part of the store
+//! (`crate::gm::StoreMap`): an `f32` row scale (a softmax's last step) or
+//! a norm's tail maps each row on its way to global memory, a chunk at a
+//! time from L1, and the tile is never written back to UB. The store's
+//! writes then go out while the next rows compute, and the pass that read
+//! the tile back for the store is gone.
+//!
 //! Another sweep fuses a softmax's middle: `x − v[r]` (a fused pair),
 //! `exp` in place, and the sum along columns of the result become one
 //! handler ([`crate::ops::col_exp_sum_handler`]) that works a row at a
@@ -35,11 +42,11 @@
 
 use dvm_isa::DType;
 
+use crate::gm::{AffineStore, StoreMap};
 use crate::ops::{
-    binary_col_handler, binary_row_handler, binary_sum_cols_handler, center_sq_sum_handler,
-    col_exp_sum_gm_handler, col_exp_sum_handler, col_exp_sum_row_handler, scale_affine_handler,
-    BinKind, Footprint, Peep, Simd, UbArgs, UbOp, AFFINE_BIAS, AFFINE_BIAS_FIRST,
-    AFFINE_SCALE_FIRST, AFFINE_WEIGHT_FIRST,
+    affine_row_fn, binary_col_handler, binary_row_handler, binary_sum_cols_handler,
+    center_sq_sum_handler, col_exp_sum_gm_handler, col_exp_sum_handler, col_exp_sum_row_handler,
+    scale_affine_handler, BinKind, Footprint, Peep, Simd, UbArgs, UbOp, AFFINE_BIAS,
 };
 use crate::predecode::VInstr;
 
@@ -69,17 +76,12 @@ fn touches(v: &VInstr, t: (u32, u32)) -> Option<bool> {
             // Only a padded load writes its whole box on every tile.
             (pad.is_some() && b.0 <= t.0 && t.1 <= b.1).then_some(false)
         }
-        VInstr::Store {
-            pattern,
-            scale: Some(v),
-            ..
-        } => {
-            let factors = (*v, v.saturating_add(pattern.rows.saturating_mul(4)));
-            (overlaps(boxed(pattern), t) || overlaps(factors, t)).then_some(true)
+        VInstr::Store { pattern, map, .. } => {
+            let operands = map.operands(pattern.rows, pattern.pitch);
+            let read = overlaps(boxed(pattern), t) || operands.iter().any(|&o| overlaps(o, t));
+            read.then_some(true)
         }
-        VInstr::Store { pattern, .. } | VInstr::StoreAdd(pattern) => {
-            overlaps(boxed(pattern), t).then_some(true)
-        }
+        VInstr::StoreAdd(pattern) => overlaps(boxed(pattern), t).then_some(true),
         VInstr::Barrier => None,
     }
 }
@@ -336,18 +338,18 @@ fn fuse_center(sub: &UbOp, sq: &UbOp, simd: Simd) -> Option<UbOp> {
 /// all `f32` over the same tile (`ops::norm::scale_affine`). Each fused op
 /// already keeps its vector apart from the tile.
 fn fuse_affine(scale: &UbOp, weight: &UbOp, bias: Option<&UbOp>, simd: Simd) -> Option<UbOp> {
+    // Either operand of each step may come first: the same products and
+    // sums (`ops::norm::scale_affine`).
     let (
-        Peep::BinaryCol(BinKind::Mul, DType::F32, sf),
-        Peep::BinaryRow(BinKind::Mul, DType::F32, wf),
+        Peep::BinaryCol(BinKind::Mul, DType::F32, _),
+        Peep::BinaryRow(BinKind::Mul, DType::F32, _),
     ) = (scale.peep, weight.peep)
     else {
         return None;
     };
-    let bf = match bias.map(|b| b.peep) {
-        None => false,
-        Some(Peep::BinaryRow(BinKind::Add, DType::F32, bf)) => bf,
-        Some(_) => return None,
-    };
+    if bias.is_some_and(|b| !matches!(b.peep, Peep::BinaryRow(BinKind::Add, DType::F32, _))) {
+        return None;
+    }
     let d = scale.args.dst;
     let (rows, cols) = (scale.args.n, scale.args.cols);
     let in_place =
@@ -355,17 +357,7 @@ fn fuse_affine(scale: &UbOp, weight: &UbOp, bias: Option<&UbOp>, simd: Simd) -> 
     if !in_place(scale) || !in_place(weight) || bias.is_some_and(|b| !in_place(b)) {
         return None;
     }
-    let mut flags = 0;
-    for (on, bit) in [
-        (bias.is_some(), AFFINE_BIAS),
-        (sf, AFFINE_SCALE_FIRST),
-        (wf, AFFINE_WEIGHT_FIRST),
-        (bf, AFFINE_BIAS_FIRST),
-    ] {
-        if on {
-            flags |= bit;
-        }
-    }
+    let flags = if bias.is_some() { AFFINE_BIAS } else { 0 };
     Some(UbOp {
         handler: scale_affine_handler(simd),
         args: UbArgs {
@@ -380,7 +372,7 @@ fn fuse_affine(scale: &UbOp, weight: &UbOp, bias: Option<&UbOp>, simd: Simd) -> 
             ..UbArgs::default()
         },
         gm: None,
-        peep: Peep::None,
+        peep: Peep::Affine,
         from_gm: None,
         from_gm_row: None,
         // One hull over the three ops' reads; the tile is all it writes.
@@ -396,6 +388,22 @@ fn fuse_affine(scale: &UbOp, weight: &UbOp, bias: Option<&UbOp>, simd: Simd) -> 
     })
 }
 
+/// The byte range of the `f32` tile of `rows × cols` elements at UB `at`
+/// if `pattern`'s box is exactly that tile, with contiguous columns and
+/// rows apart in global memory: what a store that maps the tile's rows on
+/// their way out needs.
+fn store_box(pattern: &dvm_isa::GmPattern, at: u32, rows: u32, cols: u32) -> Option<(u32, u32)> {
+    let apart_rows = rows <= 1 || pattern.row_stride >= pattern.cols as u64;
+    let exact = pattern.dtype == DType::F32
+        && pattern.ub == at
+        && pattern.rows == rows
+        && pattern.pitch == cols
+        && pattern.col_stride == 1
+        && apart_rows;
+    let bytes = rows.checked_mul(cols)?.checked_mul(4)?;
+    exact.then_some((at, at.checked_add(bytes)?))
+}
+
 /// The scaled store for `mul` (an `f32` row scale `x · v[r]`, a fused
 /// pair) then `store` of its result, if the store's box is exactly the
 /// scaled tile and its rows are contiguous and apart in global memory:
@@ -409,34 +417,57 @@ fn fuse_scale_store(mul: &UbOp, store: &VInstr) -> Option<(VInstr, (u32, u32))> 
         VInstr::Store {
             pattern,
             stream,
-            scale: None,
+            map: StoreMap::Copy,
         },
     ) = (mul.peep, store)
     else {
         return None;
     };
-    let (rows, cols) = (mul.args.n, mul.args.cols);
-    let apart_rows = rows <= 1 || pattern.row_stride >= pattern.cols as u64;
-    if pattern.dtype != DType::F32
-        || pattern.ub != mul.args.dst
-        || pattern.rows != rows
-        || pattern.pitch != cols
-        || pattern.col_stride != 1
-        || !apart_rows
-    {
-        return None;
-    }
-    let bytes = rows.checked_mul(cols)?.checked_mul(4)?;
-    let scaled = (mul.args.dst, mul.args.dst.checked_add(bytes)?);
+    let scaled = store_box(pattern, mul.args.dst, mul.args.n, mul.args.cols)?;
     let store = VInstr::Store {
         pattern: dvm_isa::GmPattern {
             ub: mul.args.a,
             ..*pattern
         },
         stream: *stream,
-        scale: Some(mul.args.b),
+        map: StoreMap::Scale(mul.args.b),
     };
     Some((store, scaled))
+}
+
+/// The affine store for `tail` (a norm's tail in place, [`fuse_affine`])
+/// then `store` of its tile, if the store's box is exactly the tile and
+/// its rows are contiguous and apart in global memory: the store maps each
+/// row as the tail would have (`gm::store_tile_affine`), the same bytes in
+/// global memory. The tile then keeps what the tail read: the caller
+/// checks that nothing reads it. Returns the store and the tile's range.
+fn fuse_affine_store(tail: &UbOp, store: &VInstr, simd: Simd) -> Option<(VInstr, (u32, u32))> {
+    let (
+        Peep::Affine,
+        VInstr::Store {
+            pattern,
+            stream,
+            map: StoreMap::Copy,
+        },
+    ) = (tail.peep, store)
+    else {
+        return None;
+    };
+    let a = &tail.args;
+    let tile = store_box(pattern, a.dst, a.n, a.cols)?;
+    let map = AffineStore {
+        scale: a.b,
+        weight: a.c,
+        bias: a.k,
+        flags: a.flags,
+        row: affine_row_fn(simd),
+    };
+    let store = VInstr::Store {
+        pattern: *pattern,
+        stream: *stream,
+        map: StoreMap::Affine(map),
+    };
+    Some((store, tile))
 }
 
 /// Fuses the pairs of body `code[start..end]`, writing the result from
@@ -490,12 +521,14 @@ pub(crate) fn fuse_body(
         }
         _ => None,
     });
-    // Each row scale whose tile only its store reads ([`fuse_scale_store`]).
+    // Each row scale, and each norm's tail, whose tile only its store reads
+    // ([`fuse_scale_store`], [`fuse_affine_store`]).
     sweep::<2>(code, (to, end), to, |code, r, w| {
-        let (Some(VInstr::Ub(mul)), Some(store)) = (code.get(r), code.get(r + 1)) else {
+        let (Some(VInstr::Ub(op)), Some(store)) = (code.get(r), code.get(r + 1)) else {
             return None;
         };
-        let (fused, t) = fuse_scale_store(mul, store)?;
+        let (fused, t) =
+            fuse_scale_store(op, store).or_else(|| fuse_affine_store(op, store, simd))?;
         let elsewhere = others
             .iter()
             .all(|&(s, e)| code.get(s..e).is_some_and(|o| written_first(o, t)));

@@ -16,7 +16,7 @@ use dvm_isa::{
 };
 
 use crate::forward::{self, Forward};
-use crate::gm::{pad_bits, ParamSig, STREAM_MIN_BYTES};
+use crate::gm::{pad_bits, ParamSig, StoreMap, STREAM_MIN_BYTES};
 use crate::loadfold;
 use crate::ops::{self, UbOp};
 use crate::peephole;
@@ -45,11 +45,10 @@ pub enum VInstr {
         /// Whether the parameter is large enough (at least
         /// [`STREAM_MIN_BYTES`]) for non-temporal stores.
         stream: bool,
-        /// Row `r` of the box multiplied by the `f32` at UB byte offset
-        /// `scale + 4r` as it is stored: the superinstruction of an `f32`
-        /// row scale (`brccol` then `mul`) and the store of its result
-        /// (`crate::peephole`). `None` from the decoder.
-        scale: Option<u32>,
+        /// What the elements become on their way out: [`StoreMap::Copy`]
+        /// from the decoder, a row scale or a norm's tail fused with the
+        /// store by `crate::peephole`.
+        map: StoreMap,
     },
     /// UB → global memory, adding atomically per element.
     StoreAdd(GmPattern),
@@ -567,7 +566,7 @@ fn lower(instr: &Instr, params: &ParamSig) -> Lowered {
                 GmKind::Store => Lowered::V(VInstr::Store {
                     pattern: gm.pattern,
                     stream: params.required_bytes(gm.pattern.buf as usize) >= STREAM_MIN_BYTES,
-                    scale: None,
+                    map: StoreMap::Copy,
                 }),
                 GmKind::StoreAdd => Lowered::V(VInstr::StoreAdd(gm.pattern)),
                 GmKind::Load => Lowered::Unsupported,

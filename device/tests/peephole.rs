@@ -533,7 +533,7 @@ fn row_scale_module((rows, cols, total): (u32, u32, u32), base: u64) -> Vec<u8> 
 
 #[test]
 fn row_scales_fuse_with_their_stores_streamed_or_not() {
-    use dvm_device::VInstr;
+    use dvm_device::{StoreMap, VInstr};
     let mut rng = Rng(23);
     let special = [f32::NAN, -0.0, 0.0, f32::INFINITY, f32::NEG_INFINITY, 1e-40];
     // Small outputs store plainly; 5470 rows of 768 (over 16 MiB) stream,
@@ -555,7 +555,7 @@ fn row_scales_fuse_with_their_stores_streamed_or_not() {
         let body = prog.body(0);
         let stream = n >= 4 << 20;
         assert!(
-            matches!(body.last(), Some(VInstr::Store { scale: Some(_), stream: s, .. }) if *s == stream),
+            matches!(body.last(), Some(VInstr::Store { map: StoreMap::Scale(_), stream: s, .. }) if *s == stream),
             "{shape:?}: the scale fuses with the store (streaming: {stream})"
         );
         let len = (n + base as usize) * 4;
@@ -812,13 +812,21 @@ fn a_binary_op_and_the_row_sums_of_its_result_match_the_pair() {
 /// loaded first, `x` and `t` tiles, `m` the row values), with the weight
 /// and bias operands first or second and the bias left out (an RMS norm's
 /// tail): its middle (`x − m`, the squares, their sums) and its tail (row
-/// scale, weight, bias) each run as one handler, with the same bytes as
-/// the instructions.
+/// scale, weight, bias) each run as one handler, the tail as part of the
+/// store, with the same bytes as the instructions.
 #[test]
 fn a_norms_middle_and_tail_fuse_with_the_same_bytes() {
+    use dvm_device::{StoreMap, VInstr};
     let dt = DType::F32;
     let mut rng = Rng(17);
-    for (rows, cols, total) in [(4u32, 96u32, 10u32), (20, 768, 41), (3, 7, 3), (6, 300, 12)] {
+    // The last output (over 16 MiB) streams.
+    for (rows, cols, total) in [
+        (4u32, 96u32, 10u32),
+        (20, 768, 41),
+        (3, 7, 3),
+        (6, 300, 12),
+        (30, 768, 5470),
+    ] {
         let step = (rows * cols) as u64;
         let tile = rows * cols * 4;
         let (g_at, b_at) = (0, (cols * 4).next_multiple_of(64));
@@ -941,9 +949,17 @@ fn a_norms_middle_and_tail_fuse_with_the_same_bytes() {
             let (plain, np) = run_io(&bytes, &[&x, &g, &b], &outs, false);
             let what = format!("{rows}x{cols}/{total} bias={bias} first={operand_first}");
             assert_eq!(fused, plain, "{what}");
+            let m = Module::parse(&bytes).unwrap();
+            let vk = verify_kernel(&m, 0, &DeviceLimits::DEFAULT).unwrap();
+            let prog: Program = Program::new(&vk).unwrap();
+            let stream = n * 4 >= 8 << 20;
+            assert!(
+                matches!(prog.body(0).last(), Some(VInstr::Store { map: StoreMap::Affine(_), stream: s, .. }) if *s == stream),
+                "{what}: the tail fuses with the store (streaming: {stream})"
+            );
             // brccol+sub, mul+rsum → 1 (3 fewer); brccol+mul, brcrow+mul
-            // [, brcrow+add] → 1 (3 or 5 fewer).
-            let want = np - 3 - if bias { 5 } else { 3 };
+            // [, brcrow+add] → 1 (3 or 5 fewer), and it with the store (1).
+            let want = np - 3 - if bias { 5 } else { 3 } - 1;
             assert_eq!(nf, want, "{what}: fused {nf} of {np} instructions");
         }
     }

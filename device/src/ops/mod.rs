@@ -64,6 +64,7 @@ use self::tile2d::{
     binary_fold_cols, broadcast_col, broadcast_row, load_reduce_cols, reduce_cols, reduce_cols_gm,
     reduce_rows, transpose, Max as FoldMax, Min as FoldMin, Sum,
 };
+pub(crate) use self::ub::{range_of, view};
 use self::ub::{Bf16, Bool, F16};
 use self::unary::{
     binary_col, binary_row, col_map_fold, col_map_fold_gm, scalar, scalar_gm, unary, unary_gm, Abs,
@@ -204,6 +205,9 @@ pub enum Peep {
     /// Another element-wise unary op of this float dtype: each element of
     /// its result depends only on the element at the same index.
     Unary(DType),
+    /// A norm's tail in place ([`scale_affine_handler`]; its arguments as
+    /// `norm::scale_affine` reads them).
+    Affine,
 }
 
 /// The binary ops a column broadcast can feed.
@@ -893,7 +897,19 @@ pub fn scale_affine_handler(simd: Simd) -> Handler {
     pick!(s, norm::scale_affine)
 }
 
-pub(crate) use norm::{AFFINE_BIAS, AFFINE_BIAS_FIRST, AFFINE_SCALE_FIRST, AFFINE_WEIGHT_FIRST};
+/// A norm's tail for one row out of place (`norm::affine_row`): `out =
+/// ((x · f) · g) + b`, with the bias when the flags (`norm::scale_affine`'s)
+/// say so. The map of an affine store
+/// (`crate::gm::store_tile_affine`).
+pub type AffineRow = fn(out: &mut [f32], x: &[f32], f: f32, g: &[f32], b: &[f32], flags: u32);
+
+/// [`AffineRow`] for this CPU's vector extensions.
+pub fn affine_row_fn(simd: Simd) -> AffineRow {
+    let s = simd;
+    pick!(@affine s, norm::affine_row)
+}
+
+pub(crate) use norm::AFFINE_BIAS;
 
 /// The handler of the softmax superinstruction (`unary::col_map_fold`):
 /// `binary_col` of `op` with the column second, `exp` in place, and a sum

@@ -106,11 +106,9 @@ pub(crate) fn center_sq_sum(ub: &mut [u8], a: &UbArgs) {
 /// `d = ((d · s[r]) · g) + b` in place a row at a time, over `rows = a.n`
 /// rows of `a.cols` `f32`s: `d` at `a.dst`, the row scales `s` at `a.b`,
 /// the weight row `g` at `a.c`, the bias row `b` at `a.k`, each apart
-/// from `d`. `a.flags` ([`AFFINE_BIAS`] …): whether there is a bias, and
-/// which operand of each step came first in its instruction (the same
-/// value either way, but not the same NaN when both operands are NaNs).
-/// The products and the sum round as the instructions did. Does nothing
-/// when an operand is off.
+/// from `d`. `a.flags`: [`AFFINE_BIAS`] when there is a bias. The
+/// products and the sum round as the instructions did. Does nothing when
+/// an operand is off.
 #[inline(always)]
 pub(crate) fn scale_affine(ub: &mut [u8], a: &UbArgs) {
     let (rows, cols) = (a.n as usize, a.cols as usize);
@@ -140,42 +138,62 @@ pub(crate) fn scale_affine(ub: &mut [u8], a: &UbArgs) {
     if cols == 0 {
         return;
     }
-    let order = a.flags & !AFFINE_BIAS;
-    macro_rules! rows {
-        ($sf:expr, $wf:expr, $bf:expr) => {
-            for (row, &f) in d.chunks_exact_mut(cols).zip(s) {
-                if bias {
-                    for ((x, &w), &c) in row.iter_mut().zip(g).zip(b) {
-                        let y = if $sf { f * *x } else { *x * f };
-                        let y = if $wf { w * y } else { y * w };
-                        *x = if $bf { c + y } else { y + c };
-                    }
-                } else {
-                    for (x, &w) in row.iter_mut().zip(g) {
-                        let y = if $sf { f * *x } else { *x * f };
-                        *x = if $wf { w * y } else { y * w };
-                    }
-                }
-            }
-        };
+    for (row, &f) in d.chunks_exact_mut(cols).zip(s) {
+        let in_place = row.iter_mut().map(|o| {
+            let x = *o;
+            (o, x)
+        });
+        affine(in_place, f, g, b, a.flags);
     }
-    // The usual order (the tile first) gets its own loop; the others are
-    // as exact, and rare.
-    match order {
-        0 => rows!(false, false, false),
-        _ => rows!(
-            order & AFFINE_SCALE_FIRST != 0,
-            order & AFFINE_WEIGHT_FIRST != 0,
-            order & AFFINE_BIAS_FIRST != 0
-        ),
+}
+
+/// [`scale_affine`] of one row out of place: `out = ((x · f) · g) + b`
+/// (without `+ b` unless `flags` has [`AFFINE_BIAS`]; `b` is then
+/// ignored), the same products and sums per element. Does nothing unless
+/// the four slices have one length. The row map of a norm's tail fused
+/// with its store (`crate::gm::store_tile_affine`).
+#[inline(always)]
+pub(crate) fn affine_row(out: &mut [f32], x: &[f32], f: f32, g: &[f32], b: &[f32], flags: u32) {
+    let n = out.len();
+    if x.len() != n || g.len() != n || b.len() != n {
+        return;
+    }
+    affine(out.iter_mut().zip(x.iter().copied()), f, g, b, flags);
+}
+
+/// `*o = ((x · f) · g[i]) + b[i]` for each `(o, x)` of `pairs`, without
+/// `+ b[i]` unless `flags` has [`AFFINE_BIAS`]. Which operand of each step
+/// came first in its instruction does not matter: the same value either
+/// way (NaNs aside, whose sign and payload are unspecified, as for every
+/// handler: `super::simd`).
+#[inline(always)]
+fn affine<'a>(
+    pairs: impl Iterator<Item = (&'a mut f32, f32)>,
+    f: f32,
+    g: &[f32],
+    b: &[f32],
+    flags: u32,
+) {
+    if flags & AFFINE_BIAS != 0 {
+        affine_with::<true>(pairs, f, g, b);
+    } else {
+        affine_with::<false>(pairs, f, g, b);
+    }
+}
+
+/// [`affine`] with the bias fixed at compile time.
+#[inline(always)]
+fn affine_with<'a, const BIAS: bool>(
+    pairs: impl Iterator<Item = (&'a mut f32, f32)>,
+    f: f32,
+    g: &[f32],
+    b: &[f32],
+) {
+    for (((o, x), &w), &c) in pairs.zip(g).zip(b) {
+        let y = x * f * w;
+        *o = if BIAS { y + c } else { y };
     }
 }
 
 /// [`scale_affine`]'s flag: a bias row follows the weight.
 pub(crate) const AFFINE_BIAS: u32 = 1;
-/// [`scale_affine`]'s flag: the scale was the product's first operand.
-pub(crate) const AFFINE_SCALE_FIRST: u32 = 2;
-/// [`scale_affine`]'s flag: the weight was the product's first operand.
-pub(crate) const AFFINE_WEIGHT_FIRST: u32 = 4;
-/// [`scale_affine`]'s flag: the bias was the sum's first operand.
-pub(crate) const AFFINE_BIAS_FIRST: u32 = 8;

@@ -104,7 +104,8 @@ impl Simd {
 /// when `$simd.avx2()` (the handler and everything it inlines), otherwise
 /// the baseline function. `pick!(@gm $simd, $h)` does the same for a
 /// [`GmHandler`](super::GmHandler), `pick!(@row $simd, $h)` for a
-/// [`RowHandler`](super::RowHandler).
+/// [`RowHandler`](super::RowHandler), `pick!(@affine $simd, $h)` for an
+/// [`AffineRow`](super::AffineRow).
 macro_rules! pick {
     ($simd:ident, $($h:tt)+) => {
         pick!(@as Handler [ub: &mut [u8], a: &UbArgs] $simd, $($h)+)
@@ -114,6 +115,9 @@ macro_rules! pick {
     };
     (@row $simd:ident, $($h:tt)+) => {
         pick!(@as RowHandler [d: &mut [u8], x: &[u8], a: &UbArgs, s: Option<ScaledRow<'_>>] $simd, $($h)+)
+    };
+    (@affine $simd:ident, $($h:tt)+) => {
+        pick!(@as AffineRow [o: &mut [f32], x: &[f32], f: f32, g: &[f32], b: &[f32], fl: u32] $simd, $($h)+)
     };
     (@as $ty:ident [$($p:ident : $t:ty),*] $simd:ident, $($h:tt)+) => {{
         #[cfg(target_arch = "x86_64")]

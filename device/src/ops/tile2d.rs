@@ -393,8 +393,12 @@ fn fold_row_copy<T: Elem, O: RedOp<T::C>, const L: usize>(row: &[T], dst: &mut [
     let (main, tail) = row.split_at(row.len() / L * L);
     let (dmain, dtail) = dst.split_at_mut(main.len().min(dst.len()));
     let (mut acc, mut nan) = ([O::id(); L], [O::id(); L]);
-    for (c, d) in main.chunks_exact(L).zip(dmain.chunks_exact_mut(L)) {
-        d.copy_from_slice(c);
+    let (blocks, _) = main.as_chunks::<L>();
+    let (dblocks, _) = dmain.as_chunks_mut::<L>();
+    for (c, d) in blocks.iter().zip(dblocks) {
+        // Arrays: a copy of `L` elements in registers, not a `memmove`
+        // call per block (as a slice copy of unknown length compiled to).
+        *d = *c;
         accumulate::<T, O>(&mut acc, &mut nan, c);
     }
     merge_nan::<T::C, O>(&mut acc, &nan);
