@@ -991,6 +991,33 @@ impl Prefetch {
     fn bytes(&self) -> usize {
         self.regions[..self.n].iter().map(|r| r.1).sum()
     }
+
+    /// The first `num / den` of the bytes (whole lines), and the rest.
+    pub fn split(&self, (num, den): (usize, usize)) -> (Prefetch, Prefetch) {
+        let cut = (self.bytes() * num / den.max(1)) / 64 * 64;
+        let (mut head, mut tail) = (Prefetch::NONE, Prefetch::NONE);
+        let mut seen = 0;
+        for &(addr, len) in &self.regions[..self.n] {
+            let h = cut.saturating_sub(seen).min(len);
+            if h > 0 {
+                head.regions[head.n] = (addr, h);
+                head.n += 1;
+            }
+            if h < len {
+                tail.regions[tail.n] = (addr.wrapping_add(h), len - h);
+                tail.n += 1;
+            }
+            seen += len;
+        }
+        (head, tail)
+    }
+
+    /// A step that prefetches the next share of these lines, `steps` calls
+    /// of it covering them once (rounded up per call).
+    pub fn spread(&self, steps: usize) -> impl FnMut() + '_ {
+        let mut cur = Cursor::new(self, steps.saturating_mul(64));
+        move || cur.step()
+    }
 }
 
 /// Walks the prefetch regions a few cache lines per stored line.

@@ -323,7 +323,7 @@ fn fuse_center(sub: &UbOp, sq: &UbOp, simd: Simd) -> Option<UbOp> {
             ..UbArgs::default()
         },
         gm: None,
-        peep: Peep::None,
+        peep: Peep::Center,
         from_gm: None,
         from_gm_row: None,
         // It also writes `t` and the sums: as for the other

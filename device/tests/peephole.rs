@@ -726,7 +726,16 @@ fn a_binary_op_and_the_row_sums_of_its_result_match_the_pair() {
     }
     let mut rng = Rng(13);
     for dt in [DType::F32, DType::F16, DType::I32] {
-        for (rows, cols, total) in [(4u32, 96u32, 10u32), (3, 7, 3), (8, 768, 20), (5, 200, 5)] {
+        // The last shape's output (over 8 MiB) streams: the pair then runs
+        // a row at a time, issuing a share of the next tile's prefetches.
+        let shapes = [
+            (4u32, 96u32, 10u32),
+            (3, 7, 3),
+            (8, 768, 20),
+            (5, 200, 5),
+            (16, 768, 5600),
+        ];
+        for (rows, cols, total) in shapes {
             let s = dt.size();
             let tile = rows * cols * s;
             let step = (rows * cols) as u64;

@@ -6,7 +6,8 @@
 //! ```
 //!
 //! Arguments: workload (`softmax`, `softmax-causal`: its rows masked
-//! with `-inf` as causal attention does, `layernorm`, `row-sum`, `exp`
+//! with `-inf` as causal attention does, `layernorm`, `add+layernorm`
+//! (the residual `r` is `x` itself), `row-sum`, `exp`
 //! and `neg` (element-wise: in the caches, a compute rate and a copy),
 //! `attention`: softmax(x·xᵀ/√H)·x, `qkt`: x·xᵀ alone, `xw`: x·w with w
 //! of H × H), rows S,
@@ -46,9 +47,15 @@ fn main() {
     let x = g.input("x", dt, &dims).expect("x");
     let y = match what {
         "softmax" | "softmax-causal" => g.softmax(x, -1),
-        "layernorm" => {
+        "layernorm" | "add+layernorm" => {
             let gamma = g.input("g", dt, &dims[1..]).expect("g");
             let beta = g.input("b", dt, &dims[1..]).expect("b");
+            let x = if what == "add+layernorm" {
+                let r = g.input("r", dt, &dims).expect("r");
+                g.binary(Opcode::Add, x, r).expect("x + r")
+            } else {
+                x
+            };
             g.layer_norm(x, gamma, beta, 1e-5)
         }
         "row-sum" => g.reduce(x, ReduceOp::Sum, &[-1], false),
@@ -73,7 +80,7 @@ fn main() {
         }
         other => {
             eprintln!(
-                "unknown workload `{other}` (softmax, softmax-causal, layernorm, row-sum, exp, neg, attention, qkt, xw)"
+                "unknown workload `{other}` (softmax, softmax-causal, layernorm, add+layernorm, row-sum, exp, neg, attention, qkt, xw)"
             );
             std::process::exit(2);
         }
@@ -107,6 +114,7 @@ fn main() {
     let wt = as_dt(&[h, h], &w);
     let inputs: Vec<(&str, &Tensor)> = match what {
         "layernorm" => vec![("x", &xt), ("g", &ones), ("b", &zeros)],
+        "add+layernorm" => vec![("x", &xt), ("r", &xt), ("g", &ones), ("b", &zeros)],
         "xw" => vec![("x", &xt), ("w", &wt)],
         _ => vec![("x", &xt)],
     };

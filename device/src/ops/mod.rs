@@ -205,6 +205,9 @@ pub enum Peep {
     /// Another element-wise unary op of this float dtype: each element of
     /// its result depends only on the element at the same index.
     Unary(DType),
+    /// A norm's middle ([`center_sq_sum_handler`]; its arguments as
+    /// `norm::center_sq_sum` reads them).
+    Center,
     /// A norm's tail in place ([`scale_affine_handler`]; its arguments as
     /// `norm::scale_affine` reads them).
     Affine,
@@ -279,6 +282,45 @@ impl core::fmt::Debug for UbOp {
 }
 
 impl UbOp {
+    /// Whether the op can run a row at a time ([`UbOp::row`]).
+    #[inline]
+    pub fn by_rows(&self) -> bool {
+        matches!(self.peep, Peep::Center | Peep::BinarySumCols(..))
+    }
+
+    /// The arguments of row `r` alone (`r < n`), for an op whose rows are
+    /// independent: row `r` of its result depends only on row `r` of its
+    /// tiles and element `r` of its per-row vectors, which the
+    /// superinstruction's fusion checked lie apart or identical (a norm's
+    /// middle; a binary op and the row sums of its result). Running each
+    /// row so writes what running the op once does. `None` for other ops.
+    #[inline]
+    pub fn row(&self, r: u32) -> Option<UbArgs> {
+        let a = &self.args;
+        let (size, tiles) = match self.peep {
+            // d, x and t; the means and the sums.
+            Peep::Center => (4, [true, true, false, false, true]),
+            // t, x and y; the sums.
+            Peep::BinarySumCols(_, dt) => (dt.size(), [true, true, true, false, false]),
+            _ => return None,
+        };
+        if r >= a.n {
+            return None;
+        }
+        let tile = r.checked_mul(a.cols)?.checked_mul(size)?;
+        let vector = r.checked_mul(size)?;
+        let at = |off: u32, in_tile: bool| off.checked_add(if in_tile { tile } else { vector });
+        Some(UbArgs {
+            dst: at(a.dst, tiles[0])?,
+            a: at(a.a, tiles[1])?,
+            b: at(a.b, tiles[2])?,
+            c: at(a.c, tiles[3])?,
+            k: at(a.k, tiles[4])?,
+            n: 1,
+            ..*a
+        })
+    }
+
     /// Runs the instruction.
     #[inline]
     pub fn run(&self, ub: &mut [u8]) {
