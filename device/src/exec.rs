@@ -19,9 +19,9 @@ use dvm_isa::verify::{LaunchError, UB_ALIGN};
 use dvm_isa::{DeviceLimits, KernelKind};
 
 use crate::gm::{
-    load_tile, load_tile_fused, load_tile_map, load_tile_map_rows, store_add_tile, store_tile,
-    store_tile_affine, store_tile_scaled, store_tile_streaming, BindError, GmBuf, GmFault, Launch,
-    Prefetch, StoreMap,
+    full_run, load_tile, load_tile_fused, load_tile_map, load_tile_map_rows, store_add_tile,
+    store_tile, store_tile_affine, store_tile_scaled, store_tile_streaming, BindError, GmBuf,
+    GmFault, Launch, Prefetch, StoreMap,
 };
 use crate::loadfold;
 use crate::predecode::{Program, VInstr};
@@ -444,6 +444,26 @@ fn next_coord(mut c: [u32; 3], g1: u32, g2: u32) -> [u32; 3] {
     c
 }
 
+/// Runs `op` a row at a time (`run(ub, args, r)` with row `r`'s
+/// arguments, [`crate::ops::UbOp::row`]), prefetching `early` spread over
+/// the rows, a row's part before each.
+#[inline(always)]
+fn by_rows(
+    op: &crate::ops::UbOp,
+    early: &Prefetch,
+    mut run: impl FnMut(&mut [u8], &crate::ops::UbArgs, u32),
+    ub: &mut [u8],
+) {
+    let rows = op.args.n;
+    let mut step = early.spread(rows as usize);
+    for r in 0..rows {
+        step();
+        if let Some(a) = op.row(r) {
+            run(ub, &a, r);
+        }
+    }
+}
+
 /// Runs tiles `[start, end)` of body `b`.
 ///
 /// A body with a streaming store prefetches the next tile's loads while it
@@ -488,6 +508,21 @@ fn run_tiles<const N: usize, const B: usize>(
         .and_then(|at| match code.get(at as usize + 1) {
             Some(VInstr::Ub(fold)) => Some((at as usize, fold.gm?.load?, &fold.args)),
             _ => None,
+        });
+    // The two loads fused with the binary op after them: the first one's
+    // index, the second one's pattern and buffer, the op and its handler
+    // reading both tiles from global memory.
+    let load_pair = info
+        .load_pair
+        .filter(|&at| loadfold::fits(code, at, bufs) && loadfold::fits(code, at + 1, bufs))
+        .and_then(|at| {
+            let at = at as usize;
+            match (code.get(at + 1), code.get(at + 2)) {
+                (Some(VInstr::Load { pattern: q, .. }), Some(VInstr::Ub(op))) => {
+                    Some((at, q, bufs.get(q.buf as usize)?, op, op.from_gm_pair?))
+                }
+                _ => None,
+            }
         });
     // The fused pair and the instruction after it, reading the tile from
     // global memory: the fold's and that instruction's handlers.
@@ -542,6 +577,15 @@ fn run_tiles<const N: usize, const B: usize>(
         }
         pf
     };
+    // The next share of the next tile's loads for an op run by rows: an
+    // equal share for each such op and the store, `left` keeping the rest.
+    let share = |left: &mut Option<Prefetch>, shares: &mut usize, t: u32, c: [u32; 3]| {
+        let rest = left.take().unwrap_or_else(|| next_loads(t, c));
+        let (early, rest) = rest.split((1, (row_ops + 1).saturating_sub(*shares).max(1)));
+        *shares += 1;
+        *left = Some(rest);
+        early
+    };
     // The next tile's loads, to prefetch while the streaming store at `i`
     // writes tile `t` (at the body's last streaming store).
     let prefetch = |i: usize, t: u32, c: [u32; 3]| {
@@ -571,25 +615,43 @@ fn run_tiles<const N: usize, const B: usize>(
             }
             match v {
                 VInstr::Ub(op) if info.prefetch_at.is_some() && op.by_rows() => {
-                    // An equal share for each op run by rows and the store.
-                    let rest = left.take().unwrap_or_else(|| next_loads(t, c));
-                    let (early, rest) = rest.split((1, row_ops + 1 - shares));
-                    shares += 1;
-                    left = Some(rest);
-                    let rows = op.args.n;
-                    let mut step = early.spread(rows as usize);
-                    for r in 0..rows {
-                        step();
-                        if let Some(a) = op.row(r) {
-                            (op.handler)(ub, &a);
-                        }
-                    }
+                    let early = share(&mut left, &mut shares, t, c);
+                    by_rows(op, &early, |ub, a, _| (op.handler)(ub, a), ub);
                 }
                 VInstr::Ub(op) => op.run(ub),
                 VInstr::Load { pattern, pad } => {
                     let buf = bufs
                         .get(pattern.buf as usize)
                         .ok_or_else(|| fault(i, t, GmFault::Operand))?;
+                    if let Some((_, q, qbuf, op, pair)) = load_pair.filter(|l| l.0 == i) {
+                        let runs = (
+                            full_run(pattern, c, buf, ub.len()).map_err(|e| fault(i, t, e))?,
+                            full_run(q, c, qbuf, ub.len()).map_err(|e| fault(i + 1, t, e))?,
+                        );
+                        if let (Some(x), Some(y)) = runs {
+                            if info.prefetch_at.is_some() {
+                                let early = share(&mut left, &mut shares, t, c);
+                                let row = op.args.cols as usize * q.dtype.size() as usize;
+                                by_rows(
+                                    op,
+                                    &early,
+                                    |ub, a, r| {
+                                        let span = r as usize * row..(r as usize + 1) * row;
+                                        if let (Some(xr), Some(yr)) =
+                                            (x.get(span.clone()), y.get(span))
+                                        {
+                                            pair(ub, xr, yr, a);
+                                        }
+                                    },
+                                    ub,
+                                );
+                            } else {
+                                pair(ub, x, y, &op.args);
+                            }
+                            skip_to = i + 3;
+                            continue;
+                        }
+                    }
                     if let Some((_, handler, args)) = load_fold.filter(|l| l.0 == i) {
                         if let (Some((fold, map)), Some((row_map, un, sp, si, stream))) =
                             (load_map, load_rows)

@@ -685,7 +685,7 @@ pub fn load_tile_fused(
 ///
 /// # Errors
 /// A [`GmFault`] if the box leaves `buf` or a UB of `ub_len` bytes.
-fn full_run<'b>(
+pub fn full_run<'b>(
     p: &GmPattern,
     coord: [u32; 3],
     buf: &'b GmBuf<'_>,

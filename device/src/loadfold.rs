@@ -27,6 +27,11 @@
 //! outputs too large for the caches, with non-temporal stores and the next
 //! tile's prefetches; `crate::ops::RowHandler`).
 //!
+//! A binary op with the row sums of its result whose two sources are the
+//! two loads before it (a residual add before a norm's mean;
+//! [`plan_pair`]) reads both tiles in global memory on full tiles,
+//! skipping both copies into UB.
+//!
 //! At launch ([`fits`]) the pair is fused only when the loaded buffer
 //! overlaps no writable buffer: the fused pass reads the tile as a slice.
 
@@ -141,6 +146,66 @@ pub fn plan_rows(code: &[VInstr], at: u8) -> bool {
 /// time, in the caches and beyond them, rows of 96–160 the same in the
 /// caches and 7–12% faster beyond them; a row at a time won from 256 on.
 pub const ROWS_MIN_COLS: u32 = 256;
+
+/// The index of the first of two loads that run fused with the binary op
+/// and row sums after them (`load x; load y; t = x op y; v = Σ t[r]`, a
+/// residual add before a norm's mean), if any: the op reads both tiles
+/// from global memory (`ops::UbOp::from_gm_pair`) and writes `t` and the
+/// sums as it did, skipping the two copies into UB. The op's sources are
+/// exactly the two loaded boxes (`rows × cols` contiguous, apart, both
+/// loads padded), and a box the op does not overwrite is dead: nothing reads it before writing
+/// it, in this body (`code`, cyclically) or in the kernel's `others`.
+pub fn plan_pair<'a>(
+    code: &[VInstr],
+    others: impl Iterator<Item = &'a [VInstr]> + Clone,
+) -> Option<u8> {
+    let boxed = |p: &dvm_isa::GmPattern, a: &crate::ops::UbArgs| {
+        let size = p.dtype.size();
+        let contiguous = p.rows == a.n && p.pitch == a.cols && p.cols == a.cols;
+        let end = a.n.checked_mul(a.cols)?.checked_mul(size)?;
+        contiguous.then_some((p.ub, p.ub.checked_add(end)?))
+    };
+    (0..code.len().min(u8::MAX as usize))
+        .find(|&i| {
+            // Padded loads: on a tile they do not run fused, they write
+            // their whole boxes, so no element of a box skipped before
+            // can reach the op.
+            let (
+                Some(VInstr::Load {
+                    pattern: p,
+                    pad: Some(_),
+                }),
+                Some(VInstr::Load {
+                    pattern: q,
+                    pad: Some(_),
+                }),
+                Some(VInstr::Ub(op)),
+            ) = (code.get(i), code.get(i + 1), code.get(i + 2))
+            else {
+                return false;
+            };
+            let (Some(bp), Some(bq), Peep::BinarySumCols(_, dt)) =
+                (boxed(p, &op.args), boxed(q, &op.args), op.peep)
+            else {
+                return false;
+            };
+            let apart = bp.1 <= bq.0 || bq.1 <= bp.0;
+            let unwritten_dead = |b: (u32, u32)| {
+                b.0 == op.args.dst
+                    || (crate::peephole::dead(b, &code[i + 3..], &code[..i])
+                        && others.clone().all(|o| crate::peephole::written_first(o, b)))
+            };
+            op.from_gm_pair.is_some()
+                && apart
+                && p.dtype.size() == dt.size()
+                && q.dtype.size() == dt.size()
+                && op.args.a == p.ub
+                && op.args.b == q.ub
+                && unwritten_dead(bp)
+                && unwritten_dead(bq)
+        })
+        .map(|i| i as u8)
+}
 
 /// Whether the load at `at` of `code` may run fused under `bufs`: its
 /// buffer overlaps no writable buffer of the launch.

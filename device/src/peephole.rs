@@ -44,9 +44,10 @@ use dvm_isa::DType;
 
 use crate::gm::{AffineStore, StoreMap};
 use crate::ops::{
-    affine_row_fn, binary_col_handler, binary_row_handler, binary_sum_cols_handler,
-    center_sq_sum_handler, col_exp_sum_gm_handler, col_exp_sum_handler, col_exp_sum_row_handler,
-    scale_affine_handler, BinKind, Footprint, Peep, Simd, UbArgs, UbOp, AFFINE_BIAS,
+    affine_row_fn, binary_col_handler, binary_row_handler, binary_sum_cols_gm_handler,
+    binary_sum_cols_handler, center_sq_sum_handler, col_exp_sum_gm_handler, col_exp_sum_handler,
+    col_exp_sum_row_handler, scale_affine_handler, BinKind, Footprint, Peep, Simd, UbArgs, UbOp,
+    AFFINE_BIAS,
 };
 use crate::predecode::VInstr;
 
@@ -64,7 +65,7 @@ fn touches(v: &VInstr, t: (u32, u32)) -> Option<bool> {
     };
     match v {
         VInstr::Ub(op) => {
-            if overlaps(op.foot.read, t) {
+            if op.foot.reads_from(t) {
                 Some(true)
             } else {
                 // A write of part of it leaves the rest live: keep scanning.
@@ -103,7 +104,7 @@ pub(crate) fn written_first(code: &[VInstr], t: (u32, u32)) -> bool {
 /// the body) and then `before` (the body's start, up to the pair), an
 /// instruction overwrites it before any reads it. Reaching the pair again
 /// means its broadcast overwrites it.
-fn dead(t: (u32, u32), after: &[VInstr], before: &[VInstr]) -> bool {
+pub(crate) fn dead(t: (u32, u32), after: &[VInstr], before: &[VInstr]) -> bool {
     for v in after.iter().chain(before) {
         match touches(v, t) {
             Some(read) => return !read,
@@ -177,9 +178,15 @@ fn fuse(brc: &UbOp, bin: &UbOp, simd: Simd) -> Option<(UbOp, (u32, u32))> {
         peep,
         from_gm: None,
         from_gm_row: None,
-        foot: Footprint {
-            read: (or.0.min(vr.0), or.1.max(vr.1)),
-            write: dr,
+        from_gm_pair: None,
+        foot: {
+            let mut f = Footprint {
+                write: dr,
+                ..Footprint::default()
+            };
+            f.add_read(or);
+            f.add_read(vr);
+            f
         },
     };
     Some((fused, tr))
@@ -226,6 +233,7 @@ fn fuse_exp_sum(bc: &UbOp, exp: &UbOp, sum: &UbOp, simd: Simd) -> Option<UbOp> {
         peep: Peep::None,
         from_gm: col_exp_sum_gm_handler(simd, op, dt, col_first),
         from_gm_row: col_exp_sum_row_handler(simd, op, dt, col_first),
+        from_gm_pair: None,
         // It also writes the sums: `write` lists only the tile, which makes
         // any later liveness scan more conservative, never less (it is
         // built after the pair scans of this body).
@@ -267,6 +275,7 @@ fn fuse_binary_sum(bin: &UbOp, sum: &UbOp, simd: Simd) -> Option<UbOp> {
         peep: Peep::BinarySumCols(op, dt),
         from_gm: None,
         from_gm_row: None,
+        from_gm_pair: binary_sum_cols_gm_handler(simd, op, dt),
         // It also writes the sums: as for the softmax superinstruction,
         // leaving them out of `write` only makes later scans more
         // conservative.
@@ -326,6 +335,7 @@ fn fuse_center(sub: &UbOp, sq: &UbOp, simd: Simd) -> Option<UbOp> {
         peep: Peep::Center,
         from_gm: None,
         from_gm_row: None,
+        from_gm_pair: None,
         // It also writes `t` and the sums: as for the other
         // superinstructions that write more than `write` lists, later scans
         // only get more conservative.
@@ -375,16 +385,12 @@ fn fuse_affine(scale: &UbOp, weight: &UbOp, bias: Option<&UbOp>, simd: Simd) -> 
         peep: Peep::Affine,
         from_gm: None,
         from_gm_row: None,
-        // One hull over the three ops' reads; the tile is all it writes.
-        foot: Footprint {
-            read: [Some(scale), Some(weight), bias]
-                .into_iter()
-                .flatten()
-                .fold((u32::MAX, 0), |(lo, hi), op| {
-                    (lo.min(op.foot.read.0), hi.max(op.foot.read.1))
-                }),
-            write: scale.foot.write,
-        },
+        from_gm_pair: None,
+        // The three ops' reads; the tile is all it writes.
+        foot: [Some(weight), bias]
+            .into_iter()
+            .flatten()
+            .fold(scale.foot, |f, op| f.with_reads_of(&op.foot)),
     })
 }
 

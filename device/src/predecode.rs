@@ -80,6 +80,9 @@ pub struct BodyInfo {
     /// and a scaled store of its box run with it a row at a time
     /// ([`crate::loadfold::plan_rows`]).
     pub load_rows: bool,
+    /// The first of two loads whose full tiles run fused with the binary op
+    /// and row sums after them ([`crate::loadfold::plan_pair`]).
+    pub load_pair: Option<u8>,
     start: u32,
     len: u32,
 }
@@ -425,7 +428,8 @@ impl<const N: usize, const B: usize> Program<N, B> {
                 .filter(move |&o| o != b)
                 .map(|o| bounds(&starts, o, len))
                 .map(|(s, e)| &self.code[s..e]);
-            let forward = forward::plan(code).filter(|f| f.independent(code, others));
+            let forward = forward::plan(code).filter(|f| f.independent(code, others.clone()));
+            let load_pair = loadfold::plan_pair(code, others);
             let (start, end) = (start as u32, end as u32);
             let has_load = code.iter().any(|v| matches!(v, VInstr::Load { .. }));
             let load_fold = loadfold::plan(code);
@@ -445,6 +449,7 @@ impl<const N: usize, const B: usize> Program<N, B> {
                 load_rows: load_fold.is_some_and(|at| {
                     loadfold::plan_map(code, at) && loadfold::plan_rows(code, at)
                 }),
+                load_pair,
                 start,
                 len: end - start,
             });

@@ -234,10 +234,17 @@ fn an_accumulating_matmul_reads_its_destination() {
         n: 16,
         k: 16,
     };
+    let dst = (4096, 4096 + 1024);
     let f = dvm_device::ops::Footprint::of(&mm(true));
-    assert!(f.read.0 <= 4096 && f.read.1 >= 4096 + 1024, "{f:?}");
+    assert!(f.reads_from(dst) && f.reads.contains(&dst), "{f:?}");
     let f = dvm_device::ops::Footprint::of(&mm(false));
-    assert!(f.read.1 <= 4096 && f.write == (4096, 4096 + 1024), "{f:?}");
+    assert!(!f.reads_from(dst) && f.write == dst, "{f:?}");
+    // Each operand listed on its own: the bytes between them are not read.
+    assert!(
+        f.reads.contains(&(0, 1024)) && f.reads.contains(&(1024, 2048)),
+        "{f:?}"
+    );
+    assert!(!f.reads_from((2048, 4096)), "{f:?}");
 }
 
 /// Where a softmax body's `exp` writes and its row sums go.
@@ -806,6 +813,17 @@ fn a_binary_op_and_the_row_sums_of_its_result_match_the_pair() {
                 let (pair, np) = run_io(&bytes, &[&x, &y], &outs, false);
                 let what = format!("{dt:?} {case:?} {rows}x{cols}/{total}");
                 assert_eq!(fused, pair, "{what}");
+                // The op reads both loads' tiles from global memory when
+                // its sources are the two loaded boxes.
+                let m = Module::parse(&bytes).unwrap();
+                let vk = verify_kernel(&m, 0, &DeviceLimits::DEFAULT).unwrap();
+                let prog: Program = Program::new(&vk).unwrap();
+                let load_pair = prog.body_info(0).and_then(|b| b.load_pair);
+                assert_eq!(
+                    load_pair.is_some(),
+                    matches!(case, Case::InPlace | Case::Elsewhere),
+                    "{what}: loads fused with the op: {load_pair:?}"
+                );
                 let want = if matches!(case, Case::SumsOverlapY) {
                     np
                 } else {

@@ -61,8 +61,8 @@ pub use self::rowpipe::{RowHandler, ScaledRow};
 use self::simd::pick;
 pub use self::simd::Simd;
 use self::tile2d::{
-    binary_fold_cols, broadcast_col, broadcast_row, load_reduce_cols, reduce_cols, reduce_cols_gm,
-    reduce_rows, transpose, Max as FoldMax, Min as FoldMin, Sum,
+    binary_fold_cols, binary_fold_cols_gm, broadcast_col, broadcast_row, load_reduce_cols,
+    reduce_cols, reduce_cols_gm, reduce_rows, transpose, Max as FoldMax, Min as FoldMin, Sum,
 };
 pub(crate) use self::ub::{range_of, view};
 use self::ub::{Bf16, Bool, F16};
@@ -170,6 +170,11 @@ pub struct UbOp {
     /// [`UbOp::from_gm`] one row at a time, storing a scaled row on the
     /// way (the softmax superinstruction; `crate::loadfold::plan_rows`).
     pub from_gm_row: Option<RowHandler>,
+    /// The op with both sources (`args.a`, `args.b`, whole tiles) read
+    /// from their loads in global memory instead of UB: `handler(ub, x, y,
+    /// args)` (`crate::loadfold::plan_pair`; a binary op and the row sums
+    /// of its result).
+    pub from_gm_pair: Option<GmHandler>,
     /// The UB bytes it reads (one hull over every read range) and writes.
     /// The softmax superinstruction also writes its row sums outside
     /// `write`; it is built after every liveness scan of its body, and a
@@ -230,32 +235,31 @@ pub enum BinKind {
     Min,
 }
 
-/// UB byte ranges `(start, end)` an instruction touches: `read` spans every
-/// range it reads (empty when none), `write` is the range it writes.
+/// Read ranges a [`Footprint`] lists one by one; more widen the last one.
+pub const FOOT_READS: usize = 4;
+
+/// UB byte ranges `(start, end)` an instruction touches: the ranges it
+/// reads (empty slots `(0, 0)`) and the range it writes.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Footprint {
-    /// Hull of the read ranges.
-    pub read: (u32, u32),
+    /// The read ranges, each listed once; past [`FOOT_READS`] ranges, the
+    /// last one is the hull of the rest (only more conservative).
+    pub reads: [(u32, u32); FOOT_READS],
     /// The written range.
     pub write: (u32, u32),
 }
 
 impl Footprint {
     /// The footprint of `instr` (from the instruction table's UB access
-    /// list; byte offsets saturate, which only widens the hull).
+    /// list; byte offsets saturate, which only widens a range).
     pub fn of(instr: &Instr) -> Footprint {
-        let mut f = Footprint {
-            read: (u32::MAX, 0),
-            write: (0, 0),
-        };
+        let mut f = Footprint::default();
         for acc in instr.ub_accesses().as_slice() {
             let end = acc
                 .end()
                 .map_or(u32::MAX, |e| e.min(u32::MAX as u64) as u32);
             match acc.kind {
-                dvm_isa::AccessKind::Read => {
-                    f.read = (f.read.0.min(acc.addr), f.read.1.max(end));
-                }
+                dvm_isa::AccessKind::Read => f.add_read((acc.addr, end)),
                 dvm_isa::AccessKind::Write => f.write = (acc.addr, end),
             }
         }
@@ -263,13 +267,39 @@ impl Footprint {
         // its destination as written only).
         if let Instr::Matmul { flags, .. } = instr {
             if flags.accumulate {
-                f.read = (f.read.0.min(f.write.0), f.read.1.max(f.write.1));
+                f.add_read(f.write);
             }
         }
-        if f.read.0 > f.read.1 {
-            f.read = (0, 0);
-        }
         f
+    }
+
+    /// Adds read range `r`: nothing for an empty range or one already
+    /// listed; past [`FOOT_READS`] ranges, the last one widens to cover it.
+    pub fn add_read(&mut self, r: (u32, u32)) {
+        if r.0 >= r.1 || self.reads.contains(&r) {
+            return;
+        }
+        if let Some(slot) = self.reads.iter_mut().find(|s| s.0 >= s.1) {
+            *slot = r;
+        } else {
+            let last = &mut self.reads[FOOT_READS - 1];
+            *last = (last.0.min(r.0), last.1.max(r.1));
+        }
+    }
+
+    /// The read ranges of both footprints, and `self`'s write.
+    pub fn with_reads_of(mut self, other: &Footprint) -> Footprint {
+        for &r in &other.reads {
+            self.add_read(r);
+        }
+        self
+    }
+
+    /// Whether some read range shares a byte with `t`.
+    pub fn reads_from(&self, t: (u32, u32)) -> bool {
+        self.reads
+            .iter()
+            .any(|r| r.0 < t.1 && t.0 < r.1 && r.0 < r.1 && t.0 < t.1)
     }
 }
 
@@ -768,6 +798,7 @@ pub fn resolve_with(instr: &Instr, simd: Simd) -> Option<UbOp> {
         peep,
         from_gm: None,
         from_gm_row: None,
+        from_gm_pair: None,
         foot: Footprint::of(instr),
     })
 }
@@ -923,6 +954,14 @@ pub fn binary_row_handler(simd: Simd, op: BinKind, dt: DType, row_first: bool) -
 pub fn binary_sum_cols_handler(simd: Simd, op: BinKind, dt: DType) -> Option<Handler> {
     let s = simd;
     Some(by_kind!(op, O => num_h!(s, dt, binary_fold_cols::<_, O, Sum>)))
+}
+
+/// [`binary_sum_cols_handler`] with both sources read from their loads in
+/// global memory (`tile2d::binary_fold_cols_gm`, `crate::loadfold`): the
+/// same bytes.
+pub fn binary_sum_cols_gm_handler(simd: Simd, op: BinKind, dt: DType) -> Option<GmHandler> {
+    let s = simd;
+    by_kind!(op, O => gm_h!(num, s, dt, binary_fold_cols_gm::<_, O, Sum>))
 }
 
 /// The handler of a norm's middle (`norm::center_sq_sum`): `x − m[r]`,

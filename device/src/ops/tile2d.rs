@@ -22,7 +22,7 @@
 use core::ops::Range;
 
 use super::binary::{binary_core, BinOp};
-use super::ub::{range_of, view, view_mut, Elem, Pod, Split};
+use super::ub::{range_of, two_mut, view, view_mut, Elem, Pod, Split, TSrc};
 use super::UbArgs;
 
 /// Independent accumulators per row for `axis = cols`.
@@ -317,6 +317,50 @@ pub(crate) fn binary_fold_cols<T: Elem, O: BinOp<T::C>, R: RedOp<T::C>>(ub: &mut
     }
 }
 
+/// [`binary_fold_cols`] with both sources in global memory (their loads
+/// fused with it, `crate::loadfold::plan_pair`): `x` and `y` are the
+/// loaded tiles, `rows × cols` elements each; `t` (at `a.dst`) and the
+/// folds (at `a.c`) lie in `ub`, apart. The same arithmetic per element
+/// and the same fold order, so the same bytes in `t` and the folds. Does
+/// nothing when a length, range or alignment is off.
+#[inline(always)]
+pub(crate) fn binary_fold_cols_gm<T: Elem, O: BinOp<T::C>, R: RedOp<T::C>>(
+    ub: &mut [u8],
+    x: &[u8],
+    y: &[u8],
+    a: &UbArgs,
+) {
+    let (rows, cols) = (a.n as usize, a.cols as usize);
+    let Some(elems) = rows.checked_mul(cols) else {
+        return;
+    };
+    let (Some(rt), Some(rv), Some(x), Some(y)) = (
+        range_of::<T>(a.dst, elems),
+        range_of::<T>(a.c, rows),
+        view::<T>(x),
+        view::<T>(y),
+    ) else {
+        return;
+    };
+    if cols == 0 || x.len() != elems || y.len() != elems {
+        return;
+    }
+    let Some((t, v)) = two_mut(ub, rt, rv) else {
+        return;
+    };
+    let (Some(t), Some(v)) = (view_mut::<T>(t), view_mut::<T>(v)) else {
+        return;
+    };
+    let rows_of = t
+        .chunks_exact_mut(cols)
+        .zip(x.chunks_exact(cols))
+        .zip(y.chunks_exact(cols));
+    for (((tr, xr), yr), f) in rows_of.zip(v) {
+        binary_core::<T, O>(tr, TSrc::Slice(xr), TSrc::Slice(yr));
+        *f = T::put(fold_one::<T, R>(tr));
+    }
+}
+
 /// [`reduce_cols`] with its operands in global memory: `src` is `rows ×
 /// cols` elements, `dst` `rows`, disjoint (a load-forwarded body, see
 /// `crate::forward`). Does nothing when a length or alignment is off.
@@ -366,14 +410,7 @@ pub(crate) fn load_reduce_cols<T: Elem, O: RedOp<T::C>>(
     if s.len() != elems || cols == 0 || rb.end > ub.len() || rd.end > ub.len() {
         return;
     }
-    // The two ranges, disjoint, as two mutable views.
-    let (bx, out) = if rb.end <= rd.start {
-        let (lo, hi) = ub.split_at_mut(rd.start);
-        (&mut lo[rb], &mut hi[..rd.end - rd.start])
-    } else if rd.end <= rb.start {
-        let (lo, hi) = ub.split_at_mut(rb.start);
-        (&mut hi[..rb.end - rb.start], &mut lo[rd])
-    } else {
+    let Some((bx, out)) = two_mut(ub, rb, rd) else {
         return;
     };
     let (Some(bx), Some(out)) = (view_mut::<T>(bx), view_mut::<T>(out)) else {

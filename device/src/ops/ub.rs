@@ -190,6 +190,28 @@ pub(crate) fn range(off: u32, n: usize, size: usize) -> Option<Range<usize>> {
     Some(start..end)
 }
 
+/// Two disjoint byte ranges of `ub` as two mutable views, in the order
+/// given; `None` when they overlap or one leaves `ub`.
+#[inline(always)]
+pub(crate) fn two_mut(
+    ub: &mut [u8],
+    p: Range<usize>,
+    q: Range<usize>,
+) -> Option<(&mut [u8], &mut [u8])> {
+    if p.start > p.end || q.start > q.end || p.end.max(q.end) > ub.len() {
+        return None;
+    }
+    if p.end <= q.start {
+        let (lo, hi) = ub.split_at_mut(q.start);
+        Some((lo.get_mut(p)?, hi.get_mut(..q.end - q.start)?))
+    } else if q.end <= p.start {
+        let (lo, hi) = ub.split_at_mut(p.start);
+        Some((hi.get_mut(..p.end - p.start)?, lo.get_mut(q)?))
+    } else {
+        None
+    }
+}
+
 /// Byte range of `n` elements of `T` at `off`.
 #[inline(always)]
 pub(crate) fn range_of<T>(off: u32, n: usize) -> Option<Range<usize>> {
