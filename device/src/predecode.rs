@@ -515,11 +515,13 @@ impl<const N: usize, const B: usize> Program<N, B> {
         }
     }
 
-    /// Runs every load apart from the fold after it ([`crate::loadfold`]):
-    /// the same results, for comparisons and benchmarks.
+    /// Runs every load on its own, apart from the fold or the binary op
+    /// after it ([`crate::loadfold`]): the same results, for comparisons
+    /// and benchmarks.
     pub fn disable_load_fold(&mut self) {
         for b in self.bodies.iter_mut() {
             b.load_fold = None;
+            b.load_pair = None;
             b.load_map = false;
             b.load_rows = false;
         }

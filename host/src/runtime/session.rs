@@ -617,6 +617,31 @@ impl Runtime {
         .map(|_| ())
     }
 
+    /// [`Runtime::run_into`], also recording each launch's name and wall
+    /// time in `profile` (as [`Runtime::run_profiled`]): kernels writing
+    /// into memory an earlier call already wrote, as a runtime that keeps
+    /// its buffers runs them.
+    ///
+    /// # Errors
+    /// As [`Runtime::run_into`].
+    pub fn run_into_profiled(
+        &self,
+        prepared: &Prepared,
+        inputs: &[(&str, &Tensor)],
+        explicit: &Bindings,
+        outputs: &mut [(&str, &mut Tensor)],
+        profile: Option<&mut Vec<(String, std::time::Duration)>>,
+    ) -> Result<(), RunError> {
+        self.run_with(
+            prepared,
+            inputs,
+            Bind::Deduce(explicit),
+            profile,
+            Some(outputs),
+        )
+        .map(|_| ())
+    }
+
     /// [`Runtime::run`] at `bindings` that [`Graph::bind_tensors`] already
     /// deduced from these `inputs` (they are not checked again).
     pub(crate) fn run_bound(
