@@ -1244,6 +1244,27 @@ pub fn store_tile_streaming(
     Ok(())
 }
 
+/// The box of a store that maps its rows on their way out
+/// ([`StoreMap`]): writable, `f32`, contiguous columns.
+///
+/// # Errors
+/// [`GmFault::ReadOnly`], [`GmFault::Operand`] for another box, or
+/// [`Geom::new`]'s.
+fn mapped_box(
+    p: &GmPattern,
+    coord: [u32; 3],
+    buf: &GmBuf<'_>,
+    ub_len: usize,
+) -> Result<Geom, GmFault> {
+    if !buf.writable {
+        return Err(GmFault::ReadOnly);
+    }
+    if p.dtype != DType::F32 || p.col_stride != 1 {
+        return Err(GmFault::Operand);
+    }
+    Geom::new(p, coord, buf.len, ub_len)
+}
+
 /// [`store_tile`] of an `f32` box whose row `r` is multiplied by the `f32`
 /// at UB byte offset `scale + 4r` on its way out: a row scale (`brccol`
 /// then `mul`, as a softmax ends) fused with the store of its result by
@@ -1265,13 +1286,7 @@ pub fn store_tile_scaled(
     scale: u32,
     prefetch: Option<&Prefetch>,
 ) -> Result<(), GmFault> {
-    if !buf.writable {
-        return Err(GmFault::ReadOnly);
-    }
-    if p.dtype != DType::F32 || p.col_stride != 1 {
-        return Err(GmFault::Operand);
-    }
-    let g = Geom::new(p, coord, buf.len, ub.len())?;
+    let g = mapped_box(p, coord, buf, ub.len())?;
     let factors_end = g
         .rows
         .checked_mul(4)
@@ -1403,13 +1418,7 @@ pub fn store_tile_affine(
     map: &AffineStore,
     prefetch: Option<&Prefetch>,
 ) -> Result<(), GmFault> {
-    if !buf.writable {
-        return Err(GmFault::ReadOnly);
-    }
-    if p.dtype != DType::F32 || p.col_stride != 1 {
-        return Err(GmFault::Operand);
-    }
-    let g = Geom::new(p, coord, buf.len, ub.len())?;
+    let g = mapped_box(p, coord, buf, ub.len())?;
     let vector = |at: u32, n: usize| {
         let r = crate::ops::range_of::<f32>(at, n)?;
         crate::ops::view::<f32>(ub.get(r)?)

@@ -189,14 +189,19 @@ pub fn plan_pair<'a>(
             else {
                 return false;
             };
-            let apart = bp.1 <= bq.0 || bq.1 <= bp.0;
+            let apart = |x: (u32, u32), y: (u32, u32)| x.1 <= y.0 || y.1 <= x.0;
+            // The result is one of the boxes or apart from both, as the
+            // UB handler requires (it does nothing otherwise).
+            let bt = (op.args.dst, op.args.dst.saturating_add(bp.1 - bp.0));
+            let result_ok = bt == bp || bt == bq || (apart(bt, bp) && apart(bt, bq));
             let unwritten_dead = |b: (u32, u32)| {
                 b.0 == op.args.dst
                     || (crate::peephole::dead(b, &code[i + 3..], &code[..i])
                         && others.clone().all(|o| crate::peephole::written_first(o, b)))
             };
             op.from_gm_pair.is_some()
-                && apart
+                && apart(bp, bq)
+                && result_ok
                 && p.dtype.size() == dt.size()
                 && q.dtype.size() == dt.size()
                 && op.args.a == p.ub

@@ -730,6 +730,8 @@ fn a_binary_op_and_the_row_sums_of_its_result_match_the_pair() {
         Elsewhere,
         Square,
         SumsOverlapY,
+        /// In place over `x`, and `y`'s box stored afterwards: live.
+        YStored,
     }
     let mut rng = Rng(13);
     for dt in [DType::F32, DType::F16, DType::I32] {
@@ -771,9 +773,10 @@ fn a_binary_op_and_the_row_sums_of_its_result_match_the_pair() {
                 Case::Elsewhere,
                 Case::Square,
                 Case::SumsOverlapY,
+                Case::YStored,
             ] {
                 let (dst, a, b, v) = match case {
-                    Case::InPlace => (x_at, x_at, y_at, v_at),
+                    Case::InPlace | Case::YStored => (x_at, x_at, y_at, v_at),
                     Case::Elsewhere => (t_at, x_at, y_at, v_at),
                     Case::Square => (t_at, x_at, x_at, v_at),
                     // The sums land in `y`'s first row: the pair must stay.
@@ -797,7 +800,15 @@ fn a_binary_op_and_the_row_sums_of_its_result_match_the_pair() {
                         rows,
                         cols,
                     },
-                    bx(2, dst).store(),
+                    bx(
+                        2,
+                        if matches!(case, Case::YStored) {
+                            y_at
+                        } else {
+                            dst
+                        },
+                    )
+                    .store(),
                     sums_box(3, v).store(),
                 ];
                 let params = vec![(dt, R), (dt, R), (dt, W), (dt, W)];
@@ -814,7 +825,8 @@ fn a_binary_op_and_the_row_sums_of_its_result_match_the_pair() {
                 let what = format!("{dt:?} {case:?} {rows}x{cols}/{total}");
                 assert_eq!(fused, pair, "{what}");
                 // The op reads both loads' tiles from global memory when
-                // its sources are the two loaded boxes.
+                // its sources are the two loaded boxes and the one it does
+                // not overwrite is dead.
                 let m = Module::parse(&bytes).unwrap();
                 let vk = verify_kernel(&m, 0, &DeviceLimits::DEFAULT).unwrap();
                 let prog: Program = Program::new(&vk).unwrap();
