@@ -342,6 +342,9 @@ fn softmax_middle_fuses_with_the_same_bytes() {
             (5, 200, 23),
             (8, 256, 20),
             (21, 768, 43),
+            // Over 8 MiB of f32 output: streamed, the fold a row at a time
+            // with a share of the prefetches.
+            (21, 768, 2800),
         ] {
             let (_, cols, total) = shape;
             let n = (total * cols) as usize;
