@@ -703,9 +703,13 @@ fn run_tiles<const N: usize, const B: usize>(
                         .ok_or_else(|| fault(i, t, GmFault::Operand))?;
                     // Streamed: what to prefetch on the way (the next
                     // tile's loads, at the body's last streaming store).
-                    let pf = stream.then(|| match left.take() {
-                        Some(rest) if info.prefetch_at == Some(i as u32) => rest,
-                        _ => prefetch(i, t, c),
+                    // (What the ops run by rows left of them.)
+                    let pf = stream.then(|| {
+                        if info.prefetch_at == Some(i as u32) {
+                            left.take().unwrap_or_else(|| next_loads(t, c))
+                        } else {
+                            Prefetch::NONE
+                        }
                     });
                     match (map, &pf) {
                         (StoreMap::Scale(v), pf) => {
