@@ -748,7 +748,7 @@ const FOLD_SHARE: (usize, usize) = (1, 5);
 /// with `prefetch` (long rows go out with non-temporal stores, prefetching
 /// it on the way, as in [`store_tile_scaled`]), each row is stored right
 /// after `map` computes it, and the fold runs a row at a time with a share
-/// of the prefetches ([`FOLD_SHARE`]). Runs when the loaded tile is one contiguous,
+/// of the prefetches (`FOLD_SHARE`). Runs when the loaded tile is one contiguous,
 /// aligned run and the stored box is the whole tile with rows apart and
 /// aligned; returns `false`, having done nothing, otherwise, or when the
 /// store would fault (the instructions one by one then report it).
