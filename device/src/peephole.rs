@@ -46,15 +46,10 @@ use crate::gm::{AffineStore, StoreMap};
 use crate::ops::{
     affine_row_fn, binary_col_handler, binary_row_handler, binary_sum_cols_gm_handler,
     binary_sum_cols_handler, center_sq_sum_handler, col_exp_sum_gm_handler, col_exp_sum_handler,
-    col_exp_sum_row_handler, scale_affine_handler, BinKind, Footprint, Peep, Simd, UbArgs, UbOp,
-    AFFINE_BIAS,
+    col_exp_sum_row_handler, overlaps, scale_affine_handler, BinKind, Footprint, Peep, Simd,
+    UbArgs, UbOp, AFFINE_BIAS,
 };
 use crate::predecode::VInstr;
-
-/// `(start, end)` byte ranges overlap.
-fn overlaps(a: (u32, u32), b: (u32, u32)) -> bool {
-    a.0 < b.1 && b.0 < a.1 && a.0 < a.1 && b.0 < b.1
-}
 
 /// What `v` does to the range `t`: reads some of it (`Some(true)`), writes
 /// all of it before reading any (`Some(false)`), or neither.

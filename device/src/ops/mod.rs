@@ -175,10 +175,11 @@ pub struct UbOp {
     /// args)` (`crate::loadfold::plan_pair`; a binary op and the row sums
     /// of its result).
     pub from_gm_pair: Option<GmHandler>,
-    /// The UB bytes it reads (one hull over every read range) and writes.
-    /// The softmax superinstruction also writes its row sums outside
-    /// `write`; it is built after every liveness scan of its body, and a
-    /// write left out only makes later scans more conservative.
+    /// The UB ranges it reads (each listed, [`Footprint::reads`]) and the
+    /// range it writes. Some superinstructions also write outside `write`
+    /// (the softmax superinstruction its row sums, a binary op with its
+    /// row sums those, a norm's middle its squares and sums): a write
+    /// left out only makes later liveness scans more conservative.
     pub foot: Footprint,
 }
 
@@ -297,10 +298,13 @@ impl Footprint {
 
     /// Whether some read range shares a byte with `t`.
     pub fn reads_from(&self, t: (u32, u32)) -> bool {
-        self.reads
-            .iter()
-            .any(|r| r.0 < t.1 && t.0 < r.1 && r.0 < r.1 && t.0 < t.1)
+        self.reads.iter().any(|&r| overlaps(r, t))
     }
+}
+
+/// Whether two non-empty `(start, end)` byte ranges share a byte.
+pub(crate) fn overlaps(a: (u32, u32), b: (u32, u32)) -> bool {
+    a.0 < b.1 && b.0 < a.1 && a.0 < a.1 && b.0 < b.1
 }
 
 impl core::fmt::Debug for UbOp {
