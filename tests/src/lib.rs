@@ -14,11 +14,11 @@
 //! shapes at several bindings (1-sized and prime extents included), and a
 //! transformer encoder block.
 
-use dvm_host::graph::{Graph, GraphError, NodeId};
-use dvm_host::models::{encoder_block, EncoderConfig};
-use dvm_host::sym::Dim;
-use dvm_host::tensor::Tensor;
+use dvm_graph::models::{encoder_block, EncoderConfig};
+use dvm_graph::{Graph, GraphError, NodeId};
 use dvm_isa::{DType, Opcode};
+use dvm_sym::Dim;
+use dvm_tensor::Tensor;
 
 /// One conformance case.
 pub struct Case {
@@ -56,9 +56,9 @@ pub enum Domain {
 }
 
 /// Deterministic values for `dtype` in `domain`, seeded per input (the
-/// demo's generator, [`dvm_host::demo::data`], mapped to the domain).
+/// demo's generator, [`dvm_tensor::sample_data`], mapped to the domain).
 pub fn values(n: usize, seed: u32, domain: Domain, dtype: DType) -> Vec<f64> {
-    dvm_host::demo::data(n, seed)
+    dvm_tensor::sample_data(n, seed)
         .into_iter()
         .map(|x| {
             // `data` is uniform in [-1, 1) on a 2^-23 grid: exact in f64.

@@ -1,8 +1,8 @@
 //! The CPU device against the f64 reference device on every conformance case.
 
-use dvm_host::reference;
-use dvm_host::runtime::{Prepared, Runtime};
-use dvm_host::sym::Bindings;
+use dvm_graph::reference;
+use dvm_runtime::{Prepared, Runtime};
+use dvm_sym::Bindings;
 use dvm_tests::{cases, within};
 
 #[test]
@@ -52,7 +52,7 @@ fn case_names_are_unique() {
 /// proven to have independent tiles: none falls back to one core.
 #[test]
 fn every_compiled_kernel_has_independent_tiles() {
-    use dvm_host::fuse::FuseOptions;
+    use dvm_fuse::FuseOptions;
     let cases = cases().unwrap();
     let rt = Runtime::new(2, 1024);
     let mut refused = Vec::new();

@@ -7,9 +7,9 @@
 
 use std::time::Duration;
 
-use dvm_host::runtime::{Prepared, QemuDevice, QemuError, Runtime};
-use dvm_host::sym::Bindings;
 use dvm_isa::job::{JobBuilder, Status};
+use dvm_runtime::{Prepared, QemuDevice, QemuError, Runtime};
+use dvm_sym::Bindings;
 use dvm_tests::{bitwise, cases};
 
 fn device() -> QemuDevice {
@@ -70,7 +70,7 @@ fn add_module() -> Vec<u8> {
 /// A module with one kernel `out = a + b` over `n` f32, from the compiler.
 fn add_module_of(n: i64) -> Vec<u8> {
     let rt = Runtime::new(1, 4);
-    let mut g = dvm_host::graph::Graph::new();
+    let mut g = dvm_graph::Graph::new();
     let f32 = dvm_isa::DType::F32;
     let a = g.input("a", f32, &[n.into()]).unwrap();
     let b = g.input("b", f32, &[n.into()]).unwrap();

@@ -1,0 +1,482 @@
+//! Decomposition of composites into primitives.
+//!
+//! | composite | primitives (PyTorch's formulation) |
+//! |---|---|
+//! | `mean(x, axes)` | `sum(x, axes) / n` with `n` the product of the reduced extents (`divs` by a constant, or [`Op::ScalarDim`] when symbolic) |
+//! | `softmax(x, a)` | `m = max(x, a)`, `e = exp(x − m)`, `e · (1 / sum(e, a))` |
+//! | `log_softmax(x, a)` | `m = max(x, a)`, `d = x − m`, `d − log(sum(exp(d), a))` |
+//! | `layer_norm(x, g, b, ε)` | `μ = mean(x)`, `d = x − μ`, `v = mean(d·d)` (biased), `d · rsqrt(v + ε) · g + b` |
+//! | `rms_norm(x, g, ε)` | `x · rsqrt(mean(x·x) + ε) · g` |
+//!
+//! Reductions inside composites keep their axes (`keepdims`) so the
+//! following element-wise ops broadcast. Intermediate nodes are named after
+//! the composite (`y.max`, `y.exp`, …); the last one keeps its name, so
+//! outputs and later references are unchanged.
+
+use std::ops::Range;
+use std::sync::OnceLock;
+
+use dvm_isa::{DType, Opcode};
+
+use super::error::GraphError;
+use super::shape::{keeps_dtype, quick_reduced};
+use super::{check_name, to_shape, CompactString, Graph, Node, NodeId, Op, Operands, ReduceOp};
+use dvm_sym::Dim;
+
+/// A copy of `graph` in which every composite ([`Op::is_composite`]) is
+/// replaced by primitives; node names, inputs, outputs and the symbol scope
+/// carry over. A graph without composites is returned as an equal copy.
+///
+/// | composite | primitives (PyTorch's formulation) |
+/// |---|---|
+/// | `mean(x, axes)` | `sum(x, axes) / n` with `n` the product of the reduced extents (`divs` by a constant, or [`Op::ScalarDim`] when symbolic) |
+/// | `softmax(x, a)` | `m = max(x, a)`, `e = exp(x − m)`, `e · (1 / sum(e, a))` |
+/// | `log_softmax(x, a)` | `m = max(x, a)`, `d = x − m`, `d − log(sum(exp(d), a))` |
+/// | `layer_norm(x, g, b, ε)` | `μ = mean(x)`, `d = x − μ`, `v = mean(d·d)` (biased), `d · rsqrt(v + ε) · g + b` |
+/// | `rms_norm(x, g, ε)` | `x · rsqrt(mean(x·x) + ε) · g` |
+///
+/// Reductions inside composites keep their axes so that the following
+/// element-wise ops broadcast; intermediate nodes are named after the
+/// composite (`y.max`, `y.exp`, …) and the last one keeps its name.
+///
+/// # Errors
+///
+/// Only if a rewritten node fails its shape checks, which would be a bug in
+/// the decomposition; the error names the node.
+pub fn decompose(graph: &Graph) -> Result<Graph, GraphError> {
+    decompose_with_spans(graph).map(|(g, _)| g)
+}
+
+/// [`decompose`], with the range of node ids each composite became
+/// (ascending, disjoint). The fuser takes each range as one candidate group
+/// (the fuser's `FusionPlan::with_composites`) instead of rediscovering
+/// it operator by operator.
+///
+/// # Errors
+///
+/// As [`decompose`].
+pub fn decompose_with_spans(graph: &Graph) -> Result<(Graph, Vec<Range<usize>>), GraphError> {
+    let mut spans = Vec::new();
+    let mut out = Graph {
+        scope: graph.scope.clone(),
+        ..Graph::default()
+    };
+    // Room for every node up front (a layer norm becomes 11 nodes): the
+    // nodes are not regrown while decomposing.
+    let composites = graph.nodes.iter().filter(|n| n.op.is_composite()).count();
+    let room = graph.nodes.len() + 11 * composites;
+    out.nodes.reserve(room);
+    let mut map: Vec<NodeId> = Vec::with_capacity(graph.nodes.len());
+    // Generated names are `composite.suffix`, the suffixes of one composite
+    // distinct and without dots: when no name of the graph has a dot, they
+    // clash with nothing and need no lookup.
+    let dotless = graph.nodes.iter().all(|n| !n.name.contains('.'));
+    for node in &graph.nodes {
+        let operands: Operands = node.operands.iter().map(|o| map[o.0]).collect();
+        let id = if node.op.is_composite() {
+            let lo = out.nodes.len();
+            let id = Rewriter::new(&mut out, Some(graph), &node.name, dotless, &operands)
+                .composite(node, &operands)?;
+            spans.push(lo..out.nodes.len());
+            id
+        } else {
+            out.push(Node {
+                op: node.op.clone(),
+                operands,
+                name: node.name.clone(),
+                dtype: node.dtype,
+                shape: node.shape.clone(),
+            })
+        };
+        map.push(id);
+    }
+    out.outputs = graph
+        .outputs
+        .iter()
+        .map(|(n, id)| (n.clone(), map[id.0]))
+        .collect();
+    Ok((out, spans))
+}
+
+/// How many nodes composite `op` becomes ([`Op::is_composite`]), or
+/// `None` for any other operator (which stays one node). The fuser
+/// decides over an eager window's operators with it before decomposing
+/// them (the fuser's `FusionPlan::decide_recorded`).
+pub fn decomposed_len(op: &Op) -> Option<usize> {
+    match op {
+        // max, sub, exp, sum, and recip and mul, or log and sub.
+        Op::Softmax { .. } | Op::LogSoftmax { .. } => Some(6),
+        // Two means of two nodes each, sub, sq, eps, rsqrt, norm, scale, add.
+        Op::LayerNorm { .. } => Some(11),
+        // sq, a mean of two nodes, eps, rsqrt, norm, scale.
+        Op::RmsNorm { .. } => Some(7),
+        // A mean: sum and division.
+        op if op.is_composite() => Some(2),
+        _ => None,
+    }
+}
+
+/// [`decompose_with_spans`] of a graph the caller gives up: the nodes
+/// that are not composites move into the result instead of being copied
+/// (the eager API decomposes its window this way). The result is equal to
+/// `decompose_with_spans(&graph)`.
+///
+/// # Errors
+///
+/// As [`decompose`].
+pub fn decompose_owned(mut graph: Graph) -> Result<(Graph, Vec<Range<usize>>), GraphError> {
+    let composites = graph.nodes.iter().filter(|n| n.op.is_composite()).count();
+    if composites == 0 {
+        return Ok((graph, Vec::new()));
+    }
+    // Generated names need lookups in the original graph when a name has
+    // a dot: copy then.
+    if graph.nodes.iter().any(|n| n.name.contains('.')) {
+        return decompose_with_spans(&graph);
+    }
+    let nodes = std::mem::take(&mut graph.nodes);
+    let mut spans = Vec::with_capacity(composites);
+    let mut out = Graph {
+        scope: std::mem::take(&mut graph.scope),
+        ..Graph::default()
+    };
+    out.nodes.reserve(nodes.len() + 11 * composites);
+    let mut map: Vec<NodeId> = Vec::with_capacity(nodes.len());
+    for mut node in nodes {
+        for o in node.operands.iter_mut() {
+            *o = map[o.0];
+        }
+        let id = if node.op.is_composite() {
+            let lo = out.nodes.len();
+            let operands = std::mem::take(&mut node.operands);
+            let id = Rewriter::new(&mut out, None, &node.name, true, &operands)
+                .composite(&node, &operands)?;
+            spans.push(lo..out.nodes.len());
+            id
+        } else {
+            out.push(node)
+        };
+        map.push(id);
+    }
+    out.outputs = std::mem::take(&mut graph.outputs);
+    for (_, id) in out.outputs.iter_mut() {
+        *id = map[id.0];
+    }
+    Ok((out, spans))
+}
+
+struct Rewriter<'a> {
+    g: &'a mut Graph,
+    /// The graph being decomposed: new names must not clash with its names
+    /// (`None`: it has no name with a dot, `dotless`).
+    orig: Option<&'a Graph>,
+    /// The composite's name: the final node takes it.
+    name: &'a CompactString,
+    /// No name of `orig` has a dot (generated names are then fresh).
+    dotless: bool,
+    /// The shapes of the composite's nodes follow from its operands'
+    /// ([`settled`]): the rewriter gives them without inference.
+    settled: bool,
+}
+
+/// The composite over `x` (operand, then weights) has operands whose
+/// shapes settle its nodes' shapes: the operand has a float dtype that
+/// the decompositions' opcodes accept ([`decomposes_in`]) and a shape of
+/// settled dimensions ([`dvm_sym::SymbolScope::is_settled`]),
+/// the weights its dtype and the shape of its last axis. Each element-wise
+/// node of the decomposition then combines a node of the operand's shape
+/// (its first operand, the `like` operand) with nodes of that shape, of it
+/// reduced over an axis (kept as 1) or with the weights: the quick
+/// inference gives it the first operand's dtype and shape, as it gives a
+/// reduction its reduced shape; none needs a canonical form computed.
+fn settled(g: &Graph, x: &[NodeId]) -> bool {
+    let Some((&first, weights)) = x.split_first() else {
+        return false;
+    };
+    let row = &g[first];
+    let last = row.shape.last();
+    row.dtype.is_float()
+        && decomposes_in(row.dtype)
+        && row.shape.iter().all(|d| g.scope().is_settled(d))
+        && weights.iter().all(|&w| {
+            let w = &g[w];
+            w.dtype == row.dtype && w.shape.len() == 1 && last == w.shape.first()
+        })
+}
+
+/// The element-wise operators of the decompositions, one per opcode: a
+/// new one must be listed, as a settled composite's nodes are not checked
+/// one by one (debug builds check each against the inference).
+const ELEMENTWISE: [Op; 9] = {
+    use Opcode::{Add, AddS, DivS, Exp, Log, Mul, Recip, Rsqrt, Sub};
+    [
+        Op::Binary(Sub),
+        Op::Binary(Mul),
+        Op::Binary(Add),
+        Op::Unary(Exp),
+        Op::Unary(Recip),
+        Op::Unary(Log),
+        Op::Unary(Rsqrt),
+        Op::Scalar(AddS, 0.0),
+        Op::Scalar(DivS, 1.0),
+    ]
+};
+
+/// Every operator of [`ELEMENTWISE`] keeps dtype `dt` ([`keeps_dtype`]),
+/// from a table made once per process: the nodes of a settled composite
+/// then need no check of their own.
+fn decomposes_in(dt: DType) -> bool {
+    static TABLE: OnceLock<[bool; DType::ALL.len()]> = OnceLock::new();
+    let table =
+        TABLE.get_or_init(|| DType::ALL.map(|dt| ELEMENTWISE.iter().all(|op| keeps_dtype(op, dt))));
+    table[dt as usize]
+}
+
+impl<'a> Rewriter<'a> {
+    /// The rewriter of composite `name` over `x` into `g`.
+    fn new(
+        g: &'a mut Graph,
+        orig: Option<&'a Graph>,
+        name: &'a CompactString,
+        dotless: bool,
+        x: &[NodeId],
+    ) -> Rewriter<'a> {
+        let settled = settled(g, x);
+        Rewriter {
+            g,
+            orig,
+            name,
+            dotless,
+            settled,
+        }
+    }
+}
+
+impl Rewriter<'_> {
+    /// A node named after the composite: `suffix` starts with the dot
+    /// (`.max`), so that the name is the composite's with one push.
+    fn node(&mut self, suffix: &str, op: Op, operands: &[NodeId]) -> Result<NodeId, GraphError> {
+        self.node_in(suffix, op, operands, None)
+    }
+
+    /// [`Rewriter::node`] for an element-wise node that takes the dtype
+    /// and shape of operand `like` ([`Graph::add_like`]).
+    fn like(
+        &mut self,
+        suffix: &str,
+        op: Op,
+        operands: &[NodeId],
+        like: NodeId,
+    ) -> Result<NodeId, GraphError> {
+        self.node_in(suffix, op, operands, Some(like))
+    }
+
+    fn node_in(
+        &mut self,
+        suffix: &str,
+        op: Op,
+        operands: &[NodeId],
+        like: Option<NodeId>,
+    ) -> Result<NodeId, GraphError> {
+        // The composite's name copied (held inline, most are) and the
+        // suffix pushed: one copy of a string, and no UTF-8 check, as
+        // joining on a byte buffer would need.
+        let mut base = self.name.clone();
+        base.push_str(suffix);
+        let name = if self.dotless {
+            base
+        } else {
+            self.unclashed(base)
+        };
+        // Unused (checked above). The composite's name is valid and the
+        // suffixes are a dot, lowercase letters and `_`: the name is valid
+        // unless it grew too long, which is all there is left to check.
+        if name.len() > super::MAX_NAME_LEN {
+            check_name("node", &name)?;
+        }
+        debug_assert!(check_name("node", &name).is_ok());
+        self.add(name, op, operands, like)
+    }
+
+    /// `base`, else the first of `base_1`, `base_2`, … that no node of
+    /// the graphs has (out of line: with `dotless`, the common case,
+    /// generated names clash with nothing).
+    #[cold]
+    fn unclashed(&self, base: CompactString) -> CompactString {
+        let taken =
+            |n: &str| self.g.find(n).is_some() || self.orig.is_some_and(|o| o.find(n).is_some());
+        if !taken(&base) {
+            return base;
+        }
+        (1..)
+            .map(|i| compact_str::format_compact!("{base}_{i}"))
+            .find(|n| !taken(n))
+            .unwrap_or(base)
+    }
+
+    /// Adds node `name`: a reduction of `operands[0]` (no `like`), or an
+    /// element-wise node that takes the dtype and shape of `like`
+    /// ([`Graph::add_like`]); derived without inference when the
+    /// composite is settled.
+    fn add(
+        &mut self,
+        name: CompactString,
+        op: Op,
+        operands: &[NodeId],
+        like: Option<NodeId>,
+    ) -> Result<NodeId, GraphError> {
+        if self.settled {
+            // The dtype and shape the quick inference gives (see
+            // `settled`), written straight into the node.
+            let from = &self.g[like.unwrap_or(operands[0])];
+            let dtype = from.dtype;
+            let shape = match (&op, like) {
+                (Op::Reduce { axes, keepdims, .. }, None) => {
+                    quick_reduced(&from.shape, axes, *keepdims)
+                }
+                // One of `ELEMENTWISE`, which keep the dtype (`settled`).
+                (Op::Unary(_) | Op::Scalar(..) | Op::Binary(_), Some(_)) => {
+                    Some(to_shape(&from.shape))
+                }
+                _ => None,
+            };
+            if let Some(shape) = shape {
+                return Ok(self.g.add_derived(Node {
+                    op,
+                    operands: Operands::from(operands),
+                    name,
+                    dtype,
+                    shape,
+                }));
+            }
+        }
+        match like {
+            Some(l) => self.g.add_like(name, op, operands, l),
+            None => self.g.add_named(name, op, operands, None, None),
+        }
+    }
+
+    /// The final node, named after the composite: a valid name of the
+    /// original graph, which no generated name takes.
+    /// It takes the dtype and shape of operand `like` ([`Graph::add_like`]).
+    fn last_like(
+        &mut self,
+        op: Op,
+        operands: &[NodeId],
+        like: NodeId,
+    ) -> Result<NodeId, GraphError> {
+        self.add(self.name.clone(), op, operands, Some(like))
+    }
+
+    fn reduce(
+        &mut self,
+        suffix: &str,
+        op: ReduceOp,
+        x: NodeId,
+        axes: &[usize],
+    ) -> Result<NodeId, GraphError> {
+        let op = Op::Reduce {
+            op,
+            axes: axes.to_vec(),
+            keepdims: true,
+        };
+        self.node(suffix, op, &[x])
+    }
+
+    /// `sum(x, axes) / n`, the sum named with suffix `sum` and the division
+    /// with `div`; without `div` the division is the final node.
+    fn mean(
+        &mut self,
+        sum_suffix: &str,
+        div: Option<&str>,
+        x: NodeId,
+        axes: &[usize],
+        keepdims: bool,
+    ) -> Result<NodeId, GraphError> {
+        let shape = &self.g[x].shape;
+        let constant = axes.iter().try_fold(1i64, |acc, &a| {
+            shape[a].as_const().and_then(|c| acc.checked_mul(c))
+        });
+        let n = match constant {
+            // Constant extents: their product (canonical already).
+            Some(c) => Dim::val(c),
+            None => {
+                let n: Dim = axes.iter().map(|&a| &shape[a]).product();
+                self.g.scope().canonical(&n)
+            }
+        };
+        let sum = Op::Reduce {
+            op: ReduceOp::Sum,
+            axes: axes.to_vec(),
+            keepdims,
+        };
+        let s = self.node(sum_suffix, sum, &[x])?;
+        let div_op = match n.as_const() {
+            Some(c) => Op::Scalar(Opcode::DivS, c as f64),
+            None => Op::ScalarDim(Opcode::DivS, n),
+        };
+        match div {
+            Some(suffix) => self.like(suffix, div_op, &[s], s),
+            None => self.last_like(div_op, &[s], s),
+        }
+    }
+
+    fn composite(mut self, node: &Node, x: &[NodeId]) -> Result<NodeId, GraphError> {
+        use Opcode::{Add, Exp, Log, Mul, Recip, Rsqrt, Sub};
+        match node.op {
+            Op::Reduce {
+                op: ReduceOp::Mean,
+                ref axes,
+                keepdims,
+            } => self.mean(".sum", None, x[0], axes, keepdims),
+            Op::Softmax { axis } => {
+                let m = self.reduce(".max", ReduceOp::Max, x[0], &[axis])?;
+                let d = self.like(".sub", Op::Binary(Sub), &[x[0], m], x[0])?;
+                let e = self.like(".exp", Op::Unary(Exp), &[d], d)?;
+                let s = self.reduce(".sum", ReduceOp::Sum, e, &[axis])?;
+                // One reciprocal per row and a multiply per element: a
+                // division per element costs several times a multiply.
+                let r = self.like(".recip", Op::Unary(Recip), &[s], s)?;
+                self.last_like(Op::Binary(Mul), &[e, r], e)
+            }
+            Op::LogSoftmax { axis } => {
+                let m = self.reduce(".max", ReduceOp::Max, x[0], &[axis])?;
+                let d = self.like(".sub", Op::Binary(Sub), &[x[0], m], x[0])?;
+                let e = self.like(".exp", Op::Unary(Exp), &[d], d)?;
+                let s = self.reduce(".sum", ReduceOp::Sum, e, &[axis])?;
+                let l = self.like(".log", Op::Unary(Log), &[s], s)?;
+                self.last_like(Op::Binary(Sub), &[d, l], d)
+            }
+            Op::LayerNorm { eps } => {
+                let axis = self.g[x[0]].shape.len() - 1;
+                let mu = self.mean(".mean_sum", Some(".mean"), x[0], &[axis], true)?;
+                let d = self.like(".sub", Op::Binary(Sub), &[x[0], mu], x[0])?;
+                let sq = self.like(".sq", Op::Binary(Mul), &[d, d], d)?;
+                let var = self.mean(".var_sum", Some(".var"), sq, &[axis], true)?;
+                let ve = self.like(".eps", Op::Scalar(Opcode::AddS, eps), &[var], var)?;
+                let r = self.like(".rsqrt", Op::Unary(Rsqrt), &[ve], ve)?;
+                let n = self.like(".norm", Op::Binary(Mul), &[d, r], d)?;
+                // The weights have the shape of the last axis (checked
+                // when the composite was added).
+                let gy = self.like(".scale", Op::Binary(Mul), &[n, x[1]], n)?;
+                self.last_like(Op::Binary(Add), &[gy, x[2]], gy)
+            }
+            Op::RmsNorm { eps } => {
+                let axis = self.g[x[0]].shape.len() - 1;
+                let sq = self.like(".sq", Op::Binary(Mul), &[x[0], x[0]], x[0])?;
+                let ms = self.mean(".ms_sum", Some(".ms"), sq, &[axis], true)?;
+                let ve = self.like(".eps", Op::Scalar(Opcode::AddS, eps), &[ms], ms)?;
+                let r = self.like(".rsqrt", Op::Unary(Rsqrt), &[ve], ve)?;
+                let n = self.like(".norm", Op::Binary(Mul), &[x[0], r], x[0])?;
+                self.last_like(Op::Binary(Mul), &[n, x[1]], n)
+            }
+            _ => {
+                let id = self.g.push(Node {
+                    operands: Operands::from(x),
+                    ..node.clone()
+                });
+                Ok(id)
+            }
+        }
+    }
+}

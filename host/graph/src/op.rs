@@ -1,0 +1,254 @@
+//! Graph operators.
+//!
+//! Element-wise operators reuse the instruction set's opcodes: a graph
+//! `Unary(Opcode::Exp)` lowers to the `exp` instruction, so adding a vector
+//! opcode to the table makes it available in graphs without a new variant.
+//! Composites (softmax, layernorm, …) are decomposed into primitives before
+//! compilation.
+
+use dvm_isa::{DType, DTypeSet, Instr, Opcode};
+
+/// A reduction.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ReduceOp {
+    /// Σ.
+    Sum,
+    /// Σ / count.
+    Mean,
+    /// Maximum.
+    Max,
+    /// Minimum.
+    Min,
+}
+
+/// One operator of a graph. Operands are the node's inputs, in order.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Op {
+    /// A graph input (bound at run time). No operands.
+    Input,
+    /// A constant tensor, row-major values (converted to the node's dtype).
+    /// A single value fills the whole shape, which may then be symbolic.
+    Constant(Vec<f64>),
+    /// Element-wise unary: a vector-pipe opcode of the `abs`…`isfinite` rows.
+    Unary(Opcode),
+    /// Element-wise binary with NumPy broadcasting: `add`…`or`, and the
+    /// comparisons `eq`…`ge` (result bool).
+    Binary(Opcode),
+    /// Element-wise with a scalar: `adds`…`pows`, `eqs`…`ges`.
+    Scalar(Opcode, f64),
+    /// `where(cond, a, b)` with broadcasting.
+    Where,
+    /// Conversion to the node's dtype.
+    Cast,
+    /// Reduction over `axes` (sorted, unique), keeping them as extent 1 when
+    /// `keepdims`.
+    Reduce {
+        /// The reduction.
+        op: ReduceOp,
+        /// Axes reduced.
+        axes: Vec<usize>,
+        /// Keep reduced axes as extent 1.
+        keepdims: bool,
+    },
+    /// `softmax` along `axis` (composite).
+    Softmax {
+        /// Axis.
+        axis: usize,
+    },
+    /// `log_softmax` along `axis` (composite).
+    LogSoftmax {
+        /// Axis.
+        axis: usize,
+    },
+    /// Layer normalisation over the last axis: operands x, gamma, beta
+    /// (composite).
+    LayerNorm {
+        /// ε.
+        eps: f64,
+    },
+    /// RMS normalisation over the last axis: operands x, gamma (composite).
+    RmsNorm {
+        /// ε.
+        eps: f64,
+    },
+    /// Matrix product of the last two axes with broadcast batch axes.
+    MatMul {
+        /// Transpose the last two axes of the first operand.
+        trans_a: bool,
+        /// Transpose the last two axes of the second operand.
+        trans_b: bool,
+    },
+    /// Reshape to the node's shape (same element count).
+    Reshape,
+    /// Permutation of the axes: output axis `i` is input axis `perm[i]`.
+    Transpose {
+        /// The permutation.
+        perm: Vec<usize>,
+    },
+    /// Slice `start..end` with `step` along each listed axis, with Python's
+    /// rules: a negative `start`/`end` counts from the end of the axis, and
+    /// both are then clamped to `0..=extent` (so `end = i64::MAX` means "to
+    /// the end"). Each axis appears at most once.
+    Slice {
+        /// (axis, start, end, step) with step ≥ 1.
+        ranges: Vec<(usize, i64, i64, i64)>,
+    },
+    /// Concatenation of the operands along `axis`.
+    Concat {
+        /// Axis.
+        axis: usize,
+    },
+    /// Broadcast to the node's shape.
+    Expand,
+    /// Removes the listed extent-1 axes.
+    Squeeze {
+        /// Axes.
+        axes: Vec<usize>,
+    },
+    /// Inserts extent-1 axes at the listed output positions.
+    Unsqueeze {
+        /// Axes.
+        axes: Vec<usize>,
+    },
+    /// Element-wise with a scalar that is a symbolic dimension, evaluated
+    /// when the symbols are bound (same opcodes as [`Op::Scalar`]). The
+    /// decomposition of `mean` over a symbolic extent divides by it with
+    /// `ScalarDim(DivS, n)`; at concrete shapes it is `Scalar(op, n as f64)`.
+    ScalarDim(Opcode, dvm_sym::Dim),
+}
+
+impl Op {
+    /// The operator's name in the graph text format and in error messages:
+    /// the opcode mnemonic for element-wise ops (`add`, `exp`, `adds`, …),
+    /// otherwise `input`, `constant`, `where`, `cast`, `reduce_sum`,
+    /// `reduce_mean`, `reduce_max`, `reduce_min`, `softmax`, `log_softmax`,
+    /// `layer_norm`, `rms_norm`, `matmul`, `reshape`, `transpose`, `slice`,
+    /// `concat`, `expand`, `squeeze`, `unsqueeze`.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Op::Input => "input",
+            Op::Constant(_) => "constant",
+            Op::Unary(c) | Op::Binary(c) | Op::Scalar(c, _) | Op::ScalarDim(c, _) => c.mnemonic(),
+            Op::Where => "where",
+            Op::Cast => "cast",
+            Op::Reduce { op, .. } => match op {
+                ReduceOp::Sum => "reduce_sum",
+                ReduceOp::Mean => "reduce_mean",
+                ReduceOp::Max => "reduce_max",
+                ReduceOp::Min => "reduce_min",
+            },
+            Op::Softmax { .. } => "softmax",
+            Op::LogSoftmax { .. } => "log_softmax",
+            Op::LayerNorm { .. } => "layer_norm",
+            Op::RmsNorm { .. } => "rms_norm",
+            Op::MatMul { .. } => "matmul",
+            Op::Reshape => "reshape",
+            Op::Transpose { .. } => "transpose",
+            Op::Slice { .. } => "slice",
+            Op::Concat { .. } => "concat",
+            Op::Expand => "expand",
+            Op::Squeeze { .. } => "squeeze",
+            Op::Unsqueeze { .. } => "unsqueeze",
+        }
+    }
+
+    /// True for composites that [`decompose`](crate::decompose)
+    /// rewrites into primitives: softmax, log-softmax, layer norm, RMS norm
+    /// and mean reductions.
+    pub fn is_composite(&self) -> bool {
+        matches!(
+            self,
+            Op::Softmax { .. }
+                | Op::LogSoftmax { .. }
+                | Op::LayerNorm { .. }
+                | Op::RmsNorm { .. }
+                | Op::Reduce {
+                    op: ReduceOp::Mean,
+                    ..
+                }
+        )
+    }
+}
+
+/// The dtype of a node's result given its operand dtypes, when the op fixes
+/// it (comparisons give bool; `Cast`, `Input`, `Constant` take the declared
+/// one; an `i8` matmul gives `i32`). `first` is the first operand's dtype, so
+/// for `Where` (whose first operand is the bool condition) use the second
+/// operand's dtype instead; [`Node::dtype`](crate::Node) always holds
+/// the answer.
+pub fn result_dtype(op: &Op, first: Option<DType>) -> Option<DType> {
+    match op {
+        Op::Binary(code) | Op::Scalar(code, _) | Op::ScalarDim(code, _) if is_comparison(*code) => {
+            Some(DType::Bool)
+        }
+        Op::Unary(Opcode::IsFinite) => Some(DType::Bool),
+        // Integer matmuls accumulate and produce i32.
+        Op::MatMul { .. } if first == Some(DType::I8) => Some(DType::I32),
+        Op::Input | Op::Constant(_) | Op::Cast => None,
+        _ => first,
+    }
+}
+
+/// True for the comparison opcodes (tensor and scalar forms).
+pub fn is_comparison(code: Opcode) -> bool {
+    use Opcode::*;
+    matches!(
+        code,
+        Eq | Ne | Lt | Le | Gt | Ge | EqS | NeS | LtS | LeS | GtS | GeS
+    )
+}
+
+/// How an opcode is used in graphs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum OpcodeKind {
+    /// `abs` … `isfinite`: one tensor operand ([`Op::Unary`]).
+    Unary,
+    /// `add` … `or`, `eq` … `ge`: two tensor operands ([`Op::Binary`]).
+    Binary,
+    /// `adds` … `pows`, `eqs` … `ges`: a tensor and a scalar ([`Op::Scalar`]).
+    Scalar,
+}
+
+/// The graph role of an opcode; `None` for opcodes graphs do not use
+/// directly (data movement, reductions, matmul, loads, stores, control).
+pub fn opcode_kind(code: Opcode) -> Option<OpcodeKind> {
+    match code as u8 {
+        0x10..=0x22 => Some(OpcodeKind::Unary),
+        0x30..=0x38 | 0x50..=0x55 => Some(OpcodeKind::Binary),
+        0x40..=0x48 | 0x58..=0x5d => Some(OpcodeKind::Scalar),
+        _ => None,
+    }
+}
+
+/// The dtypes the instruction set accepts for `code`'s element type (its
+/// `dt` field), read from the instruction table (once per process).
+pub fn opcode_dtypes(code: Opcode) -> Option<DTypeSet> {
+    static TABLE: std::sync::OnceLock<Vec<Option<DTypeSet>>> = std::sync::OnceLock::new();
+    TABLE.get_or_init(|| {
+        (0..=u8::MAX)
+            .map(|b| Opcode::from_u8(b).and_then(read_dtypes))
+            .collect()
+    })[code as usize]
+}
+
+/// [`opcode_dtypes`] read from the instruction table.
+fn read_dtypes(code: Opcode) -> Option<DTypeSet> {
+    // Zeroed operand words: on the stack for every opcode but the widest.
+    let n = code.fields().len();
+    let small = [0u64; 16];
+    let big;
+    let raw: &[u64] = if n <= small.len() {
+        &small[..n]
+    } else {
+        big = vec![0u64; n];
+        &big
+    };
+    let instr = Instr::from_raw(code, raw)?;
+    let mut set = None;
+    instr.dtype_rules(|field, _, allowed| {
+        if field == "dt" {
+            set = Some(allowed);
+        }
+    });
+    set
+}

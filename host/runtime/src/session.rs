@@ -1,0 +1,888 @@
+//! Running graphs: lower at the bound shapes, fetch kernels from the cache,
+//! allocate buffers, launch every step on the CPU device.
+
+use std::ops::Range;
+use std::sync::Arc;
+
+use dvm_isa::KernelKind;
+use zerocopy::FromZeros;
+
+use super::pool::{CpuPool, RawBuf};
+use dvm_compile::cache::{CacheStats, KernelCache};
+use dvm_compile::codegen::Target;
+use dvm_compile::kernel::{BuildError, ReadyKernel};
+use dvm_compile::lower::{lower_with, Buf, BufKind, Launch, LaunchKind, LowerError, Plan};
+use dvm_compile::stack::{launch_maps, pack_sequences, SequencePolicy};
+use dvm_fuse::{FuseError, FuseOptions, FuseScratch, FusionPlan};
+use dvm_graph::{decompose_owned, decompose_with_spans, Graph, GraphError};
+use dvm_sym::Bindings;
+use dvm_tensor::Tensor;
+
+/// Why a run failed.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// Bad graph or inputs.
+    #[error(transparent)]
+    Graph(Box<GraphError>),
+    /// Lowering failed.
+    #[error(transparent)]
+    Lower(Box<LowerError>),
+    /// A kernel did not compile.
+    #[error("kernel `{step}`: {error}")]
+    Build {
+        /// Step name.
+        step: String,
+        /// The failure.
+        error: Box<BuildError>,
+    },
+    /// The QEMU device failed.
+    #[error(transparent)]
+    Qemu(Box<super::qemu::QemuError>),
+    /// A launch failed.
+    #[error("kernel `{step}`: {error}")]
+    Launch {
+        /// Step name.
+        step: String,
+        /// The failure.
+        error: dvm_device::exec::ExecError,
+    },
+    /// A buffer of the plan could not be allocated (the shapes at these
+    /// bindings need more memory than the system gives).
+    #[error("cannot allocate {bytes} bytes for {what}")]
+    Alloc {
+        /// The buffer: ``output `NAME` `` or `a temporary buffer`.
+        what: String,
+        /// Its size.
+        bytes: u64,
+    },
+    /// The output tensors given to [`Runtime::run_into`] do not match the
+    /// graph's outputs.
+    #[error("output `{name}`: {what}")]
+    Output {
+        /// The output's name.
+        name: String,
+        /// What is wrong.
+        what: String,
+    },
+}
+
+impl From<GraphError> for RunError {
+    fn from(e: GraphError) -> RunError {
+        RunError::Graph(Box::new(e))
+    }
+}
+
+impl From<LowerError> for RunError {
+    fn from(e: LowerError) -> RunError {
+        match e {
+            LowerError::Build { step, error } => RunError::Build { step, error },
+            e => RunError::Lower(Box::new(e)),
+        }
+    }
+}
+
+/// A graph prepared for running: composites decomposed and the fusion pass
+/// run, once, on the symbolic graph.
+pub struct Prepared {
+    graph: Graph,
+    fusion: FusionPlan,
+    options: FuseOptions,
+    fuse_error: Option<FuseError>,
+    plans: PlanCache,
+}
+
+/// A lowered plan and its kernels, one per launch.
+pub(crate) struct Planned {
+    pub(crate) plan: Plan,
+    pub(crate) kernels: Vec<Arc<ReadyKernel>>,
+}
+
+/// Plans a prepared graph was lowered to, most recent first, by runtime
+/// and bindings: a call at shapes seen a moment ago only binds and looks
+/// its plan up (lowering the 11 kernels of the demo's encoder block with
+/// every kernel cached took 45 µs per call).
+#[derive(Default)]
+struct PlanCache(std::sync::Mutex<Vec<(u64, Bindings, Arc<Planned>)>>);
+
+/// Most plans a [`Prepared`] keeps.
+const PLANS_KEPT: usize = 8;
+
+impl PlanCache {
+    fn get(&self, runtime: u64, b: &Bindings) -> Option<Arc<Planned>> {
+        let mut v = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let i = v.iter().position(|(r, k, _)| *r == runtime && k == b)?;
+        let hit = v.remove(i);
+        let planned = Arc::clone(&hit.2);
+        v.insert(0, hit);
+        Some(planned)
+    }
+
+    fn put(&self, runtime: u64, b: &Bindings, planned: &Arc<Planned>) {
+        let mut v = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        v.truncate(PLANS_KEPT - 1);
+        v.insert(0, (runtime, b.clone(), Arc::clone(planned)));
+    }
+}
+
+impl Prepared {
+    /// Decomposes `graph`'s composites and fuses it with the default options.
+    ///
+    /// # Errors
+    /// [`GraphError`] from the decomposition.
+    pub fn new(graph: &Graph) -> Result<Prepared, GraphError> {
+        Prepared::with_options(graph, &FuseOptions::default())
+    }
+
+    /// Decomposes `graph`'s composites and fuses it with `options`
+    /// ([`FuseOptions::off`]: one kernel per operator). Should the fusion
+    /// pass fail its consistency check (a bug), the graph runs unfused and
+    /// [`Prepared::fuse_error`] says why.
+    ///
+    /// # Errors
+    /// [`GraphError`] from the decomposition.
+    pub fn with_options(graph: &Graph, options: &FuseOptions) -> Result<Prepared, GraphError> {
+        let (graph, composites) = decompose_with_spans(graph)?;
+        let scratch = &mut FuseScratch::default();
+        Ok(Prepared::decomposed(graph, &composites, options, scratch))
+    }
+
+    /// [`Prepared::with_options`] of a graph the caller gives up: its nodes
+    /// move into the decomposed graph instead of being copied
+    /// ([`decompose_owned`]); the result is the same.
+    ///
+    /// # Errors
+    /// [`GraphError`] from the decomposition.
+    pub fn from_graph(graph: Graph, options: &FuseOptions) -> Result<Prepared, GraphError> {
+        Prepared::from_graph_in(graph, options, &mut FuseScratch::default())
+    }
+
+    /// [`Prepared::from_graph`], its fusion pass in the working memory of
+    /// earlier ones ([`FusionPlan::with_scratch`]).
+    ///
+    /// # Errors
+    /// As [`Prepared::from_graph`].
+    pub fn from_graph_in(
+        graph: Graph,
+        options: &FuseOptions,
+        scratch: &mut FuseScratch,
+    ) -> Result<Prepared, GraphError> {
+        let (graph, composites) = decompose_owned(graph)?;
+        Ok(Prepared::decomposed(graph, &composites, options, scratch))
+    }
+
+    /// The decomposed `graph` with its fusion plan, made with `options`
+    /// for this graph (lowering trusts the plan: crate-internal).
+    pub(crate) fn with_plan(graph: Graph, fusion: FusionPlan, options: &FuseOptions) -> Prepared {
+        Prepared {
+            graph,
+            fusion,
+            options: *options,
+            fuse_error: None,
+            plans: PlanCache::default(),
+        }
+    }
+
+    /// Fuses the decomposed `graph` whose composites became `composites`.
+    fn decomposed(
+        graph: Graph,
+        composites: &[Range<usize>],
+        options: &FuseOptions,
+        scratch: &mut FuseScratch,
+    ) -> Prepared {
+        let (fusion, fuse_error) = if options.fuse || options.stack {
+            match FusionPlan::with_scratch(&graph, options, composites, scratch) {
+                Ok(f) => (f, None),
+                Err(e) => (FusionPlan::unfused(&graph), Some(e)),
+            }
+        } else {
+            (FusionPlan::unfused(&graph), None)
+        };
+        Prepared {
+            graph,
+            fusion,
+            options: *options,
+            fuse_error,
+            plans: PlanCache::default(),
+        }
+    }
+
+    /// The decomposed graph.
+    pub fn graph(&self) -> &Graph {
+        &self.graph
+    }
+
+    /// The fusion plan.
+    pub fn fusion(&self) -> &FusionPlan {
+        &self.fusion
+    }
+
+    /// The fusion options.
+    pub fn options(&self) -> &FuseOptions {
+        &self.options
+    }
+
+    /// Why the fusion pass was abandoned, if it was.
+    pub fn fuse_error(&self) -> Option<&FuseError> {
+        self.fuse_error.as_ref()
+    }
+}
+
+/// The CPU device runtime: a worker pool and a kernel cache.
+pub struct Runtime {
+    /// Unique in the process: keys the plans a [`Prepared`] keeps.
+    id: u64,
+    pool: CpuPool,
+    cache: KernelCache,
+    target: Target,
+    /// Device buffers of earlier calls, reused so that a steady state does
+    /// not allocate (and fault in) fresh memory on every call.
+    spare: std::sync::Mutex<Vec<DevBuf>>,
+}
+
+/// Most bytes of spare buffers a runtime keeps between calls.
+const SPARE_BYTES: usize = 1 << 30;
+
+/// A dense, 8-byte aligned device buffer.
+struct DevBuf(Vec<u64>, usize);
+
+/// `vec![0; n]` (zeroed memory straight from the allocator, so a large
+/// buffer is fresh pages that are not written here), or `None` when the
+/// allocation fails where `vec!` would abort the process.
+fn try_zeroed<T: FromZeros>(n: usize) -> Option<Vec<T>> {
+    T::new_vec_zeroed(n).ok()
+}
+
+impl DevBuf {
+    /// A zeroed buffer of `bytes` bytes, or `None` if it cannot be
+    /// allocated.
+    fn new(bytes: usize) -> Option<DevBuf> {
+        Some(DevBuf(try_zeroed(bytes.div_ceil(8).max(1))?, bytes))
+    }
+    fn bytes_mut(&mut self) -> &mut [u8] {
+        let n = self.1;
+        &mut bytemuck_bytes(&mut self.0)[..n]
+    }
+    fn bytes(&self) -> &[u8] {
+        let n = self.1;
+        // SAFETY: u64 storage viewed as bytes; every bit pattern is a valid u8.
+        let all =
+            unsafe { std::slice::from_raw_parts(self.0.as_ptr().cast::<u8>(), self.0.len() * 8) };
+        &all[..n]
+    }
+}
+
+/// Where one buffer of a plan lives during a call.
+enum Mem<'a> {
+    /// A runtime device buffer (reused across calls).
+    Dev(DevBuf),
+    /// An input tensor's bytes, bound in place, read-only.
+    Input(&'a [u8]),
+    /// A fresh vector that becomes an output tensor.
+    Output(Vec<u8>),
+    /// The bytes of an output tensor the caller gave, written in place.
+    Caller(&'a mut [u8]),
+}
+
+impl Mem<'_> {
+    /// The buffer as a launch argument; input tensors are never writable.
+    fn raw(&mut self, writable: bool) -> RawBuf {
+        match self {
+            Mem::Dev(b) => RawBuf {
+                ptr: b.0.as_mut_ptr().cast::<u8>(),
+                len: b.1,
+                writable,
+            },
+            Mem::Input(s) => RawBuf::input(s),
+            Mem::Output(v) => RawBuf {
+                ptr: v.as_mut_ptr(),
+                len: v.len(),
+                writable,
+            },
+            Mem::Caller(s) => RawBuf {
+                ptr: s.as_mut_ptr(),
+                len: s.len(),
+                writable,
+            },
+        }
+    }
+
+    fn bytes(&self) -> &[u8] {
+        match self {
+            Mem::Dev(b) => b.bytes(),
+            Mem::Input(s) => s,
+            Mem::Output(v) => v,
+            Mem::Caller(s) => s,
+        }
+    }
+}
+
+/// A zeroed vector for an output tensor, its pages already faulted in
+/// (a large allocation is fresh memory from the OS; faulting it page by
+/// page inside a kernel would stall the kernel's stores); `None` if it
+/// cannot be allocated.
+fn fresh_output(bytes: usize) -> Option<Vec<u8>> {
+    const PAGE: usize = 4096;
+    let mut v = try_zeroed::<u8>(bytes)?;
+    if bytes >= 256 * PAGE {
+        huge_pages(&mut v);
+        for i in (0..bytes).step_by(PAGE) {
+            // SAFETY: `i < bytes = v.len()`; a volatile write so that the
+            // store of a zero into zeroed memory is not optimised away.
+            unsafe { std::ptr::write_volatile(v.as_mut_ptr().add(i), 0) };
+        }
+    }
+    Some(v)
+}
+
+/// Asks the kernel to back the 2 MiB-aligned part of `v` with transparent
+/// huge pages, so faulting it in takes one fault per 2 MiB instead of one
+/// per 4 KiB (where transparent huge pages are on `madvise`, as on most
+/// distributions). Only a hint: nothing changes when it is refused.
+fn huge_pages(v: &mut [u8]) {
+    #[cfg(target_os = "linux")]
+    {
+        const HUGE: usize = 2 << 20;
+        let start = v.as_mut_ptr() as usize;
+        let (lo, hi) = (
+            start.next_multiple_of(HUGE),
+            (start + v.len()) / HUGE * HUGE,
+        );
+        if lo < hi {
+            // SAFETY: `lo..hi` lies inside `v`'s allocation, which this
+            // function borrows mutably; MADV_HUGEPAGE changes only how the
+            // kernel backs the pages, never their contents.
+            unsafe { libc::madvise(lo as *mut libc::c_void, hi - lo, libc::MADV_HUGEPAGE) };
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = v;
+}
+
+/// Whether `bytes` starts at the alignment of a device buffer (8 bytes,
+/// enough for every element type).
+fn aligned(bytes: &[u8]) -> bool {
+    bytes.as_ptr().align_offset(8) == 0
+}
+
+fn bytemuck_bytes(v: &mut [u64]) -> &mut [u8] {
+    // SAFETY: u64 storage viewed as bytes; every bit pattern is a valid u8
+    // and u8 has alignment 1; the length covers exactly the same memory.
+    unsafe { std::slice::from_raw_parts_mut(v.as_mut_ptr().cast::<u8>(), v.len() * 8) }
+}
+
+impl Runtime {
+    /// A runtime on `cores` cores (clamped to `1..=`[`super::pool::MAX_CORES`])
+    /// with a cache of `cache_capacity` kernels.
+    /// It waits (at most 100 ms) for the workers to start, then warms the
+    /// compile path on the calling thread (see [`crate::warm`]), last, so
+    /// the first kernel it compiles there is as fast as the next ones.
+    pub fn new(cores: usize, cache_capacity: usize) -> Runtime {
+        let pool = CpuPool::new(cores);
+        let target = Target {
+            cores: pool.cores() as u32,
+            ..Target::default()
+        };
+        pool.wait_ready(std::time::Duration::from_millis(100));
+        dvm_compile::warm::warm_up(&target);
+        static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        Runtime {
+            id: NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+            pool,
+            cache: KernelCache::new(cache_capacity),
+            target,
+            spare: std::sync::Mutex::new(Vec::new()),
+        }
+    }
+
+    /// A buffer of `bytes`: a spare one of at least that size (and at most
+    /// twice), else a new one. Its contents are unspecified: every buffer
+    /// of a plan is written (inputs and constants copied, temporaries
+    /// stored by their kernel) before it is read.
+    fn take_buf(&self, bytes: usize) -> Option<DevBuf> {
+        let words = bytes.div_ceil(8).max(1);
+        let mut spare = self.spare.lock().unwrap_or_else(|p| p.into_inner());
+        let best = spare
+            .iter()
+            .enumerate()
+            .filter(|(_, b)| b.0.len() >= words && b.0.len() <= 2 * words)
+            .min_by_key(|(_, b)| b.0.len())
+            .map(|(i, _)| i);
+        match best {
+            Some(i) => {
+                let mut b = spare.swap_remove(i);
+                b.1 = bytes;
+                Some(b)
+            }
+            None => DevBuf::new(bytes),
+        }
+    }
+
+    /// Returns buffers for reuse, keeping at most [`SPARE_BYTES`].
+    fn give_bufs(&self, bufs: Vec<DevBuf>) {
+        let mut spare = self.spare.lock().unwrap_or_else(|p| p.into_inner());
+        spare.extend(bufs);
+        let mut total: usize = spare.iter().map(|b| b.0.len() * 8).sum();
+        if total > SPARE_BYTES {
+            spare.sort_by_key(|b| std::cmp::Reverse(b.0.len()));
+            while total > SPARE_BYTES {
+                match spare.pop() {
+                    Some(b) => total -= b.0.len() * 8,
+                    None => break,
+                }
+            }
+        }
+    }
+
+    /// The worker pool.
+    pub fn pool(&self) -> &CpuPool {
+        &self.pool
+    }
+
+    /// The compile target.
+    pub fn target(&self) -> &Target {
+        &self.target
+    }
+
+    /// Cache counters.
+    pub fn cache_stats(&self) -> CacheStats {
+        self.cache.stats()
+    }
+
+    /// Lowers `prepared` at `bindings` following its fusion plan, compiles
+    /// (or fetches) every kernel, packs small consecutive kernels into
+    /// sequence launches (when the options allow) and builds the stacked
+    /// kernels. Returns the plan and one kernel per launch. A stack that
+    /// does not build falls back to separate launches. `prepared` keeps the
+    /// last few plans it was lowered to (by runtime and bindings), so a call
+    /// at recent shapes skips the lowering.
+    ///
+    /// # Errors
+    /// [`RunError`] naming the node or step at fault.
+    pub fn plan(
+        &self,
+        prepared: &Prepared,
+        bindings: &Bindings,
+    ) -> Result<(Plan, Vec<Arc<ReadyKernel>>), RunError> {
+        let p = self.planned(prepared, bindings)?;
+        Ok((p.plan.clone(), p.kernels.clone()))
+    }
+
+    /// [`Runtime::plan`], shared: from `prepared`'s plans when it was
+    /// lowered at `bindings` on this runtime lately, else lowered and kept.
+    pub(crate) fn planned(
+        &self,
+        prepared: &Prepared,
+        bindings: &Bindings,
+    ) -> Result<Arc<Planned>, RunError> {
+        if let Some(p) = prepared.plans.get(self.id, bindings) {
+            return Ok(p);
+        }
+        let (plan, kernels) = self.lower_plan(prepared, bindings)?;
+        let p = Arc::new(Planned { plan, kernels });
+        prepared.plans.put(self.id, bindings, &p);
+        Ok(p)
+    }
+
+    fn lower_plan(
+        &self,
+        prepared: &Prepared,
+        bindings: &Bindings,
+    ) -> Result<(Plan, Vec<Arc<ReadyKernel>>), RunError> {
+        let (mut plan, step_kernels) = lower_with(
+            &prepared.graph,
+            bindings,
+            &prepared.fusion,
+            &mut |g, name| self.cache.get_or_build(g, name, &self.target),
+        )?;
+        if prepared.options.sequence {
+            let tiles: Vec<u64> = step_kernels.iter().map(|k| k.info.tiles).collect();
+            let bodies: Vec<usize> = step_kernels.iter().map(|k| k.info.bodies).collect();
+            pack_sequences(
+                &mut plan,
+                &tiles,
+                &bodies,
+                &SequencePolicy::for_cores(self.target.cores),
+            );
+        }
+        let mut launches = Vec::with_capacity(plan.launches.len());
+        let mut kernels = Vec::with_capacity(plan.launches.len());
+        for l in std::mem::take(&mut plan.launches) {
+            let kind = match l.kind {
+                LaunchKind::Single => {
+                    kernels.push(Arc::clone(&step_kernels[l.steps[0]]));
+                    launches.push(l);
+                    continue;
+                }
+                LaunchKind::Parallel => KernelKind::Parallel,
+                LaunchKind::Sequence => KernelKind::Sequence,
+            };
+            let groups: Vec<&dvm_compile::codegen::Group> =
+                l.steps.iter().map(|&s| &plan.steps[s].group).collect();
+            let name = l
+                .steps
+                .iter()
+                .map(|&s| plan.steps[s].name.as_str())
+                .collect::<Vec<_>>()
+                .join("+");
+            let built = launch_maps(&plan, &l).map(|maps| {
+                self.cache
+                    .get_or_build_stack(kind, &groups, &maps, &name, &self.target)
+            });
+            match built {
+                Some(Ok(k)) => {
+                    kernels.push(k);
+                    launches.push(l);
+                }
+                other => {
+                    let why = match other {
+                        Some(Err(e)) => e.to_string(),
+                        _ => "too many buffers".to_string(),
+                    };
+                    plan.notes.push(format!(
+                        "{} launch `{name}` not stacked at these shapes: {why}",
+                        kind.name()
+                    ));
+                    for &s in &l.steps {
+                        kernels.push(Arc::clone(&step_kernels[s]));
+                        launches.push(Launch {
+                            kind: LaunchKind::Single,
+                            steps: vec![s],
+                        });
+                    }
+                }
+            }
+        }
+        plan.launches = launches;
+        Ok((plan, kernels))
+    }
+
+    /// Runs `prepared` on named `inputs`; symbols are deduced from the input
+    /// shapes, plus `explicit` bindings.
+    ///
+    /// # Errors
+    /// [`RunError`]: bad inputs (named), lowering, compile or launch failures.
+    pub fn run(
+        &self,
+        prepared: &Prepared,
+        inputs: &[(&str, &Tensor)],
+        explicit: &Bindings,
+    ) -> Result<Vec<(String, Tensor)>, RunError> {
+        self.run_profiled(prepared, inputs, explicit, None)
+    }
+
+    /// [`Runtime::run`], also recording each launch's name and wall time
+    /// (kernel execution only: no lowering, allocation or copies) in
+    /// `profile`.
+    ///
+    /// # Errors
+    /// As [`Runtime::run`].
+    pub fn run_profiled(
+        &self,
+        prepared: &Prepared,
+        inputs: &[(&str, &Tensor)],
+        explicit: &Bindings,
+        profile: Option<&mut Vec<(String, std::time::Duration)>>,
+    ) -> Result<Vec<(String, Tensor)>, RunError> {
+        self.run_with(prepared, inputs, Bind::Deduce(explicit), profile, None)
+    }
+
+    /// [`Runtime::run`] into tensors the caller owns: each of the graph's
+    /// outputs is written into the tensor of its name in `outputs`, in
+    /// place where its memory is aligned for the device (else through a
+    /// device buffer and one copy). A loop that calls a graph again and
+    /// again at one shape keeps its output tensors and skips allocating
+    /// and faulting in fresh memory for every call (at S = 32768, hidden
+    /// 768, that is most of a softmax's time outside its kernel).
+    ///
+    /// # Errors
+    /// As [`Runtime::run`]; [`RunError::Output`] when `outputs` misses one
+    /// of the graph's outputs, names one twice or one it does not have,
+    /// or gives a tensor of another dtype or shape than the output has at
+    /// these bindings (nothing is written then). Should a launch fail,
+    /// what the output tensors hold is unspecified.
+    pub fn run_into(
+        &self,
+        prepared: &Prepared,
+        inputs: &[(&str, &Tensor)],
+        explicit: &Bindings,
+        outputs: &mut [(&str, &mut Tensor)],
+    ) -> Result<(), RunError> {
+        self.run_with(
+            prepared,
+            inputs,
+            Bind::Deduce(explicit),
+            None,
+            Some(outputs),
+        )
+        .map(|_| ())
+    }
+
+    /// [`Runtime::run_into`], also recording each launch's name and wall
+    /// time in `profile` (as [`Runtime::run_profiled`]): kernels writing
+    /// into memory an earlier call already wrote, as a runtime that keeps
+    /// its buffers runs them.
+    ///
+    /// # Errors
+    /// As [`Runtime::run_into`].
+    pub fn run_into_profiled(
+        &self,
+        prepared: &Prepared,
+        inputs: &[(&str, &Tensor)],
+        explicit: &Bindings,
+        outputs: &mut [(&str, &mut Tensor)],
+        profile: Option<&mut Vec<(String, std::time::Duration)>>,
+    ) -> Result<(), RunError> {
+        self.run_with(
+            prepared,
+            inputs,
+            Bind::Deduce(explicit),
+            profile,
+            Some(outputs),
+        )
+        .map(|_| ())
+    }
+
+    /// [`Runtime::run`] at `bindings` that [`Graph::bind_tensors`] already
+    /// deduced from these `inputs` (they are not checked again).
+    pub(crate) fn run_bound(
+        &self,
+        prepared: &Prepared,
+        inputs: &[(&str, &Tensor)],
+        bindings: &Bindings,
+    ) -> Result<Vec<(String, Tensor)>, RunError> {
+        self.run_with(prepared, inputs, Bind::Bound(bindings), None, None)
+    }
+
+    /// The run behind [`Runtime::run`], [`Runtime::run_into`] and
+    /// [`Runtime::run_bound`]: the outputs as new tensors, or none when
+    /// they were written into `caller`'s.
+    fn run_with<'a>(
+        &self,
+        prepared: &Prepared,
+        inputs: &[(&str, &'a Tensor)],
+        bind: Bind<'_>,
+        profile: Option<&mut Vec<(String, std::time::Duration)>>,
+        caller: Option<&'a mut [(&str, &mut Tensor)]>,
+    ) -> Result<Vec<(String, Tensor)>, RunError> {
+        let graph = &prepared.graph;
+        let deduced;
+        let bindings = match bind {
+            Bind::Deduce(explicit) => {
+                deduced = graph.bind_tensors(inputs, explicit)?;
+                &deduced
+            }
+            Bind::Bound(b) => b,
+        };
+        let planned = self.planned(prepared, bindings)?;
+        let (plan, kernels) = (&planned.plan, &planned.kernels);
+        // The caller's tensor for each output, checked before anything runs.
+        let in_caller = caller.is_some();
+        let mut slots: Vec<Option<&'a mut [u8]>> = Vec::new();
+        let mut slot_of: Vec<usize> = Vec::new();
+        if let Some(outs) = caller {
+            slot_of = caller_slots(plan, outs)?;
+            slots = outs.iter_mut().map(|(_, t)| Some(t.bytes_mut())).collect();
+        }
+        // Inputs are bound in place and outputs written straight into the
+        // tensors they become; only temporaries (and buffers whose memory
+        // is not aligned for the device) use the runtime's device buffers.
+        let mut mems: Vec<Mem<'_>> = Vec::with_capacity(plan.buffers.len());
+        for (i, info) in plan.buffers.iter().enumerate() {
+            let bytes = info.bytes as usize;
+            let first_out = plan.outputs.iter().position(|o| o.1 == i);
+            // Shapes within an address space may still need more memory
+            // than there is: an error naming the buffer, not an abort.
+            let no_memory = || RunError::Alloc {
+                what: match first_out {
+                    Some(k) => format!("output `{}`", plan.outputs[k].0),
+                    None => "a temporary buffer".into(),
+                },
+                bytes: info.bytes,
+            };
+            if let Some(src) = initial_bytes(graph, info, inputs) {
+                if matches!(info.kind, BufKind::Input(_)) && src.len() >= bytes && aligned(src) {
+                    mems.push(Mem::Input(&src[..bytes]));
+                    continue;
+                }
+                let mut buf = self.take_buf(bytes).ok_or_else(no_memory)?;
+                let dst = buf.bytes_mut();
+                let n = dst.len().min(src.len());
+                dst[..n].copy_from_slice(&src[..n]);
+                mems.push(Mem::Dev(buf));
+                continue;
+            }
+            if let Some(k) = first_out {
+                if in_caller {
+                    let fits = |b: &mut &mut [u8]| aligned(b) && b.len() == bytes;
+                    if let Some(b) = slots[slot_of[k]].take_if(fits) {
+                        mems.push(Mem::Caller(b));
+                        continue;
+                    }
+                } else {
+                    let v = fresh_output(bytes).ok_or_else(no_memory)?;
+                    if aligned(&v) {
+                        mems.push(Mem::Output(v));
+                        continue;
+                    }
+                }
+            }
+            mems.push(Mem::Dev(self.take_buf(bytes).ok_or_else(no_memory)?));
+        }
+        let result = self.launch_all(plan, kernels, &mut mems, profile);
+        let outputs = result.and_then(|()| {
+            if in_caller {
+                // Outputs not written in place: copied into their tensors.
+                for (k, (name, b, ..)) in plan.outputs.iter().enumerate() {
+                    if let Some(dst) = slots[slot_of[k]].as_deref_mut() {
+                        let src = mems[*b].bytes();
+                        if src.len() != dst.len() {
+                            return Err(RunError::Output {
+                                name: name.clone(),
+                                what: format!(
+                                    "its buffer holds {} bytes, the tensor {}",
+                                    src.len(),
+                                    dst.len()
+                                ),
+                            });
+                        }
+                        dst.copy_from_slice(src);
+                    }
+                }
+                return Ok(Vec::new());
+            }
+            plan.outputs
+                .iter()
+                .enumerate()
+                .map(|(i, (name, b, dt, shape))| {
+                    let used_again = plan.outputs[i + 1..].iter().any(|o| o.1 == *b);
+                    let bytes = match &mut mems[*b] {
+                        Mem::Output(v) if !used_again => std::mem::take(v),
+                        m => m.bytes().to_vec(),
+                    };
+                    Tensor::new(*dt, shape.clone(), bytes)
+                        .map(|t| (name.clone(), t))
+                        .map_err(|e| {
+                            RunError::from(LowerError::Unsupported {
+                                node: name.clone(),
+                                what: e.to_string(),
+                            })
+                        })
+                })
+                .collect()
+        });
+        self.give_bufs(
+            mems.into_iter()
+                .filter_map(|m| match m {
+                    Mem::Dev(b) => Some(b),
+                    _ => None,
+                })
+                .collect(),
+        );
+        outputs
+    }
+
+    /// Runs the launches of `plan` over `mems`.
+    fn launch_all(
+        &self,
+        plan: &Plan,
+        kernels: &[Arc<ReadyKernel>],
+        mems: &mut [Mem<'_>],
+        mut profile: Option<&mut Vec<(String, std::time::Duration)>>,
+    ) -> Result<(), RunError> {
+        for (launch, kernel) in plan.launches.iter().zip(kernels) {
+            let (args, writable) = plan.launch_args(launch);
+            let raw: Vec<RawBuf> = args
+                .iter()
+                .zip(&writable)
+                .map(|(&b, &w)| mems[b].raw(w))
+                .collect();
+            let t0 = std::time::Instant::now();
+            // SAFETY: every buffer is live for the launch: device buffers
+            // and output vectors owned by the caller's `mems`, input
+            // tensors borrowed for the whole call. None is otherwise
+            // accessed during the launch; a buffer it binds twice (one
+            // group reading it through two views) is an input, read-only
+            // both times; the buffers it writes are temporaries or outputs,
+            // distinct from every other buffer and bound once, and input
+            // tensors are bound read-only (`Mem::raw` never marks them
+            // writable).
+            unsafe { self.pool.launch(&kernel.program, &raw) }.map_err(|error| {
+                RunError::Launch {
+                    step: kernel.name().to_string(),
+                    error,
+                }
+            })?;
+            if let Some(p) = profile.as_deref_mut() {
+                p.push((kernel.name().to_string(), t0.elapsed()));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Where a run's bindings come from.
+enum Bind<'b> {
+    /// Deduced from the inputs, plus these explicit ones.
+    Deduce(&'b Bindings),
+    /// Already deduced from these very inputs.
+    Bound(&'b Bindings),
+}
+
+/// For each of `plan`'s outputs, the index of the caller's tensor of its
+/// name in `outs`, after checking that every output has exactly one tensor
+/// of its dtype and shape and that no tensor names anything else.
+fn caller_slots(plan: &Plan, outs: &[(&str, &mut Tensor)]) -> Result<Vec<usize>, RunError> {
+    let bad = |name: &str, what: String| RunError::Output {
+        name: name.to_string(),
+        what,
+    };
+    for (i, (name, _)) in outs.iter().enumerate() {
+        if outs[..i].iter().any(|(n, _)| n == name) {
+            return Err(bad(name, "given twice".into()));
+        }
+        if !plan.outputs.iter().any(|o| o.0 == *name) {
+            return Err(bad(name, "the graph has no output of this name".into()));
+        }
+    }
+    plan.outputs
+        .iter()
+        .map(|(name, _, dt, shape)| {
+            let k = outs
+                .iter()
+                .position(|(n, _)| n == name)
+                .ok_or_else(|| bad(name, "no tensor given for it".into()))?;
+            let t = &outs[k].1;
+            if t.dtype() != *dt || t.shape() != shape.as_slice() {
+                return Err(bad(
+                    name,
+                    format!(
+                        "the graph writes {dt:?} {shape:?} here, the tensor given is {:?} {:?}",
+                        t.dtype(),
+                        t.shape()
+                    ),
+                ));
+            }
+            Ok(k)
+        })
+        .collect()
+}
+
+/// The bytes a buffer starts with: its input tensor or constant, if any.
+pub(crate) fn initial_bytes<'a>(
+    graph: &Graph,
+    info: &'a Buf,
+    inputs: &[(&str, &'a Tensor)],
+) -> Option<&'a [u8]> {
+    match &info.kind {
+        BufKind::Input(i) => {
+            let name = graph
+                .inputs()
+                .get(*i)
+                .map(|id| graph.nodes()[id.0].name.as_str());
+            let (_, t) = inputs.iter().find(|(n, _)| Some(*n) == name)?;
+            Some(t.bytes())
+        }
+        BufKind::Const(bytes) => Some(bytes),
+        BufKind::Temp => None,
+    }
+}
