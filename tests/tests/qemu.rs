@@ -31,7 +31,7 @@ fn qemu_matches_cpu_bit_for_bit_on_every_case() {
         let prepared = Prepared::new(&case.graph).expect("decomposes");
         let cpu = rt.run(&prepared, &named, &Bindings::new());
         let start = std::time::Instant::now();
-        let qemu = rt.run_qemu(&dev, &prepared, &named, &Bindings::new());
+        let qemu = dev.run(rt.compiler(), &prepared, &named, &Bindings::new());
         walls.push((start.elapsed(), case.name.as_str()));
         let verdict = match (cpu, qemu) {
             (Ok(c), Ok(q)) => bitwise(&c, &q),

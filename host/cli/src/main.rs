@@ -3,20 +3,20 @@
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{Parser, Subcommand};
 use dvm_compile::codegen::CompileError;
 use dvm_compile::kernel::BuildError;
 use dvm_compile::lower::LowerError;
 use dvm_device::predecode::PredecodeError;
 use dvm_fuse::FuseOptions;
 use dvm_graph::models::EncoderConfig;
-use dvm_graph::reference;
 use dvm_graph::Graph;
 use dvm_isa::builder::ModuleBuilder;
 use dvm_isa::{DeviceLimits, Module};
 use dvm_runtime::demo;
+use dvm_runtime::device::{self, DeviceConfig};
 use dvm_runtime::pool::MAX_CORES;
-use dvm_runtime::{Prepared, QemuDevice, QemuError, RunError, Runtime};
+use dvm_runtime::{Prepared, QemuError, RunError, Runtime};
 use dvm_sym::Bindings;
 use dvm_tensor::npy;
 use dvm_tensor::Tensor;
@@ -32,16 +32,6 @@ use out_files::{check_dir, write_all_atomic, write_atomic, MadeDir};
 struct Cli {
     #[command(subcommand)]
     command: Command,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-enum Device {
-    /// The CPU device: worker threads running the VM.
-    Cpu,
-    /// The f64 reference evaluator.
-    Reference,
-    /// The aarch64 firmware under qemu-system-aarch64 (needs --firmware).
-    Qemu,
 }
 
 #[derive(Subcommand)]
@@ -73,9 +63,9 @@ enum Command {
         /// A symbol value: `S=128` (repeat; usually deduced from the inputs).
         #[arg(long = "bind", value_name = "SYM=VALUE")]
         binds: Vec<String>,
-        /// Device to run on.
-        #[arg(long, value_enum, default_value_t = Device::Cpu)]
-        device: Device,
+        /// Device to run on (the registry's names).
+        #[arg(long, default_value = "cpu", value_parser = device_parser())]
+        device: String,
         /// Directory for the outputs (created if missing).
         #[arg(long)]
         output_dir: PathBuf,
@@ -146,6 +136,15 @@ enum Command {
 /// The parser of `--cores`: 1 to [`MAX_CORES`] (each core is a worker
 /// thread; the runtime would clamp a larger count anyway, so it is refused
 /// here, as is 0).
+/// `--device`: one of the registry's names, each with its one-line help.
+fn device_parser() -> clap::builder::PossibleValuesParser {
+    clap::builder::PossibleValuesParser::new(
+        device::DEVICES
+            .iter()
+            .map(|e| clap::builder::PossibleValue::new(e.name).help(e.about)),
+    )
+}
+
 fn cores_parser() -> clap::builder::RangedU64ValueParser<usize> {
     clap::builder::RangedU64ValueParser::<usize>::new().range(1..=MAX_CORES as u64)
 }
@@ -335,24 +334,13 @@ fn run(cli: Cli) -> Result<(), Failure> {
             }
             check_dir(&output_dir)
                 .map_err(|Failure(msg, code)| Failure(format!("--output-dir: {msg}"), code))?;
-            let qemu = match (device, firmware) {
-                (Device::Qemu, Some(fw)) => {
-                    let dev = QemuDevice::new(fw).map_err(|e| Failure(e.to_string(), 2))?;
-                    Some(match firmware_log {
-                        Some(log) => dev.with_log(log),
-                        None => dev,
-                    })
-                }
-                (Device::Qemu, None) => {
-                    return Err(Failure(
-                        "--device qemu needs --firmware FW (or DVM_FIRMWARE): build it with \
-                         `cargo ci firmware`"
-                            .into(),
-                        2,
-                    ))
-                }
-                _ => None,
+            let config = DeviceConfig {
+                cores,
+                firmware,
+                firmware_log,
+                ..DeviceConfig::default()
             };
+            let dev = device::open(&device, &config).map_err(|e| Failure(e.to_string(), 2))?;
             let bindings = parse_binds(&g, &binds)?;
             let mut tensors: Vec<(String, Tensor)> = Vec::new();
             for spec in &inputs {
@@ -382,29 +370,9 @@ fn run(cli: Cli) -> Result<(), Failure> {
             // bindings) are user errors caught before anything runs.
             g.bind_tensors(&named, &bindings)
                 .map_err(|e| Failure(e.to_string(), 2))?;
-            let outputs = match device {
-                // Every error of the reference evaluator is the graph's or
-                // the inputs'.
-                Device::Reference => {
-                    reference::run(&g, &named, &bindings).map_err(|e| Failure(e.to_string(), 2))?
-                }
-                Device::Cpu => {
-                    let rt = Runtime::new(cores.unwrap_or_else(all_cores), 256);
-                    let prepared = Prepared::with_options(&g, &fuse_options(no_fuse))
-                        .map_err(|e| Failure(e.to_string(), 2))?;
-                    rt.run(&prepared, &named, &bindings).map_err(run_failure)?
-                }
-                Device::Qemu => {
-                    let rt = Runtime::new(cores.unwrap_or_else(all_cores), 256);
-                    let prepared = Prepared::with_options(&g, &fuse_options(no_fuse))
-                        .map_err(|e| Failure(e.to_string(), 2))?;
-                    let qemu = qemu
-                        .as_ref()
-                        .ok_or_else(|| Failure("no firmware".into(), 2))?;
-                    rt.run_qemu(qemu, &prepared, &named, &bindings)
-                        .map_err(run_failure)?
-                }
-            };
+            let prepared = Prepared::with_options(&g, &fuse_options(no_fuse))
+                .map_err(|e| Failure(e.to_string(), 2))?;
+            let outputs = dev.run(&prepared, &named, &bindings).map_err(run_failure)?;
             let paths: Vec<PathBuf> = outputs
                 .iter()
                 .map(|(n, _)| output_dir.join(format!("{n}.npy")))

@@ -463,7 +463,7 @@ fn flush(inner: &mut Inner) -> Result<(), EagerError> {
     let named: Vec<(&str, &Tensor)> = feed.iter().map(|(n, t)| (n.as_str(), &**t)).collect();
     let result = (|| {
         let bindings = prepared.graph().bind_tensors(&named, &Bindings::new())?;
-        let planned = inner.rt.planned(&prepared, &bindings)?;
+        let planned = inner.rt.compiler().planned(&prepared, &bindings)?;
         let got = inner.rt.run_bound(&prepared, &named, &bindings)?;
         let (steps, launches) = (planned.plan.steps.len(), planned.plan.launches.len());
         Ok::<_, RunError>((steps, launches, got))

@@ -1,27 +1,33 @@
-//! The dvm runtime: devices that run graphs, the CPU worker pool, sessions,
-//! and the eager API.
+//! The dvm runtime: devices that run graphs, the compiler they run kernels
+//! from, the CPU worker pool, and the eager API.
 //!
-//! - [`device`]: the [`Device`] trait, its implementations (reference, cpu,
-//!   qemu) and the registry that `--device NAME` resolves through.
-//! - [`session`]: [`Runtime`] (plans, kernel cache, CPU pool) and
-//!   [`Prepared`] graphs.
+//! - [`device`]: the [`Device`] trait, its implementations ([`Runtime`], the
+//!   CPU device; [`QemuDevice`]; [`ReferenceDevice`]) and the registry that
+//!   `--device NAME` resolves through.
+//! - [`Prepared`]: a graph decomposed and fused once, on its symbolic
+//!   shapes.
+//! - [`Compiler`]: a prepared graph at bound shapes → plan and ready
+//!   kernels, with a kernel cache.
 //! - [`pool`]: the CPU device's worker threads.
-//! - [`qemu`]: the aarch64 firmware under QEMU as a device.
 //! - [`eager`]: lazily recorded tensors fused and run at flush points.
 //! - [`explain`]: `dvm explain`'s report of fusion decisions and kernels.
 //! - [`demo`]: `dvm demo`.
 
+mod compiler;
 pub mod demo;
+pub mod device;
 pub mod eager;
+mod error;
 pub mod explain;
-pub mod pool;
-pub mod qemu;
-pub mod session;
-
 #[cfg(test)]
 mod fusion_tests;
+pub mod pool;
+mod prepared;
 
+pub use compiler::Compiler;
+pub use device::qemu::{QemuDevice, QemuError, QemuRun};
+pub use device::{Device, ReferenceDevice, Runtime};
 pub use dvm_compile::cache::{CacheStats, KernelCache};
+pub use error::RunError;
 pub use pool::CpuPool;
-pub use qemu::{QemuDevice, QemuError, QemuRun};
-pub use session::{Prepared, RunError, Runtime};
+pub use prepared::Prepared;

@@ -385,7 +385,8 @@ fn qkv_projections_are_one_parallel_launch() {
 }
 
 fn attention() -> Graph {
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/attention.json");
+    let path =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/attention.json");
     Graph::from_json_file(&path).unwrap()
 }
 

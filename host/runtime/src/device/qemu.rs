@@ -18,9 +18,12 @@ use dvm_isa::job::{parse_report, JobBuilder, Report, ReportError, Status};
 use object::{Object as _, ObjectSymbol as _};
 use tempfile::{Builder, TempDir};
 
-use super::session::{initial_bytes, Prepared, RunError, Runtime};
 use dvm_sym::Bindings;
 use dvm_tensor::Tensor;
+
+use super::cpu::initial_bytes;
+use super::{Capabilities, Device, DeviceConfig, DeviceEntry, DeviceError};
+use crate::{Compiler, Prepared, RunError};
 
 /// Where RAM starts on QEMU's `virt` board.
 const VIRT_RAM_BASE: u64 = 0x4000_0000;
@@ -313,25 +316,26 @@ impl QemuDevice {
     }
 }
 
-impl Runtime {
-    /// Runs `prepared` as [`Runtime::run`] does, but on the QEMU device:
-    /// the same plan and kernels (from this runtime's cache), each step
-    /// launched with as many blocks as the firmware has cores (one block
-    /// per core; the split does not change the bits).
+impl QemuDevice {
+    /// Runs `prepared` as [`Runtime::run`](crate::Runtime::run) does, but
+    /// on the firmware: the plan and kernels of `compiler` (a runtime's,
+    /// [`Runtime::compiler`](crate::Runtime::compiler), to run what the CPU
+    /// device runs), each step launched with as many blocks as the firmware
+    /// has cores (one block per core; the split does not change the bits).
     ///
     /// # Errors
-    /// [`RunError`] as for [`Runtime::run`]; [`RunError::Qemu`] for the
+    /// [`RunError`] as for the CPU device; [`RunError::Qemu`] for the
     /// device's own failures.
-    pub fn run_qemu(
+    pub fn run(
         &self,
-        device: &QemuDevice,
+        compiler: &Compiler,
         prepared: &Prepared,
         inputs: &[(&str, &Tensor)],
         explicit: &Bindings,
     ) -> Result<Vec<(String, Tensor)>, RunError> {
         let graph = prepared.graph();
         let bindings = graph.bind_tensors(inputs, explicit)?;
-        let (plan, kernels) = self.plan(prepared, &bindings)?;
+        let (plan, kernels) = compiler.plan(prepared, &bindings)?;
         let mut job = JobBuilder::new();
         for (b, info) in plan.buffers.iter().enumerate() {
             let mut init = vec![0u8; info.bytes as usize];
@@ -342,7 +346,7 @@ impl Runtime {
             let output = plan.outputs.iter().any(|(_, o, _, _)| *o == b);
             job.buffer(init, output);
         }
-        let blocks = device.cores();
+        let blocks = self.cores();
         let mut modules = std::collections::HashMap::new();
         for (launch, kernel) in plan.launches.iter().zip(&kernels) {
             let key = std::sync::Arc::as_ptr(kernel);
@@ -353,7 +357,7 @@ impl Runtime {
             let args: Vec<u32> = args.iter().map(|&a| a as u32).collect();
             job.launch(m, 0, &args, blocks);
         }
-        let run = device
+        let run = self
             .run_job(&job.finish())
             .map_err(|e| RunError::Qemu(Box::new(e)))?;
         let report = run.report;
@@ -383,5 +387,57 @@ impl Runtime {
                     })
             })
             .collect()
+    }
+}
+
+pub(super) const ENTRY: DeviceEntry = DeviceEntry {
+    name: "qemu",
+    about: "the aarch64 firmware under qemu-system-aarch64 (needs --firmware)",
+    open,
+};
+
+/// A [`QemuDevice`] with the compiler whose kernels it runs.
+struct Qemu {
+    device: QemuDevice,
+    compiler: Compiler,
+}
+
+fn open(config: &DeviceConfig) -> Result<Box<dyn Device>, DeviceError> {
+    let firmware = config.firmware.as_ref().ok_or_else(|| {
+        DeviceError::Open(
+            "--device qemu needs --firmware FW (or DVM_FIRMWARE): build it with \
+             `cargo ci firmware`"
+                .into(),
+        )
+    })?;
+    let device = QemuDevice::new(firmware).map_err(|e| DeviceError::Open(e.to_string()))?;
+    let device = match &config.firmware_log {
+        Some(log) => device.with_log(log),
+        None => device,
+    };
+    let compiler = Compiler::for_cores(config.cores_or_all(), config.cache_capacity);
+    Ok(Box::new(Qemu { device, compiler }))
+}
+
+impl Device for Qemu {
+    fn name(&self) -> &'static str {
+        ENTRY.name
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            runs_kernels: true,
+            bit_exact_with_cpu: true,
+            cores: self.device.cores() as usize,
+        }
+    }
+
+    fn run(
+        &self,
+        prepared: &Prepared,
+        inputs: &[(&str, &Tensor)],
+        explicit: &Bindings,
+    ) -> Result<Vec<(String, Tensor)>, RunError> {
+        self.device.run(&self.compiler, prepared, inputs, explicit)
     }
 }

@@ -1,239 +1,27 @@
-//! Running graphs: lower at the bound shapes, fetch kernels from the cache,
-//! allocate buffers, launch every step on the CPU device.
+//! The CPU device: [`Runtime`], worker threads running the VM on this
+//! machine. A call lowers at the bound shapes (through its [`Compiler`]),
+//! binds input tensors in place, allocates outputs and temporaries, and
+//! launches every step on the pool.
 
-use std::ops::Range;
 use std::sync::Arc;
 
-use dvm_isa::KernelKind;
-use zerocopy::FromZeros;
-
-use super::pool::{CpuPool, RawBuf};
-use dvm_compile::cache::{CacheStats, KernelCache};
+use dvm_compile::cache::CacheStats;
 use dvm_compile::codegen::Target;
-use dvm_compile::kernel::{BuildError, ReadyKernel};
-use dvm_compile::lower::{lower_with, Buf, BufKind, Launch, LaunchKind, LowerError, Plan};
-use dvm_compile::stack::{launch_maps, pack_sequences, SequencePolicy};
-use dvm_fuse::{FuseError, FuseOptions, FuseScratch, FusionPlan};
-use dvm_graph::{decompose_owned, decompose_with_spans, Graph, GraphError};
+use dvm_compile::kernel::ReadyKernel;
+use dvm_compile::lower::{Buf, BufKind, LowerError, Plan};
+use dvm_graph::Graph;
 use dvm_sym::Bindings;
 use dvm_tensor::Tensor;
+use zerocopy::FromZeros;
 
-/// Why a run failed.
-#[derive(Debug, thiserror::Error)]
-pub enum RunError {
-    /// Bad graph or inputs.
-    #[error(transparent)]
-    Graph(Box<GraphError>),
-    /// Lowering failed.
-    #[error(transparent)]
-    Lower(Box<LowerError>),
-    /// A kernel did not compile.
-    #[error("kernel `{step}`: {error}")]
-    Build {
-        /// Step name.
-        step: String,
-        /// The failure.
-        error: Box<BuildError>,
-    },
-    /// The QEMU device failed.
-    #[error(transparent)]
-    Qemu(Box<super::qemu::QemuError>),
-    /// A launch failed.
-    #[error("kernel `{step}`: {error}")]
-    Launch {
-        /// Step name.
-        step: String,
-        /// The failure.
-        error: dvm_device::exec::ExecError,
-    },
-    /// A buffer of the plan could not be allocated (the shapes at these
-    /// bindings need more memory than the system gives).
-    #[error("cannot allocate {bytes} bytes for {what}")]
-    Alloc {
-        /// The buffer: ``output `NAME` `` or `a temporary buffer`.
-        what: String,
-        /// Its size.
-        bytes: u64,
-    },
-    /// The output tensors given to [`Runtime::run_into`] do not match the
-    /// graph's outputs.
-    #[error("output `{name}`: {what}")]
-    Output {
-        /// The output's name.
-        name: String,
-        /// What is wrong.
-        what: String,
-    },
-}
+use super::{Capabilities, Device, DeviceConfig, DeviceEntry, DeviceError};
+use crate::pool::{CpuPool, RawBuf};
+use crate::{Compiler, Prepared, RunError};
 
-impl From<GraphError> for RunError {
-    fn from(e: GraphError) -> RunError {
-        RunError::Graph(Box::new(e))
-    }
-}
-
-impl From<LowerError> for RunError {
-    fn from(e: LowerError) -> RunError {
-        match e {
-            LowerError::Build { step, error } => RunError::Build { step, error },
-            e => RunError::Lower(Box::new(e)),
-        }
-    }
-}
-
-/// A graph prepared for running: composites decomposed and the fusion pass
-/// run, once, on the symbolic graph.
-pub struct Prepared {
-    graph: Graph,
-    fusion: FusionPlan,
-    options: FuseOptions,
-    fuse_error: Option<FuseError>,
-    plans: PlanCache,
-}
-
-/// A lowered plan and its kernels, one per launch.
-pub(crate) struct Planned {
-    pub(crate) plan: Plan,
-    pub(crate) kernels: Vec<Arc<ReadyKernel>>,
-}
-
-/// Plans a prepared graph was lowered to, most recent first, by runtime
-/// and bindings: a call at shapes seen a moment ago only binds and looks
-/// its plan up (lowering the 11 kernels of the demo's encoder block with
-/// every kernel cached took 45 µs per call).
-#[derive(Default)]
-struct PlanCache(std::sync::Mutex<Vec<(u64, Bindings, Arc<Planned>)>>);
-
-/// Most plans a [`Prepared`] keeps.
-const PLANS_KEPT: usize = 8;
-
-impl PlanCache {
-    fn get(&self, runtime: u64, b: &Bindings) -> Option<Arc<Planned>> {
-        let mut v = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        let i = v.iter().position(|(r, k, _)| *r == runtime && k == b)?;
-        let hit = v.remove(i);
-        let planned = Arc::clone(&hit.2);
-        v.insert(0, hit);
-        Some(planned)
-    }
-
-    fn put(&self, runtime: u64, b: &Bindings, planned: &Arc<Planned>) {
-        let mut v = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        v.truncate(PLANS_KEPT - 1);
-        v.insert(0, (runtime, b.clone(), Arc::clone(planned)));
-    }
-}
-
-impl Prepared {
-    /// Decomposes `graph`'s composites and fuses it with the default options.
-    ///
-    /// # Errors
-    /// [`GraphError`] from the decomposition.
-    pub fn new(graph: &Graph) -> Result<Prepared, GraphError> {
-        Prepared::with_options(graph, &FuseOptions::default())
-    }
-
-    /// Decomposes `graph`'s composites and fuses it with `options`
-    /// ([`FuseOptions::off`]: one kernel per operator). Should the fusion
-    /// pass fail its consistency check (a bug), the graph runs unfused and
-    /// [`Prepared::fuse_error`] says why.
-    ///
-    /// # Errors
-    /// [`GraphError`] from the decomposition.
-    pub fn with_options(graph: &Graph, options: &FuseOptions) -> Result<Prepared, GraphError> {
-        let (graph, composites) = decompose_with_spans(graph)?;
-        let scratch = &mut FuseScratch::default();
-        Ok(Prepared::decomposed(graph, &composites, options, scratch))
-    }
-
-    /// [`Prepared::with_options`] of a graph the caller gives up: its nodes
-    /// move into the decomposed graph instead of being copied
-    /// ([`decompose_owned`]); the result is the same.
-    ///
-    /// # Errors
-    /// [`GraphError`] from the decomposition.
-    pub fn from_graph(graph: Graph, options: &FuseOptions) -> Result<Prepared, GraphError> {
-        Prepared::from_graph_in(graph, options, &mut FuseScratch::default())
-    }
-
-    /// [`Prepared::from_graph`], its fusion pass in the working memory of
-    /// earlier ones ([`FusionPlan::with_scratch`]).
-    ///
-    /// # Errors
-    /// As [`Prepared::from_graph`].
-    pub fn from_graph_in(
-        graph: Graph,
-        options: &FuseOptions,
-        scratch: &mut FuseScratch,
-    ) -> Result<Prepared, GraphError> {
-        let (graph, composites) = decompose_owned(graph)?;
-        Ok(Prepared::decomposed(graph, &composites, options, scratch))
-    }
-
-    /// The decomposed `graph` with its fusion plan, made with `options`
-    /// for this graph (lowering trusts the plan: crate-internal).
-    pub(crate) fn with_plan(graph: Graph, fusion: FusionPlan, options: &FuseOptions) -> Prepared {
-        Prepared {
-            graph,
-            fusion,
-            options: *options,
-            fuse_error: None,
-            plans: PlanCache::default(),
-        }
-    }
-
-    /// Fuses the decomposed `graph` whose composites became `composites`.
-    fn decomposed(
-        graph: Graph,
-        composites: &[Range<usize>],
-        options: &FuseOptions,
-        scratch: &mut FuseScratch,
-    ) -> Prepared {
-        let (fusion, fuse_error) = if options.fuse || options.stack {
-            match FusionPlan::with_scratch(&graph, options, composites, scratch) {
-                Ok(f) => (f, None),
-                Err(e) => (FusionPlan::unfused(&graph), Some(e)),
-            }
-        } else {
-            (FusionPlan::unfused(&graph), None)
-        };
-        Prepared {
-            graph,
-            fusion,
-            options: *options,
-            fuse_error,
-            plans: PlanCache::default(),
-        }
-    }
-
-    /// The decomposed graph.
-    pub fn graph(&self) -> &Graph {
-        &self.graph
-    }
-
-    /// The fusion plan.
-    pub fn fusion(&self) -> &FusionPlan {
-        &self.fusion
-    }
-
-    /// The fusion options.
-    pub fn options(&self) -> &FuseOptions {
-        &self.options
-    }
-
-    /// Why the fusion pass was abandoned, if it was.
-    pub fn fuse_error(&self) -> Option<&FuseError> {
-        self.fuse_error.as_ref()
-    }
-}
-
-/// The CPU device runtime: a worker pool and a kernel cache.
+/// The CPU device: a worker pool running the kernels of its [`Compiler`].
 pub struct Runtime {
-    /// Unique in the process: keys the plans a [`Prepared`] keeps.
-    id: u64,
+    compiler: Compiler,
     pool: CpuPool,
-    cache: KernelCache,
-    target: Target,
     /// Device buffers of earlier calls, reused so that a steady state does
     /// not allocate (and fault in) fresh memory on every call.
     spare: std::sync::Mutex<Vec<DevBuf>>,
@@ -371,10 +159,10 @@ fn bytemuck_bytes(v: &mut [u64]) -> &mut [u8] {
 }
 
 impl Runtime {
-    /// A runtime on `cores` cores (clamped to `1..=`[`super::pool::MAX_CORES`])
+    /// A runtime on `cores` cores (clamped to `1..=`[`crate::pool::MAX_CORES`])
     /// with a cache of `cache_capacity` kernels.
     /// It waits (at most 100 ms) for the workers to start, then warms the
-    /// compile path on the calling thread (see [`crate::warm`]), last, so
+    /// compile path on the calling thread (see [`dvm_compile::warm`]), last, so
     /// the first kernel it compiles there is as fast as the next ones.
     pub fn new(cores: usize, cache_capacity: usize) -> Runtime {
         let pool = CpuPool::new(cores);
@@ -384,12 +172,9 @@ impl Runtime {
         };
         pool.wait_ready(std::time::Duration::from_millis(100));
         dvm_compile::warm::warm_up(&target);
-        static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
         Runtime {
-            id: NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+            compiler: Compiler::new(target, cache_capacity),
             pool,
-            cache: KernelCache::new(cache_capacity),
-            target,
             spare: std::sync::Mutex::new(Vec::new()),
         }
     }
@@ -438,122 +223,31 @@ impl Runtime {
         &self.pool
     }
 
+    /// The compiler whose kernels this runtime runs.
+    pub fn compiler(&self) -> &Compiler {
+        &self.compiler
+    }
+
     /// The compile target.
     pub fn target(&self) -> &Target {
-        &self.target
+        self.compiler.target()
     }
 
     /// Cache counters.
     pub fn cache_stats(&self) -> CacheStats {
-        self.cache.stats()
+        self.compiler.cache_stats()
     }
 
-    /// Lowers `prepared` at `bindings` following its fusion plan, compiles
-    /// (or fetches) every kernel, packs small consecutive kernels into
-    /// sequence launches (when the options allow) and builds the stacked
-    /// kernels. Returns the plan and one kernel per launch. A stack that
-    /// does not build falls back to separate launches. `prepared` keeps the
-    /// last few plans it was lowered to (by runtime and bindings), so a call
-    /// at recent shapes skips the lowering.
+    /// [`Compiler::plan`] with this runtime's compiler.
     ///
     /// # Errors
-    /// [`RunError`] naming the node or step at fault.
+    /// As [`Compiler::plan`].
     pub fn plan(
         &self,
         prepared: &Prepared,
         bindings: &Bindings,
     ) -> Result<(Plan, Vec<Arc<ReadyKernel>>), RunError> {
-        let p = self.planned(prepared, bindings)?;
-        Ok((p.plan.clone(), p.kernels.clone()))
-    }
-
-    /// [`Runtime::plan`], shared: from `prepared`'s plans when it was
-    /// lowered at `bindings` on this runtime lately, else lowered and kept.
-    pub(crate) fn planned(
-        &self,
-        prepared: &Prepared,
-        bindings: &Bindings,
-    ) -> Result<Arc<Planned>, RunError> {
-        if let Some(p) = prepared.plans.get(self.id, bindings) {
-            return Ok(p);
-        }
-        let (plan, kernels) = self.lower_plan(prepared, bindings)?;
-        let p = Arc::new(Planned { plan, kernels });
-        prepared.plans.put(self.id, bindings, &p);
-        Ok(p)
-    }
-
-    fn lower_plan(
-        &self,
-        prepared: &Prepared,
-        bindings: &Bindings,
-    ) -> Result<(Plan, Vec<Arc<ReadyKernel>>), RunError> {
-        let (mut plan, step_kernels) = lower_with(
-            &prepared.graph,
-            bindings,
-            &prepared.fusion,
-            &mut |g, name| self.cache.get_or_build(g, name, &self.target),
-        )?;
-        if prepared.options.sequence {
-            let tiles: Vec<u64> = step_kernels.iter().map(|k| k.info.tiles).collect();
-            let bodies: Vec<usize> = step_kernels.iter().map(|k| k.info.bodies).collect();
-            pack_sequences(
-                &mut plan,
-                &tiles,
-                &bodies,
-                &SequencePolicy::for_cores(self.target.cores),
-            );
-        }
-        let mut launches = Vec::with_capacity(plan.launches.len());
-        let mut kernels = Vec::with_capacity(plan.launches.len());
-        for l in std::mem::take(&mut plan.launches) {
-            let kind = match l.kind {
-                LaunchKind::Single => {
-                    kernels.push(Arc::clone(&step_kernels[l.steps[0]]));
-                    launches.push(l);
-                    continue;
-                }
-                LaunchKind::Parallel => KernelKind::Parallel,
-                LaunchKind::Sequence => KernelKind::Sequence,
-            };
-            let groups: Vec<&dvm_compile::codegen::Group> =
-                l.steps.iter().map(|&s| &plan.steps[s].group).collect();
-            let name = l
-                .steps
-                .iter()
-                .map(|&s| plan.steps[s].name.as_str())
-                .collect::<Vec<_>>()
-                .join("+");
-            let built = launch_maps(&plan, &l).map(|maps| {
-                self.cache
-                    .get_or_build_stack(kind, &groups, &maps, &name, &self.target)
-            });
-            match built {
-                Some(Ok(k)) => {
-                    kernels.push(k);
-                    launches.push(l);
-                }
-                other => {
-                    let why = match other {
-                        Some(Err(e)) => e.to_string(),
-                        _ => "too many buffers".to_string(),
-                    };
-                    plan.notes.push(format!(
-                        "{} launch `{name}` not stacked at these shapes: {why}",
-                        kind.name()
-                    ));
-                    for &s in &l.steps {
-                        kernels.push(Arc::clone(&step_kernels[s]));
-                        launches.push(Launch {
-                            kind: LaunchKind::Single,
-                            steps: vec![s],
-                        });
-                    }
-                }
-            }
-        }
-        plan.launches = launches;
-        Ok((plan, kernels))
+        self.compiler.plan(prepared, bindings)
     }
 
     /// Runs `prepared` on named `inputs`; symbols are deduced from the input
@@ -664,7 +358,7 @@ impl Runtime {
         profile: Option<&mut Vec<(String, std::time::Duration)>>,
         caller: Option<&'a mut [(&str, &mut Tensor)]>,
     ) -> Result<Vec<(String, Tensor)>, RunError> {
-        let graph = &prepared.graph;
+        let graph = prepared.graph();
         let deduced;
         let bindings = match bind {
             Bind::Deduce(explicit) => {
@@ -673,7 +367,7 @@ impl Runtime {
             }
             Bind::Bound(b) => b,
         };
-        let planned = self.planned(prepared, bindings)?;
+        let planned = self.compiler.planned(prepared, bindings)?;
         let (plan, kernels) = (&planned.plan, &planned.kernels);
         // The caller's tensor for each output, checked before anything runs.
         let in_caller = caller.is_some();
@@ -884,5 +578,41 @@ pub(crate) fn initial_bytes<'a>(
         }
         BufKind::Const(bytes) => Some(bytes),
         BufKind::Temp => None,
+    }
+}
+
+pub(super) const ENTRY: DeviceEntry = DeviceEntry {
+    name: "cpu",
+    about: "worker threads running the VM on this machine (the default)",
+    open,
+};
+
+fn open(config: &DeviceConfig) -> Result<Box<dyn Device>, DeviceError> {
+    Ok(Box::new(Runtime::new(
+        config.cores_or_all(),
+        config.cache_capacity,
+    )))
+}
+
+impl Device for Runtime {
+    fn name(&self) -> &'static str {
+        ENTRY.name
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            runs_kernels: true,
+            bit_exact_with_cpu: true,
+            cores: self.pool().cores(),
+        }
+    }
+
+    fn run(
+        &self,
+        prepared: &Prepared,
+        inputs: &[(&str, &Tensor)],
+        explicit: &Bindings,
+    ) -> Result<Vec<(String, Tensor)>, RunError> {
+        Runtime::run(self, prepared, inputs, explicit)
     }
 }
