@@ -43,8 +43,8 @@ fn aarch64(ctx: &Ctx) -> Result {
 ///
 /// `--release` on purpose: it reuses the host build scripts and proc macros of the
 /// `aarch64` step (the `test` profile builds them, and `syn`, at opt-level 2) and runs
-/// faster under emulation; measured, it needs well under half the CPU time of a `test`
-/// profile build. Debug assertions and overflow checks stay covered by the host tests.
+/// faster under emulation than a `test` profile build. Debug assertions and overflow
+/// checks stay covered by the host tests.
 fn unit_aarch64(ctx: &Ctx) -> Result {
     #[rustfmt::skip]
     debian_cargo(ctx, &[

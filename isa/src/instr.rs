@@ -15,6 +15,18 @@ use crate::dtype::DType;
 use crate::operand::{Axis, GridDim, MmFlags, PadMode, Scalar};
 use crate::table::define_isa;
 
+/// One operand field of an opcode, as the table declares it
+/// ([`Opcode::operands`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FieldInfo {
+    /// The field's name (its assembler key).
+    pub name: &'static str,
+    /// The field's Rust type (`u32`, `DType`, `Scalar`, …).
+    pub ty: &'static str,
+    /// Packed width in bits: 8, 16, 32 or 64.
+    pub bits: u32,
+}
+
 /// Elements of a `rows × cols` box as u64 (never overflows).
 const fn box_elems(rows: u32, cols: u32) -> u64 {
     rows as u64 * cols as u64

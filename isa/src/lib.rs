@@ -17,6 +17,8 @@
 //!   at once ([`VerifiedKernel::tiles_independent`]).
 //! - [`job`]: the job a host hands the firmware and the report it gets back.
 //! - `builder`, `meta` (feature `alloc`): writing modules, their metadata.
+//! - `doc` (feature `alloc`): the instruction reference `docs/isa.md`,
+//!   rendered from the table.
 //! - `asm` (feature `alloc`): the text assembly format, `assemble` and
 //!   `disassemble`, which round-trip modules byte for byte.
 #![no_std]
@@ -30,6 +32,8 @@ pub mod access;
 pub mod asm;
 #[cfg(feature = "alloc")]
 pub mod builder;
+#[cfg(feature = "alloc")]
+pub mod doc;
 pub mod dtype;
 pub mod error;
 pub mod instr;
@@ -46,7 +50,7 @@ pub mod word;
 pub use access::{AccessKind, GmAccess, GmKind, GmPattern, UbAccess};
 pub use dtype::{DType, DTypeSet};
 pub use error::{DecodeError, OperandError, ParseError, SectionSite, ShortName};
-pub use instr::{Instr, Opcode};
+pub use instr::{FieldInfo, Instr, Opcode};
 pub use module::{KernelKind, KernelRef, Module, Param, ParamAccess};
 pub use operand::{Axis, GridDim, MmFlags, Operand, PadMode, Scalar};
 pub use table::layout_words;

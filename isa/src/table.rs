@@ -85,6 +85,45 @@ macro_rules! define_isa {
             pub const fn fields(self) -> &'static [&'static str] {
                 match self { $( Opcode::$name => &[ $(stringify!($field)),* ], )* }
             }
+
+            /// The table row's description: what the instruction computes, in
+            /// one sentence (the row's doc comment, lines joined).
+            pub const fn description(self) -> &'static str {
+                match self { $( Opcode::$name => concat!($($doc),*).trim_ascii(), )* }
+            }
+
+            /// The operand fields as the table declares them, in encoding order.
+            pub const fn operands(self) -> &'static [$crate::instr::FieldInfo] {
+                match self { $( Opcode::$name => &[ $( $crate::instr::FieldInfo {
+                    name: stringify!($field),
+                    ty: stringify!($fty),
+                    bits: <$fty as $crate::operand::Operand>::BITS,
+                } ),* ], )* }
+            }
+
+            /// The dtype rule of every dtype field: the field and the name of
+            /// the [`DTypeSet`]($crate::dtype::DTypeSet) constant it must be in.
+            pub const fn dtype_rule_names(self) -> &'static [(&'static str, &'static str)] {
+                match self { $( Opcode::$name => &[ $( (stringify!($dfield), stringify!($dset)) ),* ], )* }
+            }
+
+            /// The UB ranges as the table writes them: `(kind, address field,
+            /// element count, dtype)`, each the row's expression as text.
+            pub const fn ub_rule_text(self) -> &'static [(&'static str, &'static str, &'static str, &'static str)] {
+                match self { $( Opcode::$name => &[ $( (stringify!($acc), stringify!($addr),
+                    stringify!($elems), stringify!($adt)) ),* ], )* }
+            }
+
+            /// The kind of global-memory access (`Load`, `Store`, `StoreAdd`),
+            /// for loads and stores.
+            pub const fn gm_kind_name(self) -> Option<&'static str> {
+                match self { $( Opcode::$name => {
+                    #[allow(unused_variables)]
+                    let kind: Option<&'static str> = None;
+                    $( let kind = Some(stringify!($gkind)); )?
+                    kind
+                } )* }
+            }
         }
 
         /// Most UB ranges one instruction touches: the longest `ub` list of

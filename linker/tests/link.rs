@@ -248,7 +248,7 @@ fn metadata_that_disagrees_with_the_tables_is_rejected() {
     meta.kernels[0].labels[0].body = 3;
     let e = relabel(&good, &meta);
     let err = Linker::new().add_bytes("bad", &e).unwrap_err();
-    // `Module::parse` itself rejects it now, naming the metadata.
+    // `Module::parse` itself rejects it, naming the metadata.
     assert!(matches!(err, LinkError::Parse { .. }), "{err}");
     assert!(err.to_string().contains("metadata"), "{err}");
     assert!(err.to_string().contains("body 3"), "{err}");
