@@ -4,6 +4,7 @@
 //! banner and the elapsed time per step, stops at the first failure and ends with a
 //! summary. To add a step, write one small `fn(&Ctx) -> Result` next to its
 //! neighbours, wrap it in a `Step` constant and put it in a task's list below.
+#![forbid(unsafe_code)]
 
 mod cross;
 mod host;

@@ -28,6 +28,7 @@
 //! assert_eq!(obj.kernels[0].symbol, "dvm_kernel_k");
 //! assert_eq!(obj.image, &image[..]);
 //! ```
+#![forbid(unsafe_code)]
 
 pub mod elf;
 pub mod error;

@@ -13,6 +13,7 @@
 //! casts between dtypes, integer and half-precision arithmetic, symbolic
 //! shapes at several bindings (1-sized and prime extents included), and a
 //! transformer encoder block.
+#![forbid(unsafe_code)]
 
 use dvm_graph::models::{encoder_block, EncoderConfig};
 use dvm_graph::{Graph, GraphError, NodeId};

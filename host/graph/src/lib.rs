@@ -44,6 +44,7 @@
 //! promotion: insert a [`cast`](Graph::cast)).
 //!
 //! **Axes** are given as `i64`; negative values count from the end.
+#![forbid(unsafe_code)]
 
 mod bind;
 mod builder;
