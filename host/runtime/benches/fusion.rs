@@ -8,7 +8,7 @@
 //! (what its "%copy" divides by); the encoder block with and without stacking; and the cost of
 //! the fusion decision for a window of 30 recorded operations.
 //!
-//! `cargo bench -p dvm-host --bench fusion [-- quick]` (`-- mix`: only
+//! `cargo bench -p dvm-runtime --bench fusion [-- quick]` (`-- mix`: only
 //! gelu(x·w+b) fused against unfused, many repetitions; `-- decision`: only
 //! the fusion decision table; `-- decision loop`: only the fusion pass, in a
 //! loop, for profiling; `DVM_BENCH_WORKLOADS=softmax,row-sum`: only those
@@ -20,9 +20,8 @@
 //! tensors kept from an earlier call (`Runtime::run_into`), "kernels" the
 //! launches alone, in that call into kept outputs: the kernels write
 //! memory an earlier call wrote, as the copy they are compared with does
-//! (kernels writing fresh output tensors ran 5–7% slower beyond the
-//! last-level cache on the session 26 host: the allocation's zeroing leaves
-//! the caches full of the new tensor's dirty lines).
+//! (a fresh output tensor's zeroing leaves the caches full of its dirty
+//! lines, which would slow the kernels beyond the last-level cache).
 
 use std::time::{Duration, Instant};
 

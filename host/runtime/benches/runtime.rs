@@ -2,7 +2,7 @@
 //! hit time, launch overhead, and steady-state run time of add, softmax,
 //! layernorm and matmul at sequence lengths 17…4096 (hidden 768).
 //!
-//! `cargo bench -p dvm-host --bench runtime`. It starts as a user does, by
+//! `cargo bench -p dvm-runtime --bench runtime`. It starts as a user does, by
 //! creating a `Runtime` (which warms the compile path), then times the
 //! process's first compile. Timings are minimum and median over
 //! repetitions, printed as a table; then divan measures compile time per

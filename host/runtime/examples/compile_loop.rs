@@ -3,7 +3,7 @@
 //! not):
 //!
 //! ```text
-//! cargo build --release -p dvm-host --example compile_loop
+//! cargo build --release -p dvm-runtime --example compile_loop
 //! valgrind --tool=callgrind --toggle-collect='*compile_loop::measured*' \
 //!     target/release/examples/compile_loop bias_add 512 1000
 //! ```

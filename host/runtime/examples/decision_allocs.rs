@@ -4,7 +4,7 @@
 //! each counted on this thread (`DVM_TRACE_LARGE=1`: a backtrace of
 //! every allocation of at least 1 KiB).
 //!
-//! `cargo run --release -p dvm-host --example decision_allocs`
+//! `cargo run --release -p dvm-runtime --example decision_allocs`
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;

@@ -4,7 +4,7 @@
 //! the whole process, so a runtime's workers starting up count too).
 //!
 //! ```text
-//! cargo build --release -p dvm-host --example first_compile
+//! cargo build --release -p dvm-runtime --example first_compile
 //! for i in 1 2 3; do target/release/examples/first_compile layernorm 512 runtime; done
 //! ```
 //!

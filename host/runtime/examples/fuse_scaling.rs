@@ -3,19 +3,12 @@
 //! its use, so that every block offers parallel stacks, vertical merges
 //! and siblings), fused once with the default options.
 //!
-//! `cargo run --release -p dvm-host --example fuse_scaling -- [N]` prints
+//! `cargo run --release -p dvm-runtime --example fuse_scaling -- [N]` prints
 //! the nodes, the groups and the pass's time. A change to the pass should
-//! keep it near-linear here as well as cheap on the eager window: session
-//! 9 caught a reach table that cost O(n²) per stack (24 K nodes: 19 s
-//! instead of 1.8 s).
-//!
-//! Session 10 made it linear (instructions: 72 M at 8 K nodes, 218 M at
-//! 24 K). Three parts had been quadratic: the siblings rule queued every
-//! pair of the weight's readers (all matmuls), each stack's reach search
-//! walked the rest of the chain, and the plan's rejections were made
-//! distinct by searching lists. On a slow shared VM, 2 K / 8 K / 24 K / 96 K
-//! nodes: 2.2 / 9 / 30–60 / 150 ms, peak RSS 5 / 12 / 31 / 116 MB (before:
-//! 6.3 / 80 / 750–820 ms, 7 / 52 / 389 MB).
+//! keep it near-linear here as well as cheap on the eager window: the
+//! parts that can turn quadratic are the siblings rule (every pair of a
+//! widely read weight's readers), each stack's reach search, and keeping
+//! the plan's rejections distinct.
 
 use dvm_fuse::{FuseOptions, FusionPlan};
 use dvm_graph::{Graph, ReduceOp};

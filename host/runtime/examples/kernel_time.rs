@@ -2,7 +2,7 @@
 //! A/B runs of a device change without the whole fusion benchmark:
 //!
 //! ```text
-//! cargo run --release -p dvm-host --example kernel_time -- softmax 32768 30
+//! cargo run --release -p dvm-runtime --example kernel_time -- softmax 32768 30
 //! ```
 //!
 //! Arguments: workload (`softmax`, `softmax-causal`: its rows masked

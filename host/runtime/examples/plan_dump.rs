@@ -3,7 +3,7 @@
 //! compared with `diff`: a change meant to make the fusion decision cheaper
 //! must leave every plan and every decomposed graph as it was.
 //!
-//! `cargo run --release -p dvm-host --example plan_dump -- [N] > plans.txt`
+//! `cargo run --release -p dvm-runtime --example plan_dump -- [N] > plans.txt`
 //!
 //! Graphs are random DAGs (a fixed xorshift seed per graph) over inputs of
 //! concrete or symbolic shapes: element-wise, scalar, reduce (kept and
