@@ -391,7 +391,8 @@ impl Lowerer<'_> {
                     }
                     Err(e) if nodes.len() == 1 => {
                         // The per-operator lowering knows more ways to run one
-                        // operator (two-stage reductions); it fails as before.
+                        // operator (two-stage reductions); should it fail too,
+                        // the error is the group's own.
                         return self.emit_single(nodes[0], build, kernels).map_err(|_| {
                             LowerError::Build {
                                 step: name,
