@@ -9,22 +9,19 @@ use dvm_compile::kernel::BuildError;
 use dvm_compile::lower::LowerError;
 use dvm_device::predecode::PredecodeError;
 use dvm_fuse::FuseOptions;
-use dvm_graph::models::EncoderConfig;
 use dvm_graph::Graph;
-use dvm_isa::builder::ModuleBuilder;
-use dvm_isa::{DeviceLimits, Module};
-use dvm_runtime::demo;
-use dvm_runtime::device::{self, DeviceConfig};
+use dvm_isa::Module;
+use dvm_runtime::device;
 use dvm_runtime::pool::MAX_CORES;
-use dvm_runtime::{Prepared, QemuError, RunError, Runtime};
+use dvm_runtime::{QemuError, RunError};
 use dvm_sym::Bindings;
-use dvm_tensor::npy;
-use dvm_tensor::Tensor;
 
+mod demo_cmd;
+mod graph_cmd;
 mod link_cmd;
+mod module_cmd;
 mod out_files;
-
-use out_files::{check_dir, write_all_atomic, write_atomic, MadeDir};
+mod run_cmd;
 
 /// dvm: a bytecode virtual machine for dynamic-shape tensor programs.
 #[derive(Parser)]
@@ -54,37 +51,7 @@ enum Command {
         no_fuse: bool,
     },
     /// Run a graph on input `.npy` files; write each output as `DIR/NAME.npy`.
-    Run {
-        /// Graph file (JSON, see docs/graph-format.md).
-        graph: PathBuf,
-        /// An input: `NAME=FILE.npy` (repeat for each input).
-        #[arg(long = "input", value_name = "NAME=FILE")]
-        inputs: Vec<String>,
-        /// A symbol value: `S=128` (repeat; usually deduced from the inputs).
-        #[arg(long = "bind", value_name = "SYM=VALUE")]
-        binds: Vec<String>,
-        /// Device to run on (the registry's names).
-        #[arg(long, default_value = "cpu", value_parser = device_parser())]
-        device: String,
-        /// Directory for the outputs (created if missing).
-        #[arg(long)]
-        output_dir: PathBuf,
-        /// Worker cores for the cpu device, 1 to 1024 (default: all); for the
-        /// qemu device, the blocks each launch is split into.
-        #[arg(long, value_parser = cores_parser())]
-        cores: Option<usize>,
-        /// The firmware ELF for `--device qemu` (`cargo ci firmware` builds
-        /// it as target/aarch64/aarch64-unknown-none/firmware/dvm-firmware).
-        #[arg(long, env = "DVM_FIRMWARE")]
-        firmware: Option<PathBuf>,
-        /// For `--device qemu`: save the firmware's defmt log here (decode
-        /// with `defmt-print -e FIRMWARE`).
-        #[arg(long)]
-        firmware_log: Option<PathBuf>,
-        /// One kernel per operator (no fusion), for comparison.
-        #[arg(long)]
-        no_fuse: bool,
-    },
+    Run(run_cmd::RunArgs),
     /// Print the fusion groups of a graph, why neighbours were not fused,
     /// and its kernels at the given bindings (kind, tiling, bytes moved).
     Explain {
@@ -133,9 +100,6 @@ enum Command {
     Link(link_cmd::LinkCommand),
 }
 
-/// The parser of `--cores`: 1 to [`MAX_CORES`] (each core is a worker
-/// thread; the runtime would clamp a larger count anyway, so it is refused
-/// here, as is 0).
 /// `--device`: one of the registry's names, each with its one-line help.
 fn device_parser() -> clap::builder::PossibleValuesParser {
     clap::builder::PossibleValuesParser::new(
@@ -145,6 +109,9 @@ fn device_parser() -> clap::builder::PossibleValuesParser {
     )
 }
 
+/// The parser of `--cores`: 1 to [`MAX_CORES`] (each core is a worker
+/// thread; the runtime would clamp a larger count anyway, so it is refused
+/// here, as is 0).
 fn cores_parser() -> clap::builder::RangedU64ValueParser<usize> {
     clap::builder::RangedU64ValueParser::<usize>::new().range(1..=MAX_CORES as u64)
 }
@@ -273,215 +240,22 @@ fn run(cli: Cli) -> Result<(), Failure> {
             op_lens,
             cores,
             no_fuse,
-        } => {
-            let lens = if lens.is_empty() {
-                vec![1, 17, 64, 128, 257, 512]
-            } else {
-                lens
-            };
-            let op_lens = if op_lens.is_empty() {
-                vec![17, 64, 128, 384, 1000, 2048, 4096]
-            } else {
-                op_lens
-            };
-            let rt = Runtime::new(cores.unwrap_or_else(all_cores), 1024);
-            let cfg = EncoderConfig::default();
-            println!(
-                "dvm demo 1/2: transformer encoder block (hidden {}, {} heads, ffn {}), symbolic length S, {} core(s), fusion {}",
-                cfg.hidden,
-                cfg.heads,
-                cfg.ffn,
-                rt.pool().cores(),
-                if no_fuse { "off" } else { "on" }
-            );
-            let enc = demo::run_encoder_with(&cfg, &lens, &rt, &fuse_options(no_fuse))
-                .map_err(|e| Failure(e, 1))?;
-            print!("{}", demo::encoder_table(&enc));
-            println!(
-                "\ndvm demo 2/2: single operators at hidden {}, one kernel per shape",
-                demo::HIDDEN
-            );
-            let rows = demo::run(&op_lens, rt.pool()).map_err(|e| Failure(e, 1))?;
-            print!("{}", demo::table(&rows));
-            if rows.iter().any(|r| r.max_err > r.tol)
-                || enc.iter().any(|r| r.max_err > demo::ENCODER_TOL)
-            {
-                return Err(Failure("some results exceed the tolerance".into(), 1));
-            }
-            Ok(())
-        }
-        Command::Run {
-            graph,
-            inputs,
-            binds,
-            device,
-            output_dir,
-            cores,
-            firmware,
-            firmware_log,
-            no_fuse,
-        } => {
-            let g = load_graph(&graph)?;
-            if g.outputs().is_empty() {
-                return Err(Failure(
-                    format!(
-                        "{}: the graph has no outputs, so there is nothing to run (list them \
-                         under `outputs`)",
-                        graph.display()
-                    ),
-                    2,
-                ));
-            }
-            check_dir(&output_dir)
-                .map_err(|Failure(msg, code)| Failure(format!("--output-dir: {msg}"), code))?;
-            let config = DeviceConfig {
-                cores,
-                firmware,
-                firmware_log,
-                ..DeviceConfig::default()
-            };
-            let dev = device::open(&device, &config).map_err(|e| Failure(e.to_string(), 2))?;
-            let bindings = parse_binds(&g, &binds)?;
-            let mut tensors: Vec<(String, Tensor)> = Vec::new();
-            for spec in &inputs {
-                let (name, file) = spec
-                    .split_once('=')
-                    .filter(|(_, file)| !file.is_empty())
-                    .ok_or_else(|| {
-                        Failure(format!("--input `{spec}`: expected NAME=FILE.npy"), 2)
-                    })?;
-                let id = g
-                    .find(name)
-                    .filter(|id| g.inputs().contains(id))
-                    .ok_or_else(|| {
-                        Failure(
-                            format!("--input `{name}`: the graph has no input of that name"),
-                            2,
-                        )
-                    })?;
-                let dtype = g.nodes()[id.0].dtype;
-                let t = npy::read_as(Path::new(file), dtype)
-                    .map_err(|e| Failure(format!("--input `{name}`: {e}"), 2))?;
-                tensors.push((name.to_string(), t));
-            }
-            let named: Vec<(&str, &Tensor)> =
-                tensors.iter().map(|(n, t)| (n.as_str(), t)).collect();
-            // Input errors (missing, extra, wrong shape, out-of-range
-            // bindings) are user errors caught before anything runs.
-            g.bind_tensors(&named, &bindings)
-                .map_err(|e| Failure(e.to_string(), 2))?;
-            let prepared = Prepared::with_options(&g, &fuse_options(no_fuse))
-                .map_err(|e| Failure(e.to_string(), 2))?;
-            let outputs = dev.run(&prepared, &named, &bindings).map_err(run_failure)?;
-            let paths: Vec<PathBuf> = outputs
-                .iter()
-                .map(|(n, _)| output_dir.join(format!("{n}.npy")))
-                .collect();
-            let bytes = paths
-                .iter()
-                .zip(&outputs)
-                .map(|(p, (_, t))| npy::to_bytes(t, p))
-                .collect::<Result<Vec<_>, _>>()
-                .map_err(|e| Failure(e.to_string(), 1))?;
-            let files: Vec<(&Path, &[u8])> = paths
-                .iter()
-                .zip(&bytes)
-                .map(|(p, b)| (p.as_path(), b.as_slice()))
-                .collect();
-            let made = MadeDir::create(&output_dir)?;
-            // An output may replace an input `.npy` (read whole before):
-            // feeding a run's result back is a workflow, not a slip.
-            write_all_atomic(&files, &[]).inspect_err(|_| made.undo())?;
-            for p in &paths {
-                println!("{}", p.display());
-            }
-            Ok(())
-        }
+        } => demo_cmd::cmd_demo(lens, op_lens, cores, no_fuse),
+        Command::Run(args) => run_cmd::cmd_run(args),
         Command::Compile {
             graph,
             binds,
             output,
-        } => {
-            let g = load_graph(&graph)?;
-            let complete = complete_binds(&g, &binds)?;
-            let rt = Runtime::new(1, 1024);
-            let prepared = Prepared::new(&g).map_err(|e| Failure(e.to_string(), 2))?;
-            let (plan, kernels) = rt.plan(&prepared, &complete).map_err(run_failure)?;
-            let mut builder = ModuleBuilder::new();
-            for (launch, k) in plan.launches.iter().zip(&kernels) {
-                // The kernel was verified when built: not parsing is a bug.
-                let mut def = k
-                    .kernel_def()
-                    .map_err(|e| Failure(format!("internal error: {e}"), 1))?;
-                def.name = launch
-                    .steps
-                    .iter()
-                    .map(|&s| plan.steps[s].name.as_str())
-                    .collect::<Vec<_>>()
-                    .join("+");
-                builder
-                    .add_kernel(def)
-                    .map_err(|e| Failure(e.to_string(), 2))?;
-            }
-            write_atomic(&output, &builder.finish(), &[&graph])?;
-            println!("{}: {} kernel(s)", output.display(), kernels.len());
-            Ok(())
-        }
+        } => graph_cmd::cmd_compile(&graph, &binds, &output),
         Command::Explain {
             graph,
             binds,
             no_fuse,
             cores,
-        } => {
-            let g = load_graph(&graph)?;
-            let complete = complete_binds(&g, &binds)?;
-            let rt = Runtime::new(cores.unwrap_or_else(all_cores), 1024);
-            let text = dvm_runtime::explain::explain(&g, &complete, &fuse_options(no_fuse), &rt)
-                .map_err(run_failure)?;
-            print!("{text}");
-            Ok(())
-        }
-        Command::Disasm { module } => {
-            let bytes = read(&module)?;
-            let m = parse(&module, &bytes)?;
-            print!("{}", dvm_isa::asm::disassemble_lossy(&m));
-            Ok(())
-        }
-        Command::Verify { module } => {
-            let bytes = read(&module)?;
-            let m = parse(&module, &bytes)?;
-            // Each kernel verified once; those a multi-core runtime keeps
-            // on one core are listed after, with the reason.
-            let mut one_core = Vec::new();
-            for i in 0..m.kernel_count() {
-                let k = dvm_isa::verify_kernel(&m, i, &DeviceLimits::DEFAULT)
-                    .map_err(|e| Failure(format!("{}: {e}", module.display()), 2))?;
-                if let Err(why) = k.tiles_independent() {
-                    one_core.push((i, why));
-                }
-            }
-            println!(
-                "{}: {} kernel(s) verified",
-                module.display(),
-                m.kernel_count()
-            );
-            let names = m.meta().ok().map(|meta| meta.kernels);
-            for (i, why) in one_core {
-                let name = names
-                    .as_ref()
-                    .and_then(|n| n.get(i))
-                    .map_or(String::new(), |k| format!(" {:?}", k.name));
-                println!("  kernel {i}{name}: runs on one core ({why})");
-            }
-            Ok(())
-        }
-        Command::Asm { input, output } => {
-            let text = String::from_utf8(read(&input)?)
-                .map_err(|_| Failure(format!("{}: not UTF-8 text", input.display()), 2))?;
-            let bytes = dvm_isa::asm::assemble(&text)
-                .map_err(|e| Failure(format!("{}: {e}", input.display()), 2))?;
-            write_atomic(&output, &bytes, &[&input])
-        }
+        } => graph_cmd::cmd_explain(&graph, &binds, no_fuse, cores),
+        Command::Disasm { module } => module_cmd::cmd_disasm(&module),
+        Command::Verify { module } => module_cmd::cmd_verify(&module),
+        Command::Asm { input, output } => module_cmd::cmd_asm(&input, &output),
         Command::Link(cmd) => cmd.run(),
     }
 }

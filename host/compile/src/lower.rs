@@ -320,6 +320,16 @@ struct Lowerer<'a> {
     layouts: &'a [Option<Vec<usize>>],
 }
 
+/// A group under construction ([`Lowerer::pending`]).
+struct GroupBuilder {
+    inputs: Vec<View>,
+    /// The buffer of each input.
+    in_args: Vec<BufId>,
+    nodes: Vec<(GNode, DType)>,
+    /// Graph node → group node (members and loaded operands).
+    map: Vec<(NodeId, usize)>,
+}
+
 /// A fused group before its output buffers exist.
 struct Pending {
     group: Group,
@@ -381,7 +391,8 @@ impl Lowerer<'_> {
                     }
                     Err(e) if nodes.len() == 1 => {
                         // The per-operator lowering knows more ways to run one
-                        // operator (two-stage reductions); it fails as before.
+                        // operator (two-stage reductions); should it fail too,
+                        // the error is the group's own.
                         return self.emit_single(nodes[0], build, kernels).map_err(|_| {
                             LowerError::Build {
                                 step: name,
@@ -475,79 +486,31 @@ impl Lowerer<'_> {
         kind: &ClusterKind,
         member: &dyn Fn(NodeId) -> bool,
     ) -> Result<Pending, LowerError> {
-        let g = self.graph;
-        let last = *nodes.last().ok_or_else(|| bad_plan(g))?;
-        let unsupported = |what: String| LowerError::Unsupported {
-            node: g[last].name.to_string(),
-            what,
+        let last = *nodes.last().ok_or_else(|| bad_plan(self.graph))?;
+        let mut gb = GroupBuilder {
+            inputs: Vec::new(),
+            in_args: Vec::new(),
+            nodes: Vec::with_capacity(nodes.len() + 4),
+            map: Vec::with_capacity(nodes.len() + 4),
         };
-        let mut inputs: Vec<View> = Vec::new();
-        let mut in_args: Vec<BufId> = Vec::new();
-        let mut gnodes: Vec<(GNode, DType)> = Vec::with_capacity(nodes.len() + 4);
-        // Graph node → group node (members and loaded operands).
-        let mut map: Vec<(NodeId, usize)> = Vec::with_capacity(nodes.len() + 4);
-        let mut mm_node = None;
-        let (gkind, space) = match kind {
+        let (gkind, space, mm_node) = match kind {
             ClusterKind::Matmul => {
-                let mm = *nodes
-                    .iter()
-                    .find(|&&n| self.facts.roles[n.0] == Role::Matmul)
-                    .ok_or_else(|| unsupported("matmul group without a matmul".into()))?;
-                let Op::MatMul { trans_a, trans_b } = g[mm].op else {
-                    return Err(unsupported("matmul group without a matmul".into()));
-                };
-                let (a, b) = (
-                    self.value(g[mm].operands[0], mm)?,
-                    self.value(g[mm].operands[1], mm)?,
-                );
-                let mv = matmul_views(&a.view, &b.view, trans_a, trans_b).ok_or_else(|| {
-                    unsupported(format!(
-                        "`{}`: operand shapes do not form a matmul",
-                        g[mm].name
-                    ))
-                })?;
-                let mut osh = mv.batch.clone();
-                osh.extend([mv.m, mv.n]);
-                if osh != self.shapes[mm.0] {
-                    return Err(unsupported(format!(
-                        "`{}`: matmul output layout differs from its shape",
-                        g[mm].name
-                    )));
-                }
-                let dt = g[mm].dtype;
-                let acc = acc_dtype(dt);
-                inputs.extend([mv.a, mv.b]);
-                in_args.extend([a.buf, b.buf]);
-                gnodes.push((GNode::Matmul, acc));
-                if acc != dt {
-                    gnodes.push((GNode::Cast(0), dt));
-                }
-                map.push((mm, gnodes.len() - 1));
-                mm_node = Some(mm);
-                (
-                    GroupKind::Matmul {
-                        batch: mv.batch,
-                        m: mv.m,
-                        n: mv.n,
-                        k: mv.k,
-                        acc,
-                    },
-                    osh,
-                )
+                let (gkind, space, mm) = self.matmul_space(nodes, last, &mut gb)?;
+                (gkind, space, Some(mm))
             }
             ClusterKind::Reduce { axis } => {
                 let r = nodes
                     .iter()
                     .find(|&&n| matches!(self.facts.roles[n.0], Role::Reduce { .. }))
-                    .ok_or_else(|| unsupported("reduce group without a reduction".into()))?;
-                let space = self.shapes[g[*r].operands[0].0].clone();
-                (
-                    GroupKind::Reduce {
-                        shape: space.clone(),
-                        axis: *axis,
-                    },
-                    space,
-                )
+                    .ok_or_else(|| {
+                        self.unsupported(last, "reduce group without a reduction".into())
+                    })?;
+                let space = self.shapes[self.graph[*r].operands[0].0].clone();
+                let gkind = GroupKind::Reduce {
+                    shape: space.clone(),
+                    axis: *axis,
+                };
+                (gkind, space, None)
             }
             ClusterKind::Elementwise => {
                 // The space is the shape of the widest stored node.
@@ -558,68 +521,16 @@ impl Lowerer<'_> {
                     .max_by_key(|&n| (self.shapes[n.0].len(), n.0))
                     .unwrap_or(last);
                 let space = self.shapes[anchor.0].clone();
-                (
-                    GroupKind::Elementwise {
-                        shape: space.clone(),
-                    },
-                    space,
-                )
+                let gkind = GroupKind::Elementwise {
+                    shape: space.clone(),
+                };
+                (gkind, space, None)
             }
         };
         for &n in nodes {
-            if Some(n) == mm_node {
-                continue;
+            if Some(n) != mm_node {
+                self.add_member(n, &space, last, &mut gb)?;
             }
-            let node = &g[n];
-            let mut ops = [0usize; 3];
-            for (k, &o) in node.operands.iter().enumerate().take(3) {
-                ops[k] = match map.iter().find(|(m, _)| *m == o) {
-                    Some(&(_, gi)) => gi,
-                    None => {
-                        let v = self.value(o, n)?;
-                        let view = v.view.broadcast_to(&space).ok_or_else(|| {
-                            unsupported(format!(
-                                "operand `{}` does not broadcast to the group's space",
-                                g[o].name
-                            ))
-                        })?;
-                        let k = inputs.len();
-                        gnodes.push((GNode::Input(k), view.dtype));
-                        inputs.push(view);
-                        in_args.push(v.buf);
-                        map.push((o, gnodes.len() - 1));
-                        gnodes.len() - 1
-                    }
-                };
-            }
-            let op = match &node.op {
-                Op::Unary(c) => GNode::Unary(*c, ops[0]),
-                Op::Binary(c) => GNode::Binary(*c, ops[0], ops[1]),
-                Op::Scalar(c, v) => GNode::Scalar(*c, ops[0], *v),
-                Op::ScalarDim(c, d) => {
-                    let v = d
-                        .eval(self.bindings)
-                        .map_err(|e| unsupported(e.to_string()))?;
-                    GNode::Scalar(*c, ops[0], v as f64)
-                }
-                Op::Where => GNode::Select(ops[0], ops[1], ops[2]),
-                Op::Cast => GNode::Cast(ops[0]),
-                Op::Reduce { op, .. } => GNode::Reduce(
-                    reduce_opcode(*op).ok_or_else(|| {
-                        unsupported(format!("`{}`: mean must be decomposed first", node.name))
-                    })?,
-                    ops[0],
-                ),
-                other => {
-                    return Err(unsupported(format!(
-                        "`{}` ({}) cannot be part of a fused group",
-                        node.name,
-                        other.name()
-                    )))
-                }
-            };
-            gnodes.push((op, node.dtype));
-            map.push((n, gnodes.len() - 1));
         }
         let mut outputs = Vec::new();
         let mut outs = Vec::new();
@@ -627,54 +538,205 @@ impl Lowerer<'_> {
             if !self.facts.materialized(n, member) {
                 continue;
             }
-            let gi = map
+            let gi = gb
+                .map
                 .iter()
                 .find(|(m, _)| *m == n)
                 .map(|&(_, gi)| gi)
-                .ok_or_else(|| bad_plan(g))?;
+                .ok_or_else(|| bad_plan(self.graph))?;
             let shape = self.shapes[n.0].clone();
-            let dt = g[n].dtype;
-            let view = match (&gkind, shape == space) {
-                (_, true) => match self.layouts.get(n.0).and_then(|l| l.as_ref()) {
-                    Some(perm) => permuted_dense(dt, &space, perm),
-                    None => View::contiguous(dt, &space),
-                },
-                (GroupKind::Reduce { axis, .. }, false) => {
-                    let mut keep = space.clone();
-                    keep[*axis] = 1;
-                    let dropped: Vec<u64> = space
-                        .iter()
-                        .enumerate()
-                        .filter(|&(i, _)| i != *axis)
-                        .map(|(_, &d)| d)
-                        .collect();
-                    if shape != keep && shape != dropped {
-                        return Err(unsupported(format!(
-                            "`{}` is stored but its shape fits neither the space nor the reduced space",
-                            g[n].name
-                        )));
-                    }
-                    View::contiguous(dt, &keep)
-                }
-                _ => {
-                    return Err(unsupported(format!(
-                        "`{}` is stored but its shape differs from the group's space",
-                        g[n].name
-                    )))
-                }
-            };
-            outputs.push((gi, view));
+            let dt = self.graph[n].dtype;
+            outputs.push((gi, self.stored_view(n, &gkind, &space, &shape, last)?));
             outs.push((n, shape, dt));
         }
         Ok(Pending {
             group: Group {
                 kind: gkind,
-                inputs,
-                nodes: gnodes,
+                inputs: gb.inputs,
+                nodes: gb.nodes,
                 outputs,
             },
-            in_args,
+            in_args: gb.in_args,
             outs,
+        })
+    }
+
+    /// A group's refusal, named after its last member `last`.
+    fn unsupported(&self, last: NodeId, what: String) -> LowerError {
+        LowerError::Unsupported {
+            node: self.graph[last].name.to_string(),
+            what,
+        }
+    }
+
+    /// The kind and output space of a matmul group of `nodes` (`last` the
+    /// last of them) and its matmul node: the matmul's operand views become
+    /// the group's first two inputs and its result (cast from the
+    /// accumulator's dtype when they differ) the first nodes of `gb`.
+    fn matmul_space(
+        &self,
+        nodes: &[NodeId],
+        last: NodeId,
+        gb: &mut GroupBuilder,
+    ) -> Result<(GroupKind, Vec<u64>, NodeId), LowerError> {
+        let g = self.graph;
+        let unsupported = |what: String| self.unsupported(last, what);
+        let mm = *nodes
+            .iter()
+            .find(|&&n| self.facts.roles[n.0] == Role::Matmul)
+            .ok_or_else(|| unsupported("matmul group without a matmul".into()))?;
+        let Op::MatMul { trans_a, trans_b } = g[mm].op else {
+            return Err(unsupported("matmul group without a matmul".into()));
+        };
+        let (a, b) = (
+            self.value(g[mm].operands[0], mm)?,
+            self.value(g[mm].operands[1], mm)?,
+        );
+        let mv = matmul_views(&a.view, &b.view, trans_a, trans_b).ok_or_else(|| {
+            unsupported(format!(
+                "`{}`: operand shapes do not form a matmul",
+                g[mm].name
+            ))
+        })?;
+        let mut osh = mv.batch.clone();
+        osh.extend([mv.m, mv.n]);
+        if osh != self.shapes[mm.0] {
+            return Err(unsupported(format!(
+                "`{}`: matmul output layout differs from its shape",
+                g[mm].name
+            )));
+        }
+        let dt = g[mm].dtype;
+        let acc = acc_dtype(dt);
+        gb.inputs.extend([mv.a, mv.b]);
+        gb.in_args.extend([a.buf, b.buf]);
+        gb.nodes.push((GNode::Matmul, acc));
+        if acc != dt {
+            gb.nodes.push((GNode::Cast(0), dt));
+        }
+        gb.map.push((mm, gb.nodes.len() - 1));
+        let gkind = GroupKind::Matmul {
+            batch: mv.batch,
+            m: mv.m,
+            n: mv.n,
+            k: mv.k,
+            acc,
+        };
+        Ok((gkind, osh, mm))
+    }
+
+    /// Adds member `n` to `gb` over `space`, after its operands: a member's
+    /// node, or a value from outside the group loaded as a new input
+    /// broadcast to the space.
+    fn add_member(
+        &self,
+        n: NodeId,
+        space: &[u64],
+        last: NodeId,
+        gb: &mut GroupBuilder,
+    ) -> Result<(), LowerError> {
+        let g = self.graph;
+        let unsupported = |what: String| self.unsupported(last, what);
+        let node = &g[n];
+        let mut ops = [0usize; 3];
+        for (k, &o) in node.operands.iter().enumerate().take(3) {
+            ops[k] = match gb.map.iter().find(|(m, _)| *m == o) {
+                Some(&(_, gi)) => gi,
+                None => {
+                    let v = self.value(o, n)?;
+                    let view = v.view.broadcast_to(space).ok_or_else(|| {
+                        unsupported(format!(
+                            "operand `{}` does not broadcast to the group's space",
+                            g[o].name
+                        ))
+                    })?;
+                    let k = gb.inputs.len();
+                    gb.nodes.push((GNode::Input(k), view.dtype));
+                    gb.inputs.push(view);
+                    gb.in_args.push(v.buf);
+                    gb.map.push((o, gb.nodes.len() - 1));
+                    gb.nodes.len() - 1
+                }
+            };
+        }
+        let op = match &node.op {
+            Op::Unary(c) => GNode::Unary(*c, ops[0]),
+            Op::Binary(c) => GNode::Binary(*c, ops[0], ops[1]),
+            Op::Scalar(c, v) => GNode::Scalar(*c, ops[0], *v),
+            Op::ScalarDim(c, d) => {
+                let v = d
+                    .eval(self.bindings)
+                    .map_err(|e| unsupported(e.to_string()))?;
+                GNode::Scalar(*c, ops[0], v as f64)
+            }
+            Op::Where => GNode::Select(ops[0], ops[1], ops[2]),
+            Op::Cast => GNode::Cast(ops[0]),
+            Op::Reduce { op, .. } => GNode::Reduce(
+                reduce_opcode(*op).ok_or_else(|| {
+                    unsupported(format!("`{}`: mean must be decomposed first", node.name))
+                })?,
+                ops[0],
+            ),
+            other => {
+                return Err(unsupported(format!(
+                    "`{}` ({}) cannot be part of a fused group",
+                    node.name,
+                    other.name()
+                )))
+            }
+        };
+        gb.nodes.push((op, node.dtype));
+        gb.map.push((n, gb.nodes.len() - 1));
+        Ok(())
+    }
+
+    /// The view member `n` (of `shape`) is stored through: dense over the
+    /// group's space (in its layout's order, if it has one), or for a
+    /// reduction's result, dense over the space with the axis reduced.
+    fn stored_view(
+        &self,
+        n: NodeId,
+        gkind: &GroupKind,
+        space: &[u64],
+        shape: &[u64],
+        last: NodeId,
+    ) -> Result<View, LowerError> {
+        let g = self.graph;
+        let dt = g[n].dtype;
+        Ok(match (gkind, shape == space) {
+            (_, true) => match self.layouts.get(n.0).and_then(|l| l.as_ref()) {
+                Some(perm) => permuted_dense(dt, space, perm),
+                None => View::contiguous(dt, space),
+            },
+            (GroupKind::Reduce { axis, .. }, false) => {
+                let mut keep = space.to_vec();
+                keep[*axis] = 1;
+                let dropped: Vec<u64> = space
+                    .iter()
+                    .enumerate()
+                    .filter(|&(i, _)| i != *axis)
+                    .map(|(_, &d)| d)
+                    .collect();
+                if shape != keep && shape != dropped {
+                    return Err(self.unsupported(
+                        last,
+                        format!(
+                            "`{}` is stored but its shape fits neither the space nor the reduced space",
+                            g[n].name
+                        ),
+                    ));
+                }
+                View::contiguous(dt, &keep)
+            }
+            _ => {
+                return Err(self.unsupported(
+                    last,
+                    format!(
+                        "`{}` is stored but its shape differs from the group's space",
+                        g[n].name
+                    ),
+                ))
+            }
         })
     }
 
@@ -744,9 +806,9 @@ fn acc_dtype(dt: DType) -> DType {
     }
 }
 
-/// Lowers one data, view or opaque node (every operator the old per-op
-/// path handles): views change strides only; copies, concatenations and
-/// multi-axis reductions become steps of their own.
+/// Lowers node `id` on its own, one kernel per operator: views change
+/// strides only; copies, concatenations and multi-axis reductions become
+/// steps of their own.
 fn lower_node(
     graph: &Graph,
     bindings: &Bindings,
@@ -755,241 +817,269 @@ fn lower_node(
     values: &mut [Option<Value>],
     id: usize,
 ) -> Result<(), LowerError> {
-    let input_index = |id: usize| graph.inputs().iter().position(|n| n.0 == id);
     let node = &graph.nodes()[id];
-    {
-        let shape = &shapes[id];
-        let unsupported = |what: &str| LowerError::Unsupported {
-            node: node.name.to_string(),
+    let shape = &shapes[id];
+    let ln = NodeLowering {
+        node,
+        shape,
+        values,
+    };
+    if let Some(value) = ln.value_without_elements(plan, shapes)? {
+        values[id] = Some(value);
+        return Ok(());
+    }
+    let dt = node.dtype;
+    let value = match &node.op {
+        Op::Input => {
+            let i = graph
+                .inputs()
+                .iter()
+                .position(|n| n.0 == id)
+                .ok_or_else(|| ln.unsupported("input not in the input list"))?;
+            new_buf(plan, BufKind::Input(i), dt, shape)
+        }
+        Op::Constant(vals) => ln.fill(plan, vals)?,
+        Op::Unary(code) => ln.ewise(plan, &[ln.arg(0)?.clone()], GNode::Unary(*code, 0))?,
+        Op::Binary(code) => {
+            let args = [ln.arg(0)?.clone(), ln.arg(1)?.clone()];
+            ln.ewise(plan, &args, GNode::Binary(*code, 0, 1))?
+        }
+        Op::Scalar(code, v) => {
+            ln.ewise(plan, &[ln.arg(0)?.clone()], GNode::Scalar(*code, 0, *v))?
+        }
+        Op::ScalarDim(code, d) => {
+            let v = d
+                .eval(bindings)
+                .map_err(|e| ln.unsupported(&e.to_string()))? as f64;
+            ln.ewise(plan, &[ln.arg(0)?.clone()], GNode::Scalar(*code, 0, v))?
+        }
+        Op::Where => {
+            let args = [ln.arg(0)?.clone(), ln.arg(1)?.clone(), ln.arg(2)?.clone()];
+            ln.ewise(plan, &args, GNode::Select(0, 1, 2))?
+        }
+        Op::Cast => ln.ewise(plan, &[ln.arg(0)?.clone()], GNode::Cast(0))?,
+        Op::Reduce { op, axes, keepdims } => ln.reduce(plan, *op, axes, *keepdims)?,
+        Op::MatMul { trans_a, trans_b } => {
+            let (a, b) = (ln.arg(0)?.clone(), ln.arg(1)?.clone());
+            matmul(plan, &node.name, shape, dt, a, b, *trans_a, *trans_b)
+                .ok_or_else(|| ln.unsupported("operand shapes do not form a matmul"))?
+        }
+        Op::Reshape => {
+            let x = ln.arg(0)?.clone();
+            let x = if is_dense(&x.view) {
+                x
+            } else {
+                copy(plan, &node.name, &x)?
+            };
+            Value {
+                buf: x.buf,
+                view: dense(dt, shape, x.view.offset),
+            }
+        }
+        Op::Transpose { perm } => {
+            let x = ln.arg(0)?;
+            Value {
+                buf: x.buf,
+                view: x.view.permute(perm),
+            }
+        }
+        Op::Slice { ranges } => ln.slice(ranges)?,
+        Op::Expand => {
+            let x = ln.arg(0)?;
+            let view = x
+                .view
+                .broadcast_to(shape)
+                .ok_or_else(|| ln.unsupported("expand to an incompatible shape"))?;
+            Value { buf: x.buf, view }
+        }
+        Op::Squeeze { .. } | Op::Unsqueeze { .. } => ln.squeeze()?,
+        Op::Concat { axis } => ln.concat(plan, *axis)?,
+        Op::Softmax { .. } | Op::LogSoftmax { .. } | Op::LayerNorm { .. } | Op::RmsNorm { .. } => {
+            return Err(ln.unsupported("composites must be decomposed before lowering"))
+        }
+    };
+    values[id] = Some(value);
+    Ok(())
+}
+
+/// One node lowered on its own ([`lower_node`]): the node, its shape at
+/// the bindings, and the values computed so far.
+struct NodeLowering<'a> {
+    node: &'a dvm_graph::Node,
+    shape: &'a Vec<u64>,
+    values: &'a [Option<Value>],
+}
+
+impl NodeLowering<'_> {
+    fn unsupported(&self, what: &str) -> LowerError {
+        LowerError::Unsupported {
+            node: self.node.name.to_string(),
             what: what.to_string(),
-        };
-        let arg = |k: usize| -> Result<&Value, LowerError> {
-            node.operands
-                .get(k)
-                .and_then(|o| values.get(o.0))
-                .and_then(|v| v.as_ref())
-                .ok_or_else(|| unsupported("missing operand"))
-        };
-        let dt = node.dtype;
+        }
+    }
+
+    /// The value of operand `k`.
+    fn arg(&self, k: usize) -> Result<&Value, LowerError> {
+        self.node
+            .operands
+            .get(k)
+            .and_then(|o| self.values.get(o.0))
+            .and_then(|v| v.as_ref())
+            .ok_or_else(|| self.unsupported("missing operand"))
+    }
+
+    /// A constant of the node's shape and dtype holding `vals`.
+    fn fill(&self, plan: &mut Plan, vals: &[f64]) -> Result<Value, LowerError> {
+        constant(plan, self.node.dtype, self.shape, vals)
+            .map_err(|e| self.unsupported(&e.to_string()))
+    }
+
+    /// One element-wise step computing `op` over `args`.
+    fn ewise(&self, plan: &mut Plan, args: &[Value], op: GNode) -> Result<Value, LowerError> {
+        let node = self.node;
+        ewise(plan, &node.name, self.shape, node.dtype, args, op)
+    }
+
+    /// The value of a node without elements or reading an operand without
+    /// elements, which needs no kernel: a buffer of no bytes, or the
+    /// constant an empty sum or matmul is. `None` for any other node (and
+    /// for inputs, constants and concatenations, lowered as usual).
+    fn value_without_elements(
+        &self,
+        plan: &mut Plan,
+        shapes: &ConcreteShapes,
+    ) -> Result<Option<Value>, LowerError> {
+        let (node, shape) = (self.node, self.shape);
         let empty_operand = node.operands.iter().any(|&o| is_empty(shapes, o));
-        let fill = |plan: &mut Plan, vals: &[f64]| {
-            constant(plan, dt, shape, vals).map_err(|e| unsupported(&e.to_string()))
-        };
-        let value = match &node.op {
+        Ok(match &node.op {
             Op::Input | Op::Constant(_) => None,
             // No elements: nothing to compute.
-            _ if shape.contains(&0) => Some(new_buf(plan, BufKind::Temp, dt, shape)),
+            _ if shape.contains(&0) => Some(new_buf(plan, BufKind::Temp, node.dtype, shape)),
             // Elements from none: a sum is 0, a product of `k = 0` terms
             // too; a maximum or minimum has none (as the reference says).
             Op::Reduce { op, .. } if empty_operand => match op {
-                ReduceOp::Sum => Some(fill(plan, &[0.0])?),
-                _ => return Err(unsupported("max/min over zero elements")),
+                ReduceOp::Sum => Some(self.fill(plan, &[0.0])?),
+                _ => return Err(self.unsupported("max/min over zero elements")),
             },
-            Op::MatMul { .. } if empty_operand => Some(fill(plan, &[0.0])?),
+            Op::MatMul { .. } if empty_operand => Some(self.fill(plan, &[0.0])?),
             Op::Concat { .. } => None,
-            _ if empty_operand => return Err(unsupported("an operand has no elements")),
+            _ if empty_operand => return Err(self.unsupported("an operand has no elements")),
             _ => None,
-        };
-        if let Some(value) = value {
-            values[id] = Some(value);
-            return Ok(());
-        }
-        let value = match &node.op {
-            Op::Input => {
-                let i =
-                    input_index(id).ok_or_else(|| unsupported("input not in the input list"))?;
-                new_buf(plan, BufKind::Input(i), dt, shape)
-            }
-            Op::Constant(vals) => fill(plan, vals)?,
-            Op::Unary(code) => {
-                let x = arg(0)?.clone();
-                ewise(plan, &node.name, shape, dt, &[x], GNode::Unary(*code, 0))?
-            }
-            Op::Binary(code) => {
-                let (a, b) = (arg(0)?.clone(), arg(1)?.clone());
-                ewise(
-                    plan,
-                    &node.name,
-                    shape,
-                    dt,
-                    &[a, b],
-                    GNode::Binary(*code, 0, 1),
-                )?
-            }
-            Op::Scalar(code, v) => {
-                let x = arg(0)?.clone();
-                ewise(
-                    plan,
-                    &node.name,
-                    shape,
-                    dt,
-                    &[x],
-                    GNode::Scalar(*code, 0, *v),
-                )?
-            }
-            Op::ScalarDim(code, d) => {
-                let v = d.eval(bindings).map_err(|e| unsupported(&e.to_string()))? as f64;
-                let x = arg(0)?.clone();
-                ewise(
-                    plan,
-                    &node.name,
-                    shape,
-                    dt,
-                    &[x],
-                    GNode::Scalar(*code, 0, v),
-                )?
-            }
-            Op::Where => {
-                let (c, a, b) = (arg(0)?.clone(), arg(1)?.clone(), arg(2)?.clone());
-                ewise(
-                    plan,
-                    &node.name,
-                    shape,
-                    dt,
-                    &[c, a, b],
-                    GNode::Select(0, 1, 2),
-                )?
-            }
-            Op::Cast => {
-                let x = arg(0)?.clone();
-                ewise(plan, &node.name, shape, dt, &[x], GNode::Cast(0))?
-            }
-            Op::Reduce { op, axes, keepdims } => {
-                let code = match op {
-                    ReduceOp::Sum => Opcode::ReduceSum,
-                    ReduceOp::Max => Opcode::ReduceMax,
-                    ReduceOp::Min => Opcode::ReduceMin,
-                    ReduceOp::Mean => return Err(unsupported("mean must be decomposed first")),
-                };
-                let mut v = arg(0)?.clone();
-                for (k, &axis) in axes.iter().enumerate().rev() {
-                    if axis >= v.view.shape.len() {
-                        return Err(unsupported("reduce axis out of range"));
-                    }
-                    let name = step_name(&node.name, k, axes.len());
-                    v = reduce_axis(plan, &name, v, axis, code, dt)?;
-                }
-                if !keepdims {
-                    v.view = dense(dt, shape, v.view.offset);
-                }
-                v
-            }
-            Op::MatMul { trans_a, trans_b } => {
-                let (a, b) = (arg(0)?.clone(), arg(1)?.clone());
-                matmul(plan, &node.name, shape, dt, a, b, *trans_a, *trans_b)
-                    .ok_or_else(|| unsupported("operand shapes do not form a matmul"))?
-            }
-            Op::Reshape => {
-                let x = arg(0)?.clone();
-                let x = if is_dense(&x.view) {
-                    x
-                } else {
-                    copy(plan, &node.name, &x)?
-                };
-                Value {
-                    buf: x.buf,
-                    view: dense(dt, shape, x.view.offset),
-                }
-            }
-            Op::Transpose { perm } => {
-                let x = arg(0)?;
-                Value {
-                    buf: x.buf,
-                    view: x.view.permute(perm),
-                }
-            }
-            Op::Slice { ranges } => {
-                let x = arg(0)?;
-                let mut view = x.view.clone();
-                for &(axis, start, _end, step) in ranges {
-                    let n = *view
-                        .shape
-                        .get(axis)
-                        .ok_or_else(|| unsupported("slice axis"))?
-                        as i64;
-                    let lo = if start >= 0 {
-                        start.min(n)
-                    } else {
-                        (n + start).max(0)
-                    };
-                    view.offset += lo as u64 * view.strides[axis];
-                    view.strides[axis] *= step as u64;
-                    view.shape[axis] = shape[axis];
-                }
-                Value { buf: x.buf, view }
-            }
-            Op::Expand => {
-                let x = arg(0)?;
-                let view = x
-                    .view
-                    .broadcast_to(shape)
-                    .ok_or_else(|| unsupported("expand to an incompatible shape"))?;
-                Value { buf: x.buf, view }
-            }
-            Op::Squeeze { .. } | Op::Unsqueeze { .. } => {
-                let x = arg(0)?;
-                // Dropping or inserting extent-1 axes: keep the strides of
-                // the other axes in order.
-                let mut strides = Vec::with_capacity(shape.len());
-                let mut src = x
-                    .view
-                    .shape
-                    .iter()
-                    .zip(&x.view.strides)
-                    .filter(|(e, _)| **e != 1);
-                for &e in shape {
-                    if e == 1 {
-                        strides.push(0);
-                    } else {
-                        let (_, s) = src.next().ok_or_else(|| unsupported("squeeze shapes"))?;
-                        strides.push(*s);
-                    }
-                }
-                Value {
-                    buf: x.buf,
-                    view: View {
-                        dtype: dt,
-                        offset: x.view.offset,
-                        shape: shape.clone(),
-                        strides,
-                    },
-                }
-            }
-            Op::Concat { axis } => {
-                let axis = *axis;
-                let out = new_buf(plan, BufKind::Temp, dt, shape);
-                let mut start = 0u64;
-                for (k, o) in node.operands.iter().enumerate() {
-                    let v = values
-                        .get(o.0)
-                        .and_then(|v| v.clone())
-                        .ok_or_else(|| unsupported("missing operand"))?;
-                    let mut dst = out.view.clone();
-                    dst.offset += start * dst.strides[axis];
-                    dst.shape[axis] = v.view.shape[axis];
-                    start += v.view.shape[axis];
-                    if v.view.numel() == 0 {
-                        continue;
-                    }
-                    plan.steps.push(Step {
-                        name: step_name(&node.name, k, node.operands.len()),
-                        group: copy_group(&v.view, &dst),
-                        args: vec![v.buf, out.buf],
-                        nodes: Vec::new(),
-                    });
-                }
-                out
-            }
-            Op::Softmax { .. }
-            | Op::LogSoftmax { .. }
-            | Op::LayerNorm { .. }
-            | Op::RmsNorm { .. } => {
-                return Err(unsupported("composites must be decomposed before lowering"))
-            }
-        };
-        values[id] = Some(value);
+        })
     }
-    Ok(())
+
+    /// A reduction over `axes`: one step per axis, innermost first.
+    fn reduce(
+        &self,
+        plan: &mut Plan,
+        op: ReduceOp,
+        axes: &[usize],
+        keepdims: bool,
+    ) -> Result<Value, LowerError> {
+        let dt = self.node.dtype;
+        let code = match op {
+            ReduceOp::Sum => Opcode::ReduceSum,
+            ReduceOp::Max => Opcode::ReduceMax,
+            ReduceOp::Min => Opcode::ReduceMin,
+            ReduceOp::Mean => return Err(self.unsupported("mean must be decomposed first")),
+        };
+        let mut v = self.arg(0)?.clone();
+        for (k, &axis) in axes.iter().enumerate().rev() {
+            if axis >= v.view.shape.len() {
+                return Err(self.unsupported("reduce axis out of range"));
+            }
+            let name = step_name(&self.node.name, k, axes.len());
+            v = reduce_axis(plan, &name, v, axis, code, dt)?;
+        }
+        if !keepdims {
+            v.view = dense(dt, self.shape, v.view.offset);
+        }
+        Ok(v)
+    }
+
+    /// The operand's view sliced by `ranges` (axis, start, end, step): an
+    /// offset and strides, no copy.
+    fn slice(&self, ranges: &[(usize, i64, i64, i64)]) -> Result<Value, LowerError> {
+        let x = self.arg(0)?;
+        let mut view = x.view.clone();
+        for &(axis, start, _end, step) in ranges {
+            let n = *view
+                .shape
+                .get(axis)
+                .ok_or_else(|| self.unsupported("slice axis"))? as i64;
+            let lo = if start >= 0 {
+                start.min(n)
+            } else {
+                (n + start).max(0)
+            };
+            view.offset += lo as u64 * view.strides[axis];
+            view.strides[axis] *= step as u64;
+            view.shape[axis] = self.shape[axis];
+        }
+        Ok(Value { buf: x.buf, view })
+    }
+
+    /// The operand's view with extent-1 axes dropped or inserted: the
+    /// strides of the other axes kept in order.
+    fn squeeze(&self) -> Result<Value, LowerError> {
+        let x = self.arg(0)?;
+        let shape = self.shape;
+        let mut strides = Vec::with_capacity(shape.len());
+        let mut src = x
+            .view
+            .shape
+            .iter()
+            .zip(&x.view.strides)
+            .filter(|(e, _)| **e != 1);
+        for &e in shape {
+            if e == 1 {
+                strides.push(0);
+            } else {
+                let (_, s) = src
+                    .next()
+                    .ok_or_else(|| self.unsupported("squeeze shapes"))?;
+                strides.push(*s);
+            }
+        }
+        Ok(Value {
+            buf: x.buf,
+            view: View {
+                dtype: self.node.dtype,
+                offset: x.view.offset,
+                shape: shape.clone(),
+                strides,
+            },
+        })
+    }
+
+    /// A new buffer holding the operands one after the other along
+    /// `axis`: one copy step per operand with elements.
+    fn concat(&self, plan: &mut Plan, axis: usize) -> Result<Value, LowerError> {
+        let node = self.node;
+        let out = new_buf(plan, BufKind::Temp, node.dtype, self.shape);
+        let mut start = 0u64;
+        for (k, o) in node.operands.iter().enumerate() {
+            let v = self
+                .values
+                .get(o.0)
+                .and_then(|v| v.clone())
+                .ok_or_else(|| self.unsupported("missing operand"))?;
+            let mut dst = out.view.clone();
+            dst.offset += start * dst.strides[axis];
+            dst.shape[axis] = v.view.shape[axis];
+            start += v.view.shape[axis];
+            if v.view.numel() == 0 {
+                continue;
+            }
+            plan.steps.push(Step {
+                name: step_name(&node.name, k, node.operands.len()),
+                group: copy_group(&v.view, &dst),
+                args: vec![v.buf, out.buf],
+                nodes: Vec::new(),
+            });
+        }
+        Ok(out)
+    }
 }
 
 /// Gives every graph output a dense buffer of its own (a copy when the

@@ -139,7 +139,6 @@ pub(super) fn compile_into(
     let nbodies = t.bodies();
     let n = usize::try_from(nbodies).map_err(|_| CompileError::TooLarge("bodies".into()))?;
     sc.clear_bodies(n);
-    let mut ub_bytes = 0;
     let cx = Ctx {
         group,
         t: &sc.tiled,
@@ -149,10 +148,7 @@ pub(super) fn compile_into(
         fold,
         target,
     };
-    for (b, code) in sc.bodies[..n].iter_mut().enumerate() {
-        emit_body(&cx, b as u64, &mut sc.ub, &mut sc.addr, code, None)?;
-        ub_bytes = ub_bytes.max(sc.ub.high_water());
-    }
+    let ub_bytes = emit_bodies(&cx, &mut sc.bodies[..n], &mut sc.ub, &mut sc.addr, None)?;
     let kind = if nbodies > 1 {
         KernelKind::Parallel
     } else {
@@ -480,6 +476,23 @@ impl Temps {
     }
 }
 
+/// Emits every body of a kernel into `bodies` (one per body, cleared);
+/// returns the UB bytes the most demanding one needs.
+pub(super) fn emit_bodies(
+    cx: &Ctx<'_>,
+    bodies: &mut [CodeWriter],
+    ub: &mut UbAlloc,
+    addr: &mut Vec<u32>,
+    matmul: Option<MatmulEmitter<'_>>,
+) -> Result<u32, CompileError> {
+    let mut ub_bytes = 0;
+    for (body, code) in bodies.iter_mut().enumerate() {
+        emit_body(cx, body as u64, ub, addr, code, matmul)?;
+        ub_bytes = ub_bytes.max(ub.high_water());
+    }
+    Ok(ub_bytes)
+}
+
 /// Emits one body: every node in order, stores of the outputs, `end`.
 pub(super) fn emit_body(
     cx: &Ctx<'_>,
@@ -489,251 +502,325 @@ pub(super) fn emit_body(
     code: &mut CodeWriter,
     matmul: Option<MatmulEmitter<'_>>,
 ) -> Result<(), CompileError> {
-    let Ctx {
-        group,
-        t,
-        classes,
-        spread,
-        last,
-        fold,
-        target,
-    } = *cx;
+    let group = cx.group;
+    let bx = BodyEmitter::new(cx, body, matmul);
     ub.reset();
-    let es = max_elem_size(group);
-    let full_elems = t.tr * t.tc;
-    let red_elems = match fold {
-        Some(Axis::Cols) => t.tr,
-        Some(Axis::Rows) => t.tc,
-        None => 1,
-    };
-    let red_shape = match fold {
-        Some(Axis::Rows) => BoxShape::ColVec,
-        _ => BoxShape::RowVec,
-    };
-    let bytes = |c: Class| -> u32 {
-        let e = if c == Class::Full {
-            full_elems
-        } else {
-            red_elems
-        };
-        (e * es) as u32
-    };
-    let limit = target.ub_bytes;
-    let oom = || CompileError::DoesNotFit("the group's live tiles".into(), limit);
-    let n_in = group.inputs.len();
     addr.clear();
     addr.resize(group.nodes.len(), u32::MAX);
-    let w = WaitMask::NONE;
-    // A spread input as this tile loads it: a row only for tiles of several
-    // rows, a column only for tiles of several columns.
-    let spread_of = |o: usize| {
-        spread.get(o).copied().flatten().filter(|s| match s {
-            Spread::DownRows => t.tr > 1,
-            Spread::AcrossCols => t.tc > 1,
-        })
-    };
-    // Spread inputs load first, a row or a column each: the operations
-    // that read them then sit next to each other, which lets the
-    // predecoder fuse runs of them (a norm's scale, weight and bias).
-    for (i, (node, _)) in group.nodes.iter().enumerate() {
-        let (&Node::Input(k), Some(s)) = (node, spread_of(i)) else {
-            continue;
-        };
-        let (shape, len) = match s {
-            Spread::DownRows => (BoxShape::ColVec, t.tc * es),
-            Spread::AcrossCols => (BoxShape::RowVec, t.tr * es),
-        };
-        addr[i] = ub.alloc(len as u32, limit).ok_or_else(oom)?;
-        code.push(
-            &t.load(k, k as u8, group.inputs[k].dtype, addr[i], body, shape)?,
-            w,
-        );
-    }
+    bx.load_spread_inputs(ub, addr, code)?;
     for (i, (node, dt)) in group.nodes.iter().enumerate() {
-        let dt = *dt;
-        let class = classes[i];
-        let n = match class {
-            Class::Full => full_elems,
-            Class::Reduced => red_elems,
-        };
-        // Operands, broadcast to full where a full result meets reduced ones.
         let mut temps = Temps::default();
-        let mut opnd =
-            |o: usize, code: &mut CodeWriter, ub: &mut UbAlloc| -> Result<u32, CompileError> {
-                if let Some(s) = spread_of(o) {
-                    let tmp = ub.alloc(bytes(Class::Full), limit).ok_or_else(oom)?;
-                    let op = match s {
-                        Spread::DownRows => Opcode::BroadcastRow,
-                        Spread::AcrossCols => Opcode::BroadcastCol,
-                    };
-                    let odt = group.nodes[o].1;
-                    code.push(
-                        &instr(op, &[odt as u64, tmp as u64, addr[o] as u64, t.tr, t.tc])?,
-                        w,
-                    );
-                    temps.push(tmp);
-                    Ok(tmp)
-                } else if class == Class::Full && classes[o] == Class::Reduced {
-                    let tmp = ub.alloc(bytes(Class::Full), limit).ok_or_else(oom)?;
-                    let odt = group.nodes[o].1;
-                    let op = if fold == Some(Axis::Cols) {
-                        Opcode::BroadcastCol
-                    } else {
-                        Opcode::BroadcastRow
-                    };
-                    code.push(
-                        &instr(op, &[odt as u64, tmp as u64, addr[o] as u64, t.tr, t.tc])?,
-                        w,
-                    );
-                    temps.push(tmp);
-                    Ok(tmp)
-                } else {
-                    Ok(addr[o])
-                }
-            };
-        // In place over an operand that dies here, by the rule the UB
-        // estimate counts with (`peak_buffers`).
-        let reused = reused_operand(group, classes, spread, last, i).map(|o| addr[o]);
-        let result: u32;
-        match *node {
-            // Loaded above.
-            Node::Input(_) if spread_of(i).is_some() => result = addr[i],
-            Node::Input(k) => {
-                result = ub.alloc(bytes(class), limit).ok_or_else(oom)?;
-                code.push(
-                    &t.load(
-                        k,
-                        k as u8,
-                        group.inputs[k].dtype,
-                        result,
-                        body,
-                        BoxShape::Full,
-                    )?,
-                    w,
-                );
-            }
-            Node::Unary(op, x) => {
-                let xa = opnd(x, code, ub)?;
-                result =
-                    reused.map_or_else(|| ub.alloc(bytes(class), limit).ok_or_else(oom), Ok)?;
-                let xdt = group.nodes[x].1;
-                code.push(&instr(op, &[xdt as u64, result as u64, xa as u64, n])?, w);
-            }
-            Node::Cast(x) => {
-                let xa = opnd(x, code, ub)?;
-                result =
-                    reused.map_or_else(|| ub.alloc(bytes(class), limit).ok_or_else(oom), Ok)?;
-                let xdt = group.nodes[x].1;
-                code.push(
-                    &instr(
-                        Opcode::Cast,
-                        &[xdt as u64, dt as u64, result as u64, xa as u64, n],
-                    )?,
-                    w,
-                );
-            }
-            Node::Scalar(op, x, v) => {
-                let xa = opnd(x, code, ub)?;
-                result =
-                    reused.map_or_else(|| ub.alloc(bytes(class), limit).ok_or_else(oom), Ok)?;
-                let xdt = group.nodes[x].1;
-                let imm = scalar(xdt, v).0 as u64;
-                code.push(
-                    &instr(op, &[xdt as u64, result as u64, xa as u64, n, imm])?,
-                    w,
-                );
-            }
-            Node::Binary(op, a, b) => {
-                let aa = opnd(a, code, ub)?;
-                let ba = opnd(b, code, ub)?;
-                result =
-                    reused.map_or_else(|| ub.alloc(bytes(class), limit).ok_or_else(oom), Ok)?;
-                let adt = group.nodes[a].1;
-                code.push(
-                    &instr(op, &[adt as u64, result as u64, aa as u64, ba as u64, n])?,
-                    w,
-                );
-            }
-            Node::Select(c, a, b) => {
-                let ca = opnd(c, code, ub)?;
-                let aa = opnd(a, code, ub)?;
-                let ba = opnd(b, code, ub)?;
-                result =
-                    reused.map_or_else(|| ub.alloc(bytes(class), limit).ok_or_else(oom), Ok)?;
-                code.push(
-                    &instr(
-                        Opcode::Select,
-                        &[dt as u64, result as u64, ca as u64, aa as u64, ba as u64, n],
-                    )?,
-                    w,
-                );
-            }
-            Node::Fill(v) => {
-                result = ub.alloc(bytes(class), limit).ok_or_else(oom)?;
-                code.push(
-                    &instr(
-                        Opcode::Fill,
-                        &[dt as u64, result as u64, n, scalar(dt, v).0 as u64],
-                    )?,
-                    w,
-                );
-            }
-            Node::Reduce(op, x) => {
-                let xa = opnd(x, code, ub)?;
-                result = ub.alloc(bytes(Class::Reduced), limit).ok_or_else(oom)?;
-                let axis = fold.ok_or_else(|| malformed("reduce without a fold"))?;
-                let xdt = group.nodes[x].1;
-                code.push(
-                    &instr(
-                        op,
-                        &[
-                            xdt as u64,
-                            axis as u64,
-                            result as u64,
-                            xa as u64,
-                            t.tr,
-                            t.tc,
-                        ],
-                    )?,
-                    w,
-                );
-            }
-            Node::Matmul => {
-                let emit = matmul.ok_or_else(|| malformed("matmul node without operands"))?;
-                result = emit(code, ub, body)?;
-            }
-        }
+        let result = bx.emit_node(i, addr, &mut temps, ub, code)?;
         addr[i] = result;
         for &tmp in temps.as_slice() {
             ub.free(tmp);
         }
-        // Store every output this node produces.
+        bx.store_outputs(i, *dt, result, code)?;
+        // Free operands that die here (unless reused as the result).
+        for o in node.operands() {
+            if cx.last[o] == i && addr[o] != result {
+                ub.free(addr[o]);
+            }
+        }
+        if !is_read(cx.last, i) {
+            ub.free(result);
+        }
+    }
+    code.push(&Instr::End {}, WaitMask::NONE);
+    Ok(())
+}
+
+/// One body being emitted: the kernel's [`Ctx`], the body's index, and
+/// the sizes of its UB buffers.
+struct BodyEmitter<'c, 'a> {
+    cx: &'c Ctx<'a>,
+    body: u64,
+    matmul: Option<MatmulEmitter<'c>>,
+    /// Largest element size of the group: every buffer is sized for it.
+    es: u64,
+    /// Elements of a full tile.
+    full_elems: u64,
+    /// Elements of a reduced vector (one per row or column folded).
+    red_elems: u64,
+}
+
+impl<'c, 'a> BodyEmitter<'c, 'a> {
+    fn new(cx: &'c Ctx<'a>, body: u64, matmul: Option<MatmulEmitter<'c>>) -> Self {
+        let t = cx.t;
+        BodyEmitter {
+            cx,
+            body,
+            matmul,
+            es: max_elem_size(cx.group),
+            full_elems: t.tr * t.tc,
+            red_elems: match cx.fold {
+                Some(Axis::Cols) => t.tr,
+                Some(Axis::Rows) => t.tc,
+                None => 1,
+            },
+        }
+    }
+
+    /// A new UB buffer for one value of class `c`.
+    fn alloc(&self, ub: &mut UbAlloc, c: Class) -> Result<u32, CompileError> {
+        let e = if c == Class::Full {
+            self.full_elems
+        } else {
+            self.red_elems
+        };
+        self.alloc_bytes(ub, e * self.es)
+    }
+
+    fn alloc_bytes(&self, ub: &mut UbAlloc, bytes: u64) -> Result<u32, CompileError> {
+        let limit = self.cx.target.ub_bytes;
+        ub.alloc(bytes as u32, limit)
+            .ok_or_else(|| CompileError::DoesNotFit("the group's live tiles".into(), limit))
+    }
+
+    /// The buffer of node `i`'s result: `reused` (an operand's, see
+    /// [`reused_operand`]) or a new one of class `c`.
+    fn result_buf(
+        &self,
+        ub: &mut UbAlloc,
+        reused: Option<u32>,
+        c: Class,
+    ) -> Result<u32, CompileError> {
+        reused.map_or_else(|| self.alloc(ub, c), Ok)
+    }
+
+    /// A spread input as this tile loads it: a row only for tiles of
+    /// several rows, a column only for tiles of several columns.
+    fn spread_of(&self, o: usize) -> Option<Spread> {
+        let t = self.cx.t;
+        self.cx
+            .spread
+            .get(o)
+            .copied()
+            .flatten()
+            .filter(|s| match s {
+                Spread::DownRows => t.tr > 1,
+                Spread::AcrossCols => t.tc > 1,
+            })
+    }
+
+    /// Loads the spread inputs first, a row or a column each: the
+    /// operations that read them then sit next to each other, which lets
+    /// the predecoder fuse runs of them (a norm's scale, weight and bias).
+    fn load_spread_inputs(
+        &self,
+        ub: &mut UbAlloc,
+        addr: &mut [u32],
+        code: &mut CodeWriter,
+    ) -> Result<(), CompileError> {
+        let (group, t) = (self.cx.group, self.cx.t);
+        for (i, (node, _)) in group.nodes.iter().enumerate() {
+            let (&Node::Input(k), Some(s)) = (node, self.spread_of(i)) else {
+                continue;
+            };
+            let (shape, len) = match s {
+                Spread::DownRows => (BoxShape::ColVec, t.tc * self.es),
+                Spread::AcrossCols => (BoxShape::RowVec, t.tr * self.es),
+            };
+            addr[i] = self.alloc_bytes(ub, len)?;
+            let dt = group.inputs[k].dtype;
+            code.push(
+                &t.load(k, k as u8, dt, addr[i], self.body, shape)?,
+                WaitMask::NONE,
+            );
+        }
+        Ok(())
+    }
+
+    /// The address node `i` reads operand `o` at: its own buffer, or a
+    /// broadcast temporary (pushed to `temps`) where a spread operand is
+    /// read, or a reduced one by a full node.
+    fn operand(
+        &self,
+        i: usize,
+        o: usize,
+        addr: &[u32],
+        temps: &mut Temps,
+        ub: &mut UbAlloc,
+        code: &mut CodeWriter,
+    ) -> Result<u32, CompileError> {
+        let Ctx {
+            group,
+            t,
+            classes,
+            fold,
+            ..
+        } = *self.cx;
+        let op = if let Some(s) = self.spread_of(o) {
+            match s {
+                Spread::DownRows => Opcode::BroadcastRow,
+                Spread::AcrossCols => Opcode::BroadcastCol,
+            }
+        } else if classes[i] == Class::Full && classes[o] == Class::Reduced {
+            if fold == Some(Axis::Cols) {
+                Opcode::BroadcastCol
+            } else {
+                Opcode::BroadcastRow
+            }
+        } else {
+            return Ok(addr[o]);
+        };
+        let tmp = self.alloc(ub, Class::Full)?;
+        let odt = group.nodes[o].1;
+        code.push(
+            &instr(op, &[odt as u64, tmp as u64, addr[o] as u64, t.tr, t.tc])?,
+            WaitMask::NONE,
+        );
+        temps.push(tmp);
+        Ok(tmp)
+    }
+
+    /// Emits node `i` (its operands broadcast where needed); returns the
+    /// address of its result, written in place over an operand that dies
+    /// here by the rule the UB estimate counts with ([`peak_buffers`]).
+    fn emit_node(
+        &self,
+        i: usize,
+        addr: &[u32],
+        temps: &mut Temps,
+        ub: &mut UbAlloc,
+        code: &mut CodeWriter,
+    ) -> Result<u32, CompileError> {
+        let Ctx {
+            group,
+            t,
+            classes,
+            spread,
+            last,
+            fold,
+            ..
+        } = *self.cx;
+        let (node, dt) = &group.nodes[i];
+        let dt = *dt;
+        let class = classes[i];
+        let n = match class {
+            Class::Full => self.full_elems,
+            Class::Reduced => self.red_elems,
+        };
+        let w = WaitMask::NONE;
+        let reused = reused_operand(group, classes, spread, last, i).map(|o| addr[o]);
+        let mut opnd = |o: usize, ub: &mut UbAlloc, code: &mut CodeWriter| {
+            self.operand(i, o, addr, temps, ub, code)
+        };
+        let odt = |o: usize| group.nodes[o].1 as u64;
+        let result = match *node {
+            // Loaded with the spread inputs.
+            Node::Input(_) if self.spread_of(i).is_some() => addr[i],
+            Node::Input(k) => {
+                let result = self.alloc(ub, class)?;
+                let kdt = group.inputs[k].dtype;
+                code.push(
+                    &t.load(k, k as u8, kdt, result, self.body, BoxShape::Full)?,
+                    w,
+                );
+                result
+            }
+            Node::Unary(op, x) => {
+                let xa = opnd(x, ub, code)?;
+                let result = self.result_buf(ub, reused, class)?;
+                code.push(&instr(op, &[odt(x), result as u64, xa as u64, n])?, w);
+                result
+            }
+            Node::Cast(x) => {
+                let xa = opnd(x, ub, code)?;
+                let result = self.result_buf(ub, reused, class)?;
+                let raw = [odt(x), dt as u64, result as u64, xa as u64, n];
+                code.push(&instr(Opcode::Cast, &raw)?, w);
+                result
+            }
+            Node::Scalar(op, x, v) => {
+                let xa = opnd(x, ub, code)?;
+                let result = self.result_buf(ub, reused, class)?;
+                let imm = scalar(group.nodes[x].1, v).0 as u64;
+                let raw = [odt(x), result as u64, xa as u64, n, imm];
+                code.push(&instr(op, &raw)?, w);
+                result
+            }
+            Node::Binary(op, a, b) => {
+                let aa = opnd(a, ub, code)?;
+                let ba = opnd(b, ub, code)?;
+                let result = self.result_buf(ub, reused, class)?;
+                let raw = [odt(a), result as u64, aa as u64, ba as u64, n];
+                code.push(&instr(op, &raw)?, w);
+                result
+            }
+            Node::Select(c, a, b) => {
+                let ca = opnd(c, ub, code)?;
+                let aa = opnd(a, ub, code)?;
+                let ba = opnd(b, ub, code)?;
+                let result = self.result_buf(ub, reused, class)?;
+                let raw = [dt as u64, result as u64, ca as u64, aa as u64, ba as u64, n];
+                code.push(&instr(Opcode::Select, &raw)?, w);
+                result
+            }
+            Node::Fill(v) => {
+                let result = self.alloc(ub, class)?;
+                let raw = [dt as u64, result as u64, n, scalar(dt, v).0 as u64];
+                code.push(&instr(Opcode::Fill, &raw)?, w);
+                result
+            }
+            Node::Reduce(op, x) => {
+                let xa = opnd(x, ub, code)?;
+                let result = self.alloc(ub, Class::Reduced)?;
+                let axis = fold.ok_or_else(|| malformed("reduce without a fold"))?;
+                let raw = [odt(x), axis as u64, result as u64, xa as u64, t.tr, t.tc];
+                code.push(&instr(op, &raw)?, w);
+                result
+            }
+            Node::Matmul => {
+                let emit = self
+                    .matmul
+                    .ok_or_else(|| malformed("matmul node without operands"))?;
+                emit(code, ub, self.body)?
+            }
+        };
+        Ok(result)
+    }
+
+    /// Stores every output node `i` (of dtype `dt`, at `result`) produces.
+    fn store_outputs(
+        &self,
+        i: usize,
+        dt: DType,
+        result: u32,
+        code: &mut CodeWriter,
+    ) -> Result<(), CompileError> {
+        let Ctx {
+            group,
+            t,
+            classes,
+            fold,
+            ..
+        } = *self.cx;
+        let n_in = group.inputs.len();
         for (k, (node_id, v)) in group.outputs.iter().enumerate() {
             if *node_id == i {
                 if v.dtype != dt {
                     return Err(malformed("output dtype differs from its node"));
                 }
-                let shape = if class == Class::Full {
-                    BoxShape::Full
-                } else {
-                    red_shape
+                let shape = match (classes[i], fold) {
+                    (Class::Full, _) => BoxShape::Full,
+                    (Class::Reduced, Some(Axis::Rows)) => BoxShape::ColVec,
+                    (Class::Reduced, _) => BoxShape::RowVec,
                 };
                 code.push(
-                    &t.store(n_in + k, (n_in + k) as u8, dt, result, body, shape, false)?,
-                    w,
+                    &t.store(
+                        n_in + k,
+                        (n_in + k) as u8,
+                        dt,
+                        result,
+                        self.body,
+                        shape,
+                        false,
+                    )?,
+                    WaitMask::NONE,
                 );
             }
         }
-        // Free operands that die here (unless reused as the result).
-        for o in node.operands() {
-            if last[o] == i && addr[o] != result {
-                ub.free(addr[o]);
-            }
-        }
-        if !is_read(last, i) {
-            ub.free(result);
-        }
+        Ok(())
     }
-    code.push(&Instr::End {}, w);
-    Ok(())
 }

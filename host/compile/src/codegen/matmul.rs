@@ -6,12 +6,12 @@ use dvm_isa::builder::CodeWriter;
 use dvm_isa::{DType, Instr, KernelKind, MmFlags, Pipe, WaitMask};
 
 use super::ewise::{
-    classify, emit_body, last_uses, max_elem_size, peak_buffers, spreads, stride_array, Ctx,
+    classify, emit_bodies, last_uses, max_elem_size, peak_buffers, spreads, stride_array, Ctx,
 };
 use super::group::{Group, GroupKind, Node};
-use super::space::{coalesce_keep, grid_layout, load_from, BoxShape, PatternFields};
+use super::space::{coalesce_keep, grid_layout, load_from, BoxShape, PatternFields, Tiled};
 use super::ub_alloc::{UbAlloc, ALIGN};
-use super::view::MAX_RANK;
+use super::view::{View, MAX_RANK};
 use super::{CompileError, Compiled, Scratch, Summary, Target};
 
 /// Compiles a matmul group.
@@ -31,43 +31,126 @@ pub(super) fn compile_into(
     target: &Target,
     sc: &mut Scratch,
 ) -> Result<Summary, CompileError> {
-    let GroupKind::Matmul {
-        batch,
-        m,
-        n,
-        k,
-        acc,
-    } = &group.kind
-    else {
-        return Err(CompileError::Malformed("not a matmul group".into()));
-    };
-    let (m, n, k, acc) = (*m, *n, *k, *acc);
-    if group.inputs.len() < 2 {
-        return Err(CompileError::Malformed("matmul needs two operands".into()));
-    }
-    let (a, b) = (&group.inputs[0], &group.inputs[1]);
-    let nb = batch.len();
-    let rank = nb + 2;
-    if rank > MAX_RANK {
-        return Err(CompileError::TooLarge("the iteration space's rank".into()));
-    }
-    if a.shape.len() != rank
-        || b.shape.len() != rank
-        || a.strides.len() != rank
-        || b.strides.len() != rank
-    {
-        return Err(CompileError::Malformed("operand rank".into()));
-    }
-    if a.shape[nb..] != [m, k] || b.shape[nb..] != [k, n] || a.dtype != b.dtype {
-        return Err(CompileError::Malformed("operand shapes or dtypes".into()));
-    }
+    let op = Operands::of(group)?;
     classify(group, &mut sc.classes)?;
     last_uses(group, &mut sc.last);
+    let r = tile_output_space(group, &op, sc)?;
+    let (tm, tn, tk) = tile_plan(group, &op, r, sc, target)?;
+    if group.inputs.len() + group.outputs.len() > 255 {
+        return Err(CompileError::TooLarge("parameter count".into()));
+    }
+    check_contraction_length(op.k, tk)?;
+    let t = &sc.tiled;
+    let grid = t.grid3()?;
+    let nbodies = t.bodies();
+    let nbodies_usize =
+        usize::try_from(nbodies).map_err(|_| CompileError::TooLarge("bodies".into()))?;
+    sc.clear_bodies(nbodies_usize);
+    let t = &sc.tiled;
+    let contraction = Contraction::new(&op, t, (tm, tn, tk), target.ub_bytes);
+    let emit_mm =
+        |code: &mut CodeWriter, ubx: &mut UbAlloc, body: u64| contraction.emit(code, ubx, body);
+    let cx = Ctx {
+        group,
+        t,
+        classes: &sc.classes,
+        spread: &sc.spread,
+        last: &sc.last,
+        fold: None,
+        target,
+    };
+    let ub_bytes = emit_bodies(
+        &cx,
+        &mut sc.bodies[..nbodies_usize],
+        &mut sc.ub,
+        &mut sc.addr,
+        Some(&emit_mm),
+    )?;
+    Ok(Summary {
+        kind: kernel_kind(group, nbodies),
+        ub_bytes,
+        bodies: nbodies_usize,
+        grid,
+        tile: (tm, tn),
+        // Statistics for `dvm explain`: saturating, as shapes may be large
+        // enough to overflow them (a kernel that is never run).
+        tiles: nbodies.saturating_mul(t.tiles_per_body()),
+        bytes_moved: bytes_moved(group, &op, tm, tn),
+    })
+}
 
-    // The output space [batch…, m, n]; A does not move along n, B not along m.
+/// A matmul group's own operands, checked: A `[batch…, m, k]` and
+/// B `[batch…, k, n]` of one dtype, accumulated in `acc`.
+struct Operands<'a> {
+    batch: &'a [u64],
+    m: u64,
+    n: u64,
+    k: u64,
+    acc: DType,
+    a: &'a View,
+    b: &'a View,
+}
+
+impl<'a> Operands<'a> {
+    fn of(group: &'a Group) -> Result<Operands<'a>, CompileError> {
+        let GroupKind::Matmul {
+            batch,
+            m,
+            n,
+            k,
+            acc,
+        } = &group.kind
+        else {
+            return Err(CompileError::Malformed("not a matmul group".into()));
+        };
+        let (m, n, k, acc) = (*m, *n, *k, *acc);
+        if group.inputs.len() < 2 {
+            return Err(CompileError::Malformed("matmul needs two operands".into()));
+        }
+        let (a, b) = (&group.inputs[0], &group.inputs[1]);
+        let nb = batch.len();
+        let rank = nb + 2;
+        if rank > MAX_RANK {
+            return Err(CompileError::TooLarge("the iteration space's rank".into()));
+        }
+        if a.shape.len() != rank
+            || b.shape.len() != rank
+            || a.strides.len() != rank
+            || b.strides.len() != rank
+        {
+            return Err(CompileError::Malformed("operand rank".into()));
+        }
+        if a.shape[nb..] != [m, k] || b.shape[nb..] != [k, n] || a.dtype != b.dtype {
+            return Err(CompileError::Malformed("operand shapes or dtypes".into()));
+        }
+        Ok(Operands {
+            batch,
+            m,
+            n,
+            k,
+            acc,
+            a,
+            b,
+        })
+    }
+}
+
+/// Tiles the output space `[batch…, m, n]` into `sc.tiled` (box rows and
+/// columns m and n, tiles of one element until [`tile_plan`]): every
+/// operand's strides over it, A not moving along n nor B along m, the
+/// epilogue's inputs and the outputs over the whole space. Returns the
+/// box's rows dimension.
+fn tile_output_space(
+    group: &Group,
+    op: &Operands<'_>,
+    sc: &mut Scratch,
+) -> Result<usize, CompileError> {
+    let (a, b, m, n) = (op.a, op.b, op.m, op.n);
+    let nb = op.batch.len();
+    let rank = nb + 2;
     let space = &mut sc.space;
     space.clear();
-    space.extend_from_slice(batch);
+    space.extend_from_slice(op.batch);
     space.push(m);
     space.push(n);
     let strides = &mut sc.strides;
@@ -114,16 +197,29 @@ pub(super) fn compile_into(
     t.cdim = r + 1;
     t.tr = 1;
     t.tc = 1;
-    let classes = &sc.classes;
+    Ok(r)
+}
 
-    // Tile sizes: start from 64 × 128 × 256 and shrink until A, B and the
-    // epilogue's live tiles fit. `nf` counts the accumulator itself (the
-    // matmul node is a full tile of the epilogue); A and B stay allocated
-    // during the epilogue in the worst case (slots are reused by size).
-    let es_in = a.dtype.size() as u64;
-    let es = max_elem_size(group).max(acc.size() as u64);
+/// The tile sizes `(tm, tn, tk)` and the grid laid out for them in
+/// `sc.tiled` (`r`: the box's rows dimension): from 64 × 128 × 256, shrunk
+/// until A, B and the epilogue's live tiles fit, then rows halved until
+/// there are enough tiles for the cores.
+fn tile_plan(
+    group: &Group,
+    op: &Operands<'_>,
+    r: usize,
+    sc: &mut Scratch,
+    target: &Target,
+) -> Result<(u64, u64, u64), CompileError> {
+    let (m, n, k) = (op.m, op.n, op.k);
+    let t = &mut sc.tiled;
+    // `nf` counts the accumulator itself (the matmul node is a full tile of
+    // the epilogue); A and B stay allocated during the epilogue in the
+    // worst case (slots are reused by size).
+    let es_in = op.a.dtype.size() as u64;
+    let es = max_elem_size(group).max(op.acc.size() as u64);
     spreads(group, t, &mut sc.spread);
-    let (nf, _, nv) = peak_buffers(group, classes, &sc.spread, &sc.last);
+    let (nf, _, nv) = peak_buffers(group, &sc.classes, &sc.spread, &sc.last);
     let al = |x: u64| x.next_multiple_of(ALIGN as u64);
     let ub = target.ub_bytes as u64;
     let (mut tm, mut tn, mut tk) = (m.min(64), n.min(128), k.min(256));
@@ -152,19 +248,15 @@ pub(super) fn compile_into(
     t.tr = tm;
     t.tc = tn;
     grid_layout(t);
+    Ok((tm, tn, tk))
+}
 
-    let trans_a = a.strides[nb + 1] != 1 && a.strides[nb] == 1 && m > 1;
-    let trans_b = b.strides[nb + 1] != 1 && b.strides[nb] == 1 && n > 1;
-    let (ka, kb) = (a.strides[nb + 1], b.strides[nb]);
-    let in_dt = a.dtype;
-
-    if group.inputs.len() + group.outputs.len() > 255 {
-        return Err(CompileError::TooLarge("parameter count".into()));
-    }
-    // Each contraction chunk is three instructions (two loads and a
-    // matmul) in every body: a contraction whose chunks alone overflow the
-    // executor's program is refused here, before its code is written (a
-    // long one would take minutes and gigabytes to emit).
+/// Refuses a contraction of length `k` in chunks of `tk` whose chunks
+/// alone overflow the executor's program: each chunk is three
+/// instructions (two loads and a matmul) in every body, and the check
+/// comes before any code is written (a long contraction would take
+/// minutes and gigabytes to emit).
+fn check_contraction_length(k: u64, tk: u64) -> Result<(), CompileError> {
     let chunks = k.div_ceil(tk);
     if chunks.saturating_mul(3) > dvm_device::predecode::DEFAULT_INSTRS as u64 {
         return Err(CompileError::TooLarge(format!(
@@ -173,97 +265,141 @@ pub(super) fn compile_into(
             dvm_device::predecode::DEFAULT_INSTRS
         )));
     }
-    let grid = t.grid3()?;
-    let nbodies = t.bodies();
-    let nbodies_usize =
-        usize::try_from(nbodies).map_err(|_| CompileError::TooLarge("bodies".into()))?;
-    sc.clear_bodies(nbodies_usize);
-    let t = &sc.tiled;
-    let mut ub_bytes = 0;
-    let limit = target.ub_bytes;
-    let emit_mm =
-        |code: &mut CodeWriter, ubx: &mut UbAlloc, body: u64| -> Result<u32, CompileError> {
-            let oom = || CompileError::DoesNotFit("a matmul tile".into(), limit);
-            let c = ubx
-                .alloc((tm * tn * acc.size() as u64) as u32, limit)
-                .ok_or_else(oom)?;
-            let abuf = ubx.alloc((tm * tk * es_in) as u32, limit).ok_or_else(oom)?;
-            let bbuf = ubx.alloc((tk * tn * es_in) as u32, limit).ok_or_else(oom)?;
-            let pa = t.pattern(0, body, BoxShape::Full)?;
-            let pb = t.pattern(1, body, BoxShape::Full)?;
-            let mut k0 = 0;
-            while k0 < k {
-                let kc = tk.min(k - k0);
-                let la = a_box(&pa, trans_a, tm, kc, ka, k0)?;
-                let lb = b_box(&pb, trans_b, tn, kc, kb, k0)?;
-                code.push(&load_from(&la, 0, in_dt, abuf)?, WaitMask::NONE);
-                code.push(&load_from(&lb, 1, in_dt, bbuf)?, WaitMask::NONE);
-                let flags = MmFlags {
-                    trans_a,
-                    trans_b,
-                    accumulate: k0 > 0,
-                };
-                code.push(
-                    &Instr::Matmul {
-                        dt: in_dt,
-                        out: acc,
-                        flags,
-                        dst: c,
-                        a: abuf,
-                        b: bbuf,
-                        m: tm as u32,
-                        n: tn as u32,
-                        k: kc as u32,
-                    },
-                    WaitMask::NONE.with(Pipe::Load),
-                );
-                k0 += kc;
-            }
-            ubx.free(abuf);
-            ubx.free(bbuf);
-            Ok(c)
-        };
-    let cx = Ctx {
-        group,
-        t,
-        classes: &sc.classes,
-        spread: &sc.spread,
-        last: &sc.last,
-        fold: None,
-        target,
-    };
-    for (body, code) in sc.bodies[..nbodies_usize].iter_mut().enumerate() {
-        emit_body(
-            &cx,
-            body as u64,
-            &mut sc.ub,
-            &mut sc.addr,
-            code,
-            Some(&emit_mm),
-        )?;
-        ub_bytes = ub_bytes.max(sc.ub.high_water());
+    Ok(())
+}
+
+/// The contraction that produces the matmul node's tile: `k` in chunks of
+/// `tk`, each an A box and a B box loaded and multiplied into the
+/// accumulator.
+struct Contraction<'a> {
+    t: &'a Tiled,
+    tm: u64,
+    tn: u64,
+    tk: u64,
+    k: u64,
+    in_dt: DType,
+    acc: DType,
+    /// A stored transposed (contiguous along m), loaded as `k × m` boxes.
+    trans_a: bool,
+    /// B stored transposed (contiguous along k), loaded as `n × k` boxes.
+    trans_b: bool,
+    /// A's and B's strides along k.
+    ka: u64,
+    kb: u64,
+    limit: u32,
+}
+
+impl<'a> Contraction<'a> {
+    fn new(op: &Operands<'_>, t: &'a Tiled, (tm, tn, tk): (u64, u64, u64), limit: u32) -> Self {
+        let (a, b) = (op.a, op.b);
+        let nb = op.batch.len();
+        Contraction {
+            t,
+            tm,
+            tn,
+            tk,
+            k: op.k,
+            in_dt: a.dtype,
+            acc: op.acc,
+            trans_a: a.strides[nb + 1] != 1 && a.strides[nb] == 1 && op.m > 1,
+            trans_b: b.strides[nb + 1] != 1 && b.strides[nb] == 1 && op.n > 1,
+            ka: a.strides[nb + 1],
+            kb: b.strides[nb],
+            limit,
+        }
     }
-    // The epilogue runs on the vector pipe: any node but the matmul and the
-    // loads of its operands.
+
+    /// Emits the contraction of `body`'s tile; returns the accumulator's
+    /// UB address (A's and B's buffers freed).
+    fn emit(
+        &self,
+        code: &mut CodeWriter,
+        ubx: &mut UbAlloc,
+        body: u64,
+    ) -> Result<u32, CompileError> {
+        let Contraction {
+            t,
+            tm,
+            tn,
+            tk,
+            k,
+            in_dt,
+            acc,
+            trans_a,
+            trans_b,
+            ka,
+            kb,
+            limit,
+        } = *self;
+        let es_in = in_dt.size() as u64;
+        let oom = || CompileError::DoesNotFit("a matmul tile".into(), limit);
+        let c = ubx
+            .alloc((tm * tn * acc.size() as u64) as u32, limit)
+            .ok_or_else(oom)?;
+        let abuf = ubx.alloc((tm * tk * es_in) as u32, limit).ok_or_else(oom)?;
+        let bbuf = ubx.alloc((tk * tn * es_in) as u32, limit).ok_or_else(oom)?;
+        let pa = t.pattern(0, body, BoxShape::Full)?;
+        let pb = t.pattern(1, body, BoxShape::Full)?;
+        let mut k0 = 0;
+        while k0 < k {
+            let kc = tk.min(k - k0);
+            let la = a_box(&pa, trans_a, tm, kc, ka, k0)?;
+            let lb = b_box(&pb, trans_b, tn, kc, kb, k0)?;
+            code.push(&load_from(&la, 0, in_dt, abuf)?, WaitMask::NONE);
+            code.push(&load_from(&lb, 1, in_dt, bbuf)?, WaitMask::NONE);
+            let flags = MmFlags {
+                trans_a,
+                trans_b,
+                accumulate: k0 > 0,
+            };
+            code.push(
+                &Instr::Matmul {
+                    dt: in_dt,
+                    out: acc,
+                    flags,
+                    dst: c,
+                    a: abuf,
+                    b: bbuf,
+                    m: tm as u32,
+                    n: tn as u32,
+                    k: kc as u32,
+                },
+                WaitMask::NONE.with(Pipe::Load),
+            );
+            k0 += kc;
+        }
+        ubx.free(abuf);
+        ubx.free(bbuf);
+        Ok(c)
+    }
+}
+
+/// The kernel kind: parallel over several bodies, else mix when an
+/// epilogue runs on the vector pipe (any node but the matmul and the loads
+/// of its operands), else cube.
+fn kernel_kind(group: &Group, nbodies: u64) -> KernelKind {
     let vector = group
         .nodes
         .iter()
         .any(|(n, _)| !matches!(n, Node::Matmul | Node::Input(_)));
-    let kind = if nbodies > 1 {
+    if nbodies > 1 {
         KernelKind::Parallel
     } else if vector {
         KernelKind::Mix
     } else {
         KernelKind::Cube
-    };
-    // Statistics for `dvm explain`: saturating, as shapes may be large
-    // enough to overflow them (a kernel that is never run).
-    let tiles = nbodies.saturating_mul(t.tiles_per_body());
+    }
+}
+
+/// Bytes moved per launch with `tm × tn` tiles (saturating): A read once
+/// per column tile, B once per row tile, the epilogue's inputs and the
+/// outputs once.
+fn bytes_moved(group: &Group, op: &Operands<'_>, tm: u64, tn: u64) -> u64 {
+    let (a, b) = (op.a, op.b);
     let io = |d: DType, e: u64| e.saturating_mul(d.size() as u64);
-    // A is read once per column tile, B once per row tile.
-    let bytes_moved = io(a.dtype, a.numel())
-        .saturating_mul(n.div_ceil(tn))
-        .saturating_add(io(b.dtype, b.numel()).saturating_mul(m.div_ceil(tm)))
+    io(a.dtype, a.numel())
+        .saturating_mul(op.n.div_ceil(tn))
+        .saturating_add(io(b.dtype, b.numel()).saturating_mul(op.m.div_ceil(tm)))
         .saturating_add(
             group.inputs[2..]
                 .iter()
@@ -271,16 +407,7 @@ pub(super) fn compile_into(
                 .fold(0u64, |acc, v| {
                     acc.saturating_add(io(v.dtype, v.distinct_numel()))
                 }),
-        );
-    Ok(Summary {
-        kind,
-        ub_bytes,
-        bodies: nbodies_usize,
-        grid,
-        tile: (tm, tn),
-        tiles,
-        bytes_moved,
-    })
+        )
 }
 
 /// The A box for contraction chunk `k0..k0+kc`: `tm × kc` (or `kc × tm`

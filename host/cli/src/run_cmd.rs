@@ -1,0 +1,151 @@
+//! `dvm run`: a graph on input `.npy` files, each output written as
+//! `DIR/NAME.npy`.
+
+use std::path::{Path, PathBuf};
+
+use dvm_graph::Graph;
+use dvm_runtime::device::{self, DeviceConfig};
+use dvm_runtime::Prepared;
+use dvm_tensor::npy;
+use dvm_tensor::Tensor;
+
+use crate::out_files::{check_dir, write_all_atomic, MadeDir};
+use crate::{
+    cores_parser, device_parser, fuse_options, load_graph, parse_binds, run_failure, Failure,
+};
+
+// The arguments of `dvm run` (its help is the `Run` variant's).
+#[derive(clap::Args)]
+pub struct RunArgs {
+    /// Graph file (JSON, see docs/graph-format.md).
+    graph: PathBuf,
+    /// An input: `NAME=FILE.npy` (repeat for each input).
+    #[arg(long = "input", value_name = "NAME=FILE")]
+    inputs: Vec<String>,
+    /// A symbol value: `S=128` (repeat; usually deduced from the inputs).
+    #[arg(long = "bind", value_name = "SYM=VALUE")]
+    binds: Vec<String>,
+    /// Device to run on (the registry's names).
+    #[arg(long, default_value = "cpu", value_parser = device_parser())]
+    device: String,
+    /// Directory for the outputs (created if missing).
+    #[arg(long)]
+    output_dir: PathBuf,
+    /// Worker cores for the cpu device, 1 to 1024 (default: all); for the
+    /// qemu device, the blocks each launch is split into.
+    #[arg(long, value_parser = cores_parser())]
+    cores: Option<usize>,
+    /// The firmware ELF for `--device qemu` (`cargo ci firmware` builds
+    /// it as target/aarch64/aarch64-unknown-none/firmware/dvm-firmware).
+    #[arg(long, env = "DVM_FIRMWARE")]
+    firmware: Option<PathBuf>,
+    /// For `--device qemu`: save the firmware's defmt log here (decode
+    /// with `defmt-print -e FIRMWARE`).
+    #[arg(long)]
+    firmware_log: Option<PathBuf>,
+    /// One kernel per operator (no fusion), for comparison.
+    #[arg(long)]
+    no_fuse: bool,
+}
+
+/// Runs `dvm run`: every argument and input checked before anything runs,
+/// the outputs written only when all of them were computed.
+pub fn cmd_run(args: RunArgs) -> Result<(), Failure> {
+    let RunArgs {
+        graph,
+        inputs,
+        binds,
+        device,
+        output_dir,
+        cores,
+        firmware,
+        firmware_log,
+        no_fuse,
+    } = args;
+    let g = load_graph(&graph)?;
+    if g.outputs().is_empty() {
+        return Err(Failure(
+            format!(
+                "{}: the graph has no outputs, so there is nothing to run (list them \
+                 under `outputs`)",
+                graph.display()
+            ),
+            2,
+        ));
+    }
+    check_dir(&output_dir)
+        .map_err(|Failure(msg, code)| Failure(format!("--output-dir: {msg}"), code))?;
+    let config = DeviceConfig {
+        cores,
+        firmware,
+        firmware_log,
+        ..DeviceConfig::default()
+    };
+    let dev = device::open(&device, &config).map_err(|e| Failure(e.to_string(), 2))?;
+    let bindings = parse_binds(&g, &binds)?;
+    let tensors = read_inputs(&g, &inputs)?;
+    let named: Vec<(&str, &Tensor)> = tensors.iter().map(|(n, t)| (n.as_str(), t)).collect();
+    // Input errors (missing, extra, wrong shape, out-of-range
+    // bindings) are user errors caught before anything runs.
+    g.bind_tensors(&named, &bindings)
+        .map_err(|e| Failure(e.to_string(), 2))?;
+    let prepared = Prepared::with_options(&g, &fuse_options(no_fuse))
+        .map_err(|e| Failure(e.to_string(), 2))?;
+    let outputs = dev.run(&prepared, &named, &bindings).map_err(run_failure)?;
+    write_outputs(&output_dir, &outputs)
+}
+
+/// The `--input NAME=FILE.npy` tensors, each read as its graph input's
+/// dtype.
+fn read_inputs(g: &Graph, inputs: &[String]) -> Result<Vec<(String, Tensor)>, Failure> {
+    let mut tensors: Vec<(String, Tensor)> = Vec::new();
+    for spec in inputs {
+        let (name, file) = spec
+            .split_once('=')
+            .filter(|(_, file)| !file.is_empty())
+            .ok_or_else(|| Failure(format!("--input `{spec}`: expected NAME=FILE.npy"), 2))?;
+        let id = g
+            .find(name)
+            .filter(|id| g.inputs().contains(id))
+            .ok_or_else(|| {
+                Failure(
+                    format!("--input `{name}`: the graph has no input of that name"),
+                    2,
+                )
+            })?;
+        let dtype = g.nodes()[id.0].dtype;
+        let t = npy::read_as(Path::new(file), dtype)
+            .map_err(|e| Failure(format!("--input `{name}`: {e}"), 2))?;
+        tensors.push((name.to_string(), t));
+    }
+    Ok(tensors)
+}
+
+/// Writes each output as `output_dir/NAME.npy`, all or none (the
+/// directories made for them removed again on failure), and prints the
+/// paths.
+fn write_outputs(output_dir: &Path, outputs: &[(String, Tensor)]) -> Result<(), Failure> {
+    let paths: Vec<PathBuf> = outputs
+        .iter()
+        .map(|(n, _)| output_dir.join(format!("{n}.npy")))
+        .collect();
+    let bytes = paths
+        .iter()
+        .zip(outputs)
+        .map(|(p, (_, t))| npy::to_bytes(t, p))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| Failure(e.to_string(), 1))?;
+    let files: Vec<(&Path, &[u8])> = paths
+        .iter()
+        .zip(&bytes)
+        .map(|(p, b)| (p.as_path(), b.as_slice()))
+        .collect();
+    let made = MadeDir::create(output_dir)?;
+    // An output may replace an input `.npy` (read whole before):
+    // feeding a run's result back is a workflow, not a slip.
+    write_all_atomic(&files, &[]).inspect_err(|_| made.undo())?;
+    for p in &paths {
+        println!("{}", p.display());
+    }
+    Ok(())
+}
