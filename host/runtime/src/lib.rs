@@ -22,12 +22,20 @@ pub mod explain;
 #[cfg(test)]
 mod fusion_tests;
 pub mod pool;
+mod outputs;
 mod prepared;
 
 pub use compiler::Compiler;
 pub use device::qemu::{QemuDevice, QemuError, QemuRun};
-pub use device::{Device, ReferenceDevice, Runtime};
+pub use device::{Device, DeviceConfig, DeviceError, ReferenceDevice, Runtime};
 pub use dvm_compile::cache::{CacheStats, KernelCache};
 pub use error::RunError;
+pub use eager::{Eager, EagerError, LazyTensor};
 pub use pool::CpuPool;
+pub use outputs::Outputs;
 pub use prepared::Prepared;
+
+/// Kernels a device's cache keeps unless told otherwise ([`Runtime::default`],
+/// [`Runtime::with_cores`], [`device::DeviceConfig::default`]): enough for the
+/// kernels of a few graphs at several shapes each.
+pub const DEFAULT_CACHE_CAPACITY: usize = 256;
