@@ -372,7 +372,9 @@ fn run(cli: Cli) -> Result<(), Failure> {
                 .map_err(|e| Failure(e.to_string(), 2))?;
             let prepared = Prepared::with_options(&g, &fuse_options(no_fuse))
                 .map_err(|e| Failure(e.to_string(), 2))?;
-            let outputs = dev.run(&prepared, &named, &bindings).map_err(run_failure)?;
+            let outputs = dev
+                .run_with_bindings(&prepared, &named, &bindings)
+                .map_err(run_failure)?;
             let paths: Vec<PathBuf> = outputs
                 .iter()
                 .map(|(n, _)| output_dir.join(format!("{n}.npy")))

@@ -21,18 +21,18 @@ mod error;
 pub mod explain;
 #[cfg(test)]
 mod fusion_tests;
-pub mod pool;
 mod outputs;
+pub mod pool;
 mod prepared;
 
 pub use compiler::Compiler;
 pub use device::qemu::{QemuDevice, QemuError, QemuRun};
 pub use device::{Device, DeviceConfig, DeviceError, ReferenceDevice, Runtime};
 pub use dvm_compile::cache::{CacheStats, KernelCache};
-pub use error::RunError;
 pub use eager::{Eager, EagerError, LazyTensor};
-pub use pool::CpuPool;
+pub use error::RunError;
 pub use outputs::Outputs;
+pub use pool::CpuPool;
 pub use prepared::Prepared;
 
 /// Kernels a device's cache keeps unless told otherwise ([`Runtime::default`],

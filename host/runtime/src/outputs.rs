@@ -70,6 +70,12 @@ impl Outputs {
         self.entries.iter().map(|(n, t)| (n.as_str(), t))
     }
 
+    /// `(name, tensor)` pairs in graph order, the tensors mutable (to run
+    /// into them again with [`Runtime::run_into`](crate::Runtime::run_into)).
+    pub fn iter_mut(&mut self) -> impl ExactSizeIterator<Item = (&str, &mut Tensor)> + '_ {
+        self.entries.iter_mut().map(|(n, t)| (n.as_str(), t))
+    }
+
     /// The `(name, tensor)` pairs as a slice, in graph order.
     pub fn as_slice(&self) -> &[(String, Tensor)] {
         &self.entries

@@ -172,7 +172,6 @@ fn byte_len(dtype: DType, shape: &[u64]) -> Result<(usize, usize), TensorError> 
     })
 }
 
-
 impl Tensor {
     /// A tensor from its little-endian element bytes (copied into aligned
     /// memory; [`Tensor::zeros`] and [`Tensor::bytes_mut`] fill a tensor

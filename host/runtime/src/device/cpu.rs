@@ -292,7 +292,11 @@ impl Runtime {
     /// [`RunError`]: bad inputs (named; a symbol no input's shape fixes
     /// among them: give it with [`Runtime::run_with_bindings`]), lowering,
     /// compile or launch failures.
-    pub fn run(&self, prepared: &Prepared, inputs: &[(&str, &Tensor)]) -> Result<Outputs, RunError> {
+    pub fn run(
+        &self,
+        prepared: &Prepared,
+        inputs: &[(&str, &Tensor)],
+    ) -> Result<Outputs, RunError> {
         self.run_profiled(prepared, inputs, &Bindings::new(), None)
     }
 
