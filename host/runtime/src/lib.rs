@@ -1,6 +1,10 @@
 //! The dvm runtime: devices that run graphs, the compiler they run kernels
 //! from, the CPU worker pool, and the eager API.
 //!
+//! Programs take the user API from the `dvm` crate (`use dvm::prelude::*`),
+//! which re-exports what they need from here; this crate's other items are
+//! the internals the CLI, the tests and the benchmarks use.
+//!
 //! - [`device`]: the [`Device`] trait, its implementations ([`Runtime`], the
 //!   CPU device; [`QemuDevice`]; [`ReferenceDevice`]) and the registry that
 //!   `--device NAME` resolves through.
