@@ -5,7 +5,7 @@
 //! calling thread's compile scratch, then compiles a small set of kernels
 //! that exercise the element-wise, reduce and matmul paths (tiling,
 //! encoding, verifying and predecoding the common instructions) and throws
-//! them away. Call it on any other thread that will compile. [`dvm_runtime::Runtime::new`]
+//! them away. Call it on any other thread that will compile. `dvm_runtime::Runtime::new`
 //! calls it, so a user's first compile after creating a runtime is warm.
 
 use dvm_isa::{DType, Opcode};

@@ -66,7 +66,8 @@ pub enum TensorError {
     },
 }
 
-/// A dense host tensor (see the [module docs](self)).
+/// A dense host tensor: a dtype, a concrete shape and row-major, little-endian
+/// element bytes (`bool` as 0 or 1).
 ///
 /// Its bytes are stored 8-byte aligned, so that [`Tensor::as_slice`] views
 /// them as elements without a copy.
@@ -692,6 +693,30 @@ mod tests {
         assert_eq!(z.numel(), 0);
         let s = Tensor::from_f32(&[], &[7.0]).unwrap();
         assert_eq!(s.numel(), 1);
+    }
+
+    #[test]
+    fn typed_views_are_in_place_and_checked() {
+        let mut t = Tensor::from_f64(DType::F16, &[3], &[1.0, -2.0, 0.5]).unwrap();
+        assert_eq!(t.bytes().as_ptr().align_offset(8), 0);
+        assert_eq!(t.as_slice::<f16>().unwrap()[1], f16::from_f32(-2.0));
+        t.as_mut_slice::<f16>().unwrap()[2] = f16::from_f32(4.0);
+        assert_eq!(t.to_f64_vec(), vec![1.0, -2.0, 4.0]);
+        assert!(matches!(
+            t.as_slice::<f32>(),
+            Err(TensorError::WrongDType { .. })
+        ));
+        let i = Tensor::from_elements(&[2], &[7i8, -7]).unwrap();
+        assert_eq!(i.dtype(), DType::I8);
+        assert_eq!(i.as_slice::<i8>().unwrap(), &[7, -7]);
+        let b = Tensor::new(DType::BF16, vec![1], vec![0x80, 0x3f]).unwrap();
+        assert_eq!(b.as_slice::<bf16>().unwrap(), &[bf16::ONE]);
+        assert_eq!(b.clone().into_bytes(), vec![0x80, 0x3f]);
+        assert!(Tensor::zeros(DType::F32, &[0])
+            .unwrap()
+            .as_slice::<f32>()
+            .unwrap()
+            .is_empty());
     }
 
     #[test]
