@@ -93,6 +93,12 @@ fn conformance(ctx: &Ctx) -> Result {
     if !fw.exists() {
         return Err(format!("{} is missing: run `cargo ci firmware` first", fw.display()).into());
     }
+    // Every conformance case on the QEMU device (`qemu::NAME`), then the
+    // firmware's answers to bad jobs.
+    #[rustfmt::skip]
+    cmd!(ctx.sh, "cargo test -p dvm-tests --profile ci --test conformance -- --include-ignored --test-threads 1 qemu::")
+        .env("DVM_FIRMWARE", &fw)
+        .run()?;
     #[rustfmt::skip]
     cmd!(ctx.sh, "cargo test -p dvm-tests --profile ci --test qemu -- --include-ignored --nocapture --test-threads 1")
         .env("DVM_FIRMWARE", &fw)

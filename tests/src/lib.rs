@@ -1,10 +1,12 @@
 //! The dvm conformance suite: one list of cases (graphs with their inputs),
 //! run against every device.
 //!
-//! - `tests/conformance.rs`: the CPU device against the f64 reference
-//!   device, within each case's tolerance;
-//! - `tests/qemu.rs`: the QEMU device (the aarch64 firmware) against the CPU
-//!   device, bit for bit (run by `cargo ci qemu`).
+//! `tests/conformance.rs` makes one test per case per device: `cpu::NAME`
+//! (the CPU device against the f64 reference device, within each case's
+//! tolerance) and `qemu::NAME` (the QEMU device, the aarch64 firmware,
+//! against the CPU device bit for bit; run by `cargo ci qemu`).
+//! `cargo test -p dvm-tests -- NAME` runs one case; `tests/qemu.rs` checks
+//! the firmware's answers to bad jobs.
 //!
 //! Cases cover every element-wise operator with broadcasting, the
 //! with-scalar forms, comparisons and `where`, reductions over inner,

@@ -91,8 +91,10 @@ pub fn cmd_run(args: RunArgs) -> Result<(), Failure> {
         .map_err(|e| Failure(e.to_string(), 2))?;
     let prepared = Prepared::with_options(&g, &fuse_options(no_fuse))
         .map_err(|e| Failure(e.to_string(), 2))?;
-    let outputs = dev.run(&prepared, &named, &bindings).map_err(run_failure)?;
-    write_outputs(&output_dir, &outputs)
+    let outputs = dev
+        .run_with_bindings(&prepared, &named, &bindings)
+        .map_err(run_failure)?;
+    write_outputs(&output_dir, outputs.as_slice())
 }
 
 /// The `--input NAME=FILE.npy` tensors, each read as its graph input's

@@ -1,5 +1,9 @@
 //! The graph IR: typed tensors with symbolic shapes, built op by op.
 //!
+//! Programs take the user API from the `dvm` crate (`use dvm::prelude::*`),
+//! which re-exports what they need from here; this crate's other items are
+//! the internals the CLI, the tests and the benchmarks use.
+//!
 //! A [`Graph`] owns a [`SymbolScope`], a list of [`Node`]s (each an [`Op`], its
 //! operand node ids, a unique name, a dtype and a symbolic shape), the inputs
 //! in order and the named outputs. Node ids are indices into the node list,

@@ -248,7 +248,7 @@ impl<'a> Sampler<'a> {
             .bind_tensors(inputs, &Bindings::new())
             .expect("binds");
         let (plan, kernels) = rt.plan(p, &bindings).expect("plans");
-        let kept = rt.run(p, inputs, &Bindings::new()).expect("warm-up run");
+        let kept = rt.run(p, inputs).expect("warm-up run").into_vec();
         Sampler {
             p,
             kept,
@@ -268,7 +268,7 @@ impl<'a> Sampler<'a> {
     fn sample(&mut self, rt: &Runtime, inputs: &[(&str, &Tensor)]) {
         let m = &mut self.m;
         let t = Instant::now();
-        let out = rt.run(self.p, inputs, &Bindings::new()).expect("runs");
+        let out = rt.run(self.p, inputs).expect("runs");
         m.call_ms = m.call_ms.min(t.elapsed().as_secs_f64() * 1e3);
         std::hint::black_box(out);
         let mut outs: Vec<(&str, &mut Tensor)> =
@@ -854,7 +854,7 @@ fn eager_window_from([x, wt, bt, gt]: &[LazyTensor; 4], shift: usize) {
         cur = match (i + shift) % 10 {
             0 => cur.matmul(wt),
             1 => cur.add(bt),
-            2 => cur.gelu(),
+            2 => cur.gelu_tanh(),
             3 => cur.add(x),
             4 => cur.layer_norm(gt, bt, 1e-5),
             5 => cur.scale(0.5),

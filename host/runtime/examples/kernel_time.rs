@@ -132,14 +132,13 @@ fn main() {
     // Outputs kept across the calls, as a runtime keeps its buffers (and
     // the fusion benchmark measures): fresh tensors would time the caches
     // full of their zeroing as well.
-    let mut out = rt.run(&p, &inputs, &Bindings::new()).expect("warm-up");
+    let mut out = rt.run(&p, &inputs).expect("warm-up");
     let mut times = Vec::with_capacity(calls);
     // Per launch, the best time over the calls.
     let mut per: Vec<(String, f64)> = Vec::new();
     for _ in 0..calls {
         let mut prof: Vec<(String, Duration)> = Vec::new();
-        let mut outs: Vec<(&str, &mut Tensor)> =
-            out.iter_mut().map(|(n, t)| (n.as_str(), t)).collect();
+        let mut outs: Vec<(&str, &mut Tensor)> = out.iter_mut().collect();
         rt.run_into_profiled(&p, &inputs, &Bindings::new(), &mut outs, Some(&mut prof))
             .expect("runs");
         times.push(prof.iter().map(|(_, d)| d.as_secs_f64()).sum::<f64>() * 1e3);

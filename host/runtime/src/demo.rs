@@ -13,7 +13,7 @@ use std::fmt::Write as _;
 use std::time::Instant;
 
 use crate::pool::{CpuPool, RawBuf};
-use crate::{Prepared, Runtime};
+use crate::{Outputs, Prepared, Runtime};
 use dvm_compile::codegen::Target;
 use dvm_compile::kernel::build;
 pub use dvm_compile::samples::{groups, HIDDEN};
@@ -126,12 +126,10 @@ pub fn run_encoder_with(
         let (plan, _) = rt.plan(&prepared, &bindings).map_err(|e| e.to_string())?;
         let compile_us = t0.elapsed().as_secs_f64() * 1e6;
         let mut best = f64::MAX;
-        let mut out = Vec::new();
+        let mut out = Outputs::default();
         for _ in 0..3 {
             let t = Instant::now();
-            out = rt
-                .run(&prepared, &named, &Bindings::new())
-                .map_err(|e| e.to_string())?;
+            out = rt.run(&prepared, &named).map_err(|e| e.to_string())?;
             best = best.min(t.elapsed().as_secs_f64() * 1e3);
         }
         let want = reference::run(&graph, &named, &Bindings::new()).map_err(|e| e.to_string())?;

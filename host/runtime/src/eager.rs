@@ -341,6 +341,13 @@ impl Drop for LazyTensor {
     }
 }
 
+impl Default for Eager {
+    /// [`Eager::new`] on every core of the machine.
+    fn default() -> Eager {
+        Eager::new(crate::DeviceConfig::default().cores_or_all())
+    }
+}
+
 impl Eager {
     /// A context on `cores` CPU cores with fusion on (without recording
     /// rejection reasons, which only `dvm explain` needs), decided by the
@@ -614,84 +621,138 @@ impl LazyTensor {
         self.record(&[], |g, n| g.scalar(code, n[0], value))
     }
 
-    /// `self + other`.
-    ///
-    /// # Errors
-    /// As [`LazyTensor::binary`].
-    pub fn add(&self, other: &LazyTensor) -> Result<LazyTensor, EagerError> {
-        self.binary(Opcode::Add, other)
+    unary_ops! {
+        /// `|x|`.
+        abs => Abs;
+        /// `-x`.
+        neg => Neg;
+        /// `e^x`.
+        exp => Exp;
+        /// Natural logarithm.
+        log => Log;
+        /// Square root.
+        sqrt => Sqrt;
+        /// `1 / sqrt(x)`.
+        rsqrt => Rsqrt;
+        /// `1 / x`.
+        recip => Recip;
+        /// Hyperbolic tangent.
+        tanh => Tanh;
+        /// Logistic sigmoid.
+        sigmoid => Sigmoid;
+        /// `max(x, 0)`.
+        relu => Relu;
+        /// GELU, tanh approximation.
+        gelu_tanh => GeluTanh;
+        /// GELU, erf form.
+        gelu_erf => GeluErf;
+        /// `x · sigmoid(x)`.
+        silu => Silu;
+        /// Round toward −∞.
+        floor => Floor;
+        /// Round toward +∞.
+        ceil => Ceil;
+        /// Round to nearest, ties to even.
+        round => Round;
+        /// Error function.
+        erf => Erf;
+        /// Logical not (bool).
+        not => Not;
+        /// `x` is finite (result bool).
+        isfinite => IsFinite;
     }
 
-    /// `self − other`.
-    ///
-    /// # Errors
-    /// As [`LazyTensor::binary`].
-    pub fn sub(&self, other: &LazyTensor) -> Result<LazyTensor, EagerError> {
-        self.binary(Opcode::Sub, other)
+    binary_ops! {
+        /// `self + other`.
+        add => Add;
+        /// `self − other`.
+        sub => Sub;
+        /// `self · other` (element-wise).
+        mul => Mul;
+        /// `self / other` (integer division truncates; by zero gives 0).
+        div => Div;
+        /// Element-wise maximum.
+        max => Max;
+        /// Element-wise minimum.
+        min => Min;
+        /// `self ^ other`.
+        pow => Pow;
+        /// Logical and (bool).
+        and => And;
+        /// Logical or (bool).
+        or => Or;
+        /// `self == other` (bool).
+        eq => Eq;
+        /// `self != other` (bool).
+        ne => Ne;
+        /// `self < other` (bool).
+        lt => Lt;
+        /// `self <= other` (bool).
+        le => Le;
+        /// `self > other` (bool).
+        gt => Gt;
+        /// `self >= other` (bool).
+        ge => Ge;
     }
 
-    /// `self · other` (element-wise).
-    ///
-    /// # Errors
-    /// As [`LazyTensor::binary`].
-    pub fn mul(&self, other: &LazyTensor) -> Result<LazyTensor, EagerError> {
-        self.binary(Opcode::Mul, other)
+    scalar_ops! {
+        /// `self + value`.
+        adds => AddS;
+        /// `self − value`.
+        subs => SubS;
+        /// `value − self`.
+        rsubs => RSubS;
+        /// `self · value`.
+        muls => MulS;
+        /// `self / value`.
+        divs => DivS;
+        /// `value / self`.
+        rdivs => RDivS;
+        /// `max(self, value)`.
+        maxs => MaxS;
+        /// `min(self, value)`.
+        mins => MinS;
+        /// `self ^ value`.
+        pows => PowS;
+        /// `self == value` (bool).
+        eqs => EqS;
+        /// `self != value` (bool).
+        nes => NeS;
+        /// `self < value` (bool).
+        lts => LtS;
+        /// `self <= value` (bool).
+        les => LeS;
+        /// `self > value` (bool).
+        gts => GtS;
+        /// `self >= value` (bool).
+        ges => GeS;
     }
 
-    /// `self / other`.
-    ///
-    /// # Errors
-    /// As [`LazyTensor::binary`].
-    pub fn div(&self, other: &LazyTensor) -> Result<LazyTensor, EagerError> {
-        self.binary(Opcode::Div, other)
-    }
-
-    /// `self · k`.
+    /// `self · k` ([`LazyTensor::muls`]).
     ///
     /// # Errors
     /// As [`LazyTensor::scalar`].
     pub fn scale(&self, k: f64) -> Result<LazyTensor, EagerError> {
-        self.scalar(Opcode::MulS, k)
+        self.muls(k)
     }
 
-    /// `|self|`.
+    /// `self ? a : b` element-wise (`self` is the bool condition), with
+    /// broadcasting of all three.
     ///
     /// # Errors
-    /// As [`LazyTensor::unary`].
-    pub fn abs(&self) -> Result<LazyTensor, EagerError> {
-        self.unary(Opcode::Abs)
+    /// [`EagerError::Graph`] if `self` is not bool, `a` and `b` differ in
+    /// dtype or the shapes do not broadcast; [`EagerError::ForeignTensor`].
+    pub fn where_(&self, a: &LazyTensor, b: &LazyTensor) -> Result<LazyTensor, EagerError> {
+        self.record(&[a, b], |g, n| g.where_(n[0], n[1], n[2]))
     }
 
-    /// `exp(self)`.
+    /// Conversion to `dtype` (floats → ints truncate and saturate, NaN → 0;
+    /// to bool is `x != 0`).
     ///
     /// # Errors
-    /// As [`LazyTensor::unary`].
-    pub fn exp(&self) -> Result<LazyTensor, EagerError> {
-        self.unary(Opcode::Exp)
-    }
-
-    /// `tanh(self)`.
-    ///
-    /// # Errors
-    /// As [`LazyTensor::unary`].
-    pub fn tanh(&self) -> Result<LazyTensor, EagerError> {
-        self.unary(Opcode::Tanh)
-    }
-
-    /// `max(self, 0)`.
-    ///
-    /// # Errors
-    /// As [`LazyTensor::unary`].
-    pub fn relu(&self) -> Result<LazyTensor, EagerError> {
-        self.unary(Opcode::Relu)
-    }
-
-    /// GELU (tanh approximation).
-    ///
-    /// # Errors
-    /// As [`LazyTensor::unary`].
-    pub fn gelu(&self) -> Result<LazyTensor, EagerError> {
-        self.unary(Opcode::GeluTanh)
+    /// [`EagerError::Graph`] if the conversion is not supported.
+    pub fn cast(&self, dtype: DType) -> Result<LazyTensor, EagerError> {
+        self.record(&[], |g, n| g.cast(n[0], dtype))
     }
 
     /// Matrix product of the last two axes (batch axes broadcast).
@@ -699,7 +760,23 @@ impl LazyTensor {
     /// # Errors
     /// [`EagerError::Graph`] if the shapes do not form a matmul.
     pub fn matmul(&self, other: &LazyTensor) -> Result<LazyTensor, EagerError> {
-        self.record(&[other], |g, n| g.matmul(n[0], n[1], false, false))
+        self.matmul_t(other, false, false)
+    }
+
+    /// Matrix product with either operand's last two axes transposed, as
+    /// [`Graph::matmul`] takes them.
+    ///
+    /// # Errors
+    /// [`EagerError::Graph`] if the shapes do not form a matmul.
+    pub fn matmul_t(
+        &self,
+        other: &LazyTensor,
+        transpose_a: bool,
+        transpose_b: bool,
+    ) -> Result<LazyTensor, EagerError> {
+        self.record(&[other], |g, n| {
+            g.matmul(n[0], n[1], transpose_a, transpose_b)
+        })
     }
 
     /// Axis permutation (a view: free).
@@ -744,6 +821,72 @@ impl LazyTensor {
         self.record(&[], |g, n| g.reduce(n[0], ReduceOp::Max, &axes, true))
     }
 
+    /// Maximum over `axes`.
+    ///
+    /// # Errors
+    /// [`EagerError::Graph`] for bad axes.
+    pub fn reduce_max(&self, axes: &[i64], keepdims: bool) -> Result<LazyTensor, EagerError> {
+        self.record(&[], |g, n| g.reduce_max(n[0], axes, keepdims))
+    }
+
+    /// Minimum over `axes`.
+    ///
+    /// # Errors
+    /// [`EagerError::Graph`] for bad axes.
+    pub fn reduce_min(&self, axes: &[i64], keepdims: bool) -> Result<LazyTensor, EagerError> {
+        self.record(&[], |g, n| g.reduce_min(n[0], axes, keepdims))
+    }
+
+    /// Log-softmax along `axis`.
+    ///
+    /// # Errors
+    /// [`EagerError::Graph`] for a bad axis or dtype.
+    pub fn log_softmax(&self, axis: i64) -> Result<LazyTensor, EagerError> {
+        self.record(&[], |g, n| g.log_softmax(n[0], axis))
+    }
+
+    /// RMS normalisation over the last axis, scaled by `gamma`.
+    ///
+    /// # Errors
+    /// [`EagerError::Graph`] if gamma does not match the last axis.
+    pub fn rms_norm(&self, gamma: &LazyTensor, eps: f64) -> Result<LazyTensor, EagerError> {
+        self.record(&[gamma], |g, n| g.rms_norm(n[0], n[1], eps))
+    }
+
+    /// Slices `(axis, start, end, step)` ranges with Python's rules (a
+    /// view).
+    ///
+    /// # Errors
+    /// [`EagerError::Graph`] for a bad or repeated axis or a step < 1.
+    pub fn slice(&self, ranges: &[(i64, i64, i64, i64)]) -> Result<LazyTensor, EagerError> {
+        self.record(&[], |g, n| g.slice(n[0], ranges))
+    }
+
+    /// Broadcasts to `shape` (a view).
+    ///
+    /// # Errors
+    /// [`EagerError::Graph`] where an extent is neither 1 nor the target's.
+    pub fn expand(&self, shape: &[u64]) -> Result<LazyTensor, EagerError> {
+        let d = dims(shape);
+        self.record(&[], |g, n| g.expand(n[0], &d))
+    }
+
+    /// Removes the listed extent-1 axes; with none, every extent-1 axis.
+    ///
+    /// # Errors
+    /// [`EagerError::Graph`] for an axis whose extent is not 1.
+    pub fn squeeze(&self, axes: &[i64]) -> Result<LazyTensor, EagerError> {
+        self.record(&[], |g, n| g.squeeze(n[0], axes))
+    }
+
+    /// Inserts extent-1 axes at the listed positions of the result.
+    ///
+    /// # Errors
+    /// [`EagerError::Graph`] for an out-of-range or repeated axis.
+    pub fn unsqueeze(&self, axes: &[i64]) -> Result<LazyTensor, EagerError> {
+        self.record(&[], |g, n| g.unsqueeze(n[0], axes))
+    }
+
     /// Softmax along `axis`.
     ///
     /// # Errors
@@ -777,6 +920,51 @@ impl LazyTensor {
         Ok(out)
     }
 }
+
+macro_rules! unary_ops {
+    ($($(#[$doc:meta])* $name:ident => $code:ident;)*) => {$(
+        $(#[$doc])*
+        ///
+        /// Records [`Graph`]'s operator of the same name.
+        ///
+        /// # Errors
+        /// As [`LazyTensor::unary`].
+        pub fn $name(&self) -> Result<LazyTensor, EagerError> {
+            self.unary(Opcode::$code)
+        }
+    )*};
+}
+use unary_ops;
+
+macro_rules! binary_ops {
+    ($($(#[$doc:meta])* $name:ident => $code:ident;)*) => {$(
+        $(#[$doc])*
+        ///
+        /// Records [`Graph`]'s operator of the same name, with broadcasting.
+        ///
+        /// # Errors
+        /// As [`LazyTensor::binary`].
+        pub fn $name(&self, other: &LazyTensor) -> Result<LazyTensor, EagerError> {
+            self.binary(Opcode::$code, other)
+        }
+    )*};
+}
+use binary_ops;
+
+macro_rules! scalar_ops {
+    ($($(#[$doc:meta])* $name:ident => $code:ident;)*) => {$(
+        $(#[$doc])*
+        ///
+        /// Records [`Graph`]'s operator of the same name.
+        ///
+        /// # Errors
+        /// As [`LazyTensor::scalar`].
+        pub fn $name(&self, value: f64) -> Result<LazyTensor, EagerError> {
+            self.scalar(Opcode::$code, value)
+        }
+    )*};
+}
+use scalar_ops;
 
 /// The window node of `t`: its recorded node, or (for a ready value) an
 /// input node added on first use.

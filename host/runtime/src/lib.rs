@@ -1,6 +1,10 @@
 //! The dvm runtime: devices that run graphs, the compiler they run kernels
 //! from, the CPU worker pool, and the eager API.
 //!
+//! Programs take the user API from the `dvm` crate (`use dvm::prelude::*`),
+//! which re-exports what they need from here; this crate's other items are
+//! the internals the CLI, the tests and the benchmarks use.
+//!
 //! - [`device`]: the [`Device`] trait, its implementations ([`Runtime`], the
 //!   CPU device; [`QemuDevice`]; [`ReferenceDevice`]) and the registry that
 //!   `--device NAME` resolves through.
@@ -21,13 +25,21 @@ mod error;
 pub mod explain;
 #[cfg(test)]
 mod fusion_tests;
+mod outputs;
 pub mod pool;
 mod prepared;
 
 pub use compiler::Compiler;
 pub use device::qemu::{QemuDevice, QemuError, QemuRun};
-pub use device::{Device, ReferenceDevice, Runtime};
+pub use device::{Device, DeviceConfig, DeviceError, ReferenceDevice, Runtime};
 pub use dvm_compile::cache::{CacheStats, KernelCache};
+pub use eager::{Eager, EagerError, LazyTensor};
 pub use error::RunError;
+pub use outputs::Outputs;
 pub use pool::CpuPool;
 pub use prepared::Prepared;
+
+/// Kernels a device's cache keeps unless told otherwise ([`Runtime::default`],
+/// [`Runtime::with_cores`], [`device::DeviceConfig::default`]): enough for the
+/// kernels of a few graphs at several shapes each.
+pub const DEFAULT_CACHE_CAPACITY: usize = 256;

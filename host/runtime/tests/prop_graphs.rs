@@ -125,7 +125,7 @@ proptest! {
         let want = reference::run(&g, &inputs, &Bindings::new()).unwrap();
         let rt = Runtime::new(2, 64);
         let prepared = Prepared::new(&g).unwrap();
-        let got = rt.run(&prepared, &inputs, &Bindings::new()).unwrap();
+        let got = rt.run(&prepared, &inputs).unwrap();
         for ((_, w), (_, t)) in want.iter().zip(&got) {
             prop_assert_eq!(w.shape(), t.shape());
             let d = w.max_abs_diff(t).unwrap();
@@ -299,7 +299,7 @@ proptest! {
             for k in &ready {
                 prop_assert!(k.program.tiles_independent(), "{} not independent for {:?}", k.name(), steps);
             }
-            let got = rt.run(&prepared, &inputs, &Bindings::new()).unwrap();
+            let got = rt.run(&prepared, &inputs).unwrap();
             for ((_, w), (n, t)) in want.iter().zip(&got) {
                 prop_assert_eq!(w.shape(), t.shape());
                 let d = w.max_abs_diff(t).unwrap();

@@ -39,7 +39,7 @@ fn run_into_writes_what_run_returns() {
     for rows in [1u64, 17, 300] {
         let x = tensor(&[rows, 64], rows as u32);
         let inputs = [("x", &x), ("b", &b)];
-        let want = rt.run(&prepared, &inputs, &Bindings::new()).unwrap();
+        let want = rt.run(&prepared, &inputs).unwrap();
         let mut p = Tensor::full(DType::F32, &[rows, 64], 7.0).unwrap();
         let mut s = Tensor::full(DType::F32, &[rows, 64], 7.0).unwrap();
         let mut xo = Tensor::full(DType::F32, &[rows, 64], 7.0).unwrap();
@@ -50,7 +50,7 @@ fn run_into_writes_what_run_returns() {
                 .unwrap();
         }
         for (name, t) in &want {
-            let got = match name.as_str() {
+            let got = match name {
                 "p" => &p,
                 "s" => &s,
                 _ => &xo,
@@ -140,8 +140,8 @@ fn recent_plans_are_reused_and_stay_right() {
             let (want, _) = fresh.plan(&other, &bindings).unwrap();
             let (got, _) = rt.plan(&prepared, &bindings).unwrap();
             assert_eq!(got, want, "S={rows} on {} cores", rt.pool().cores());
-            let want = fresh.run(&other, &inputs, &Bindings::new()).unwrap();
-            let got = rt.run(&prepared, &inputs, &Bindings::new()).unwrap();
+            let want = fresh.run(&other, &inputs).unwrap();
+            let got = rt.run(&prepared, &inputs).unwrap();
             for ((n, w), (_, t)) in want.iter().zip(&got) {
                 assert_eq!(w.bytes(), t.bytes(), "S={rows} {n}");
             }
@@ -163,7 +163,7 @@ fn one_node_as_two_outputs() {
     let rt = Runtime::new(1, 16);
     let prepared = Prepared::new(&g).unwrap();
     let x = tensor(&[3, 64], 4);
-    let want = rt.run(&prepared, &[("x", &x)], &Bindings::new()).unwrap();
+    let want = rt.run(&prepared, &[("x", &x)]).unwrap();
     let mut a = Tensor::zeros(DType::F32, &[3, 64]).unwrap();
     let mut b = Tensor::zeros(DType::F32, &[3, 64]).unwrap();
     rt.run_into(
@@ -173,8 +173,8 @@ fn one_node_as_two_outputs() {
         &mut [("b", &mut b), ("a", &mut a)],
     )
     .unwrap();
-    assert_eq!(want[0].1.bytes(), a.bytes());
-    assert_eq!(want[1].1.bytes(), b.bytes());
+    assert_eq!(want["a"].bytes(), a.bytes());
+    assert_eq!(want[1].bytes(), b.bytes());
 }
 
 #[test]
@@ -198,9 +198,7 @@ fn outputs_too_large_for_memory_are_an_error_not_an_abort() {
     let rt = Runtime::new(1, 16);
     let prepared = Prepared::new(&g).unwrap();
     let x = tensor(&[128, 1, 128], 3);
-    let e = rt
-        .run(&prepared, &[("x", &x)], &Bindings::new())
-        .unwrap_err();
+    let e = rt.run(&prepared, &[("x", &x)]).unwrap_err();
     let bytes = 128 * 128 * 4 * u64::from(u32::MAX);
     assert!(
         matches!(&e, RunError::Alloc { what, bytes: b } if what == "output `y`" && *b == bytes),

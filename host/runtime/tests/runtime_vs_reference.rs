@@ -20,9 +20,7 @@ fn check(g: &Graph, inputs: &[(&str, Tensor)], rtol: f64, atol: f64) {
     let want = reference::run(g, &named, &Bindings::new()).expect("reference runs");
     let rt = Runtime::new(2, 64);
     let prepared = Prepared::new(g).expect("decomposes");
-    let got = rt
-        .run(&prepared, &named, &Bindings::new())
-        .expect("cpu runs");
+    let got = rt.run(&prepared, &named).expect("cpu runs");
     assert_eq!(want.len(), got.len());
     for ((wn, w), (gn, t)) in want.iter().zip(&got) {
         assert_eq!(wn, gn);
@@ -182,10 +180,7 @@ fn zero_size_tensors_match_the_reference() {
     let empty = Tensor::from_f32(&[0, 4], &[]).unwrap();
     let rt = Runtime::new(1, 8);
     let prepared = Prepared::new(&g).expect("prepares");
-    let e = rt
-        .run(&prepared, &[("x", &empty)], &Bindings::new())
-        .unwrap_err()
-        .to_string();
+    let e = rt.run(&prepared, &[("x", &empty)]).unwrap_err().to_string();
     assert!(e.contains("zero elements"), "{e}");
     assert!(reference::run(&g, &[("x", &empty)], &Bindings::new()).is_err());
 }

@@ -304,6 +304,34 @@ impl From<i64> for Dim {
     }
 }
 
+impl From<i32> for Dim {
+    fn from(v: i32) -> Dim {
+        Dim::val(i64::from(v))
+    }
+}
+
+impl From<u32> for Dim {
+    fn from(v: u32) -> Dim {
+        Dim::val(i64::from(v))
+    }
+}
+
+/// A concrete extent as tensors give it (`u64`); one past `i64::MAX` (no
+/// tensor has such an extent) saturates there and fails the graph's range
+/// checks.
+impl From<u64> for Dim {
+    fn from(v: u64) -> Dim {
+        Dim::val(i64::try_from(v).unwrap_or(i64::MAX))
+    }
+}
+
+/// As `From<u64>`.
+impl From<usize> for Dim {
+    fn from(v: usize) -> Dim {
+        Dim::val(i64::try_from(v).unwrap_or(i64::MAX))
+    }
+}
+
 impl From<Symbol> for Dim {
     fn from(s: Symbol) -> Dim {
         Dim::sym(s)

@@ -1,5 +1,9 @@
 //! Symbolic dimensions: the integer algebra behind dynamic shapes.
 //!
+//! Programs take the user API from the `dvm` crate (`use dvm::prelude::*`),
+//! which re-exports what they need from here; this crate's other items are
+//! the internals the CLI, the tests and the benchmarks use.
+//!
 //! A [`Dim`] is an integer expression over named [`Symbol`]s: constants, sums,
 //! products, floor division and modulo by positive constants, `min` and `max`.
 //! Every `Dim` is kept in a **canonical form**, so two expressions that are equal

@@ -1,5 +1,9 @@
 //! Host tensors and the files they travel in.
 //!
+//! Programs take the user API from the `dvm` crate (`use dvm::prelude::*`),
+//! which re-exports what they need from here; this crate's other items are
+//! the internals the CLI, the tests and the benchmarks use.
+//!
 //! - [`Tensor`]: a dtype, a shape and little-endian bytes, with conversions
 //!   between dtypes (`convert`) and element counts (`numel`).
 //! - [`npy`]: reading and writing NumPy `.npy` files, with every header field

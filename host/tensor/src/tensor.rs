@@ -14,6 +14,7 @@
 
 use dvm_isa::DType;
 use half::{bf16, f16};
+use zerocopy::{FromBytes, FromZeros, Immutable, IntoBytes, KnownLayout};
 
 /// Errors from constructing or comparing tensors.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -65,13 +66,77 @@ pub enum TensorError {
     },
 }
 
-/// A dense host tensor (see the [module docs](self)).
+/// A dense host tensor: a dtype, a concrete shape and row-major, little-endian
+/// element bytes (`bool` as 0 or 1).
+///
+/// Its bytes are stored 8-byte aligned, so that [`Tensor::as_slice`] views
+/// them as elements without a copy.
 #[derive(Clone, PartialEq, Eq)]
 pub struct Tensor {
     dtype: DType,
     shape: Vec<u64>,
-    data: Vec<u8>,
+    data: Storage,
 }
+
+/// Element bytes in 8-byte aligned memory: `len` bytes at the start of
+/// `words`, the bytes after them zero.
+#[derive(Clone, PartialEq, Eq)]
+struct Storage {
+    words: Vec<u64>,
+    len: usize,
+}
+
+impl Storage {
+    /// `len` zero bytes (zeroed memory straight from the allocator), or
+    /// [`TensorError::TooLarge`] if they cannot be allocated.
+    fn zeroed(shape: &[u64], len: usize) -> Result<Storage, TensorError> {
+        let words = <u64 as FromZeros>::new_vec_zeroed(len.div_ceil(8)).map_err(|_| {
+            TensorError::TooLarge {
+                shape: shape.to_vec(),
+            }
+        })?;
+        Ok(Storage { words, len })
+    }
+
+    fn bytes(&self) -> &[u8] {
+        &self.words.as_bytes()[..self.len]
+    }
+
+    fn bytes_mut(&mut self) -> &mut [u8] {
+        &mut self.words.as_mut_bytes()[..self.len]
+    }
+
+    /// A copy of `bytes` in aligned memory.
+    fn copy_of(shape: &[u64], bytes: &[u8]) -> Result<Storage, TensorError> {
+        let mut s = Storage::zeroed(shape, bytes.len())?;
+        s.bytes_mut().copy_from_slice(bytes);
+        Ok(s)
+    }
+}
+
+/// Element types a tensor's bytes can be viewed as in place
+/// ([`Tensor::as_slice`]): `f32`, `i32`, `i8`, [`half::f16`] and
+/// [`half::bf16`]. `bool` tensors are read through [`Tensor::bytes`] (0 or
+/// 1 per element), as a `&mut [bool]` could store other bytes.
+pub trait Element: FromBytes + IntoBytes + Immutable + KnownLayout + Copy + sealed::Sealed {
+    /// The dtype whose elements this type holds.
+    const DTYPE: DType;
+}
+
+mod sealed {
+    pub trait Sealed {}
+}
+
+macro_rules! elements {
+    ($($t:ty => $d:ident),*) => {$(
+        impl sealed::Sealed for $t {}
+        impl Element for $t {
+            const DTYPE: DType = DType::$d;
+        }
+    )*};
+}
+
+elements!(f32 => F32, i32 => I32, i8 => I8, f16 => F16, bf16 => BF16);
 
 impl std::fmt::Debug for Tensor {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -108,19 +173,10 @@ fn byte_len(dtype: DType, shape: &[u64]) -> Result<(usize, usize), TensorError> 
     })
 }
 
-/// An empty buffer with room for `bytes`, or [`TensorError::TooLarge`] if the
-/// allocation fails (instead of aborting the process).
-fn alloc(shape: &[u64], bytes: usize) -> Result<Vec<u8>, TensorError> {
-    let mut v = Vec::new();
-    v.try_reserve_exact(bytes)
-        .map_err(|_| TensorError::TooLarge {
-            shape: shape.to_vec(),
-        })?;
-    Ok(v)
-}
-
 impl Tensor {
-    /// A tensor from its little-endian element bytes.
+    /// A tensor from its little-endian element bytes (copied into aligned
+    /// memory; [`Tensor::zeros`] and [`Tensor::bytes_mut`] fill a tensor
+    /// without the copy).
     ///
     /// # Errors
     ///
@@ -146,6 +202,7 @@ impl Tensor {
                 });
             }
         }
+        let data = Storage::copy_of(&shape, &data)?;
         Ok(Tensor { dtype, shape, data })
     }
 
@@ -157,12 +214,10 @@ impl Tensor {
     /// be allocated.
     pub fn zeros(dtype: DType, shape: &[u64]) -> Result<Tensor, TensorError> {
         let (_, bytes) = byte_len(dtype, shape)?;
-        let mut data = alloc(shape, bytes)?;
-        data.resize(bytes, 0);
         Ok(Tensor {
             dtype,
             shape: shape.to_vec(),
-            data,
+            data: Storage::zeroed(shape, bytes)?,
         })
     }
 
@@ -186,13 +241,7 @@ impl Tensor {
     ///
     /// [`TensorError::Length`] if `values.len()` is not the shape's element count.
     pub fn from_f32(shape: &[u64], values: &[f32]) -> Result<Tensor, TensorError> {
-        Tensor::check_len(DType::F32, shape, values.len())?;
-        let data = values.iter().flat_map(|v| v.to_le_bytes()).collect();
-        Ok(Tensor {
-            dtype: DType::F32,
-            shape: shape.to_vec(),
-            data,
-        })
+        Tensor::from_elements(shape, values)
     }
 
     /// An `i32` tensor from row-major values.
@@ -201,13 +250,7 @@ impl Tensor {
     ///
     /// [`TensorError::Length`] if `values.len()` is not the shape's element count.
     pub fn from_i32(shape: &[u64], values: &[i32]) -> Result<Tensor, TensorError> {
-        Tensor::check_len(DType::I32, shape, values.len())?;
-        let data = values.iter().flat_map(|v| v.to_le_bytes()).collect();
-        Ok(Tensor {
-            dtype: DType::I32,
-            shape: shape.to_vec(),
-            data,
-        })
+        Tensor::from_elements(shape, values)
     }
 
     /// An `i8` tensor from row-major values.
@@ -216,13 +259,7 @@ impl Tensor {
     ///
     /// [`TensorError::Length`] if `values.len()` is not the shape's element count.
     pub fn from_i8(shape: &[u64], values: &[i8]) -> Result<Tensor, TensorError> {
-        Tensor::check_len(DType::I8, shape, values.len())?;
-        let data = values.iter().map(|v| v.to_le_bytes()[0]).collect();
-        Ok(Tensor {
-            dtype: DType::I8,
-            shape: shape.to_vec(),
-            data,
-        })
+        Tensor::from_elements(shape, values)
     }
 
     /// A `bool` tensor from row-major values.
@@ -232,12 +269,31 @@ impl Tensor {
     /// [`TensorError::Length`] if `values.len()` is not the shape's element count.
     pub fn from_bool(shape: &[u64], values: &[bool]) -> Result<Tensor, TensorError> {
         Tensor::check_len(DType::Bool, shape, values.len())?;
-        let data = values.iter().map(|&v| u8::from(v)).collect();
-        Ok(Tensor {
-            dtype: DType::Bool,
-            shape: shape.to_vec(),
-            data,
-        })
+        let mut t = Tensor::zeros(DType::Bool, shape)?;
+        for (b, &v) in t.bytes_mut().iter_mut().zip(values) {
+            *b = u8::from(v);
+        }
+        Ok(t)
+    }
+
+    /// A tensor of `T`'s dtype from row-major values (`f32`, `i32`, `i8`,
+    /// `f16`, `bf16`).
+    ///
+    /// # Errors
+    ///
+    /// [`TensorError::Length`] if `values.len()` is not the shape's element
+    /// count, [`TensorError::TooLarge`] if it cannot be allocated.
+    pub fn from_elements<T: Element>(shape: &[u64], values: &[T]) -> Result<Tensor, TensorError> {
+        Tensor::check_len(T::DTYPE, shape, values.len())?;
+        let mut t = Tensor::zeros(T::DTYPE, shape)?;
+        let size = std::mem::size_of::<T>();
+        for (dst, v) in t.bytes_mut().chunks_exact_mut(size).zip(values) {
+            dst.copy_from_slice(v.as_bytes());
+            if cfg!(target_endian = "big") {
+                dst.reverse();
+            }
+        }
+        Ok(t)
     }
 
     /// A tensor of `dtype` from row-major `f64` values, each converted with
@@ -256,7 +312,7 @@ impl Tensor {
         Ok(Tensor {
             dtype,
             shape: shape.to_vec(),
-            data,
+            data: Storage::copy_of(shape, &data)?,
         })
     }
 
@@ -267,18 +323,13 @@ impl Tensor {
     /// [`TensorError::TooLarge`] if the shape's byte size overflows or cannot
     /// be allocated.
     pub fn full(dtype: DType, shape: &[u64], value: f64) -> Result<Tensor, TensorError> {
-        let (n, bytes) = byte_len(dtype, shape)?;
         let mut one = Vec::new();
         encode(dtype, convert(dtype, value), &mut one);
-        let mut data = alloc(shape, bytes)?;
-        for _ in 0..n {
-            data.extend_from_slice(&one);
+        let mut t = Tensor::zeros(dtype, shape)?;
+        for dst in t.bytes_mut().chunks_exact_mut(one.len()) {
+            dst.copy_from_slice(&one);
         }
-        Ok(Tensor {
-            dtype,
-            shape: shape.to_vec(),
-            data,
-        })
+        Ok(t)
     }
 
     /// The element type.
@@ -293,22 +344,54 @@ impl Tensor {
 
     /// Number of elements.
     pub fn numel(&self) -> usize {
-        self.data.len() / self.dtype.size() as usize
+        self.data.len / self.dtype.size() as usize
     }
 
-    /// The little-endian element bytes.
+    /// The little-endian element bytes (8-byte aligned).
     pub fn bytes(&self) -> &[u8] {
-        &self.data
+        self.data.bytes()
     }
 
-    /// The element bytes, mutable (the length cannot change).
+    /// The element bytes, mutable (the length cannot change; a `bool`
+    /// tensor's bytes must stay 0 or 1).
     pub fn bytes_mut(&mut self) -> &mut [u8] {
-        &mut self.data
+        self.data.bytes_mut()
     }
 
-    /// Consumes the tensor, returning its element bytes.
+    /// Consumes the tensor, returning a copy of its element bytes.
     pub fn into_bytes(self) -> Vec<u8> {
-        self.data
+        self.data.bytes().to_vec()
+    }
+
+    /// The elements in place, without a copy: `T` must be the dtype's
+    /// element type (`f32` for [`DType::F32`], [`half::f16`] for
+    /// [`DType::F16`], …).
+    ///
+    /// ```
+    /// use dvm_tensor::Tensor;
+    ///
+    /// let t = Tensor::from_f32(&[2, 2], &[1.0, 2.0, 3.0, 4.0])?;
+    /// assert_eq!(t.as_slice::<f32>()?, &[1.0, 2.0, 3.0, 4.0]);
+    /// assert!(t.as_slice::<i32>().is_err());
+    /// # Ok::<(), dvm_tensor::TensorError>(())
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`TensorError::WrongDType`] if `T` is not the tensor's element type.
+    pub fn as_slice<T: Element>(&self) -> Result<&[T], TensorError> {
+        self.expect(T::DTYPE)?;
+        Ok(elements(self.data.bytes()))
+    }
+
+    /// The elements in place, mutable (see [`Tensor::as_slice`]).
+    ///
+    /// # Errors
+    ///
+    /// [`TensorError::WrongDType`] if `T` is not the tensor's element type.
+    pub fn as_mut_slice<T: Element>(&mut self) -> Result<&mut [T], TensorError> {
+        self.expect(T::DTYPE)?;
+        Ok(elements_mut(self.data.bytes_mut()))
     }
 
     /// The same elements under another shape with the same element count.
@@ -326,13 +409,13 @@ impl Tensor {
     pub fn get_f64(&self, i: usize) -> Option<f64> {
         let size = self.dtype.size() as usize;
         let start = i.checked_mul(size)?;
-        let bytes = self.data.get(start..start.checked_add(size)?)?;
+        let bytes = self.bytes().get(start..start.checked_add(size)?)?;
         Some(decode(self.dtype, bytes))
     }
 
     /// Every element as `f64`, row-major (exact for every dtype; bool is 0 or 1).
     pub fn to_f64_vec(&self) -> Vec<f64> {
-        self.data
+        self.bytes()
             .chunks_exact(self.dtype.size() as usize)
             .map(|b| decode(self.dtype, b))
             .collect()
@@ -344,7 +427,8 @@ impl Tensor {
         self.to_f64_vec().into_iter().map(|v| v as f32).collect()
     }
 
-    /// The elements of an `f32` tensor.
+    /// A copy of the elements of an `f32` tensor ([`Tensor::as_slice`]
+    /// borrows them without copying).
     ///
     /// # Errors
     ///
@@ -354,7 +438,8 @@ impl Tensor {
         Ok(self.to_f32_vec())
     }
 
-    /// The elements of an `i32` tensor.
+    /// A copy of the elements of an `i32` tensor ([`Tensor::as_slice`]
+    /// borrows them without copying).
     ///
     /// # Errors
     ///
@@ -362,7 +447,7 @@ impl Tensor {
     pub fn as_i32_vec(&self) -> Result<Vec<i32>, TensorError> {
         self.expect(DType::I32)?;
         Ok(self
-            .data
+            .bytes()
             .chunks_exact(4)
             .map(|b| i32::from_le_bytes([b[0], b[1], b[2], b[3]]))
             .collect())
@@ -431,6 +516,23 @@ impl Tensor {
                 rhs: other.shape.clone(),
             })
         }
+    }
+}
+
+/// `bytes`, whose start is 8-byte aligned and whose length is a multiple of
+/// `T`'s size, as elements.
+fn elements<T: Element>(bytes: &[u8]) -> &[T] {
+    match <[T]>::ref_from_bytes(bytes) {
+        Ok(v) => v,
+        Err(_) => unreachable!("tensor storage is aligned and sized for its dtype"),
+    }
+}
+
+/// [`elements`], mutable.
+fn elements_mut<T: Element>(bytes: &mut [u8]) -> &mut [T] {
+    match <[T]>::mut_from_bytes(bytes) {
+        Ok(v) => v,
+        Err(_) => unreachable!("tensor storage is aligned and sized for its dtype"),
     }
 }
 
@@ -591,6 +693,30 @@ mod tests {
         assert_eq!(z.numel(), 0);
         let s = Tensor::from_f32(&[], &[7.0]).unwrap();
         assert_eq!(s.numel(), 1);
+    }
+
+    #[test]
+    fn typed_views_are_in_place_and_checked() {
+        let mut t = Tensor::from_f64(DType::F16, &[3], &[1.0, -2.0, 0.5]).unwrap();
+        assert_eq!(t.bytes().as_ptr().align_offset(8), 0);
+        assert_eq!(t.as_slice::<f16>().unwrap()[1], f16::from_f32(-2.0));
+        t.as_mut_slice::<f16>().unwrap()[2] = f16::from_f32(4.0);
+        assert_eq!(t.to_f64_vec(), vec![1.0, -2.0, 4.0]);
+        assert!(matches!(
+            t.as_slice::<f32>(),
+            Err(TensorError::WrongDType { .. })
+        ));
+        let i = Tensor::from_elements(&[2], &[7i8, -7]).unwrap();
+        assert_eq!(i.dtype(), DType::I8);
+        assert_eq!(i.as_slice::<i8>().unwrap(), &[7, -7]);
+        let b = Tensor::new(DType::BF16, vec![1], vec![0x80, 0x3f]).unwrap();
+        assert_eq!(b.as_slice::<bf16>().unwrap(), &[bf16::ONE]);
+        assert_eq!(b.clone().into_bytes(), vec![0x80, 0x3f]);
+        assert!(Tensor::zeros(DType::F32, &[0])
+            .unwrap()
+            .as_slice::<f32>()
+            .unwrap()
+            .is_empty());
     }
 
     #[test]

@@ -10,13 +10,14 @@ use dvm_compile::codegen::Target;
 use dvm_compile::kernel::ReadyKernel;
 use dvm_compile::lower::{Buf, BufKind, LowerError, Plan};
 use dvm_graph::Graph;
+use dvm_isa::DType;
 use dvm_sym::Bindings;
 use dvm_tensor::Tensor;
 use zerocopy::FromZeros;
 
 use super::{Capabilities, Device, DeviceConfig, DeviceEntry, DeviceError};
 use crate::pool::{CpuPool, RawBuf};
-use crate::{Compiler, Prepared, RunError};
+use crate::{Compiler, Outputs, Prepared, RunError};
 
 /// The CPU device: a worker pool running the kernels of its [`Compiler`].
 pub struct Runtime {
@@ -65,8 +66,8 @@ enum Mem<'a> {
     Dev(DevBuf),
     /// An input tensor's bytes, bound in place, read-only.
     Input(&'a [u8]),
-    /// A fresh vector that becomes an output tensor.
-    Output(Vec<u8>),
+    /// A fresh tensor that becomes an output.
+    Output(Tensor),
     /// The bytes of an output tensor the caller gave, written in place.
     Caller(&'a mut [u8]),
 }
@@ -81,11 +82,14 @@ impl Mem<'_> {
                 writable,
             },
             Mem::Input(s) => RawBuf::input(s),
-            Mem::Output(v) => RawBuf {
-                ptr: v.as_mut_ptr(),
-                len: v.len(),
-                writable,
-            },
+            Mem::Output(t) => {
+                let v = t.bytes_mut();
+                RawBuf {
+                    ptr: v.as_mut_ptr(),
+                    len: v.len(),
+                    writable,
+                }
+            }
             Mem::Caller(s) => RawBuf {
                 ptr: s.as_mut_ptr(),
                 len: s.len(),
@@ -98,28 +102,30 @@ impl Mem<'_> {
         match self {
             Mem::Dev(b) => b.bytes(),
             Mem::Input(s) => s,
-            Mem::Output(v) => v,
+            Mem::Output(t) => t.bytes(),
             Mem::Caller(s) => s,
         }
     }
 }
 
-/// A zeroed vector for an output tensor, its pages already faulted in
-/// (a large allocation is fresh memory from the OS; faulting it page by
-/// page inside a kernel would stall the kernel's stores); `None` if it
-/// cannot be allocated.
-fn fresh_output(bytes: usize) -> Option<Vec<u8>> {
+/// A zeroed output tensor, its pages already faulted in (a large
+/// allocation is fresh memory from the OS; faulting it page by page inside
+/// a kernel would stall the kernel's stores); `None` if it cannot be
+/// allocated.
+fn fresh_output(dtype: DType, shape: &[u64]) -> Option<Tensor> {
     const PAGE: usize = 4096;
-    let mut v = try_zeroed::<u8>(bytes)?;
+    let mut t = Tensor::zeros(dtype, shape).ok()?;
+    let v = t.bytes_mut();
+    let bytes = v.len();
     if bytes >= 256 * PAGE {
-        huge_pages(&mut v);
+        huge_pages(v);
         for i in (0..bytes).step_by(PAGE) {
             // SAFETY: `i < bytes = v.len()`; a volatile write so that the
             // store of a zero into zeroed memory is not optimised away.
             unsafe { std::ptr::write_volatile(v.as_mut_ptr().add(i), 0) };
         }
     }
-    Some(v)
+    Some(t)
 }
 
 /// Asks the kernel to back the 2 MiB-aligned part of `v` with transparent
@@ -164,6 +170,10 @@ impl Runtime {
     /// It waits (at most 100 ms) for the workers to start, then warms the
     /// compile path on the calling thread (see [`dvm_compile::warm`]), last, so
     /// the first kernel it compiles there is as fast as the next ones.
+    ///
+    /// [`Runtime::default`] takes every core of the machine and
+    /// [`DEFAULT_CACHE_CAPACITY`](crate::DEFAULT_CACHE_CAPACITY) kernels;
+    /// [`Runtime::with_cores`] sets only the cores.
     pub fn new(cores: usize, cache_capacity: usize) -> Runtime {
         let pool = CpuPool::new(cores);
         let target = Target {
@@ -177,6 +187,12 @@ impl Runtime {
             pool,
             spare: std::sync::Mutex::new(Vec::new()),
         }
+    }
+
+    /// A runtime on `cores` cores with a cache of
+    /// [`DEFAULT_CACHE_CAPACITY`](crate::DEFAULT_CACHE_CAPACITY) kernels.
+    pub fn with_cores(cores: usize) -> Runtime {
+        Runtime::new(cores, crate::DEFAULT_CACHE_CAPACITY)
     }
 
     /// A buffer of `bytes`: a spare one of at least that size (and at most
@@ -250,21 +266,55 @@ impl Runtime {
         self.compiler.plan(prepared, bindings)
     }
 
-    /// Runs `prepared` on named `inputs`; symbols are deduced from the input
-    /// shapes, plus `explicit` bindings.
+    /// Runs `prepared` on named `inputs`, every symbol deduced from the
+    /// input shapes; the outputs come back by name, in the graph's order.
+    ///
+    /// ```
+    /// use dvm_graph::Graph;
+    /// use dvm_isa::DType;
+    /// use dvm_runtime::{Prepared, Runtime};
+    /// use dvm_tensor::Tensor;
+    ///
+    /// let mut g = Graph::new();
+    /// let n = g.symbol("N", 1, 1 << 20)?;
+    /// let x = g.input("x", DType::F32, &[n.into()])?;
+    /// let y = g.relu(x)?;
+    /// g.output("y", y)?;
+    /// let prepared = Prepared::new(&g)?;
+    /// let rt = Runtime::with_cores(2);
+    /// let x = Tensor::from_f32(&[3], &[-1.0, 0.5, 2.0])?;
+    /// let out = rt.run(&prepared, &[("x", &x)])?; // N = 3, from x
+    /// assert_eq!(out["y"].as_slice::<f32>()?, &[0.0, 0.5, 2.0]);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     ///
     /// # Errors
-    /// [`RunError`]: bad inputs (named), lowering, compile or launch failures.
+    /// [`RunError`]: bad inputs (named; a symbol no input's shape fixes
+    /// among them: give it with [`Runtime::run_with_bindings`]), lowering,
+    /// compile or launch failures.
     pub fn run(
         &self,
         prepared: &Prepared,
         inputs: &[(&str, &Tensor)],
+    ) -> Result<Outputs, RunError> {
+        self.run_profiled(prepared, inputs, &Bindings::new(), None)
+    }
+
+    /// [`Runtime::run`] with `explicit` bindings for the symbols the inputs'
+    /// shapes do not fix (those they do must agree with them).
+    ///
+    /// # Errors
+    /// As [`Runtime::run`].
+    pub fn run_with_bindings(
+        &self,
+        prepared: &Prepared,
+        inputs: &[(&str, &Tensor)],
         explicit: &Bindings,
-    ) -> Result<Vec<(String, Tensor)>, RunError> {
+    ) -> Result<Outputs, RunError> {
         self.run_profiled(prepared, inputs, explicit, None)
     }
 
-    /// [`Runtime::run`], also recording each launch's name and wall time
+    /// [`Runtime::run_with_bindings`], also recording each launch's name and wall time
     /// (kernel execution only: no lowering, allocation or copies) in
     /// `profile`.
     ///
@@ -276,7 +326,7 @@ impl Runtime {
         inputs: &[(&str, &Tensor)],
         explicit: &Bindings,
         profile: Option<&mut Vec<(String, std::time::Duration)>>,
-    ) -> Result<Vec<(String, Tensor)>, RunError> {
+    ) -> Result<Outputs, RunError> {
         self.run_with(prepared, inputs, Bind::Deduce(explicit), profile, None)
     }
 
@@ -343,7 +393,7 @@ impl Runtime {
         prepared: &Prepared,
         inputs: &[(&str, &Tensor)],
         bindings: &Bindings,
-    ) -> Result<Vec<(String, Tensor)>, RunError> {
+    ) -> Result<Outputs, RunError> {
         self.run_with(prepared, inputs, Bind::Bound(bindings), None, None)
     }
 
@@ -357,7 +407,7 @@ impl Runtime {
         bind: Bind<'_>,
         profile: Option<&mut Vec<(String, std::time::Duration)>>,
         caller: Option<&'a mut [(&str, &mut Tensor)]>,
-    ) -> Result<Vec<(String, Tensor)>, RunError> {
+    ) -> Result<Outputs, RunError> {
         let graph = prepared.graph();
         let deduced;
         let bindings = match bind {
@@ -413,9 +463,10 @@ impl Runtime {
                         continue;
                     }
                 } else {
-                    let v = fresh_output(bytes).ok_or_else(no_memory)?;
-                    if aligned(&v) {
-                        mems.push(Mem::Output(v));
+                    let (_, _, dt, shape) = &plan.outputs[k];
+                    let t = fresh_output(*dt, shape).ok_or_else(no_memory)?;
+                    if aligned(t.bytes()) && t.bytes().len() == bytes {
+                        mems.push(Mem::Output(t));
                         continue;
                     }
                 }
@@ -442,18 +493,19 @@ impl Runtime {
                         dst.copy_from_slice(src);
                     }
                 }
-                return Ok(Vec::new());
+                return Ok(Outputs::default());
             }
             plan.outputs
                 .iter()
                 .enumerate()
                 .map(|(i, (name, b, dt, shape))| {
                     let used_again = plan.outputs[i + 1..].iter().any(|o| o.1 == *b);
-                    let bytes = match &mut mems[*b] {
-                        Mem::Output(v) if !used_again => std::mem::take(v),
-                        m => m.bytes().to_vec(),
-                    };
-                    Tensor::new(*dt, shape.clone(), bytes)
+                    if !used_again && matches!(mems[*b], Mem::Output(_)) {
+                        if let Mem::Output(t) = std::mem::replace(&mut mems[*b], Mem::Input(&[])) {
+                            return Ok((name.clone(), t));
+                        }
+                    }
+                    Tensor::new(*dt, shape.clone(), mems[*b].bytes().to_vec())
                         .map(|t| (name.clone(), t))
                         .map_err(|e| {
                             RunError::from(LowerError::Unsupported {
@@ -594,6 +646,15 @@ fn open(config: &DeviceConfig) -> Result<Box<dyn Device>, DeviceError> {
     )))
 }
 
+impl Default for Runtime {
+    /// A runtime on every core of the machine with a cache of
+    /// [`DEFAULT_CACHE_CAPACITY`](crate::DEFAULT_CACHE_CAPACITY) kernels.
+    fn default() -> Runtime {
+        let config = DeviceConfig::default();
+        Runtime::new(config.cores_or_all(), config.cache_capacity)
+    }
+}
+
 impl Device for Runtime {
     fn name(&self) -> &'static str {
         ENTRY.name
@@ -607,12 +668,16 @@ impl Device for Runtime {
         }
     }
 
-    fn run(
+    fn run(&self, prepared: &Prepared, inputs: &[(&str, &Tensor)]) -> Result<Outputs, RunError> {
+        Runtime::run(self, prepared, inputs)
+    }
+
+    fn run_with_bindings(
         &self,
         prepared: &Prepared,
         inputs: &[(&str, &Tensor)],
         explicit: &Bindings,
-    ) -> Result<Vec<(String, Tensor)>, RunError> {
-        Runtime::run(self, prepared, inputs, explicit)
+    ) -> Result<Outputs, RunError> {
+        Runtime::run_with_bindings(self, prepared, inputs, explicit)
     }
 }

@@ -12,12 +12,30 @@
 //!
 //! ```
 //! use dvm_runtime::device::{self, DeviceConfig};
+//! use dvm_runtime::Prepared;
+//! use dvm_graph::Graph;
+//! use dvm_isa::DType;
+//! use dvm_tensor::Tensor;
 //!
-//! let cpu = device::open("cpu", &DeviceConfig::default())?;
+//! let config = DeviceConfig { cores: Some(2), ..DeviceConfig::default() };
+//! let cpu = device::open("cpu", &config)?;
 //! assert_eq!(cpu.name(), "cpu");
 //! assert!(cpu.capabilities().runs_kernels);
-//! assert!(device::open("tpu", &DeviceConfig::default()).is_err());
-//! # Ok::<(), dvm_runtime::device::DeviceError>(())
+//! assert!(device::open("tpu", &config).is_err());
+//!
+//! // y = exp(x), on the CPU device and on the f64 reference device.
+//! let mut g = Graph::new();
+//! let x = g.input("x", DType::F32, &[4.into()])?;
+//! let y = g.exp(x)?;
+//! g.output("y", y)?;
+//! let prepared = Prepared::new(&g)?;
+//! let x = Tensor::from_f32(&[4], &[0.0, 1.0, 2.0, 3.0])?;
+//! let reference = device::open("reference", &config)?;
+//! let want = reference.run(&prepared, &[("x", &x)])?;
+//! let got = cpu.run(&prepared, &[("x", &x)])?;
+//! let (want, got) = (&want["y"], &got["y"]);
+//! assert!(got.allclose(want, 1e-6, 0.0)?);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
 mod cpu;
@@ -32,7 +50,7 @@ use dvm_tensor::Tensor;
 pub use cpu::Runtime;
 pub use reference::ReferenceDevice;
 
-use crate::{Prepared, RunError};
+use crate::{Outputs, Prepared, RunError};
 
 /// What a device can do, for callers that pick one or compare two.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -59,19 +77,28 @@ pub trait Device: Send + Sync {
     /// What the device can do.
     fn capabilities(&self) -> Capabilities;
 
-    /// Runs `prepared` on named `inputs`; symbols are deduced from the
-    /// input shapes, plus `explicit` bindings. Returns the outputs in the
-    /// graph's output order, with their names.
+    /// Runs `prepared` on named `inputs`, every symbol deduced from the
+    /// input shapes. Returns the outputs by name, in the graph's order.
     ///
     /// # Errors
-    /// [`RunError`]: bad inputs (named), lowering, compile or launch
-    /// failures, or the device's own failure.
-    fn run(
+    /// [`RunError`]: bad inputs (named; a symbol no input's shape fixes
+    /// among them), lowering, compile or launch failures, or the device's
+    /// own failure.
+    fn run(&self, prepared: &Prepared, inputs: &[(&str, &Tensor)]) -> Result<Outputs, RunError> {
+        self.run_with_bindings(prepared, inputs, &Bindings::new())
+    }
+
+    /// [`Device::run`] with `explicit` bindings for the symbols the inputs'
+    /// shapes do not fix (those they do must agree with them).
+    ///
+    /// # Errors
+    /// As [`Device::run`].
+    fn run_with_bindings(
         &self,
         prepared: &Prepared,
         inputs: &[(&str, &Tensor)],
         explicit: &Bindings,
-    ) -> Result<Vec<(String, Tensor)>, RunError>;
+    ) -> Result<Outputs, RunError>;
 }
 
 /// What opening a device may use: each device reads the fields it needs.
@@ -80,7 +107,8 @@ pub struct DeviceConfig {
     /// Worker cores for the CPU device, and the cores kernels are compiled
     /// for (default: every core of the machine).
     pub cores: Option<usize>,
-    /// Kernels a device's cache keeps.
+    /// Kernels a device's cache keeps (default
+    /// [`DEFAULT_CACHE_CAPACITY`](crate::DEFAULT_CACHE_CAPACITY)).
     pub cache_capacity: usize,
     /// The aarch64 firmware image (QEMU).
     pub firmware: Option<PathBuf>,
@@ -92,7 +120,7 @@ impl Default for DeviceConfig {
     fn default() -> DeviceConfig {
         DeviceConfig {
             cores: None,
-            cache_capacity: 256,
+            cache_capacity: crate::DEFAULT_CACHE_CAPACITY,
             firmware: None,
             firmware_log: None,
         }

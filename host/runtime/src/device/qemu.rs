@@ -23,7 +23,7 @@ use dvm_tensor::Tensor;
 
 use super::cpu::initial_bytes;
 use super::{Capabilities, Device, DeviceConfig, DeviceEntry, DeviceError};
-use crate::{Compiler, Prepared, RunError};
+use crate::{Compiler, Outputs, Prepared, RunError};
 
 /// Where RAM starts on QEMU's `virt` board.
 const VIRT_RAM_BASE: u64 = 0x4000_0000;
@@ -332,7 +332,7 @@ impl QemuDevice {
         prepared: &Prepared,
         inputs: &[(&str, &Tensor)],
         explicit: &Bindings,
-    ) -> Result<Vec<(String, Tensor)>, RunError> {
+    ) -> Result<Outputs, RunError> {
         let graph = prepared.graph();
         let bindings = graph.bind_tensors(inputs, explicit)?;
         let (plan, kernels) = compiler.plan(prepared, &bindings)?;
@@ -432,12 +432,12 @@ impl Device for Qemu {
         }
     }
 
-    fn run(
+    fn run_with_bindings(
         &self,
         prepared: &Prepared,
         inputs: &[(&str, &Tensor)],
         explicit: &Bindings,
-    ) -> Result<Vec<(String, Tensor)>, RunError> {
+    ) -> Result<Outputs, RunError> {
         self.device.run(&self.compiler, prepared, inputs, explicit)
     }
 }

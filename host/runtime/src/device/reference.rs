@@ -6,7 +6,7 @@ use dvm_sym::Bindings;
 use dvm_tensor::Tensor;
 
 use super::{Capabilities, Device, DeviceConfig, DeviceEntry, DeviceError};
-use crate::{Prepared, RunError};
+use crate::{Outputs, Prepared, RunError};
 
 /// The f64 reference evaluator as a device.
 #[derive(Clone, Copy, Debug, Default)]
@@ -36,16 +36,12 @@ impl Device for ReferenceDevice {
     }
 
     /// Every error is the graph's or the inputs' ([`RunError::Graph`]).
-    fn run(
+    fn run_with_bindings(
         &self,
         prepared: &Prepared,
         inputs: &[(&str, &Tensor)],
         explicit: &Bindings,
-    ) -> Result<Vec<(String, Tensor)>, RunError> {
-        Ok(dvm_graph::reference::run(
-            prepared.graph(),
-            inputs,
-            explicit,
-        )?)
+    ) -> Result<Outputs, RunError> {
+        Ok(dvm_graph::reference::run(prepared.graph(), inputs, explicit)?.into())
     }
 }
