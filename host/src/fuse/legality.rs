@@ -467,22 +467,8 @@ pub fn validate(
     if matmul.is_some() && first_reduce.is_some() {
         return Err(Reason::MatmulReduce);
     }
-    let mismatch = |n: NodeId, space: &[Dim], (a, b): (String, String)| Reason::SpaceMismatch {
-        node: facts.name(n),
-        shape: ShapeDisplay(facts.shape(n)).to_string(),
-        space: ShapeDisplay(space).to_string(),
-        dims: (a, b),
-    };
-    let stored_over = |n: NodeId, space: &[Dim]| -> Result<(), Reason> {
-        if facts.materialized(n, member) && same_shape(scope, facts.shape(n), space).is_err() {
-            return Err(Reason::BroadcastStore {
-                node: facts.name(n),
-                shape: ShapeDisplay(facts.shape(n)).to_string(),
-                space: ShapeDisplay(space).to_string(),
-            });
-        }
-        Ok(())
-    };
+    let mismatch = |n: NodeId, space: &[Dim], d| mismatch(facts, n, space, d);
+    let stored_over = |n: NodeId, space: &[Dim]| stored_over(facts, member, n, space);
 
     if let Some(mm) = matmul {
         if let Some(&o) = g[mm].operands.iter().find(|&&o| member(o)) {
@@ -506,88 +492,7 @@ pub fn validate(
             return Err(Reason::MatmulReduce);
         };
         let space = facts.shape(g[r0].operands[0]).to_vec();
-        let mut reduced = space.clone();
-        reduced[axis] = Dim::ONE;
-        let mut classes: Vec<(NodeId, Class)> = Vec::with_capacity(nodes.len());
-        // Members are ascending, so `classes` is sorted by node.
-        for &n in nodes {
-            let node = &g[n];
-            let class = match facts.roles[n.0] {
-                Role::Reduce { axis: a, .. } | Role::Composite { axis: a } => {
-                    let x = node.operands[0];
-                    if a != axis {
-                        return Err(Reason::AxisMismatch {
-                            node: facts.name(n),
-                            axis: a,
-                            group_axis: axis,
-                        });
-                    }
-                    same_shape(scope, facts.shape(x), &space)
-                        .map_err(|d| mismatch(n, &space, d))?;
-                    let class = |o: NodeId| {
-                        if member(o) {
-                            class_of(&classes, o)
-                        } else {
-                            Class::Full
-                        }
-                    };
-                    if class(x) != Class::Full {
-                        return Err(Reason::ReduceOfReduced {
-                            node: facts.name(n),
-                        });
-                    }
-                    match facts.roles[n.0] {
-                        Role::Reduce { keepdims, .. } => Class::Reduced(keepdims),
-                        _ if composite_drops_axis(&node.operands, axis, class) => {
-                            return Err(Reason::DroppedAxis {
-                                node: facts.name(n),
-                            })
-                        }
-                        _ => Class::Full,
-                    }
-                }
-                _ => {
-                    let mix = OperandMix::of(&node.operands, axis, |o| {
-                        if member(o) {
-                            class_of(&classes, o)
-                        } else {
-                            Class::Full
-                        }
-                    });
-                    if mix.full {
-                        if mix.drops_axis(axis) {
-                            return Err(Reason::DroppedAxis {
-                                node: facts.name(n),
-                            });
-                        }
-                        broadcasts_into(scope, facts.shape(n), &space)
-                            .map_err(|d| mismatch(n, &space, d))?;
-                        stored_over(n, &space)?;
-                        Class::Full
-                    } else {
-                        if mix.drops_axis(axis) {
-                            return Err(Reason::DroppedAxis {
-                                node: facts.name(n),
-                            });
-                        }
-                        let dropped: Vec<Dim> = space
-                            .iter()
-                            .enumerate()
-                            .filter(|&(i, _)| i != axis)
-                            .map(|(_, d)| d.clone())
-                            .collect();
-                        if same_shape(scope, facts.shape(n), &reduced).is_ok() {
-                            Class::Reduced(true)
-                        } else {
-                            same_shape(scope, facts.shape(n), &dropped)
-                                .map_err(|d| mismatch(n, &dropped, d))?;
-                            Class::Reduced(false)
-                        }
-                    }
-                }
-            };
-            classes.push((n, class));
-        }
+        reduce_classes(facts, nodes, member, axis, &space)?;
         return Ok((ClusterKind::Reduce { axis }, space));
     }
 
@@ -608,6 +513,134 @@ pub fn validate(
         stored_over(n, &space)?;
     }
     Ok((ClusterKind::Elementwise, space))
+}
+
+/// The [`Reason::SpaceMismatch`] of member `n` against `space`, at the
+/// dimensions `a` and `b`.
+fn mismatch(facts: &Facts<'_>, n: NodeId, space: &[Dim], (a, b): (String, String)) -> Reason {
+    Reason::SpaceMismatch {
+        node: facts.name(n),
+        shape: ShapeDisplay(facts.shape(n)).to_string(),
+        space: ShapeDisplay(space).to_string(),
+        dims: (a, b),
+    }
+}
+
+/// Whether member `n`, when stored from the group (`member`), has exactly
+/// the shape `space` (else it would be stored from several tiles).
+fn stored_over(
+    facts: &Facts<'_>,
+    member: &dyn Fn(NodeId) -> bool,
+    n: NodeId,
+    space: &[Dim],
+) -> Result<(), Reason> {
+    let scope = facts.graph.scope();
+    if facts.materialized(n, member) && same_shape(scope, facts.shape(n), space).is_err() {
+        return Err(Reason::BroadcastStore {
+            node: facts.name(n),
+            shape: ShapeDisplay(facts.shape(n)).to_string(),
+            space: ShapeDisplay(space).to_string(),
+        });
+    }
+    Ok(())
+}
+
+/// The walk of [`validate`] over the members of a reduce group folding
+/// `axis` of `space`: each member's class from its operands', or the
+/// [`Reason`] a member does not fit.
+fn reduce_classes(
+    facts: &Facts<'_>,
+    nodes: &[NodeId],
+    member: &dyn Fn(NodeId) -> bool,
+    axis: usize,
+    space: &[Dim],
+) -> Result<(), Reason> {
+    let g = facts.graph;
+    let scope = g.scope();
+    let mismatch = |n: NodeId, space: &[Dim], d| mismatch(facts, n, space, d);
+    let stored_over = |n: NodeId, space: &[Dim]| stored_over(facts, member, n, space);
+    let mut reduced = space.to_vec();
+    reduced[axis] = Dim::ONE;
+    let mut classes: Vec<(NodeId, Class)> = Vec::with_capacity(nodes.len());
+    // Members are ascending, so `classes` is sorted by node.
+    for &n in nodes {
+        let node = &g[n];
+        let class = match facts.roles[n.0] {
+            Role::Reduce { axis: a, .. } | Role::Composite { axis: a } => {
+                let x = node.operands[0];
+                if a != axis {
+                    return Err(Reason::AxisMismatch {
+                        node: facts.name(n),
+                        axis: a,
+                        group_axis: axis,
+                    });
+                }
+                same_shape(scope, facts.shape(x), space).map_err(|d| mismatch(n, space, d))?;
+                let class = |o: NodeId| {
+                    if member(o) {
+                        class_of(&classes, o)
+                    } else {
+                        Class::Full
+                    }
+                };
+                if class(x) != Class::Full {
+                    return Err(Reason::ReduceOfReduced {
+                        node: facts.name(n),
+                    });
+                }
+                match facts.roles[n.0] {
+                    Role::Reduce { keepdims, .. } => Class::Reduced(keepdims),
+                    _ if composite_drops_axis(&node.operands, axis, class) => {
+                        return Err(Reason::DroppedAxis {
+                            node: facts.name(n),
+                        })
+                    }
+                    _ => Class::Full,
+                }
+            }
+            _ => {
+                let mix = OperandMix::of(&node.operands, axis, |o| {
+                    if member(o) {
+                        class_of(&classes, o)
+                    } else {
+                        Class::Full
+                    }
+                });
+                if mix.full {
+                    if mix.drops_axis(axis) {
+                        return Err(Reason::DroppedAxis {
+                            node: facts.name(n),
+                        });
+                    }
+                    broadcasts_into(scope, facts.shape(n), space)
+                        .map_err(|d| mismatch(n, space, d))?;
+                    stored_over(n, space)?;
+                    Class::Full
+                } else {
+                    if mix.drops_axis(axis) {
+                        return Err(Reason::DroppedAxis {
+                            node: facts.name(n),
+                        });
+                    }
+                    let dropped: Vec<Dim> = space
+                        .iter()
+                        .enumerate()
+                        .filter(|&(i, _)| i != axis)
+                        .map(|(_, d)| d.clone())
+                        .collect();
+                    if same_shape(scope, facts.shape(n), &reduced).is_ok() {
+                        Class::Reduced(true)
+                    } else {
+                        same_shape(scope, facts.shape(n), &dropped)
+                            .map_err(|d| mismatch(n, &dropped, d))?;
+                        Class::Reduced(false)
+                    }
+                }
+            }
+        };
+        classes.push((n, class));
+    }
+    Ok(())
 }
 
 /// Role of graph node `n` for the fuser.
