@@ -1233,3 +1233,89 @@ pub(crate) fn validate_onto<M: Fn(NodeId) -> bool, B: Fn(NodeId) -> bool>(
     }
     Some(Some((ClusterKind::Reduce { axis }, space)))
 }
+
+/// One of the two groups of a candidate union, as [`validate_union`]
+/// reads it.
+pub(crate) struct Side<'a> {
+    /// Its id in the driver's node owners.
+    pub id: u32,
+    /// Its kind.
+    pub kind: &'a ClusterKind,
+    /// Its members, ascending.
+    pub nodes: &'a [NodeId],
+    /// Its space (a shape id) when known: a reduce group's members then
+    /// have their classes in the driver's classes.
+    pub space: Option<u32>,
+}
+
+/// Whether the union of groups `a` and `b` (its members `union`,
+/// ascending; `member` its membership; `owner` every node's group id)
+/// forms a group: its kind, space, and whether it was validated onto one
+/// of the two. The answer is [`validate_fast`]'s; the larger group, when a
+/// reduce group of at least [`super::ONTO_MIN`] members whose space is
+/// known, has the other validated onto it ([`validate_onto`], reading its
+/// members' classes in `class_of`): only what the merge changes is
+/// checked, and the union's classes are then in `sc.classes` for the
+/// nodes in `sc.checked` (the others keep theirs). Otherwise every
+/// member's class is in `sc.classes`.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn validate_union<M: Fn(NodeId) -> bool>(
+    facts: &Facts<'_>,
+    shapes: &Shapes,
+    union: &[NodeId],
+    member: M,
+    owner: &[u32],
+    (a, b): (Side<'_>, Side<'_>),
+    class_of: &[Class],
+    sc: &mut Onto<'_>,
+) -> Option<(ClusterKind, u32, bool)> {
+    let (x, y) = if a.nodes.len() >= b.nodes.len() {
+        (a, b)
+    } else {
+        (b, a)
+    };
+    if let (&ClusterKind::Reduce { axis }, Some(space), true) =
+        (x.kind, x.space, x.nodes.len() >= super::ONTO_MIN)
+    {
+        // `y` a reduce group of the same axis and space: its classes are
+        // known too, and only what changes where the two groups meet is
+        // validated (a reduce chain).
+        let both = y.kind == x.kind && y.space == Some(space);
+        let (xx, yy) = (x.id, y.id);
+        let base = Base {
+            member: |m: NodeId| {
+                let o = owner[m.0];
+                o == xx || (both && o == yy)
+            },
+            space,
+            axis,
+            classes: class_of,
+        };
+        let new: &[NodeId] = if both {
+            let in_x = |m: NodeId| owner[m.0] == xx;
+            crossings(facts, y.nodes, in_x, class_of, sc.queue);
+            &[]
+        } else {
+            sc.queue.clear();
+            y.nodes
+        };
+        if let Some(found) = validate_onto(facts, shapes, new, &member, &base, sc) {
+            // The tests check the claim: the whole union's answer, and
+            // the classes of the members the walk skipped unchanged.
+            if cfg!(debug_assertions) {
+                let mut classes = vec![Class::Full; owner.len()];
+                let full = validate_fast(facts, shapes, union, &member, &mut classes);
+                debug_assert_eq!(found, full);
+                debug_assert!(
+                    found.is_none()
+                        || union
+                            .iter()
+                            .all(|&n| sc.checked.contains(&n) || class_of[n.0] == classes[n.0]),
+                    "a member the walk skipped changed its class"
+                );
+            }
+            return found.map(|(k, sp)| (k, sp, true));
+        }
+    }
+    validate_fast(facts, shapes, union, member, sc.classes).map(|(k, sp)| (k, sp, false))
+}
