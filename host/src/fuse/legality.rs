@@ -1251,15 +1251,37 @@ pub(crate) struct Side<'a> {
 /// Whether the union of groups `a` and `b` (its members `union`,
 /// ascending; `member` its membership; `owner` every node's group id)
 /// forms a group: its kind, space, and whether it was validated onto one
-/// of the two. The answer is [`validate_fast`]'s; the larger group, when a
-/// reduce group of at least [`super::ONTO_MIN`] members whose space is
-/// known, has the other validated onto it ([`validate_onto`], reading its
-/// members' classes in `class_of`): only what the merge changes is
-/// checked, and the union's classes are then in `sc.classes` for the
-/// nodes in `sc.checked` (the others keep theirs). Otherwise every
-/// member's class is in `sc.classes`.
+/// of the two ([`validate_onto_larger`], else [`validate_fast`], whose
+/// answer it is). Validated onto one, the union's classes are in
+/// `sc.classes` for the nodes in `sc.checked` (the others keep theirs in
+/// `class_of`); otherwise every member's class is in `sc.classes`.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn validate_union<M: Fn(NodeId) -> bool>(
+    facts: &Facts<'_>,
+    shapes: &Shapes,
+    union: &[NodeId],
+    member: M,
+    owner: &[u32],
+    sides: (Side<'_>, Side<'_>),
+    class_of: &[Class],
+    sc: &mut Onto<'_>,
+) -> Option<(ClusterKind, u32, bool)> {
+    if let Some(found) =
+        validate_onto_larger(facts, shapes, union, &member, owner, sides, class_of, sc)
+    {
+        return found.map(|(k, sp)| (k, sp, true));
+    }
+    validate_fast(facts, shapes, union, member, sc.classes).map(|(k, sp)| (k, sp, false))
+}
+
+/// [`validate_union`] onto the larger of groups `a` and `b`, when it is a
+/// reduce group of at least [`super::ONTO_MIN`] members whose space is
+/// known ([`validate_onto`], reading its members' classes in `class_of`):
+/// only what the merge changes is checked. `None` when that does not
+/// apply (then call [`validate_fast`]), else [`validate_fast`]'s answer.
+#[allow(clippy::too_many_arguments)]
+#[inline]
+pub(crate) fn validate_onto_larger<M: Fn(NodeId) -> bool>(
     facts: &Facts<'_>,
     shapes: &Shapes,
     union: &[NodeId],
@@ -1268,54 +1290,53 @@ pub(crate) fn validate_union<M: Fn(NodeId) -> bool>(
     (a, b): (Side<'_>, Side<'_>),
     class_of: &[Class],
     sc: &mut Onto<'_>,
-) -> Option<(ClusterKind, u32, bool)> {
+) -> Option<Option<(ClusterKind, u32)>> {
     let (x, y) = if a.nodes.len() >= b.nodes.len() {
         (a, b)
     } else {
         (b, a)
     };
-    if let (&ClusterKind::Reduce { axis }, Some(space), true) =
+    let (&ClusterKind::Reduce { axis }, Some(space), true) =
         (x.kind, x.space, x.nodes.len() >= super::ONTO_MIN)
-    {
-        // `y` a reduce group of the same axis and space: its classes are
-        // known too, and only what changes where the two groups meet is
-        // validated (a reduce chain).
-        let both = y.kind == x.kind && y.space == Some(space);
-        let (xx, yy) = (x.id, y.id);
-        let base = Base {
-            member: |m: NodeId| {
-                let o = owner[m.0];
-                o == xx || (both && o == yy)
-            },
-            space,
-            axis,
-            classes: class_of,
-        };
-        let new: &[NodeId] = if both {
-            let in_x = |m: NodeId| owner[m.0] == xx;
-            crossings(facts, y.nodes, in_x, class_of, sc.queue);
-            &[]
-        } else {
-            sc.queue.clear();
-            y.nodes
-        };
-        if let Some(found) = validate_onto(facts, shapes, new, &member, &base, sc) {
-            // The tests check the claim: the whole union's answer, and
-            // the classes of the members the walk skipped unchanged.
-            if cfg!(debug_assertions) {
-                let mut classes = vec![Class::Full; owner.len()];
-                let full = validate_fast(facts, shapes, union, &member, &mut classes);
-                debug_assert_eq!(found, full);
-                debug_assert!(
-                    found.is_none()
-                        || union
-                            .iter()
-                            .all(|&n| sc.checked.contains(&n) || class_of[n.0] == classes[n.0]),
-                    "a member the walk skipped changed its class"
-                );
-            }
-            return found.map(|(k, sp)| (k, sp, true));
-        }
+    else {
+        return None;
+    };
+    // `y` a reduce group of the same axis and space: its classes are
+    // known too, and only what changes where the two groups meet is
+    // validated (a reduce chain).
+    let both = y.kind == x.kind && y.space == Some(space);
+    let (xx, yy) = (x.id, y.id);
+    let base = Base {
+        member: |m: NodeId| {
+            let o = owner[m.0];
+            o == xx || (both && o == yy)
+        },
+        space,
+        axis,
+        classes: class_of,
+    };
+    let new: &[NodeId] = if both {
+        let in_x = |m: NodeId| owner[m.0] == xx;
+        crossings(facts, y.nodes, in_x, class_of, sc.queue);
+        &[]
+    } else {
+        sc.queue.clear();
+        y.nodes
+    };
+    let found = validate_onto(facts, shapes, new, &member, &base, sc)?;
+    // The tests check the claim: the whole union's answer, and the
+    // classes of the members the walk skipped unchanged.
+    if cfg!(debug_assertions) {
+        let mut classes = vec![Class::Full; owner.len()];
+        let full = validate_fast(facts, shapes, union, &member, &mut classes);
+        debug_assert_eq!(found, full);
+        debug_assert!(
+            found.is_none()
+                || union
+                    .iter()
+                    .all(|&n| sc.checked.contains(&n) || class_of[n.0] == classes[n.0]),
+            "a member the walk skipped changed its class"
+        );
     }
-    validate_fast(facts, shapes, union, member, sc.classes).map(|(k, sp)| (k, sp, false))
+    Some(found)
 }

@@ -164,10 +164,10 @@ const EACH_KIND: [ClusterKind; 3] = [
     ClusterKind::Matmul,
 ];
 
-/// Per producer kind and consumer kind (by [`Kinds::bit`]'s position):
-/// the index in [`RULES`] of the first edge rule joining them, or
-/// `u8::MAX`.
-const EDGE_RULE: [[u8; 3]; 3] = {
+/// Per producer kind and consumer kind (by [`index`]): the index in
+/// [`RULES`] of the first edge rule joining them, or `u8::MAX`; with
+/// `FORWARD`, only of the rules not [`RuleDef::from_matmul`].
+const fn edge_rules<const FORWARD: bool>() -> [[u8; 3]; 3] {
     let mut t = [[u8::MAX; 3]; 3];
     let mut p = 0;
     while p < 3 {
@@ -177,6 +177,7 @@ const EDGE_RULE: [[u8; 3]; 3] = {
             while r > 0 {
                 r -= 1;
                 if matches!(RULES[r].joins, Joins::Edge { .. })
+                    && !(FORWARD && RULES[r].from_matmul())
                     && RULES[r].joins_kinds(&EACH_KIND[p], &EACH_KIND[c])
                 {
                     t[p][c] = r as u8;
@@ -187,7 +188,13 @@ const EDGE_RULE: [[u8; 3]; 3] = {
         p += 1;
     }
     t
-};
+}
+
+/// [`edge_rules`] of every edge rule.
+const EDGE_RULE: [[u8; 3]; 3] = edge_rules::<false>();
+
+/// [`edge_rules`] of the edge rules not out of a matmul.
+const FORWARD_RULE: [[u8; 3]; 3] = edge_rules::<true>();
 
 /// The position of `k` in [`EACH_KIND`].
 #[inline]
@@ -208,6 +215,17 @@ pub fn edge_rule(
     consumer: &ClusterKind,
 ) -> Option<(usize, &'static RuleDef)> {
     let r = EDGE_RULE[index(producer)][index(consumer)];
+    (r != u8::MAX).then(|| (r as usize, &RULES[r as usize]))
+}
+
+/// [`edge_rule`] among the edge rules not [`RuleDef::from_matmul`]: the
+/// sweep's forward phase.
+#[inline]
+pub fn forward_rule(
+    producer: &ClusterKind,
+    consumer: &ClusterKind,
+) -> Option<(usize, &'static RuleDef)> {
+    let r = FORWARD_RULE[index(producer)][index(consumer)];
     (r != u8::MAX).then(|| (r as usize, &RULES[r as usize]))
 }
 

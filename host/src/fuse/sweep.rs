@@ -47,9 +47,10 @@ use std::collections::BinaryHeap;
 use std::ops::Range;
 
 use super::legality::{
-    self, role_of, validate_fast, validate_union, Class, Facts, ShapeBuffers, Shapes, Side, Users,
+    self, role_of, validate_fast, validate_onto_larger, Class, Facts, ShapeBuffers, Shapes, Side,
+    Users,
 };
-use super::rules::{self, edge_rule, Joins, Kinds, FORWARD_CONSUMERS, RULES};
+use super::rules::{self, forward_rule, Joins, Kinds, FORWARD_CONSUMERS, RULES};
 use super::{
     count_params_marked, store_layouts, Cluster, ClusterKind, FuseError, FuseOptions, FusionPlan,
     Role, Unit,
@@ -365,6 +366,7 @@ impl Sweep {
     /// The union `list` of [`Candidate`] in order of first nodes, its
     /// units marked with a fresh epoch (returned) and its members in
     /// `union` (sorted), with whether the parts' lists came in order.
+    #[inline]
     fn gather(&mut self, list: &mut [u32], union: &mut Vec<NodeId>) -> (u32, bool) {
         let first = |p: u32| self.parts[p as usize].nodes[0];
         if let [a, b] = list {
@@ -394,7 +396,7 @@ impl Sweep {
     /// Whether `union`, the members of groups `list` (marked `epoch`),
     /// forms a group: its kind, space, and whether it was validated onto
     /// one of the groups (its changed classes then in `checked`). Two
-    /// groups go to [`legality::validate_union`], as in
+    /// groups go to [`legality::validate_union`]'s steps, as in
     /// [`super::State::merge`], after a shortcut for a single
     /// element-wise node joining an element-wise group.
     fn validate(
@@ -432,16 +434,13 @@ impl Sweep {
             }
             if let (Some(sa), Some(sb)) = (pa.side(a), pb.side(b)) {
                 let (shapes, class_of) = (&cx.shapes, &self.class_of);
-                return validate_union(
-                    &facts,
-                    shapes,
-                    union,
-                    member,
-                    owner,
-                    (sa, sb),
-                    class_of,
-                    &mut sc,
+                let sides = (sa, sb);
+                let onto = validate_onto_larger(
+                    &facts, shapes, union, member, owner, sides, class_of, &mut sc,
                 );
+                if let Some(found) = onto {
+                    return found.map(|(k, sp)| (k, sp, true));
+                }
             }
         }
         validate_fast(&facts, &cx.shapes, union, member, sc.classes).map(|(k, sp)| (k, sp, false))
@@ -526,14 +525,17 @@ struct Candidate<'s, 'l, 'c, 'g> {
 }
 
 impl rules::Union for Candidate<'_, '_, '_, '_> {
+    #[inline]
     fn size(&self) -> usize {
         self.total
     }
 
+    #[inline]
     fn closes_cycle(&mut self) -> bool {
         self.sets.dep & self.sets.desc != 0
     }
 
+    #[inline]
     fn validate(&mut self) -> Option<(ClusterKind, u32)> {
         (self.epoch, self.sorted) = self.sw.gather(self.list, &mut self.union);
         let found = self
@@ -544,6 +546,7 @@ impl rules::Union for Candidate<'_, '_, '_, '_> {
         Some((kind, space))
     }
 
+    #[inline]
     fn param_bound(&self) -> usize {
         let parts = &self.sw.parts;
         self.list
@@ -552,6 +555,7 @@ impl rules::Union for Candidate<'_, '_, '_, '_> {
             .sum()
     }
 
+    #[inline]
     fn tighter_params(&mut self, step: usize) -> Option<usize> {
         (step == 1).then(|| self.sw.count_params(self.cx, &self.union, self.epoch))
     }
@@ -905,7 +909,7 @@ fn forward(cx: &Ctx<'_>, sw: &mut Sweep, composites: &[Range<usize>]) -> bool {
         }
         // The groups it reads from that an edge rule of this phase joins
         // it with, in the order of those rules.
-        let joins = |p: &ClusterKind| edge_rule(p, &kind).filter(|(_, r)| !r.from_matmul());
+        let joins = |p: &ClusterKind| forward_rule(p, &kind);
         producers.clear();
         for &m in &sw.parts[u as usize].nodes {
             for &o in &g[m].operands {
