@@ -467,22 +467,8 @@ pub fn validate(
     if matmul.is_some() && first_reduce.is_some() {
         return Err(Reason::MatmulReduce);
     }
-    let mismatch = |n: NodeId, space: &[Dim], (a, b): (String, String)| Reason::SpaceMismatch {
-        node: facts.name(n),
-        shape: ShapeDisplay(facts.shape(n)).to_string(),
-        space: ShapeDisplay(space).to_string(),
-        dims: (a, b),
-    };
-    let stored_over = |n: NodeId, space: &[Dim]| -> Result<(), Reason> {
-        if facts.materialized(n, member) && same_shape(scope, facts.shape(n), space).is_err() {
-            return Err(Reason::BroadcastStore {
-                node: facts.name(n),
-                shape: ShapeDisplay(facts.shape(n)).to_string(),
-                space: ShapeDisplay(space).to_string(),
-            });
-        }
-        Ok(())
-    };
+    let mismatch = |n: NodeId, space: &[Dim], d| mismatch(facts, n, space, d);
+    let stored_over = |n: NodeId, space: &[Dim]| stored_over(facts, member, n, space);
 
     if let Some(mm) = matmul {
         if let Some(&o) = g[mm].operands.iter().find(|&&o| member(o)) {
@@ -506,88 +492,7 @@ pub fn validate(
             return Err(Reason::MatmulReduce);
         };
         let space = facts.shape(g[r0].operands[0]).to_vec();
-        let mut reduced = space.clone();
-        reduced[axis] = Dim::ONE;
-        let mut classes: Vec<(NodeId, Class)> = Vec::with_capacity(nodes.len());
-        // Members are ascending, so `classes` is sorted by node.
-        for &n in nodes {
-            let node = &g[n];
-            let class = match facts.roles[n.0] {
-                Role::Reduce { axis: a, .. } | Role::Composite { axis: a } => {
-                    let x = node.operands[0];
-                    if a != axis {
-                        return Err(Reason::AxisMismatch {
-                            node: facts.name(n),
-                            axis: a,
-                            group_axis: axis,
-                        });
-                    }
-                    same_shape(scope, facts.shape(x), &space)
-                        .map_err(|d| mismatch(n, &space, d))?;
-                    let class = |o: NodeId| {
-                        if member(o) {
-                            class_of(&classes, o)
-                        } else {
-                            Class::Full
-                        }
-                    };
-                    if class(x) != Class::Full {
-                        return Err(Reason::ReduceOfReduced {
-                            node: facts.name(n),
-                        });
-                    }
-                    match facts.roles[n.0] {
-                        Role::Reduce { keepdims, .. } => Class::Reduced(keepdims),
-                        _ if composite_drops_axis(&node.operands, axis, class) => {
-                            return Err(Reason::DroppedAxis {
-                                node: facts.name(n),
-                            })
-                        }
-                        _ => Class::Full,
-                    }
-                }
-                _ => {
-                    let mix = OperandMix::of(&node.operands, axis, |o| {
-                        if member(o) {
-                            class_of(&classes, o)
-                        } else {
-                            Class::Full
-                        }
-                    });
-                    if mix.full {
-                        if mix.drops_axis(axis) {
-                            return Err(Reason::DroppedAxis {
-                                node: facts.name(n),
-                            });
-                        }
-                        broadcasts_into(scope, facts.shape(n), &space)
-                            .map_err(|d| mismatch(n, &space, d))?;
-                        stored_over(n, &space)?;
-                        Class::Full
-                    } else {
-                        if mix.drops_axis(axis) {
-                            return Err(Reason::DroppedAxis {
-                                node: facts.name(n),
-                            });
-                        }
-                        let dropped: Vec<Dim> = space
-                            .iter()
-                            .enumerate()
-                            .filter(|&(i, _)| i != axis)
-                            .map(|(_, d)| d.clone())
-                            .collect();
-                        if same_shape(scope, facts.shape(n), &reduced).is_ok() {
-                            Class::Reduced(true)
-                        } else {
-                            same_shape(scope, facts.shape(n), &dropped)
-                                .map_err(|d| mismatch(n, &dropped, d))?;
-                            Class::Reduced(false)
-                        }
-                    }
-                }
-            };
-            classes.push((n, class));
-        }
+        reduce_classes(facts, nodes, member, axis, &space)?;
         return Ok((ClusterKind::Reduce { axis }, space));
     }
 
@@ -608,6 +513,134 @@ pub fn validate(
         stored_over(n, &space)?;
     }
     Ok((ClusterKind::Elementwise, space))
+}
+
+/// The [`Reason::SpaceMismatch`] of member `n` against `space`, at the
+/// dimensions `a` and `b`.
+fn mismatch(facts: &Facts<'_>, n: NodeId, space: &[Dim], (a, b): (String, String)) -> Reason {
+    Reason::SpaceMismatch {
+        node: facts.name(n),
+        shape: ShapeDisplay(facts.shape(n)).to_string(),
+        space: ShapeDisplay(space).to_string(),
+        dims: (a, b),
+    }
+}
+
+/// Whether member `n`, when stored from the group (`member`), has exactly
+/// the shape `space` (else it would be stored from several tiles).
+fn stored_over(
+    facts: &Facts<'_>,
+    member: &dyn Fn(NodeId) -> bool,
+    n: NodeId,
+    space: &[Dim],
+) -> Result<(), Reason> {
+    let scope = facts.graph.scope();
+    if facts.materialized(n, member) && same_shape(scope, facts.shape(n), space).is_err() {
+        return Err(Reason::BroadcastStore {
+            node: facts.name(n),
+            shape: ShapeDisplay(facts.shape(n)).to_string(),
+            space: ShapeDisplay(space).to_string(),
+        });
+    }
+    Ok(())
+}
+
+/// The walk of [`validate`] over the members of a reduce group folding
+/// `axis` of `space`: each member's class from its operands', or the
+/// [`Reason`] a member does not fit.
+fn reduce_classes(
+    facts: &Facts<'_>,
+    nodes: &[NodeId],
+    member: &dyn Fn(NodeId) -> bool,
+    axis: usize,
+    space: &[Dim],
+) -> Result<(), Reason> {
+    let g = facts.graph;
+    let scope = g.scope();
+    let mismatch = |n: NodeId, space: &[Dim], d| mismatch(facts, n, space, d);
+    let stored_over = |n: NodeId, space: &[Dim]| stored_over(facts, member, n, space);
+    let mut reduced = space.to_vec();
+    reduced[axis] = Dim::ONE;
+    let mut classes: Vec<(NodeId, Class)> = Vec::with_capacity(nodes.len());
+    // Members are ascending, so `classes` is sorted by node.
+    for &n in nodes {
+        let node = &g[n];
+        let class = match facts.roles[n.0] {
+            Role::Reduce { axis: a, .. } | Role::Composite { axis: a } => {
+                let x = node.operands[0];
+                if a != axis {
+                    return Err(Reason::AxisMismatch {
+                        node: facts.name(n),
+                        axis: a,
+                        group_axis: axis,
+                    });
+                }
+                same_shape(scope, facts.shape(x), space).map_err(|d| mismatch(n, space, d))?;
+                let class = |o: NodeId| {
+                    if member(o) {
+                        class_of(&classes, o)
+                    } else {
+                        Class::Full
+                    }
+                };
+                if class(x) != Class::Full {
+                    return Err(Reason::ReduceOfReduced {
+                        node: facts.name(n),
+                    });
+                }
+                match facts.roles[n.0] {
+                    Role::Reduce { keepdims, .. } => Class::Reduced(keepdims),
+                    _ if composite_drops_axis(&node.operands, axis, class) => {
+                        return Err(Reason::DroppedAxis {
+                            node: facts.name(n),
+                        })
+                    }
+                    _ => Class::Full,
+                }
+            }
+            _ => {
+                let mix = OperandMix::of(&node.operands, axis, |o| {
+                    if member(o) {
+                        class_of(&classes, o)
+                    } else {
+                        Class::Full
+                    }
+                });
+                if mix.full {
+                    if mix.drops_axis(axis) {
+                        return Err(Reason::DroppedAxis {
+                            node: facts.name(n),
+                        });
+                    }
+                    broadcasts_into(scope, facts.shape(n), space)
+                        .map_err(|d| mismatch(n, space, d))?;
+                    stored_over(n, space)?;
+                    Class::Full
+                } else {
+                    if mix.drops_axis(axis) {
+                        return Err(Reason::DroppedAxis {
+                            node: facts.name(n),
+                        });
+                    }
+                    let dropped: Vec<Dim> = space
+                        .iter()
+                        .enumerate()
+                        .filter(|&(i, _)| i != axis)
+                        .map(|(_, d)| d.clone())
+                        .collect();
+                    if same_shape(scope, facts.shape(n), &reduced).is_ok() {
+                        Class::Reduced(true)
+                    } else {
+                        same_shape(scope, facts.shape(n), &dropped)
+                            .map_err(|d| mismatch(n, &dropped, d))?;
+                        Class::Reduced(false)
+                    }
+                }
+            }
+        };
+        classes.push((n, class));
+    }
+    Ok(())
 }
 
 /// Role of graph node `n` for the fuser.
@@ -1199,4 +1232,111 @@ pub(crate) fn validate_onto<M: Fn(NodeId) -> bool, B: Fn(NodeId) -> bool>(
         }
     }
     Some(Some((ClusterKind::Reduce { axis }, space)))
+}
+
+/// One of the two groups of a candidate union, as [`validate_union`]
+/// reads it.
+pub(crate) struct Side<'a> {
+    /// Its id in the driver's node owners.
+    pub id: u32,
+    /// Its kind.
+    pub kind: &'a ClusterKind,
+    /// Its members, ascending.
+    pub nodes: &'a [NodeId],
+    /// Its space (a shape id) when known: a reduce group's members then
+    /// have their classes in the driver's classes.
+    pub space: Option<u32>,
+}
+
+/// Whether the union of groups `a` and `b` (its members `union`,
+/// ascending; `member` its membership; `owner` every node's group id)
+/// forms a group: its kind, space, and whether it was validated onto one
+/// of the two ([`validate_onto_larger`], else [`validate_fast`], whose
+/// answer it is). Validated onto one, the union's classes are in
+/// `sc.classes` for the nodes in `sc.checked` (the others keep theirs in
+/// `class_of`); otherwise every member's class is in `sc.classes`.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn validate_union<M: Fn(NodeId) -> bool>(
+    facts: &Facts<'_>,
+    shapes: &Shapes,
+    union: &[NodeId],
+    member: M,
+    owner: &[u32],
+    sides: (Side<'_>, Side<'_>),
+    class_of: &[Class],
+    sc: &mut Onto<'_>,
+) -> Option<(ClusterKind, u32, bool)> {
+    if let Some(found) =
+        validate_onto_larger(facts, shapes, union, &member, owner, sides, class_of, sc)
+    {
+        return found.map(|(k, sp)| (k, sp, true));
+    }
+    validate_fast(facts, shapes, union, member, sc.classes).map(|(k, sp)| (k, sp, false))
+}
+
+/// [`validate_union`] onto the larger of groups `a` and `b`, when it is a
+/// reduce group of at least [`super::ONTO_MIN`] members whose space is
+/// known ([`validate_onto`], reading its members' classes in `class_of`):
+/// only what the merge changes is checked. `None` when that does not
+/// apply (then call [`validate_fast`]), else [`validate_fast`]'s answer.
+#[allow(clippy::too_many_arguments)]
+#[inline]
+pub(crate) fn validate_onto_larger<M: Fn(NodeId) -> bool>(
+    facts: &Facts<'_>,
+    shapes: &Shapes,
+    union: &[NodeId],
+    member: M,
+    owner: &[u32],
+    (a, b): (Side<'_>, Side<'_>),
+    class_of: &[Class],
+    sc: &mut Onto<'_>,
+) -> Option<Option<(ClusterKind, u32)>> {
+    let (x, y) = if a.nodes.len() >= b.nodes.len() {
+        (a, b)
+    } else {
+        (b, a)
+    };
+    let (&ClusterKind::Reduce { axis }, Some(space), true) =
+        (x.kind, x.space, x.nodes.len() >= super::ONTO_MIN)
+    else {
+        return None;
+    };
+    // `y` a reduce group of the same axis and space: its classes are
+    // known too, and only what changes where the two groups meet is
+    // validated (a reduce chain).
+    let both = y.kind == x.kind && y.space == Some(space);
+    let (xx, yy) = (x.id, y.id);
+    let base = Base {
+        member: |m: NodeId| {
+            let o = owner[m.0];
+            o == xx || (both && o == yy)
+        },
+        space,
+        axis,
+        classes: class_of,
+    };
+    let new: &[NodeId] = if both {
+        let in_x = |m: NodeId| owner[m.0] == xx;
+        crossings(facts, y.nodes, in_x, class_of, sc.queue);
+        &[]
+    } else {
+        sc.queue.clear();
+        y.nodes
+    };
+    let found = validate_onto(facts, shapes, new, &member, &base, sc)?;
+    // The tests check the claim: the whole union's answer, and the
+    // classes of the members the walk skipped unchanged.
+    if cfg!(debug_assertions) {
+        let mut classes = vec![Class::Full; owner.len()];
+        let full = validate_fast(facts, shapes, union, &member, &mut classes);
+        debug_assert_eq!(found, full);
+        debug_assert!(
+            found.is_none()
+                || union
+                    .iter()
+                    .all(|&n| sc.checked.contains(&n) || class_of[n.0] == classes[n.0]),
+            "a member the walk skipped changed its class"
+        );
+    }
+    Some(found)
 }

@@ -23,13 +23,15 @@
 //! exceeds the executor's capacity) is split, never failed.
 //!
 //! - [`legality`]: symbolic shape checks and group validation.
-//! - [`pattern`]: the rewrite rules.
+//! - [`rules`]: the fusion rules, defined once for both drivers.
+//! - [`pattern`]: the rules as rewrite rules, applied to a fixed point.
 //! - [`stack`]: building parallel and sequence kernels from compiled groups.
 //! - [`sweep`]: the one-pass fuser of the eager API.
 //! - [`explain`]: the `dvm explain` report.
 
 pub mod legality;
 pub mod pattern;
+pub mod rules;
 pub mod sweep;
 
 use std::cell::{Cell, RefCell};
@@ -39,8 +41,9 @@ use std::ops::Range;
 use dvm_graph::{Graph, NodeId, ShapeDisplay};
 use dvm_sym::Dim;
 
-use legality::{role_of, validate, validate_fast, validate_onto, Class, Facts, Shapes};
+use legality::{role_of, validate, validate_fast, validate_union, Class, Facts, Shapes};
 pub use legality::{role_of_recorded, Reason, Users};
+use rules::Refusal;
 
 /// How the fuser treats a graph node.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -1017,154 +1020,72 @@ impl<'g> State<'g> {
         if self.is_stacked(a) || self.is_stacked(b) {
             return Err(Some(Reason::Stacked));
         }
-        let (ca, cb) = (&self.clusters[a], &self.clusters[b]);
-        let n = ca.nodes.len() + cb.nodes.len();
-        if n > self.opts.max_nodes {
-            return Err(Some(Reason::TooManyNodes {
+        let mut scratch = self.merge_scratch.borrow_mut();
+        let mut union = Candidate {
+            st: self,
+            a,
+            b,
+            scratch: &mut scratch,
+            via: None,
+            onto: false,
+        };
+        let found = rules::check_merge(&mut union, &self.opts);
+        let (via, onto) = (union.via, union.onto);
+        let (kind, space_id, bound) = found.map_err(|refusal| match refusal {
+            Refusal::TooManyNodes(n) => Some(Reason::TooManyNodes {
                 n,
                 limit: self.opts.max_nodes,
-            }));
-        }
-        if let Some(via) = self.path_between(a, b, false) {
-            return Err(reason.then(|| Reason::Cycle {
-                via: self.g[via].name.to_string(),
-            }));
-        }
-        let mut scratch = self.merge_scratch.borrow_mut();
-        let (nodes, classes, checked, queue) = &mut *scratch;
-        // Merge the two ascending member lists.
-        nodes.clear();
-        if nodes.capacity() < n {
-            // Room to grow: groups mostly grow one neighbour at a time.
-            *nodes = Vec::with_capacity(n.next_power_of_two());
-        }
-        let (mut i, mut j) = (0, 0);
-        while i < ca.nodes.len() && j < cb.nodes.len() {
-            if ca.nodes[i] < cb.nodes[j] {
-                nodes.push(ca.nodes[i]);
-                i += 1;
-            } else {
-                nodes.push(cb.nodes[j]);
-                j += 1;
-            }
-        }
-        nodes.extend_from_slice(&ca.nodes[i..]);
-        nodes.extend_from_slice(&cb.nodes[j..]);
-        let (aa, bb) = (a as u32, b as u32);
-        let member = |m: NodeId| {
-            let o = self.owner[m.0];
-            o == aa || o == bb
-        };
-        let facts = self.facts();
-        // Onto the larger of the two when it is a reduce group of at least
-        // `ONTO_MIN` members whose space (and so classes) is known: only
-        // what the merge changes is validated.
-        let (x, y) = if ca.nodes.len() >= cb.nodes.len() {
-            (a, b)
-        } else {
-            (b, a)
-        };
-        let onto = (self.clusters[x].nodes.len() >= ONTO_MIN && self.space_id[x] != NONE)
-            .then_some(())
-            .and_then(|()| {
-                let ClusterKind::Reduce { axis } = self.clusters[x].kind else {
-                    return None;
-                };
-                let (xx, yy) = (x as u32, y as u32);
-                // `y` a reduce group of the same axis and space: its
-                // classes are known too, and only what changes where the
-                // two groups meet is validated (a reduce chain).
-                let both = self.clusters[y].kind == self.clusters[x].kind
-                    && self.space_id[y] == self.space_id[x];
-                let base = legality::Base {
-                    member: |m: NodeId| {
-                        let o = self.owner[m.0];
-                        o == xx || (both && o == yy)
-                    },
-                    space: self.space_id[x],
-                    axis,
-                    classes: &self.class_of,
-                };
-                let new: &[NodeId] = if both {
-                    let in_x = |m: NodeId| self.owner[m.0] == xx;
-                    let ys = &self.clusters[y].nodes;
-                    legality::crossings(&facts, ys, in_x, &self.class_of, queue);
-                    &[]
-                } else {
-                    queue.clear();
-                    &self.clusters[y].nodes
-                };
-                let epoch = self.next_epoch();
-                let mut marks = self.scratch.borrow_mut();
-                let mut sc = legality::Onto {
-                    classes,
-                    mark: &mut marks.0,
-                    epoch,
-                    checked,
-                    queue,
-                };
-                validate_onto(&facts, &self.shapes, new, member, &base, &mut sc)
-            });
-        let onto_used = onto.is_some();
-        let found = match onto {
-            Some(found) => {
-                // The tests check the claim: the same answer as the whole
-                // union's validation (which leaves the same classes).
-                debug_assert_eq!(
-                    found,
-                    validate_fast(&facts, &self.shapes, nodes, member, classes)
-                );
-                debug_assert!(
-                    found.is_none()
-                        || nodes
-                            .iter()
-                            .all(|&n| checked.contains(&n) || self.class_of[n.0] == classes[n.0]),
-                    "a member the walk skipped changed its class"
-                );
-                found
-            }
-            None => validate_fast(&facts, &self.shapes, nodes, member, classes),
-        };
-        let Some((kind, space)) = found else {
-            return Err(reason.then(|| match validate(&facts, nodes, &member) {
-                Err(r) => r,
-                // Unreachable: the two validations agree.
-                Ok(_) => Reason::MatmulReduce,
-            }));
-        };
-        // At most the parts' parameters together. Only when that bound
-        // exceeds the limit: the larger part's bound corrected from the
-        // smaller part's edges, and only when that one does too, the count.
-        let mut bound = (self.params[a] + self.params[b]) as usize;
-        if bound > self.opts.max_params {
-            bound = self.params_onto(x, y);
-            debug_assert!(bound >= self.count_params(nodes, member));
-        }
-        if bound > self.opts.max_params {
-            bound = self.count_params(nodes, member);
-            if bound > self.opts.max_params {
-                return Err(Some(Reason::TooManyParams {
-                    n: bound,
-                    limit: self.opts.max_params,
-                }));
-            }
-        }
-        let space_id = space;
+            }),
+            Refusal::Cycle => reason.then(|| Reason::Cycle {
+                via: via.map_or_else(String::new, |v| self.g[v].name.to_string()),
+            }),
+            Refusal::Invalid => reason.then(|| {
+                match validate(&self.facts(), &scratch.0, &self.member_of(a, b)) {
+                    Err(r) => r,
+                    // Unreachable: the two validations agree.
+                    Ok(_) => Reason::MatmulReduce,
+                }
+            }),
+            Refusal::TooManyParams(n) => Some(Reason::TooManyParams {
+                n,
+                limit: self.opts.max_params,
+            }),
+        })?;
         let space = if self.opts.reasons {
-            self.shapes.shape(space)
+            self.shapes.shape(space_id)
         } else {
             Vec::new()
         };
-        self.accepted.set((a, b, space_id, bound as u32, onto_used));
+        self.accepted.set((a, b, space_id, bound as u32, onto));
         // The merged list becomes the group's; a spare list (the last
         // one a merge left) is the next scratch.
         let spare = self.spare.borrow_mut().pop().unwrap_or_default();
-        let members = std::mem::replace(nodes, spare);
+        let members = std::mem::replace(&mut scratch.0, spare);
         Ok(Cluster {
             kind,
             nodes: members,
             space,
         })
+    }
+
+    /// Membership of the union of groups `a` and `b`.
+    fn member_of(&self, a: usize, b: usize) -> impl Fn(NodeId) -> bool + '_ {
+        let (aa, bb) = (a as u32, b as u32);
+        move |m: NodeId| {
+            let o = self.owner[m.0];
+            o == aa || o == bb
+        }
+    }
+
+    /// Group `c` as [`legality::validate_union`] reads it.
+    fn side(&self, c: usize) -> legality::Side<'_> {
+        let cl = &self.clusters[c];
+        legality::Side {
+            id: c as u32,
+            kind: &cl.kind,
+            nodes: &cl.nodes,
+            space: (self.space_id[c] != NONE).then_some(self.space_id[c]),
+        }
     }
 
     /// The space of the group `nodes`, made of groups `a` and `b` (empty if
@@ -1512,6 +1433,114 @@ impl<'g> State<'g> {
     }
 }
 
+/// A candidate merge of groups `a` and `b` of a [`State`], as
+/// [`rules::check_merge`] asks about it.
+struct Candidate<'s, 'g> {
+    st: &'s State<'g>,
+    a: usize,
+    b: usize,
+    /// [`State::merge`]'s scratch: the union's members (once validated)
+    /// and its classes.
+    scratch: &'s mut MergeScratch,
+    /// A node on the path that closes a cycle, once found.
+    via: Option<NodeId>,
+    /// Whether the union was validated onto one of the groups.
+    onto: bool,
+}
+
+impl Candidate<'_, '_> {
+    /// The larger group first (the one validated onto).
+    fn larger_first(&self) -> (usize, usize) {
+        let cl = |c: usize| self.st.clusters[c].nodes.len();
+        if cl(self.a) >= cl(self.b) {
+            (self.a, self.b)
+        } else {
+            (self.b, self.a)
+        }
+    }
+}
+
+impl rules::Union for Candidate<'_, '_> {
+    fn size(&self) -> usize {
+        self.st.clusters[self.a].nodes.len() + self.st.clusters[self.b].nodes.len()
+    }
+
+    fn closes_cycle(&mut self) -> bool {
+        self.via = self.st.path_between(self.a, self.b, false);
+        self.via.is_some()
+    }
+
+    fn validate(&mut self) -> Option<(ClusterKind, u32)> {
+        let (st, a, b) = (self.st, self.a, self.b);
+        let (ca, cb) = (&st.clusters[a].nodes, &st.clusters[b].nodes);
+        let (nodes, classes, checked, queue) = &mut *self.scratch;
+        // Merge the two ascending member lists.
+        let n = ca.len() + cb.len();
+        nodes.clear();
+        if nodes.capacity() < n {
+            // Room to grow: groups mostly grow one neighbour at a time.
+            *nodes = Vec::with_capacity(n.next_power_of_two());
+        }
+        let (mut i, mut j) = (0, 0);
+        while i < ca.len() && j < cb.len() {
+            if ca[i] < cb[j] {
+                nodes.push(ca[i]);
+                i += 1;
+            } else {
+                nodes.push(cb[j]);
+                j += 1;
+            }
+        }
+        nodes.extend_from_slice(&ca[i..]);
+        nodes.extend_from_slice(&cb[j..]);
+        let epoch = st.next_epoch();
+        let mut marks = st.scratch.borrow_mut();
+        let mut sc = legality::Onto {
+            classes,
+            mark: &mut marks.0,
+            epoch,
+            checked,
+            queue,
+        };
+        let sides = (st.side(a), st.side(b));
+        let facts = st.facts();
+        let member = st.member_of(a, b);
+        let (kind, space, onto) = validate_union(
+            &facts,
+            &st.shapes,
+            nodes,
+            member,
+            &st.owner,
+            sides,
+            &st.class_of,
+            &mut sc,
+        )?;
+        self.onto = onto;
+        Some((kind, space))
+    }
+
+    fn param_bound(&self) -> usize {
+        (self.st.params[self.a] + self.st.params[self.b]) as usize
+    }
+
+    /// The larger part's bound corrected from the smaller part's edges
+    /// ([`State::params_onto`]), then the count.
+    fn tighter_params(&mut self, step: usize) -> Option<usize> {
+        let st = self.st;
+        let nodes = &self.scratch.0;
+        match step {
+            1 => {
+                let (x, y) = self.larger_first();
+                let bound = st.params_onto(x, y);
+                debug_assert!(bound >= st.count_params(nodes, st.member_of(x, y)));
+                Some(bound)
+            }
+            2 => Some(st.count_params(nodes, st.member_of(self.a, self.b))),
+            _ => None,
+        }
+    }
+}
+
 /// [`count_params`] with the operands seen marked `epoch` in `seen` (an
 /// entry per graph node, none of them `epoch` yet) instead of a list.
 pub(crate) fn count_params_marked(
@@ -1750,6 +1779,42 @@ impl FusionPlan {
         }
     }
 
+    /// Records, for `dvm explain`, why neighbouring groups that no rule
+    /// proposed to merge (e.g. a matmul feeding a reduction) cannot merge.
+    fn reject_neighbours(st: &State<'_>, log: &mut Log) {
+        let seen: HashSet<(u32, u32)> = log
+            .rejections
+            .iter()
+            .map(|r| (st.owner[r.a.0], st.owner[r.b.0]))
+            .collect();
+        let mut extra: Vec<Rejection> = Vec::new();
+        // The pairs already asked about: the state does not change
+        // here, so a pair's answer does not either.
+        let mut asked: IdSet<(u32, u32)> = IdSet::default();
+        for p in 0..st.owner.len() {
+            let a = st.owner[p];
+            if a == NONE {
+                continue;
+            }
+            for &c in st.users.of(NodeId(p)) {
+                let b = st.owner[c.0];
+                if b == NONE || a == b || seen.contains(&(a, b)) || !asked.insert((a, b)) {
+                    continue;
+                }
+                if let Err(reason) = st.try_merge(a as usize, b as usize) {
+                    extra.push(Rejection {
+                        rule: "neighbours",
+                        a: NodeId(p),
+                        b: c,
+                        via: None,
+                        reason,
+                    });
+                }
+            }
+        }
+        log.rejections.extend(extra);
+    }
+
     /// The plan of the pass that left `st`, and `st`'s buffers for the next.
     fn finish(
         mut st: State<'_>,
@@ -1757,39 +1822,7 @@ impl FusionPlan {
         applied: Vec<(&'static str, String)>,
     ) -> Result<(FusionPlan, Buffers), FuseError> {
         if st.opts.fuse && st.opts.reasons {
-            // Neighbouring groups no rule proposed to merge (e.g. a matmul
-            // feeding a reduction): record why they cannot merge.
-            let seen: HashSet<(u32, u32)> = log
-                .rejections
-                .iter()
-                .map(|r| (st.owner[r.a.0], st.owner[r.b.0]))
-                .collect();
-            let mut extra: Vec<Rejection> = Vec::new();
-            // The pairs already asked about: the state does not change
-            // here, so a pair's answer does not either.
-            let mut asked: IdSet<(u32, u32)> = IdSet::default();
-            for p in 0..st.owner.len() {
-                let a = st.owner[p];
-                if a == NONE {
-                    continue;
-                }
-                for &c in st.users.of(NodeId(p)) {
-                    let b = st.owner[c.0];
-                    if b == NONE || a == b || seen.contains(&(a, b)) || !asked.insert((a, b)) {
-                        continue;
-                    }
-                    if let Err(reason) = st.try_merge(a as usize, b as usize) {
-                        extra.push(Rejection {
-                            rule: "neighbours",
-                            a: NodeId(p),
-                            b: c,
-                            via: None,
-                            reason,
-                        });
-                    }
-                }
-            }
-            log.rejections.extend(extra);
+            Self::reject_neighbours(&st, &mut log);
         }
         let order = st.topo_order().map_err(|what| FuseError {
             rule: "final",

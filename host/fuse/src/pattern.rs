@@ -1,25 +1,15 @@
-//! The rewrite rules, in priority order. The driver asks each rule in turn
-//! for a patch and restarts from the first after every applied patch, so an
-//! earlier rule always wins a contested operator.
-//!
-//! | rule | merges or stacks |
-//! |---|---|
-//! | `elementwise-chain` | an element-wise group into its element-wise consumer (same space, or a broadcast producer that is not stored) |
-//! | `reduce-prologue` | an element-wise group into the reduction that consumes it |
-//! | `reduce-epilogue` | a reduction into the element-wise group that consumes its result (values broadcast back along the axis) |
-//! | `reduce-chain` | two reductions of the same axis and space (layernorm's mean and variance) |
-//! | `matmul-epilogue` | an element-wise consumer into the matmul (bias, activation, residual, scaling): the mix kernel |
-//! | `siblings` | element-wise or reduce groups that read a common input over the same space (several outputs, the input loaded once) |
-//! | `parallel-stack` | independent groups that read a common input (e.g. the q, k, v projections): one parallel launch |
-//!
-//! Reductions take their neighbours before matmuls do: a reduction is
-//! memory-bound and gains the most from keeping its prologue and epilogue in
-//! UB, while an element-wise tail costs a matmul kernel the same either way.
+//! The rules of [`super::rules`] as incremental rewrite rules, applied to a
+//! fixed point. The driver ([`super::FusionPlan::with_scratch`]) asks each
+//! rule in turn ([`rules`]: the table's order) for a patch and restarts
+//! from the first after every applied patch, so an earlier rule always
+//! wins a contested operator. Each rule keeps a worklist of candidates
+//! and the pairs it found illegal.
 
 use std::collections::{HashMap, VecDeque};
 use std::hash::BuildHasherDefault;
 
-use super::{ClusterKind, FuseOptions, IdHasher, IdSet, Log, Patch, Rejection, Rule, State};
+use super::rules::{Joins, Kinds, RuleDef, RULES};
+use super::{FuseOptions, IdHasher, IdSet, Log, Patch, Rejection, Rule, State};
 use dvm_graph::NodeId;
 
 /// Tries to merge the groups of candidate `c`: the patch on success, or the
@@ -50,23 +40,6 @@ fn merge_or_reject(
             None
         }
     }
-}
-
-/// Which group kinds a vertical rule joins.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Sel {
-    Elementwise,
-    Reduce,
-    Matmul,
-}
-
-fn is(sel: Sel, k: &ClusterKind) -> bool {
-    matches!(
-        (sel, k),
-        (Sel::Elementwise, ClusterKind::Elementwise)
-            | (Sel::Reduce, ClusterKind::Reduce { .. })
-            | (Sel::Matmul, ClusterKind::Matmul)
-    )
 }
 
 /// A candidate pair: groups `a` and `b`, found through nodes `na` and `nb`
@@ -133,11 +106,12 @@ fn pair_key(a: usize, b: usize) -> u64 {
     (a as u64) << 32 | b as u64
 }
 
-/// Merges a producer group into a consumer group along a data edge.
+/// Merges a producer group into a consumer group along a data edge (a
+/// [`Joins::Edge`] rule).
 struct Vertical {
     name: &'static str,
-    producer: Sel,
-    consumer: Sel,
+    producer: Kinds,
+    consumer: Kinds,
     init: bool,
     work: VecDeque<Edge>,
     /// Pairs of groups whose merge was rejected (a rejected pair stays
@@ -147,7 +121,7 @@ struct Vertical {
 }
 
 impl Vertical {
-    fn new(name: &'static str, producer: Sel, consumer: Sel) -> Vertical {
+    fn new(name: &'static str, producer: Kinds, consumer: Kinds) -> Vertical {
         Vertical {
             name,
             producer,
@@ -235,12 +209,12 @@ impl Rule for Vertical {
                     continue;
                 }
                 let Some(cm) = st.owner(m) else { continue };
-                if !is(self.producer, &st.cluster(cm).kind) {
+                if !self.producer.has(&st.cluster(cm).kind) {
                     continue;
                 }
                 for &u in st.users(m) {
                     if let Some(cu) = st.owner(u) {
-                        if cu != cm && is(self.consumer, &st.cluster(cu).kind) {
+                        if cu != cm && self.consumer.has(&st.cluster(cu).kind) {
                             self.work.push_back(Edge::pack(&Cand {
                                 a: cm,
                                 b: cu,
@@ -258,8 +232,8 @@ impl Rule for Vertical {
             if st.owner(c.na) != Some(c.a) || st.owner(c.nb) != Some(c.b) {
                 continue;
             }
-            if !is(self.producer, &st.cluster(c.a).kind)
-                || !is(self.consumer, &st.cluster(c.b).kind)
+            if !self.producer.has(&st.cluster(c.a).kind)
+                || !self.consumer.has(&st.cluster(c.b).kind)
             {
                 continue;
             }
@@ -278,8 +252,8 @@ impl Rule for Vertical {
     fn notify(&mut self, st: &State<'_>, _c: usize, edges: &[Cand]) {
         if self.init {
             for cand in edges {
-                if is(self.producer, &st.cluster(cand.a).kind)
-                    && is(self.consumer, &st.cluster(cand.b).kind)
+                if self.producer.has(&st.cluster(cand.a).kind)
+                    && self.consumer.has(&st.cluster(cand.b).kind)
                 {
                     self.work.push_back(Edge::pack(cand));
                 }
@@ -294,8 +268,12 @@ impl Rule for Vertical {
     }
 }
 
-/// Merges two element-wise or reduce groups that read a common input.
+/// Merges two groups that read a common input (a [`Joins::Siblings`]
+/// rule).
 struct Siblings {
+    name: &'static str,
+    /// Kinds of both groups.
+    of: Kinds,
     init: bool,
     work: VecDeque<Pair>,
     /// Rejected pairs of groups, smaller id first (as in [`Vertical`]).
@@ -335,15 +313,16 @@ impl Siblings {
             return;
         }
         let ox = st.owner(x);
-        let sibling = |u: NodeId| sibling_group(st, ox, u);
+        let of = self.of;
+        let sibling = |u: NodeId| sibling_group(st, of, ox, u);
         let mut dependent =
             (users.len() >= DEPENDENCE_READERS).then(|| Dependence::new(st, users, sibling));
         // Each reader's group, looked up once; with `only`, the positions
         // of its readers, so that a pair without it is never visited: a
         // merge re-queues the pairs of the new group alone, and visiting
-        // every pair of readers each time made a node read by n groups
-        // cost n^3 (1000 adds of one input took 10 s to fuse). The pairs
-        // are queued in the same order as by visiting every pair.
+        // every pair of readers each time would make a node read by n
+        // groups cost n^3. The pairs are queued in the same order as by
+        // visiting every pair.
         let (mut groups, mut mine) = (
             std::mem::take(&mut self.groups),
             std::mem::take(&mut self.mine),
@@ -411,7 +390,8 @@ impl Siblings {
     fn queue_window(&mut self, st: &State<'_>, x: NodeId, users: &[NodeId], only: Option<usize>) {
         let n = users.len();
         let ox = st.owner(x);
-        let sibling = |u: NodeId| sibling_group(st, ox, u);
+        let of = self.of;
+        let sibling = |u: NodeId| sibling_group(st, of, ox, u);
         // The readers in `only`, by index in `users` (ascending; a reader
         // listed once per operand that is `x`).
         let mut mine = std::mem::take(&mut self.mine);
@@ -493,19 +473,18 @@ impl Siblings {
 }
 
 /// The group of `u`, a reader of a value owned by group `ox` (if any), when
-/// it may merge as a sibling: neither a matmul group nor the value's own.
-fn sibling_group(st: &State<'_>, ox: Option<usize>, u: NodeId) -> Option<usize> {
+/// it may merge as a sibling: of kinds `of`, and not the value's own.
+fn sibling_group(st: &State<'_>, of: Kinds, ox: Option<usize>, u: NodeId) -> Option<usize> {
     st.owner(u)
-        .filter(|&c| ox != Some(c) && !matches!(st.cluster(c).kind, ClusterKind::Matmul))
+        .filter(|&c| ox != Some(c) && of.has(&st.cluster(c).kind))
 }
 
 /// Readers of one value up to which [`Siblings::queue_readers`] pairs
 /// every reader with every other; beyond, each with the next
-/// [`SIBLING_WINDOW`] in node order. A value thousands of operators read
-/// (an input every layer adds, a shared bias) had made the pairs, and the
-/// work after each merge, quadratic in its readers: a chain of 20,000
-/// operators of which 15,000 read one input took 16 s to fuse, 2,000
-/// readers of one input 13 s and 5 GB of queued pairs.
+/// [`SIBLING_WINDOW`] in node order, so that the pairs of a value
+/// thousands of operators read (an input every layer adds, a shared
+/// bias), and the work after each merge, stay linear in its readers
+/// instead of quadratic.
 const SIBLING_ALL: usize = 32;
 
 /// Later readers, in node order, each reader of a value with more than
@@ -601,7 +580,7 @@ impl Dependence {
 
 impl Rule for Siblings {
     fn name(&self) -> &'static str {
-        "siblings"
+        self.name
     }
 
     fn next(&mut self, st: &State<'_>, log: &mut Log) -> Option<Patch> {
@@ -623,13 +602,13 @@ impl Rule for Siblings {
             // Both groups alive: still siblings (`Siblings::queue_readers`).
             debug_assert!([c.a, c.b].iter().all(|&k| {
                 let x = c.via.unwrap_or(c.na);
-                st.owner(x) != Some(k) && !matches!(st.cluster(k).kind, ClusterKind::Matmul)
+                st.owner(x) != Some(k) && self.of.has(&st.cluster(k).kind)
             }));
             let key = pair_key(c.a.min(c.b), c.a.max(c.b));
             if self.tried.contains(&key) {
                 continue;
             }
-            if let Some(patch) = merge_or_reject(st, log, "siblings", &c, c.via) {
+            if let Some(patch) = merge_or_reject(st, log, self.name, &c, c.via) {
                 return Some(patch);
             }
             self.tried.insert(key);
@@ -667,9 +646,11 @@ impl Rule for Siblings {
 }
 
 /// Stacks independent groups that read a common input into one parallel
-/// launch (each keeps its own body and iteration space, so no shape needs
-/// to agree).
+/// launch (a [`Joins::Stack`] rule).
 struct ParallelStack {
+    name: &'static str,
+    /// Kinds of every member.
+    of: Kinds,
     max: usize,
     next_node: usize,
     /// Per group id: the units it reaches up to a position, as bits
@@ -694,8 +675,10 @@ struct ParallelStack {
 }
 
 impl ParallelStack {
-    fn new(max: usize) -> ParallelStack {
+    fn new(name: &'static str, of: Kinds, max: usize) -> ParallelStack {
         ParallelStack {
+            name,
+            of,
             max,
             next_node: 0,
             reach: Vec::new(),
@@ -742,7 +725,7 @@ impl ParallelStack {
 
 impl Rule for ParallelStack {
     fn name(&self) -> &'static str {
-        "parallel-stack"
+        self.name
     }
 
     fn next(&mut self, st: &State<'_>, _log: &mut Log) -> Option<Patch> {
@@ -766,7 +749,8 @@ impl Rule for ParallelStack {
             self.cands.clear();
             for &u in st.users(x) {
                 if let Some(c) = st.owner(u) {
-                    if !st.is_stacked(c) && st.owner(x) != Some(c) && self.listed[c] != stamp {
+                    let fresh = !st.is_stacked(c) && st.owner(x) != Some(c);
+                    if fresh && self.listed[c] != stamp && self.of.has(&st.cluster(c).kind) {
                         self.listed[c] = stamp;
                         self.cands.push(c);
                     }
@@ -812,29 +796,30 @@ impl Rule for ParallelStack {
     }
 }
 
-/// The rules for `opts`, in priority order.
+/// The rules of [`RULES`] for `opts`, in its (priority) order: the merges
+/// when `opts` fuses, the stacks when it stacks.
 pub fn rules(opts: &FuseOptions) -> Vec<Box<dyn Rule>> {
     let mut r: Vec<Box<dyn Rule>> = Vec::new();
-    if opts.fuse {
-        let v = |name, producer, consumer| -> Box<dyn Rule> {
-            Box::new(Vertical::new(name, producer, consumer))
-        };
-        r.push(v("elementwise-chain", Sel::Elementwise, Sel::Elementwise));
-        r.push(v("reduce-prologue", Sel::Elementwise, Sel::Reduce));
-        r.push(v("reduce-epilogue", Sel::Reduce, Sel::Elementwise));
-        r.push(v("reduce-chain", Sel::Reduce, Sel::Reduce));
-        r.push(v("matmul-epilogue", Sel::Matmul, Sel::Elementwise));
-        r.push(Box::new(Siblings {
-            init: false,
-            work: VecDeque::new(),
-            tried: IdSet::default(),
-            groups: Vec::new(),
-            mine: Vec::new(),
-            inputs: Vec::new(),
-        }));
-    }
-    if opts.stack {
-        r.push(Box::new(ParallelStack::new(opts.max_stack)));
+    for &RuleDef { name, joins } in &RULES {
+        match joins {
+            Joins::Edge { producer, consumer } if opts.fuse => {
+                r.push(Box::new(Vertical::new(name, producer, consumer)));
+            }
+            Joins::Siblings { of } if opts.fuse => r.push(Box::new(Siblings {
+                name,
+                of,
+                init: false,
+                work: VecDeque::new(),
+                tried: IdSet::default(),
+                groups: Vec::new(),
+                mine: Vec::new(),
+                inputs: Vec::new(),
+            })),
+            Joins::Stack { of } if opts.stack => {
+                r.push(Box::new(ParallelStack::new(name, of, opts.max_stack)));
+            }
+            _ => {}
+        }
     }
     r
 }

@@ -7,24 +7,27 @@
 //! of thousands of nodes. A recorded eager window is a few dozen
 //! operators, decided once per new structure while the caller waits for a
 //! value: there the bookkeeping costs more than the decisions. This pass
-//! makes the same kinds of merges, each proved by the same checks (those
-//! of [`legality::validate`], the node and parameter limits), in a fixed
-//! order of phases:
+//! applies the same rules ([`super::rules::RULES`]: which groups each
+//! joins, each join proved by the same checks), in a fixed order of
+//! phases:
 //!
 //! 1. **Forward**: the units in graph order (a decomposed composite that
 //!    forms a group is one unit, as in [`FusionPlan::with_composites`]);
-//!    an element-wise or reduce unit joins the element-wise and reduce
-//!    groups it reads from: all of them when their union is a group, else
-//!    the first that takes it (element-wise producers before reductions).
-//!    This covers the rules `elementwise-chain`, `reduce-prologue`,
-//!    `reduce-epilogue` and `reduce-chain`.
-//! 2. **Matmul epilogues**: each matmul group takes the element-wise groups
-//!    that read it (`matmul-epilogue`). Coming after the forward phase, a
-//!    reduction has taken its prologue first, as the rules' priority says.
-//! 3. **Siblings**: element-wise and reduce groups that read a common
-//!    value merge when their union is a group (`siblings`).
-//! 4. **Parallel stacks**: independent groups reading a common value share
-//!    a launch (`parallel-stack`), at most [`FuseOptions::max_stack`].
+//!    a unit joins the groups it reads from along the edge rules between
+//!    element-wise and reduce groups (those not
+//!    [`RuleDef::from_matmul`]): all of them when their union is a group,
+//!    else the first that takes it, in the order of the rules that join
+//!    them (element-wise producers before reductions).
+//! 2. The other rules in the table's order:
+//!    - **matmul epilogues**: each matmul group takes the element-wise
+//!      groups that read it (`matmul-epilogue`). Coming after the forward
+//!      phase, a reduction has taken its prologue first, as the rules'
+//!      priority says;
+//!    - **siblings**: groups that read a common value merge when their
+//!      union is a group (`siblings`);
+//!    - **parallel stacks**: independent groups reading a common value
+//!      share a launch (`parallel-stack`), at most
+//!      [`FuseOptions::max_stack`].
 //!
 //! Cycles between kernels are ruled out with dependence sets: every unit
 //! has an id, every live unit the set of ids it absorbed, the set of ids
@@ -44,11 +47,13 @@ use std::collections::BinaryHeap;
 use std::ops::Range;
 
 use super::legality::{
-    self, role_of, validate_fast, validate_onto, Class, Facts, ShapeBuffers, Shapes, Users,
+    self, role_of, validate_fast, validate_onto_larger, Class, Facts, ShapeBuffers, Shapes, Side,
+    Users,
 };
+use super::rules::{self, forward_rule, Joins, Kinds, FORWARD_CONSUMERS, RULES};
 use super::{
     count_params_marked, store_layouts, Cluster, ClusterKind, FuseError, FuseOptions, FusionPlan,
-    Role, Unit, ONTO_MIN,
+    Role, Unit,
 };
 use dvm_graph::{decomposed_len, Graph, NodeId};
 use dvm_sym::Dim;
@@ -121,6 +126,20 @@ struct Part {
     dead: bool,
     /// Its parallel stack, or `NONE`.
     stack: u32,
+}
+
+impl Part {
+    /// The group, unit `p`, as [`legality::validate_union`] reads it
+    /// (`None` for a node lowered on its own).
+    fn side(&self, p: u32) -> Option<Side<'_>> {
+        let kind = self.kind.as_ref()?;
+        Some(Side {
+            id: p,
+            kind,
+            nodes: &self.nodes,
+            space: Some(self.space),
+        })
+    }
 }
 
 /// The working state of a sweep, kept between sweeps
@@ -274,64 +293,40 @@ impl Sweep {
     }
 
     /// Merges the groups `list` (live, unstacked, distinct) into one when
-    /// the union is a group within the limits and closes no cycle; returns
-    /// the surviving unit (the one of smallest first node).
-    ///
-    /// Two groups of which the larger is a reduce group are validated onto
-    /// it ([`legality::validate_onto`]): only what the merge changes is
-    /// checked, as [`super::State::merge`] does.
+    /// the rules' legality check accepts the union
+    /// ([`rules::check_merge`]); returns the surviving unit (the one of
+    /// smallest first node).
     fn merge(&mut self, cx: &Ctx<'_>, list: &mut [u32], rule: &'static str) -> Option<u32> {
         let total: usize = list
             .iter()
             .map(|&p| self.parts[p as usize].size as usize)
             .sum();
-        // A cycle: a unit outside the union depends on it and it on that
-        // unit.
         let sets = self.union_sets(list);
-        if total > cx.opts.max_nodes || sets.dep & sets.desc != 0 {
-            return None;
-        }
-        let first = |p: u32| self.parts[p as usize].nodes[0];
-        if let [a, b] = list {
-            if first(*b) < first(*a) {
-                std::mem::swap(a, b);
-            }
-        } else {
-            list.sort_unstable_by_key(|&p| first(p));
-        }
-        let s = list[0];
-        let epoch = self.next_epoch();
-        for &p in list.iter() {
-            self.mark[p as usize] = epoch;
-        }
-        // The union, in the scratch list (sorted).
-        let mut union = std::mem::take(&mut self.union);
-        union.clear();
-        let mut sorted = true;
-        for &p in list.iter() {
-            let nodes = &self.parts[p as usize].nodes;
-            sorted &= union.last().is_none_or(|l| *l < nodes[0]);
-            union.extend_from_slice(nodes);
-        }
-        if !sorted {
-            union.sort_unstable();
-        }
-        let found = self.validate(cx, list, &union, epoch);
-        let params = found.as_ref().and_then(|_| {
-            let bound: usize = list
-                .iter()
-                .map(|&p| self.parts[p as usize].params as usize)
-                .sum();
-            if bound <= cx.opts.max_params {
-                return Some(bound);
-            }
-            let exact = self.count_params(cx, &union, epoch);
-            (exact <= cx.opts.max_params).then_some(exact)
-        });
-        let (Some((kind, space, onto)), Some(params)) = (found, params) else {
+        let union = std::mem::take(&mut self.union);
+        let mut cand = Candidate {
+            sw: self,
+            cx,
+            list,
+            total,
+            sets,
+            union,
+            sorted: true,
+            epoch: 0,
+            onto: false,
+        };
+        let found = rules::check_merge(&mut cand, &cx.opts);
+        let Candidate {
+            list,
+            union,
+            sorted,
+            onto,
+            ..
+        } = cand;
+        let Ok((kind, space, params)) = found else {
             self.union = union;
             return None;
         };
+        let s = list[0];
         if matches!(kind, ClusterKind::Reduce { .. }) {
             let changed = if onto { &self.checked[..] } else { &union[..] };
             for &m in changed {
@@ -368,9 +363,42 @@ impl Sweep {
         Some(s)
     }
 
+    /// The union `list` of [`Candidate`] in order of first nodes, its
+    /// units marked with a fresh epoch (returned) and its members in
+    /// `union` (sorted), with whether the parts' lists came in order.
+    #[inline]
+    fn gather(&mut self, list: &mut [u32], union: &mut Vec<NodeId>) -> (u32, bool) {
+        let first = |p: u32| self.parts[p as usize].nodes[0];
+        if let [a, b] = list {
+            if first(*b) < first(*a) {
+                std::mem::swap(a, b);
+            }
+        } else {
+            list.sort_unstable_by_key(|&p| first(p));
+        }
+        let epoch = self.next_epoch();
+        for &p in list.iter() {
+            self.mark[p as usize] = epoch;
+        }
+        union.clear();
+        let mut sorted = true;
+        for &p in list.iter() {
+            let nodes = &self.parts[p as usize].nodes;
+            sorted &= union.last().is_none_or(|l| *l < nodes[0]);
+            union.extend_from_slice(nodes);
+        }
+        if !sorted {
+            union.sort_unstable();
+        }
+        (epoch, sorted)
+    }
+
     /// Whether `union`, the members of groups `list` (marked `epoch`),
     /// forms a group: its kind, space, and whether it was validated onto
-    /// one of the groups (its changed classes then in `checked`).
+    /// one of the groups (its changed classes then in `checked`). Two
+    /// groups go to [`legality::validate_union`]'s steps, as in
+    /// [`super::State::merge`], after a shortcut for a single
+    /// element-wise node joining an element-wise group.
     fn validate(
         &mut self,
         cx: &Ctx<'_>,
@@ -378,7 +406,7 @@ impl Sweep {
         union: &[NodeId],
         epoch: u32,
     ) -> Option<(ClusterKind, u32, bool)> {
-        // A fresh epoch for `validate_onto`'s node marks (`seen`), newer
+        // A fresh epoch for `validate_union`'s node marks (`seen`), newer
         // than `epoch`, which `count_params` marks `seen` with afterwards.
         let onto_epoch = self.next_epoch();
         let facts = cx.facts();
@@ -386,6 +414,13 @@ impl Sweep {
         let member = |m: NodeId| {
             let o = owner[m.0];
             o != NONE && mark[o as usize] == epoch
+        };
+        let mut sc = legality::Onto {
+            classes: &mut self.classes,
+            mark: &mut self.seen,
+            epoch: onto_epoch,
+            checked: &mut self.checked,
+            queue: &mut self.queue,
         };
         if let [a, b] = *list {
             let (pa, pb) = (&self.parts[a as usize], &self.parts[b as usize]);
@@ -397,55 +432,18 @@ impl Sweep {
                 }
                 return Some((ClusterKind::Elementwise, space, false));
             }
-            let (x, y) = if pa.nodes.len() >= pb.nodes.len() {
-                (a, b)
-            } else {
-                (b, a)
-            };
-            let (px, py) = (&self.parts[x as usize], &self.parts[y as usize]);
-            if let (Some(ClusterKind::Reduce { axis }), true) =
-                (&px.kind, px.nodes.len() >= ONTO_MIN)
-            {
-                let axis = *axis;
-                let both = py.kind == px.kind && py.space == px.space;
-                let base = legality::Base {
-                    member: |m: NodeId| {
-                        let o = owner[m.0];
-                        o == x || (both && o == y)
-                    },
-                    space: px.space,
-                    axis,
-                    classes: &self.class_of,
-                };
-                let new: &[NodeId] = if both {
-                    let in_x = |m: NodeId| owner[m.0] == x;
-                    legality::crossings(&facts, &py.nodes, in_x, &self.class_of, &mut self.queue);
-                    &[]
-                } else {
-                    self.queue.clear();
-                    &py.nodes
-                };
-                let mut sc = legality::Onto {
-                    classes: &mut self.classes,
-                    mark: &mut self.seen,
-                    epoch: onto_epoch,
-                    checked: &mut self.checked,
-                    queue: &mut self.queue,
-                };
-                if let Some(found) = validate_onto(&facts, &cx.shapes, new, member, &base, &mut sc)
-                {
-                    // The tests check the claim: the whole union's answer.
-                    if cfg!(debug_assertions) {
-                        let mut classes = vec![Class::Full; owner.len()];
-                        let full = validate_fast(&facts, &cx.shapes, union, member, &mut classes);
-                        debug_assert_eq!(found, full);
-                    }
+            if let (Some(sa), Some(sb)) = (pa.side(a), pb.side(b)) {
+                let (shapes, class_of) = (&cx.shapes, &self.class_of);
+                let sides = (sa, sb);
+                let onto = validate_onto_larger(
+                    &facts, shapes, union, member, owner, sides, class_of, &mut sc,
+                );
+                if let Some(found) = onto {
                     return found.map(|(k, sp)| (k, sp, true));
                 }
             }
         }
-        validate_fast(&facts, &cx.shapes, union, member, &mut self.classes)
-            .map(|(k, sp)| (k, sp, false))
+        validate_fast(&facts, &cx.shapes, union, member, sc.classes).map(|(k, sp)| (k, sp, false))
     }
 
     /// Makes `s` the unit of the union whose sets are `sets`: every unit
@@ -506,6 +504,63 @@ impl Sweep {
     }
 }
 
+/// A candidate merge of a sweep's groups `list`, as [`rules::check_merge`]
+/// asks about it.
+struct Candidate<'s, 'l, 'c, 'g> {
+    sw: &'s mut Sweep,
+    cx: &'c Ctx<'g>,
+    list: &'l mut [u32],
+    /// Its nodes (of the decomposition).
+    total: usize,
+    /// Its closed sets.
+    sets: Sets,
+    /// Its members, once validated ([`Sweep::gather`]), and whether the
+    /// parts' lists came in order.
+    union: Vec<NodeId>,
+    sorted: bool,
+    /// The epoch its units are marked with, once validated.
+    epoch: u32,
+    /// Whether it was validated onto one of the groups.
+    onto: bool,
+}
+
+impl rules::Union for Candidate<'_, '_, '_, '_> {
+    #[inline]
+    fn size(&self) -> usize {
+        self.total
+    }
+
+    #[inline]
+    fn closes_cycle(&mut self) -> bool {
+        self.sets.dep & self.sets.desc != 0
+    }
+
+    #[inline]
+    fn validate(&mut self) -> Option<(ClusterKind, u32)> {
+        (self.epoch, self.sorted) = self.sw.gather(self.list, &mut self.union);
+        let found = self
+            .sw
+            .validate(self.cx, self.list, &self.union, self.epoch);
+        let (kind, space, onto) = found?;
+        self.onto = onto;
+        Some((kind, space))
+    }
+
+    #[inline]
+    fn param_bound(&self) -> usize {
+        let parts = &self.sw.parts;
+        self.list
+            .iter()
+            .map(|&p| parts[p as usize].params as usize)
+            .sum()
+    }
+
+    #[inline]
+    fn tighter_params(&mut self, step: usize) -> Option<usize> {
+        (step == 1).then(|| self.sw.count_params(self.cx, &self.union, self.epoch))
+    }
+}
+
 /// The space of element-wise group `a` joined by `b`, a single
 /// element-wise node after all of `a`'s members whose value leaves the
 /// union and has `a`'s space (shape id), without walking `a`: what
@@ -526,10 +581,6 @@ fn joins_elementwise(facts: &Facts<'_>, shapes: &Shapes, a: &Part, b: &Part) -> 
         && leaves
         && shapes.of(n) == a.space)
         .then_some(a.space)
-}
-
-fn ewise_or_reduce(k: &ClusterKind) -> bool {
-    !matches!(k, ClusterKind::Matmul)
 }
 
 /// The plan of `graph` (composites decomposed into the ranges
@@ -615,19 +666,25 @@ pub(super) fn decide_recorded(
     }))
 }
 
-/// Runs the phases; `None` when the graph has more units than a [`Set`]
-/// numbers.
+/// Runs the phases: the forward one, then a phase for each rule it did
+/// not apply, in the rules' order; `None` when the graph has more units
+/// than a [`Set`] numbers.
 fn sweep(cx: &Ctx<'_>, sw: &mut Sweep, composites: &[Range<usize>]) -> Option<()> {
     sw.reset(cx.g.nodes().len());
     if !forward(cx, sw, composites) {
         return None;
     }
-    if cx.opts.fuse {
-        matmul_epilogues(cx, sw);
-        siblings(cx, sw);
-    }
-    if cx.opts.stack {
-        stacks(cx, sw);
+    for rule in &RULES {
+        let (fuse, name) = (cx.opts.fuse, rule.name);
+        match rule.joins {
+            Joins::Edge { producer, consumer } if fuse && rule.from_matmul() => {
+                epilogues(cx, sw, name, producer, consumer);
+            }
+            Joins::Siblings { of } if fuse => siblings(cx, sw, name, of),
+            Joins::Stack { of } if cx.opts.stack => stacks(cx, sw, name, of),
+            // The forward phase's, or not asked for.
+            _ => {}
+        }
     }
     Some(())
 }
@@ -847,15 +904,16 @@ fn forward(cx: &Ctx<'_>, sw: &mut Sweep, composites: &[Range<usize>]) -> bool {
         let Some(kind) = sw.parts[u as usize].kind.clone() else {
             continue;
         };
-        if !cx.opts.fuse || !ewise_or_reduce(&kind) {
+        if !cx.opts.fuse || !FORWARD_CONSUMERS.has(&kind) {
             continue;
         }
-        // The element-wise and reduce groups it reads from, element-wise
-        // ones first.
+        // The groups it reads from that an edge rule of this phase joins
+        // it with, in the order of those rules.
+        let joins = |p: &ClusterKind| forward_rule(p, &kind);
         producers.clear();
         for &m in &sw.parts[u as usize].nodes {
             for &o in &g[m].operands {
-                if let Some(p) = sw.group_of(o, ewise_or_reduce) {
+                if let Some(p) = sw.group_of(o, |k| joins(k).is_some()) {
                     if p != u && !producers.contains(&p) {
                         producers.push(p);
                     }
@@ -865,21 +923,17 @@ fn forward(cx: &Ctx<'_>, sw: &mut Sweep, composites: &[Range<usize>]) -> bool {
         if producers.is_empty() {
             continue;
         }
-        if producers.len() > 1 {
-            producers.sort_by_key(|&p| {
-                (
-                    !matches!(sw.parts[p as usize].kind, Some(ClusterKind::Elementwise)),
-                    p,
-                )
-            });
-        }
-        let rule = |p: &Part| match (&kind, &p.kind) {
-            (ClusterKind::Elementwise, Some(ClusterKind::Elementwise)) => "elementwise-chain",
-            (ClusterKind::Elementwise, _) => "reduce-epilogue",
-            (_, Some(ClusterKind::Elementwise)) => "reduce-prologue",
-            _ => "reduce-chain",
+        // The rule joining a producer, and its priority.
+        let rule = |p: &Part| {
+            p.kind
+                .as_ref()
+                .and_then(joins)
+                .map_or((0, ""), |(i, r)| (i, r.name))
         };
-        let first_rule = rule(&sw.parts[producers[0] as usize]);
+        if producers.len() > 1 {
+            producers.sort_by_key(|&p| (rule(&sw.parts[p as usize]).0, p));
+        }
+        let first_rule = rule(&sw.parts[producers[0] as usize]).1;
         if let [p] = producers[..] {
             sw.merge(cx, &mut [p, u], first_rule);
             continue;
@@ -891,7 +945,7 @@ fn forward(cx: &Ctx<'_>, sw: &mut Sweep, composites: &[Range<usize>]) -> bool {
             continue;
         }
         for &p in &producers {
-            let r = rule(&sw.parts[p as usize]);
+            let r = rule(&sw.parts[p as usize]).1;
             if sw.merge(cx, &mut [p, u], r).is_some() {
                 break;
             }
@@ -926,12 +980,15 @@ fn seed(cx: &Ctx<'_>, sw: &mut Sweep, r: Range<usize>) -> Option<u32> {
     Some(u)
 }
 
-/// The matmul epilogues (see the [module docs](self)).
+/// The matmul epilogues (see the [module docs](self)): each group of
+/// `producer` kinds takes the groups of `consumer` kinds that read it,
+/// named `rule`.
 #[inline(never)]
-fn matmul_epilogues(cx: &Ctx<'_>, sw: &mut Sweep) {
+fn epilogues(cx: &Ctx<'_>, sw: &mut Sweep, rule: &'static str, producer: Kinds, consumer: Kinds) {
     let mut rejected: Vec<u32> = Vec::new();
     for p in 0..sw.parts.len() as u32 {
-        if sw.parts[p as usize].dead || sw.parts[p as usize].kind != Some(ClusterKind::Matmul) {
+        let part = &sw.parts[p as usize];
+        if part.dead || !part.kind.as_ref().is_some_and(|k| producer.has(k)) {
             continue;
         }
         rejected.clear();
@@ -940,13 +997,13 @@ fn matmul_epilogues(cx: &Ctx<'_>, sw: &mut Sweep) {
             for k in 0..sw.parts[m as usize].nodes.len() {
                 let x = sw.parts[m as usize].nodes[k];
                 for &v in cx.users.of(x) {
-                    let Some(e) = sw.group_of(v, |k| *k == ClusterKind::Elementwise) else {
+                    let Some(e) = sw.group_of(v, |k| consumer.has(k)) else {
                         continue;
                     };
                     if e == m || rejected.contains(&e) {
                         continue;
                     }
-                    match sw.merge(cx, &mut [m, e], "matmul-epilogue") {
+                    match sw.merge(cx, &mut [m, e], rule) {
                         Some(s) => {
                             m = s;
                             continue 'grow;
@@ -963,9 +1020,10 @@ fn matmul_epilogues(cx: &Ctx<'_>, sw: &mut Sweep) {
 /// Most groups reading one value that [`siblings`] pairs up.
 const SIBLING_READERS: usize = 16;
 
-/// The siblings phase (see the [module docs](self)).
+/// The siblings phase (see the [module docs](self)): groups of kinds `of`,
+/// named `rule`.
 #[inline(never)]
-fn siblings(cx: &Ctx<'_>, sw: &mut Sweep) {
+fn siblings(cx: &Ctx<'_>, sw: &mut Sweep, rule: &'static str, of: Kinds) {
     let mut readers: Vec<u32> = Vec::new();
     for x in 0..cx.g.nodes().len() {
         let users = cx.users.of(NodeId(x));
@@ -975,7 +1033,7 @@ fn siblings(cx: &Ctx<'_>, sw: &mut Sweep) {
         readers.clear();
         let ox = sw.owner[x];
         for &u in users {
-            if let Some(p) = sw.group_of(u, ewise_or_reduce) {
+            if let Some(p) = sw.group_of(u, |k| of.has(k)) {
                 if p != ox && !readers.contains(&p) && readers.len() < SIBLING_READERS {
                     readers.push(p);
                 }
@@ -985,16 +1043,17 @@ fn siblings(cx: &Ctx<'_>, sw: &mut Sweep) {
             for j in i + 1..readers.len() {
                 let (a, b) = (sw.cur[readers[i] as usize], sw.cur[readers[j] as usize]);
                 if a != b && !sw.parts[a as usize].dead && !sw.parts[b as usize].dead {
-                    sw.merge(cx, &mut [a, b], "siblings");
+                    sw.merge(cx, &mut [a, b], rule);
                 }
             }
         }
     }
 }
 
-/// The parallel stacks (see the [module docs](self)).
+/// The parallel stacks (see the [module docs](self)): groups of kinds
+/// `of`, named `rule`.
 #[inline(never)]
-fn stacks(cx: &Ctx<'_>, sw: &mut Sweep) {
+fn stacks(cx: &Ctx<'_>, sw: &mut Sweep, rule: &'static str, of: Kinds) {
     let mut cands: Vec<u32> = Vec::new();
     let mut chosen: Vec<u32> = Vec::new();
     for x in 0..cx.g.nodes().len() {
@@ -1005,7 +1064,7 @@ fn stacks(cx: &Ctx<'_>, sw: &mut Sweep) {
         let ox = sw.owner[x];
         cands.clear();
         for &u in users {
-            if let Some(p) = sw.group_of(u, |_| true) {
+            if let Some(p) = sw.group_of(u, |k| of.has(k)) {
                 if p != ox && !cands.contains(&p) {
                     cands.push(p);
                 }
@@ -1037,7 +1096,7 @@ fn stacks(cx: &Ctx<'_>, sw: &mut Sweep) {
         }
         sw.absorb(rep, sets);
         sw.stacks.push(chosen.iter().map(|&c| c as usize).collect());
-        sw.applied.push(("parallel-stack", String::new()));
+        sw.applied.push((rule, String::new()));
     }
 }
 

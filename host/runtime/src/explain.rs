@@ -7,7 +7,7 @@ use std::fmt::Write as _;
 
 use crate::{Prepared, RunError, Runtime};
 use dvm_compile::lower::{LaunchKind, Plan};
-use dvm_fuse::{FuseOptions, Reason, Rejection, Role, Unit};
+use dvm_fuse::{FuseOptions, FusionPlan, Reason, Rejection, Role, Unit};
 use dvm_graph::{Graph, NodeId, ShapeDisplay};
 use dvm_sym::Bindings;
 
@@ -87,6 +87,25 @@ pub fn explain(
         let _ = writeln!(out, "fusion abandoned, running unfused: {e}");
     }
 
+    write_groups(&mut out, g, f);
+    write_not_fused(&mut out, g, f);
+    write_kernels(&mut out, g, f, rt, &prepared, bindings)?;
+    if options.fuse || options.stack || options.sequence {
+        let unfused = Prepared::with_options(graph, &FuseOptions::off())?;
+        let t = totals(rt, &unfused, bindings)?;
+        let _ = writeln!(
+            out,
+            "unfused: {} kernel(s) in {} launch(es), {} moved per call",
+            t.kernels,
+            t.launches,
+            bytes(t.bytes_moved)
+        );
+    }
+    Ok(out)
+}
+
+/// The plan's fusion groups, stacks and the nodes in none.
+fn write_groups(out: &mut String, g: &Graph, f: &FusionPlan) {
     let _ = writeln!(
         out,
         "\nfusion groups (decided once on the symbolic graph, {} rewrites):",
@@ -122,10 +141,14 @@ pub fn explain(
             data.join(", ")
         );
     }
+}
 
+/// Why neighbouring groups were not fused: the plan's rejections, and the
+/// group values that views and opaque operators read.
+fn write_not_fused(out: &mut String, g: &Graph, f: &FusionPlan) {
     let _ = writeln!(out, "\nwhy neighbours were not fused:");
     let mut any = !f.rejections.is_empty();
-    write_rejections(&mut out, g, &f.rejections);
+    write_rejections(out, g, &f.rejections);
     // Group outputs consumed by views or opaque operators.
     for (i, node) in g.nodes().iter().enumerate() {
         if !matches!(f.roles[i], Role::Data | Role::Opaque) || node.op == dvm_graph::Op::Input {
@@ -148,8 +171,19 @@ pub fn explain(
     if !any {
         let _ = writeln!(out, "  (none)");
     }
+}
 
-    let (plan, kernels) = rt.plan(&prepared, bindings)?;
+/// The kernels at `bindings`: per launch its kind, tiling, UB bytes and
+/// bytes moved, and the total.
+fn write_kernels(
+    out: &mut String,
+    g: &Graph,
+    f: &FusionPlan,
+    rt: &Runtime,
+    prepared: &Prepared,
+    bindings: &Bindings,
+) -> Result<(), RunError> {
+    let (plan, kernels) = rt.plan(prepared, bindings)?;
     let _ = writeln!(out, "\nkernels at these shapes:");
     let _ = writeln!(
         out,
@@ -209,18 +243,7 @@ pub fn explain(
         plan.launches.len(),
         bytes(moved)
     );
-    if options.fuse || options.stack || options.sequence {
-        let unfused = Prepared::with_options(graph, &FuseOptions::off())?;
-        let t = totals(rt, &unfused, bindings)?;
-        let _ = writeln!(
-            out,
-            "unfused: {} kernel(s) in {} launch(es), {} moved per call",
-            t.kernels,
-            t.launches,
-            bytes(t.bytes_moved)
-        );
-    }
-    Ok(out)
+    Ok(())
 }
 
 /// Number of kernels (steps) and launches of `plan`.
