@@ -18,16 +18,14 @@
 //! The result, a [`FusionPlan`], lists the groups (with their kind and
 //! symbolic space), the stacks, and an order of units (groups, stacks and
 //! the remaining data/view nodes) that respects every dependence.
-//! [`crate::lower`] turns it into kernels at bound shapes; a fused group
+//! The compiler's lowering (`dvm_compile::lower`) turns it into kernels at bound shapes; a fused group
 //! that does not compile there (its live tiles do not fit the UB, or it
 //! exceeds the executor's capacity) is split, never failed.
 //!
 //! - [`legality`]: symbolic shape checks and group validation.
 //! - [`rules`]: the fusion rules, defined once for both drivers.
 //! - [`pattern`]: the rules as rewrite rules, applied to a fixed point.
-//! - [`stack`]: building parallel and sequence kernels from compiled groups.
 //! - [`sweep`]: the one-pass fuser of the eager API.
-//! - [`explain`]: the `dvm explain` report.
 
 pub mod legality;
 pub mod pattern;

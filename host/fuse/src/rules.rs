@@ -22,8 +22,8 @@
 //! the same either way.
 //!
 //! A merge ([`Joins::Edge`], [`Joins::Siblings`]) is legal when
-//! [`check_merge`] accepts the union, each driver answering its questions
-//! from its own bookkeeping ([`Union`]). A stack ([`Joins::Stack`]) is
+//! `check_merge` accepts the union, each driver answering its questions
+//! from its own bookkeeping (the `Union` trait). A stack ([`Joins::Stack`]) is
 //! legal for groups that depend on each other by no path, at most
 //! [`FuseOptions::max_stack`] of them.
 

@@ -15,7 +15,7 @@
 //!    forms a group is one unit, as in [`FusionPlan::with_composites`]);
 //!    a unit joins the groups it reads from along the edge rules between
 //!    element-wise and reduce groups (those not
-//!    [`RuleDef::from_matmul`]): all of them when their union is a group,
+//!    `RuleDef::from_matmul`): all of them when their union is a group,
 //!    else the first that takes it, in the order of the rules that join
 //!    them (element-wise producers before reductions).
 //! 2. The other rules in the table's order:
@@ -737,7 +737,7 @@ impl Decided {
     /// The same decision with every group's space rewritten by `dim`,
     /// extent by extent: the decision of a window that differs from the
     /// decided one only in those extents (a symbolic copy,
-    /// [`crate::eager`]), when `dim` is a bijection that keeps every
+    /// the runtime's eager API), when `dim` is a bijection that keeps every
     /// extent below 2. The sweep compares extents only for equality and
     /// against 1, so such a window's own decision has the same groups,
     /// stacks and order.
