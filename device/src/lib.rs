@@ -28,9 +28,12 @@ pub mod forward;
 pub mod gm;
 pub mod loadfold;
 pub mod math;
+mod mem;
 pub mod ops;
 pub mod peephole;
+pub mod plan;
 pub mod predecode;
+pub mod vinstr;
 
 pub use exec::{
     block_range, run_all_blocks_sequentially, run_block, run_blocks_strided, run_tile_range,
@@ -39,4 +42,6 @@ pub use exec::{
 pub use gm::{
     AffineStore, BindError, GmBuf, GmFault, Launch, ParamSig, Prefetch, PrefetchRun, StoreMap,
 };
-pub use predecode::{LoadError, PredecodeError, Program, VInstr};
+pub use plan::{BodyPlan, FusedForm, FusedForms};
+pub use predecode::{BodyInfo, LoadError, PredecodeError, Program};
+pub use vinstr::VInstr;

@@ -39,7 +39,7 @@ use crate::gm::{GmBuf, StoreMap};
 use dvm_isa::DType;
 
 use crate::ops::{GmShape, Peep};
-use crate::predecode::VInstr;
+use crate::vinstr::{dead, written_first, VInstr};
 
 /// The index of the load that starts a fusable pair in body `code` (the
 /// fold is the next instruction), if any: the fold has a fused handler, its
@@ -196,8 +196,8 @@ pub fn plan_pair<'a>(
             let result_ok = bt == bp || bt == bq || (apart(bt, bp) && apart(bt, bq));
             let unwritten_dead = |b: (u32, u32)| {
                 b.0 == op.args.dst
-                    || (crate::peephole::dead(b, &code[i + 3..], &code[..i])
-                        && others.clone().all(|o| crate::peephole::written_first(o, b)))
+                    || (dead(b, &code[i + 3..], &code[..i])
+                        && others.clone().all(|o| written_first(o, b)))
             };
             op.from_gm_pair.is_some()
                 && apart(bp, bq)

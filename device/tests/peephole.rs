@@ -401,7 +401,7 @@ fn run_map(bytes: &[u8], x: &Buf, len: usize, map: Map) -> (Buf, bool, bool) {
     let vk = verify_kernel(&m, 0, &DeviceLimits::DEFAULT).unwrap();
     let mut prog: Program = Program::new(&vk).unwrap();
     let info = prog.body_info(0).unwrap();
-    let planned = (info.load_map, info.load_rows);
+    let planned = (info.load_map(), info.load_rows());
     match map {
         Map::Rows => {}
         Map::Tile => prog.disable_load_rows(),
@@ -833,7 +833,7 @@ fn a_binary_op_and_the_row_sums_of_its_result_match_the_pair() {
                 let m = Module::parse(&bytes).unwrap();
                 let vk = verify_kernel(&m, 0, &DeviceLimits::DEFAULT).unwrap();
                 let prog: Program = Program::new(&vk).unwrap();
-                let load_pair = prog.body_info(0).and_then(|b| b.load_pair);
+                let load_pair = prog.body_info(0).and_then(|b| b.load_pair());
                 assert_eq!(
                     load_pair.is_some(),
                     matches!(case, Case::InPlace | Case::Elsewhere),

@@ -32,7 +32,7 @@ use super::tile2d::{fold_one, RedOp};
 use super::ub::{range_of, view};
 use super::unary::{Kern, Then, WithImm};
 use super::UbArgs;
-use crate::gm::PrefetchRun;
+use crate::mem::PrefetchRun;
 
 /// Elements of the row computed between two blocks of the stored row:
 /// [`crate::math::exp_map`]'s block. (Blocks of 64 were slower: the
@@ -177,7 +177,7 @@ impl Out<'_> {
         let end = (self.at + n).min(self.dst.len());
         self.prefetch.share(self.at, end, self.dst.len());
         if let (Some(d), Some(x)) = (self.dst.get_mut(self.at..end), self.x.get(self.at..end)) {
-            crate::gm::store_scaled(d, x, self.f, self.stream);
+            crate::mem::store_scaled(d, x, self.f, self.stream);
         }
         self.at = end;
     }
