@@ -365,3 +365,21 @@ fn forwarded_row_folds_match_the_ub_path() {
         }
     }
 }
+
+#[test]
+fn lone_ops_and_row_folds_report_forwarding() {
+    let names =
+        |bytes: &[u8]| -> Vec<&'static str> { program(bytes, 0).fused_forms(0).names().collect() };
+    let bytes = module(DType::F32, 256, 1000, exp(2 * 256 * 4, 0, 256), false);
+    assert_eq!(names(&bytes), ["forward"]);
+    // A row sum is forwarded, and its load fuses with the fold on tiles
+    // that run through UB.
+    let bytes = fold_module(DType::F32, 4, 64, 40, false);
+    assert_eq!(names(&bytes), ["forward", "load_fold_cols"]);
+    let mut prog = program(&bytes, 0);
+    prog.disable_forwarding();
+    assert_eq!(
+        prog.fused_forms(0).names().collect::<Vec<_>>(),
+        ["load_fold_cols"]
+    );
+}
