@@ -734,11 +734,9 @@ pub fn load_tile_map(
 
 /// The share of the next tile's prefetches that [`load_tile_map_rows`]
 /// issues over its fold (a softmax's row maxima), a row's part before each
-/// row, when it streams; the rest go out with the rows' stores. Softmax
-/// over 32768 × 768 on the session 26 host (alternating builds, median of
-/// 20 calls, four to eleven rounds): 8.1–8.9 ms with a fifth, 8.8–10.1
-/// with a third, 8.9–10.0 with an eighth, 8.9–10.5 with none; causal
-/// rows 9.5–9.7 against 10.9–11.7 ms.
+/// row, when it streams; the rest go out with the rows' stores. A fifth
+/// measured best among none, an eighth, a fifth and a third
+/// (`docs/performance-history.md`).
 const FOLD_SHARE: (usize, usize) = (1, 5);
 
 /// [`load_tile_map`] followed by `unary` on the map's row folds and the
@@ -964,12 +962,9 @@ fn store_t<T: Bits>(g: &Geom, buf: &GmBuf<'_>, ub: &[u8]) {
 /// Stores into a parameter whose accesses span at least this many bytes
 /// may bypass the caches (non-temporal stores): an output that large does
 /// not stay in cache for its consumer anyway, and streaming it saves the
-/// read-for-ownership of every destination line. Measured on a 2-core
-/// host with a 32 MiB L3: a softmax over 4096 × 768 `f32` (12 MiB out)
-/// ran at 26–30 GB/s with plain stores and 34–45 GB/s streamed (the
-/// layernorm beside it the same either way); over 2048 × 768 (6 MiB out)
-/// streaming was 7–10% slower. (16 MiB, tuned on an earlier host, left
-/// the 12 MiB output to plain stores.)
+/// read-for-ownership of every destination line. Below this size an
+/// output may still be in cache when its consumer reads it, and streaming
+/// it measured slower (`docs/performance-history.md`).
 pub const STREAM_MIN_BYTES: u64 = 8 << 20;
 
 /// Contiguous runs shorter than this are stored normally even when

@@ -140,11 +140,9 @@ pub fn plan_rows(code: &[VInstr], at: u8) -> bool {
         && sp.col_stride == 1
 }
 
-/// The shortest row [`plan_rows`] runs a row at a time. Measured on a
-/// softmax (one AVX-512 core of a Zen 4 class host, rows of 17 to 4096):
-/// over the whole tile, rows of 17–64 ran 30–35% faster than a row at a
-/// time, in the caches and beyond them, rows of 96–160 the same in the
-/// caches and 7–12% faster beyond them; a row at a time won from 256 on.
+/// The shortest row [`plan_rows`] runs a row at a time: shorter rows run
+/// faster over the whole tile, where the per-row calls and checks do not
+/// repay themselves (`docs/performance-history.md`).
 pub const ROWS_MIN_COLS: u32 = 256;
 
 /// The index of the first of two loads that run fused with the binary op

@@ -37,8 +37,7 @@
 //! time while it is in L1: one pass over the tile instead of three. It
 //! writes what the three did, so it needs no liveness condition, only
 //! operands that line up (the sums must not clobber a `v[r]` still to be
-//! read). Profiled on the compiler's 21 × 768 softmax tile, `exp` is half
-//! of the body's time; this saves about 7% in cache, 4% from DRAM.
+//! read).
 
 use dvm_isa::DType;
 

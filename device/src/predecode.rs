@@ -2,7 +2,7 @@
 //! instructions once, before any tile runs.
 //!
 //! UB instructions (vector and cube pipes) are resolved to their handler by
-//! [`crate::ops::resolve`]; loads and stores keep their [`GmPattern`] (and
+//! [`crate::ops::resolve`]; loads and stores keep their [`GmPattern`](dvm_isa::GmPattern) (and
 //! the pad value converted to the element type); `barrier` stays as a no-op
 //! marker for the simulator; `end` is dropped. The program owns everything
 //! it needs (grids, the launch signature), so the module bytes may go away
