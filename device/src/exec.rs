@@ -497,10 +497,12 @@ fn run_tiles<const N: usize, const B: usize>(
         plan: &info.plan,
         launched: info.plan.launched(code, bufs),
     };
+    // A copy: the forwarded tile loop reads it from registers.
+    let forward = run.launched.forward.copied();
     let mut c = [start / g2 / g1, (start / g2) % g1, start % g2];
     let mut t = start;
     while t < end {
-        let forwarded = match run.launched.forward {
+        let forwarded = match &forward {
             Some(f) => f
                 .run_tile(code, bufs, c, ub.len())
                 .map_err(|(i, e)| run.fault(i as usize, t, e))?,
@@ -595,6 +597,7 @@ impl TileRun<'_, '_> {
     /// equal share of them over each such op, a row's part before each
     /// row: the loads of the next tile are then in flight while the tile
     /// computes, not only while it is stored.
+    #[inline(never)]
     fn staged_tile(&self, t: u32, c: [u32; 3], ub: &mut [u8]) -> Result<(), ExecError> {
         let prefetching = self.plan.prefetch_at.is_some();
         // Instructions before this index already ran, fused into one.

@@ -163,6 +163,7 @@ impl Forward {
     /// The index of the instruction whose box failed its bounds check and
     /// why (never for a verified kernel under a checked launch); nothing is
     /// written then.
+    #[inline]
     pub(crate) fn run_tile(
         &self,
         code: &[VInstr],
