@@ -18,13 +18,17 @@ use core::fmt;
 use dvm_isa::verify::{LaunchError, UB_ALIGN};
 use dvm_isa::{DeviceLimits, KernelKind};
 
+use dvm_isa::GmPattern;
+
 use crate::gm::{
     full_run, load_tile, load_tile_fused, load_tile_map, load_tile_map_rows, store_add_tile,
     store_tile, store_tile_affine, store_tile_scaled, store_tile_streaming, BindError, GmBuf,
     GmFault, Launch, Prefetch, StoreMap,
 };
-use crate::loadfold;
-use crate::predecode::{Program, VInstr};
+use crate::ops::{UbArgs, UbOp};
+use crate::plan::{BodyPlan, FusedLoad, Launched, LoadPair};
+use crate::predecode::Program;
+use crate::vinstr::VInstr;
 
 /// Bytes of the default UB: an Ascend 910B UB, 192 KiB.
 pub const UB_DEFAULT_BYTES: usize = DeviceLimits::DEFAULT.ub_bytes as usize;
@@ -445,13 +449,13 @@ fn next_coord(mut c: [u32; 3], g1: u32, g2: u32) -> [u32; 3] {
 }
 
 /// Runs `op` a row at a time (`run(ub, args, r)` with row `r`'s
-/// arguments, [`crate::ops::UbOp::row`]), prefetching `early` spread over
-/// the rows, a row's part before each.
+/// arguments, [`UbOp::row`]), prefetching `early` spread over the rows, a
+/// row's part before each.
 #[inline(always)]
 fn by_rows(
-    op: &crate::ops::UbOp,
+    op: &UbOp,
     early: &Prefetch,
-    mut run: impl FnMut(&mut [u8], &crate::ops::UbArgs, u32),
+    mut run: impl FnMut(&mut [u8], &UbArgs, u32),
     ub: &mut [u8],
 ) {
     let rows = op.args.n;
@@ -464,18 +468,9 @@ fn by_rows(
     }
 }
 
-/// Runs tiles `[start, end)` of body `b`.
-///
-/// A body with a streaming store prefetches the next tile's loads while it
-/// stores and, when it has ops that run a row at a time
-/// ([`crate::ops::UbOp::row`]: a norm's middle, a binary op and its row
-/// sums), an equal share of them over each such op, a row's part before
-/// each row: the loads of the next tile are then in flight while the tile
-/// computes, not only while it is stored. Layernorm over 32768 × 768 on
-/// the session 26 host (alternating builds, median of 20 calls): 10.7 ms
-/// with every prefetch over the store; 10.1–10.3 with a third, two fifths
-/// or a half over the middle; 10.3–10.6 with two thirds; 10.5–10.8 with
-/// all of them (the equal share is a half there).
+/// Runs tiles `[start, end)` of body `b`: each tile in the forms of the
+/// body's plan ([`crate::plan::BodyPlan`]) that the launch's buffers allow,
+/// else through UB instruction by instruction.
 fn run_tiles<const N: usize, const B: usize>(
     program: &Program<N, B>,
     b: usize,
@@ -492,221 +487,160 @@ fn run_tiles<const N: usize, const B: usize>(
     if start >= end || g1 == 0 || g2 == 0 {
         return Ok(RunStats::default());
     }
+    let run = TileRun {
+        code,
+        bufs,
+        body: b,
+        end,
+        g1,
+        g2,
+        plan: &info.plan,
+        launched: info.plan.launched(code, bufs),
+    };
+    // A copy: the forwarded tile loop reads it from registers.
+    let forward = run.launched.forward.copied();
     let mut c = [start / g2 / g1, (start / g2) % g1, start % g2];
     let mut t = start;
-    let fault = |instr: usize, tile: u32, fault: GmFault| ExecError::Fault {
-        body: b as u32,
-        instr: instr as u32,
-        tile,
-        fault,
-    };
-    let forward = info.forward.filter(|f| f.fits(code, bufs));
-    // The fused load: its index, and the fold's fused handler and operands.
-    let load_fold = info
-        .load_fold
-        .filter(|&at| loadfold::fits(code, at, bufs))
-        .and_then(|at| match code.get(at as usize + 1) {
-            Some(VInstr::Ub(fold)) => Some((at as usize, fold.gm?.load?, &fold.args)),
-            _ => None,
-        });
-    // The two loads fused with the binary op after them: the first one's
-    // index, the second one's pattern and buffer, the op and its handler
-    // reading both tiles from global memory.
-    let load_pair = info
-        .load_pair
-        .filter(|&at| loadfold::fits(code, at, bufs) && loadfold::fits(code, at + 1, bufs))
-        .and_then(|at| {
-            let at = at as usize;
-            match (code.get(at + 1), code.get(at + 2)) {
-                (Some(VInstr::Load { pattern: q, .. }), Some(VInstr::Ub(op))) => {
-                    Some((at, q, bufs.get(q.buf as usize)?, op, op.from_gm_pair?))
-                }
-                _ => None,
-            }
-        });
-    // The fused pair and the instruction after it, reading the tile from
-    // global memory: the fold's and that instruction's handlers.
-    let load_map = load_fold.filter(|_| info.load_map).and_then(|(at, _, _)| {
-        match (code.get(at + 1), code.get(at + 2)) {
-            (Some(VInstr::Ub(fold)), Some(VInstr::Ub(map))) => {
-                Some(((fold.gm?.handler, &fold.args), (map.from_gm?, &map.args)))
-            }
-            _ => None,
+    while t < end {
+        let forwarded = match &forward {
+            Some(f) => f
+                .run_tile(code, bufs, c, ub.len())
+                .map_err(|(i, e)| run.fault(i as usize, t, e))?,
+            None => false,
+        };
+        if !forwarded {
+            run.staged_tile(t, c, ub)?;
         }
-    });
-    // After that instruction, the op on its folds and the scaled store, run
-    // with it a row at a time: the map's row handler, the op, and the
-    // store's pattern, index and streaming.
-    let load_rows = load_map.filter(|_| info.load_rows).and_then(|_| {
-        let at = load_fold?.0;
-        match (code.get(at + 2), code.get(at + 3), code.get(at + 4)) {
-            (
-                Some(VInstr::Ub(map)),
-                Some(VInstr::Ub(un)),
-                Some(VInstr::Store {
-                    pattern, stream, ..
-                }),
-            ) => Some((
-                map.from_gm_row?,
-                (un.handler, &un.args),
-                pattern,
-                at + 4,
-                *stream,
-            )),
-            _ => None,
+        t += 1;
+        c = next_coord(c, g1, g2);
+    }
+    let tiles = (end - start) as u64;
+    Ok(RunStats {
+        tiles,
+        instrs: tiles * code.len() as u64,
+    })
+}
+
+/// One call's run over a body's tiles: the body, the launch's buffers and
+/// the plan's forms those buffers allow.
+struct TileRun<'a, 'b> {
+    code: &'a [VInstr],
+    bufs: &'a [GmBuf<'b>],
+    body: usize,
+    /// The end of the tile range.
+    end: u32,
+    g1: u32,
+    g2: u32,
+    plan: &'a BodyPlan,
+    launched: Launched<'a>,
+}
+
+/// The next tile's prefetches over one tile: an equal share for each op
+/// run by rows and the streaming store, `left` keeping what is not issued
+/// yet.
+#[derive(Default)]
+struct Shares {
+    left: Option<Prefetch>,
+    taken: usize,
+}
+
+impl TileRun<'_, '_> {
+    fn fault(&self, instr: usize, tile: u32, fault: GmFault) -> ExecError {
+        ExecError::Fault {
+            body: self.body as u32,
+            instr: instr as u32,
+            tile,
+            fault,
         }
-    });
-    // The ops run a row at a time, each issuing a share of the next tile's
-    // prefetches (with a streaming store).
-    let row_ops = code
-        .iter()
-        .filter(|v| matches!(v, VInstr::Ub(op) if op.by_rows()))
-        .count();
-    // The loads of the tile after tile `t` (at `c`), if it is in range.
-    let next_loads = |t: u32, c: [u32; 3]| {
+    }
+
+    /// The buffer of `pattern` (instruction `i`, tile `t`).
+    #[inline]
+    fn buf(&self, pattern: &GmPattern, i: usize, t: u32) -> Result<&GmBuf<'_>, ExecError> {
+        self.bufs
+            .get(pattern.buf as usize)
+            .ok_or_else(|| self.fault(i, t, GmFault::Operand))
+    }
+
+    /// The loads of the tile after tile `t` (at `c`), if it is in range.
+    fn next_loads(&self, t: u32, c: [u32; 3]) -> Prefetch {
         let mut pf = Prefetch::NONE;
-        if t + 1 < end {
-            let next = next_coord(c, g1, g2);
-            for v in code {
+        if t + 1 < self.end {
+            let next = next_coord(c, self.g1, self.g2);
+            for v in self.code {
                 if let VInstr::Load { pattern: lp, .. } = v {
-                    if let Some(lb) = bufs.get(lp.buf as usize) {
+                    if let Some(lb) = self.bufs.get(lp.buf as usize) {
                         pf.add_load(lp, next, lb);
                     }
                 }
             }
         }
         pf
-    };
-    // The next share of the next tile's loads for an op run by rows: an
-    // equal share for each such op and the store, `left` keeping the rest.
-    let share = |left: &mut Option<Prefetch>, shares: &mut usize, t: u32, c: [u32; 3]| {
-        let rest = left.take().unwrap_or_else(|| next_loads(t, c));
-        let (early, rest) = rest.split((1, (row_ops + 1).saturating_sub(*shares).max(1)));
-        *shares += 1;
-        *left = Some(rest);
+    }
+
+    /// The next share of the next tile's loads for an op run by rows.
+    fn share(&self, s: &mut Shares, t: u32, c: [u32; 3]) -> Prefetch {
+        let rest = s.left.take().unwrap_or_else(|| self.next_loads(t, c));
+        let ops = self.plan.row_ops as usize;
+        let (early, rest) = rest.split((1, (ops + 1).saturating_sub(s.taken).max(1)));
+        s.taken += 1;
+        s.left = Some(rest);
         early
-    };
-    // The next tile's loads, to prefetch while the streaming store at `i`
-    // writes tile `t` (at the body's last streaming store).
-    let prefetch = |i: usize, t: u32, c: [u32; 3]| {
-        if info.prefetch_at == Some(i as u32) {
-            next_loads(t, c)
-        } else {
-            Prefetch::NONE
-        }
-    };
-    while t < end {
-        if let Some(f) = &forward {
-            if f.run_tile(code, bufs, c, ub.len(), (b, t))? {
-                t += 1;
-                c = next_coord(c, g1, g2);
-                continue;
-            }
-        }
+    }
+
+    /// Runs tile `t` (at `c`) through UB, instruction by instruction except
+    /// where a fused load takes a full tile.
+    ///
+    /// A body with a streaming store prefetches the next tile's loads while
+    /// it stores and, when it has ops that run a row at a time
+    /// ([`UbOp::row`]: a norm's middle, a binary op and its row sums), an
+    /// equal share of them over each such op, a row's part before each
+    /// row: the loads of the next tile are then in flight while the tile
+    /// computes, not only while it is stored.
+    #[inline(never)]
+    fn staged_tile(&self, t: u32, c: [u32; 3], ub: &mut [u8]) -> Result<(), ExecError> {
+        let prefetching = self.plan.prefetch_at.is_some();
         // Instructions before this index already ran, fused into one.
         let mut skip_to = 0;
-        // The prefetches left for the streaming store, when an op run a
-        // row at a time issued the rest.
-        let mut left: Option<Prefetch> = None;
-        let mut shares = 0;
-        for (i, v) in code.iter().enumerate() {
+        let mut shares = Shares::default();
+        for (i, v) in self.code.iter().enumerate() {
             if i < skip_to {
                 continue;
             }
             match v {
-                VInstr::Ub(op) if info.prefetch_at.is_some() && op.by_rows() => {
-                    let early = share(&mut left, &mut shares, t, c);
+                VInstr::Ub(op) if prefetching && op.by_rows() => {
+                    let early = self.share(&mut shares, t, c);
                     by_rows(op, &early, |ub, a, _| (op.handler)(ub, a), ub);
                 }
                 VInstr::Ub(op) => op.run(ub),
                 VInstr::Load { pattern, pad } => {
-                    let buf = bufs
-                        .get(pattern.buf as usize)
-                        .ok_or_else(|| fault(i, t, GmFault::Operand))?;
-                    if let Some((_, q, qbuf, op, pair)) = load_pair.filter(|l| l.0 == i) {
-                        let runs = (
-                            full_run(pattern, c, buf, ub.len()).map_err(|e| fault(i, t, e))?,
-                            full_run(q, c, qbuf, ub.len()).map_err(|e| fault(i + 1, t, e))?,
-                        );
-                        if let (Some(x), Some(y)) = runs {
-                            if info.prefetch_at.is_some() {
-                                let early = share(&mut left, &mut shares, t, c);
-                                let row = op.args.cols as usize * q.dtype.size() as usize;
-                                by_rows(
-                                    op,
-                                    &early,
-                                    |ub, a, r| {
-                                        let span = r as usize * row..(r as usize + 1) * row;
-                                        if let (Some(xr), Some(yr)) =
-                                            (x.get(span.clone()), y.get(span))
-                                        {
-                                            pair(ub, xr, yr, a);
-                                        }
-                                    },
-                                    ub,
-                                );
-                            } else {
-                                pair(ub, x, y, &op.args);
-                            }
+                    let buf = self.buf(pattern, i, t)?;
+                    if let Some(p) = self.launched.pair.filter(|p| p.at as usize == i) {
+                        if self.load_pair(p, pattern, buf, &mut shares, t, c, ub)? {
                             skip_to = i + 3;
                             continue;
                         }
                     }
-                    if let Some((_, handler, args)) = load_fold.filter(|l| l.0 == i) {
-                        if let (Some((fold, map)), Some((row_map, un, sp, si, stream))) =
-                            (load_map, load_rows)
-                        {
-                            let out = bufs
-                                .get(sp.buf as usize)
-                                .ok_or_else(|| fault(si, t, GmFault::Operand))?;
-                            let pf = stream.then(|| prefetch(si, t, c));
-                            if load_tile_map_rows(
-                                pattern,
-                                c,
-                                buf,
-                                ub,
-                                fold,
-                                (map, row_map),
-                                un,
-                                (sp, out, pf.as_ref()),
-                            )
-                            .map_err(|e| fault(i, t, e))?
-                            {
-                                skip_to = i + 5;
-                                continue;
-                            }
-                        }
-                        if let Some((fold, map)) = load_map {
-                            if load_tile_map(pattern, c, buf, ub, fold, map)
-                                .map_err(|e| fault(i, t, e))?
-                            {
-                                skip_to = i + 3;
-                                continue;
-                            }
-                        }
-                        if load_tile_fused(pattern, c, buf, ub, handler, args)
-                            .map_err(|e| fault(i, t, e))?
-                        {
-                            skip_to = i + 2;
+                    if let Some(l) = self.launched.load.filter(|l| l.fold().at as usize == i) {
+                        if let Some(ran) = self.fused_load(l, pattern, buf, t, c, ub)? {
+                            skip_to = i + ran;
                             continue;
                         }
                     }
-                    load_tile(pattern, *pad, c, buf, ub).map_err(|e| fault(i, t, e))?;
+                    load_tile(pattern, *pad, c, buf, ub).map_err(|e| self.fault(i, t, e))?;
                 }
                 VInstr::Store {
                     pattern,
                     stream,
                     map,
                 } => {
-                    let buf = bufs
-                        .get(pattern.buf as usize)
-                        .ok_or_else(|| fault(i, t, GmFault::Operand))?;
+                    let buf = self.buf(pattern, i, t)?;
                     // Streamed: what to prefetch on the way (the next
-                    // tile's loads, at the body's last streaming store).
-                    // (What the ops run by rows left of them.)
+                    // tile's loads, at the body's last streaming store;
+                    // what the ops run by rows left of them).
                     let pf = stream.then(|| {
-                        if info.prefetch_at == Some(i as u32) {
-                            left.take().unwrap_or_else(|| next_loads(t, c))
+                        if self.plan.prefetch_at == Some(i as u32) {
+                            shares.left.take().unwrap_or_else(|| self.next_loads(t, c))
                         } else {
                             Prefetch::NONE
                         }
@@ -721,23 +655,123 @@ fn run_tiles<const N: usize, const B: usize>(
                         (StoreMap::Copy, Some(pf)) => store_tile_streaming(pattern, c, buf, ub, pf),
                         (StoreMap::Copy, None) => store_tile(pattern, c, buf, ub),
                     }
-                    .map_err(|e| fault(i, t, e))?;
+                    .map_err(|e| self.fault(i, t, e))?;
                 }
                 VInstr::StoreAdd(pattern) => {
-                    let buf = bufs
-                        .get(pattern.buf as usize)
-                        .ok_or_else(|| fault(i, t, GmFault::Operand))?;
-                    store_add_tile(pattern, c, buf, ub).map_err(|e| fault(i, t, e))?;
+                    let buf = self.buf(pattern, i, t)?;
+                    store_add_tile(pattern, c, buf, ub).map_err(|e| self.fault(i, t, e))?;
                 }
                 VInstr::Barrier => {}
             }
         }
-        t += 1;
-        c = next_coord(c, g1, g2);
+        Ok(())
     }
-    let tiles = (end - start) as u64;
-    Ok(RunStats {
-        tiles,
-        instrs: tiles * code.len() as u64,
-    })
+
+    /// The fused pair of loads `p` (the first at `pattern` in `buf`) with
+    /// the op after them on tile `t`, when both boxes are full runs;
+    /// `false` when it did nothing.
+    #[allow(clippy::too_many_arguments)]
+    #[inline]
+    fn load_pair(
+        &self,
+        p: &LoadPair,
+        pattern: &GmPattern,
+        buf: &GmBuf<'_>,
+        shares: &mut Shares,
+        t: u32,
+        c: [u32; 3],
+        ub: &mut [u8],
+    ) -> Result<bool, ExecError> {
+        let i = p.at as usize;
+        let (q, op, pair) = (&p.second, &p.op, p.handler);
+        let Some(qbuf) = self.bufs.get(q.buf as usize) else {
+            return Ok(false);
+        };
+        let runs = (
+            full_run(pattern, c, buf, ub.len()).map_err(|e| self.fault(i, t, e))?,
+            full_run(q, c, qbuf, ub.len()).map_err(|e| self.fault(i + 1, t, e))?,
+        );
+        let (Some(x), Some(y)) = runs else {
+            return Ok(false);
+        };
+        if self.plan.prefetch_at.is_some() {
+            let early = self.share(shares, t, c);
+            let row = op.args.cols as usize * q.dtype.size() as usize;
+            by_rows(
+                op,
+                &early,
+                |ub, a, r| {
+                    let span = r as usize * row..(r as usize + 1) * row;
+                    if let (Some(xr), Some(yr)) = (x.get(span.clone()), y.get(span)) {
+                        pair(ub, xr, yr, a);
+                    }
+                },
+                ub,
+            );
+        } else {
+            pair(ub, x, y, &op.args);
+        }
+        Ok(true)
+    }
+
+    /// The fused load `l` (at `pattern` in `buf`) on tile `t`, in the
+    /// largest of its forms the tile allows: how many instructions it ran,
+    /// or `None` when the tile is not full (the load then runs alone).
+    #[inline]
+    fn fused_load(
+        &self,
+        l: &FusedLoad,
+        pattern: &GmPattern,
+        buf: &GmBuf<'_>,
+        t: u32,
+        c: [u32; 3],
+        ub: &mut [u8],
+    ) -> Result<Option<usize>, ExecError> {
+        let i = l.fold().at as usize;
+        let fault = |e| self.fault(i, t, e);
+        if let FusedLoad::SoftmaxRows(fold, map, tail) = l {
+            let si = tail.store_at as usize;
+            let out = self.buf(&tail.store, si, t)?;
+            let pf = tail.stream.then(|| {
+                if self.plan.prefetch_at == Some(si as u32) {
+                    self.next_loads(t, c)
+                } else {
+                    Prefetch::NONE
+                }
+            });
+            if load_tile_map_rows(
+                pattern,
+                c,
+                buf,
+                ub,
+                (fold.fold, &fold.args),
+                ((map.handler, &map.args), tail.row),
+                (tail.unary, &tail.unary_args),
+                (&tail.store, out, pf.as_ref()),
+            )
+            .map_err(fault)?
+            {
+                return Ok(Some(5));
+            }
+        }
+        if let FusedLoad::SoftmaxGm(fold, map) | FusedLoad::SoftmaxRows(fold, map, _) = l {
+            if load_tile_map(
+                pattern,
+                c,
+                buf,
+                ub,
+                (fold.fold, &fold.args),
+                (map.handler, &map.args),
+            )
+            .map_err(fault)?
+            {
+                return Ok(Some(3));
+            }
+        }
+        let fold = l.fold();
+        if load_tile_fused(pattern, c, buf, ub, fold.load, &fold.args).map_err(fault)? {
+            return Ok(Some(2));
+        }
+        Ok(None)
+    }
 }

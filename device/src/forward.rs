@@ -21,9 +21,8 @@
 //! A body is forwarded only when the buffer it stores to is not one it
 //! loads from, and, at launch ([`Forward::fits`]), overlaps none of them.
 
-use crate::exec::ExecError;
 use crate::gm::{Geom, GmBuf, GmFault, StoreMap};
-use crate::predecode::VInstr;
+use crate::vinstr::{written_first, VInstr};
 
 /// A forwarded body: the indices of its instructions.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -141,7 +140,7 @@ impl Forward {
             .all(|p| {
                 let len = p.rows as u64 * p.pitch as u64 * p.dtype.size() as u64;
                 let r = (p.ub, (p.ub as u64 + len).min(u32::MAX as u64) as u32);
-                others.clone().all(|o| crate::peephole::written_first(o, r))
+                others.clone().all(|o| written_first(o, r))
             })
     }
 
@@ -156,27 +155,23 @@ impl Forward {
         apart(self.a) && self.b.is_none_or(apart)
     }
 
-    /// Runs tile `coord` of the body `code` (body `body`, tile `t`) straight
-    /// over global memory. Returns `false`, having done nothing, when the
-    /// tile has a tail or padding: the caller runs it through UB.
+    /// Runs tile `coord` of the body `code` straight over global memory.
+    /// Returns `false`, having done nothing, when the tile has a tail or
+    /// padding: the caller runs it through UB.
     ///
     /// # Errors
-    /// [`ExecError::Fault`] when a box fails its bounds check (never for a
-    /// verified kernel under a checked launch); nothing is written then.
+    /// The index of the instruction whose box failed its bounds check and
+    /// why (never for a verified kernel under a checked launch); nothing is
+    /// written then.
+    #[inline]
     pub(crate) fn run_tile(
         &self,
         code: &[VInstr],
         bufs: &[GmBuf<'_>],
         coord: [u32; 3],
         ub_len: usize,
-        (body, t): (usize, u32),
-    ) -> Result<bool, ExecError> {
-        let fault = |i: u8, fault: GmFault| ExecError::Fault {
-            body: body as u32,
-            instr: i as u32,
-            tile: t,
-            fault,
-        };
+    ) -> Result<bool, (u8, GmFault)> {
+        let fault = |i: u8, fault: GmFault| (i, fault);
         let Some(VInstr::Ub(op)) = code.get(self.op as usize) else {
             return Ok(false);
         };
@@ -186,7 +181,7 @@ impl Forward {
         let (n_src, n_dst) = gm.shape.elems(&op.args);
         let (n_src, n_dst) = (n_src as usize, n_dst as usize);
         // The box of instruction `i` and its buffer, checked.
-        let boxed = |i: u8| -> Result<(Geom, &GmBuf<'_>, usize), ExecError> {
+        let boxed = |i: u8| -> Result<(Geom, &GmBuf<'_>, usize), (u8, GmFault)> {
             let p = pattern(code, i).ok_or_else(|| fault(i, GmFault::Operand))?;
             let buf = bufs
                 .get(p.buf as usize)

@@ -25,6 +25,9 @@ use core::sync::atomic::{AtomicI32, AtomicI8, AtomicU16, AtomicU32, Ordering};
 use dvm_isa::verify::{LaunchError, MAX_PARAMS};
 use dvm_isa::{DType, GmPattern, Scalar, VerifiedKernel};
 
+pub use crate::mem::PrefetchRun;
+use crate::mem::{prefetch, scale_run, stream_scaled};
+
 /// One global-memory buffer bound to a kernel parameter: a pointer, a length
 /// in bytes and whether the launch may write it.
 ///
@@ -731,11 +734,9 @@ pub fn load_tile_map(
 
 /// The share of the next tile's prefetches that [`load_tile_map_rows`]
 /// issues over its fold (a softmax's row maxima), a row's part before each
-/// row, when it streams; the rest go out with the rows' stores. Softmax
-/// over 32768 × 768 on the session 26 host (alternating builds, median of
-/// 20 calls, four to eleven rounds): 8.1–8.9 ms with a fifth, 8.8–10.1
-/// with a third, 8.9–10.0 with an eighth, 8.9–10.5 with none; causal
-/// rows 9.5–9.7 against 10.9–11.7 ms.
+/// row, when it streams; the rest go out with the rows' stores. A fifth
+/// measured best among none, an eighth, a fifth and a third
+/// (`docs/performance-history.md`).
 const FOLD_SHARE: (usize, usize) = (1, 5);
 
 /// [`load_tile_map`] followed by `unary` on the map's row folds and the
@@ -961,12 +962,9 @@ fn store_t<T: Bits>(g: &Geom, buf: &GmBuf<'_>, ub: &[u8]) {
 /// Stores into a parameter whose accesses span at least this many bytes
 /// may bypass the caches (non-temporal stores): an output that large does
 /// not stay in cache for its consumer anyway, and streaming it saves the
-/// read-for-ownership of every destination line. Measured on a 2-core
-/// host with a 32 MiB L3: a softmax over 4096 × 768 `f32` (12 MiB out)
-/// ran at 26–30 GB/s with plain stores and 34–45 GB/s streamed (the
-/// layernorm beside it the same either way); over 2048 × 768 (6 MiB out)
-/// streaming was 7–10% slower. (16 MiB, tuned on an earlier host, left
-/// the 12 MiB output to plain stores.)
+/// read-for-ownership of every destination line. Below this size an
+/// output may still be in cache when its consumer reads it, and streaming
+/// it measured slower (`docs/performance-history.md`).
 pub const STREAM_MIN_BYTES: u64 = 8 << 20;
 
 /// Contiguous runs shorter than this are stored normally even when
@@ -1104,53 +1102,6 @@ impl<'a> Cursor<'a> {
             }
         }
     }
-}
-
-/// A contiguous run of bytes to prefetch over a row's store, a share of
-/// it per block stored (`crate::ops::ScaledRow`), so that the loads of the
-/// next tile go out at the pace of the stores.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct PrefetchRun {
-    addr: usize,
-    bytes: usize,
-}
-
-impl PrefetchRun {
-    /// Nothing to prefetch.
-    pub const NONE: PrefetchRun = PrefetchRun { addr: 0, bytes: 0 };
-
-    /// Prefetches the lines of the run's share for elements `at..end` of a
-    /// store of `len` elements (the shares of `0..len` cover the run once).
-    #[inline(always)]
-    pub fn share(&self, at: usize, end: usize, len: usize) {
-        if self.bytes == 0 || len == 0 {
-            return;
-        }
-        let line = |i: usize| (self.bytes * i / len).div_ceil(64) * 64;
-        let mut o = line(at);
-        let hi = line(end.min(len));
-        while o < hi {
-            prefetch(self.addr.wrapping_add(o));
-            o += 64;
-        }
-    }
-}
-
-/// A read prefetch hint for the line at `addr` (never faults).
-#[inline(always)]
-fn prefetch(addr: usize) {
-    #[cfg(target_arch = "x86_64")]
-    // SAFETY: `prefetcht0` is a hint; it never faults, whatever the address.
-    unsafe {
-        core::arch::x86_64::_mm_prefetch::<{ core::arch::x86_64::_MM_HINT_T0 }>(addr as *const i8)
-    };
-    #[cfg(target_arch = "aarch64")]
-    // SAFETY: `prfm` is a hint; it never faults, whatever the address.
-    unsafe {
-        core::arch::asm!("prfm pldl1keep, [{0}]", in(reg) addr, options(nostack, preserves_flags, readonly))
-    };
-    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
-    let _ = addr;
 }
 
 /// Copies `n` bytes to `dst`, bypassing the caches where the target has
@@ -1503,97 +1454,6 @@ pub fn store_tile_affine(
         stream_fence();
     }
     Ok(())
-}
-
-/// `dst[i] = src[i] · f` for `i < n`, in order.
-///
-/// # Safety
-/// `src` valid for reads and `dst` for writes of `n` `f32`s (any
-/// alignment); no overlap.
-#[inline(always)]
-unsafe fn scale_run(dst: *mut f32, src: *const f32, n: usize, f: f32) {
-    for i in 0..n {
-        // SAFETY: `i < n`, as the caller guarantees.
-        unsafe { dst.add(i).write_unaligned(src.add(i).read_unaligned() * f) };
-    }
-}
-
-/// `dst[i] = src[i] · f` over two slices of one length (nothing
-/// otherwise), with non-temporal stores when `stream` (where the target has
-/// them): a row of a softmax's scaled store (`crate::ops::ScaledRow`).
-#[inline(always)]
-pub(crate) fn store_scaled(dst: &mut [f32], src: &[f32], f: f32, stream: bool) {
-    if dst.len() != src.len() {
-        return;
-    }
-    if stream {
-        // SAFETY: two slices of `dst.len()` elements, which cannot overlap
-        // (one is borrowed mutably).
-        unsafe { stream_scaled(dst.as_mut_ptr(), src.as_ptr(), dst.len(), f, || {}) };
-    } else {
-        for (d, x) in dst.iter_mut().zip(src) {
-            *d = *x * f;
-        }
-    }
-}
-
-/// [`scale_run`] with non-temporal stores where the target has them
-/// (x86-64; the same products: SSE multiplies round as scalar ones do),
-/// calling `per_line` before each line stored (a prefetch [`Cursor`]'s
-/// step).
-///
-/// # Safety
-/// As [`scale_run`].
-#[inline(always)]
-unsafe fn stream_scaled(
-    dst: *mut f32,
-    src: *const f32,
-    n: usize,
-    f: f32,
-    mut per_line: impl FnMut(),
-) {
-    #[cfg(target_arch = "x86_64")]
-    {
-        use core::arch::x86_64::{_mm_loadu_ps, _mm_mul_ps, _mm_set1_ps, _mm_stream_ps};
-        let misaligned = (dst as usize) & 15;
-        if !misaligned.is_multiple_of(4) {
-            // Not even element-aligned: no vector stores.
-            // SAFETY: as the caller guarantees.
-            unsafe { scale_run(dst, src, n, f) };
-            return;
-        }
-        let head = ((16 - misaligned) & 15) / 4;
-        let head = head.min(n);
-        // SAFETY: the head, 16-element blocks and tail below partition
-        // `0..n`; the blocks' destinations are 16-byte aligned.
-        unsafe {
-            scale_run(dst, src, head, f);
-            let k = _mm_set1_ps(f);
-            let mut i = head;
-            while i + 16 <= n {
-                per_line();
-                let (s, d) = (src.add(i), dst.add(i));
-                let v0 = _mm_mul_ps(_mm_loadu_ps(s), k);
-                let v1 = _mm_mul_ps(_mm_loadu_ps(s.add(4)), k);
-                let v2 = _mm_mul_ps(_mm_loadu_ps(s.add(8)), k);
-                let v3 = _mm_mul_ps(_mm_loadu_ps(s.add(12)), k);
-                _mm_stream_ps(d, v0);
-                _mm_stream_ps(d.add(4), v1);
-                _mm_stream_ps(d.add(8), v2);
-                _mm_stream_ps(d.add(12), v3);
-                i += 16;
-            }
-            scale_run(dst.add(i), src.add(i), n - i, f);
-        }
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        for _ in 0..(n * 4).div_ceil(64) {
-            per_line();
-        }
-        // SAFETY: as the caller guarantees.
-        unsafe { scale_run(dst, src, n, f) };
-    }
 }
 
 /// Adds the valid box of tile `coord` from `ub` into `buf` through `p`,

@@ -5,16 +5,24 @@
 //! of a block's range runs those handlers over the unified buffer (UB).
 //!
 //! # Crate map
+//! Layered from the bottom up; a module imports only modules above it in
+//! this list.
 //! - [`math`]: branch-free polynomial transcendentals with stated error bounds.
-//! - [`ops`]: UB-only handlers (vector, 2-D tile, cube), resolved per instruction.
+//! - `mem`: prefetch hints and non-temporal stores.
+//! - [`ops`]: UB-only handlers (vector, 2-D tile, cube) and the device's one
+//!   dispatch table ([`ops::resolve_with`], exhaustive over the opcodes).
 //! - [`gm`]: global-memory buffers, the launch binding, load / store / store_add.
-//! - [`predecode`]: verified kernel → [`Program`] of virtual instructions.
-//! - [`peephole`]: instruction pairs fused into superinstructions at predecode.
-//! - [`exec`]: the tile loop ([`run_block`]), block partition, UB storage.
+//! - [`vinstr`]: virtual instructions and the UB liveness scans over them.
+//! - [`peephole`]: instruction runs fused into superinstructions at predecode.
 //! - [`forward`]: lone element-wise bodies run straight over global memory.
 //! - [`loadfold`]: a load and the fold along columns after it in one pass
-//!   (and, for a softmax tile, the superinstruction after them reading the
-//!   tile in global memory instead of a copy in UB).
+//!   (and, for a softmax tile, what follows reading the tile in global
+//!   memory); two loads read in global memory by the op after them.
+//! - [`plan`]: the per-body plan ([`BodyPlan`]) built from those decisions,
+//!   and the fused forms a body runs in by name ([`FusedForm`],
+//!   [`Program::fused_forms`]).
+//! - [`predecode`]: verified kernel → [`Program`] of virtual instructions.
+//! - [`exec`]: the tile loop ([`run_block`]), block partition, UB storage.
 #![no_std]
 #![warn(missing_docs)]
 
@@ -28,9 +36,12 @@ pub mod forward;
 pub mod gm;
 pub mod loadfold;
 pub mod math;
+mod mem;
 pub mod ops;
 pub mod peephole;
+pub mod plan;
 pub mod predecode;
+pub mod vinstr;
 
 pub use exec::{
     block_range, run_all_blocks_sequentially, run_block, run_blocks_strided, run_tile_range,
@@ -39,4 +50,6 @@ pub use exec::{
 pub use gm::{
     AffineStore, BindError, GmBuf, GmFault, Launch, ParamSig, Prefetch, PrefetchRun, StoreMap,
 };
-pub use predecode::{LoadError, PredecodeError, Program, VInstr};
+pub use plan::{BodyPlan, FusedForm, FusedForms};
+pub use predecode::{BodyInfo, LoadError, PredecodeError, Program};
+pub use vinstr::VInstr;

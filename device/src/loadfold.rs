@@ -39,7 +39,7 @@ use crate::gm::{GmBuf, StoreMap};
 use dvm_isa::DType;
 
 use crate::ops::{GmShape, Peep};
-use crate::predecode::VInstr;
+use crate::vinstr::{dead, written_first, VInstr};
 
 /// The index of the load that starts a fusable pair in body `code` (the
 /// fold is the next instruction), if any: the fold has a fused handler, its
@@ -140,11 +140,9 @@ pub fn plan_rows(code: &[VInstr], at: u8) -> bool {
         && sp.col_stride == 1
 }
 
-/// The shortest row [`plan_rows`] runs a row at a time. Measured on a
-/// softmax (one AVX-512 core of a Zen 4 class host, rows of 17 to 4096):
-/// over the whole tile, rows of 17–64 ran 30–35% faster than a row at a
-/// time, in the caches and beyond them, rows of 96–160 the same in the
-/// caches and 7–12% faster beyond them; a row at a time won from 256 on.
+/// The shortest row [`plan_rows`] runs a row at a time: shorter rows run
+/// faster over the whole tile, where the per-row calls and checks do not
+/// repay themselves (`docs/performance-history.md`).
 pub const ROWS_MIN_COLS: u32 = 256;
 
 /// The index of the first of two loads that run fused with the binary op
@@ -196,8 +194,8 @@ pub fn plan_pair<'a>(
             let result_ok = bt == bp || bt == bq || (apart(bt, bp) && apart(bt, bq));
             let unwritten_dead = |b: (u32, u32)| {
                 b.0 == op.args.dst
-                    || (crate::peephole::dead(b, &code[i + 3..], &code[..i])
-                        && others.clone().all(|o| crate::peephole::written_first(o, b)))
+                    || (dead(b, &code[i + 3..], &code[..i])
+                        && others.clone().all(|o| written_first(o, b)))
             };
             op.from_gm_pair.is_some()
                 && apart(bp, bq)

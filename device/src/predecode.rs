@@ -2,7 +2,7 @@
 //! instructions once, before any tile runs.
 //!
 //! UB instructions (vector and cube pipes) are resolved to their handler by
-//! [`crate::ops::resolve`]; loads and stores keep their [`GmPattern`] (and
+//! [`crate::ops::resolve`]; loads and stores keep their [`GmPattern`](dvm_isa::GmPattern) (and
 //! the pad value converted to the element type); `barrier` stays as a no-op
 //! marker for the simulator; `end` is dropped. The program owns everything
 //! it needs (grids, the launch signature), so the module bytes may go away
@@ -11,80 +11,77 @@
 use core::fmt;
 
 use dvm_isa::{
-    verify_kernel_visit, DeviceLimits, GmKind, GmPattern, Head, Instr, KernelKind, Module, Opcode,
-    PadMode, VerifiedKernel, VerifyError,
+    verify_kernel_visit, DeviceLimits, GmKind, Head, Instr, KernelKind, Module, Opcode, PadMode,
+    Pipe, VerifiedKernel, VerifyError,
 };
 
-use crate::forward::{self, Forward};
+use crate::forward::Forward;
 use crate::gm::{pad_bits, ParamSig, StoreMap, STREAM_MIN_BYTES};
-use crate::loadfold;
-use crate::ops::{self, UbOp};
+use crate::ops;
 use crate::peephole;
+use crate::plan::{BodyPlan, FusedForms, FusedLoad};
+pub use crate::vinstr::VInstr;
 
 /// Default instruction capacity of a [`Program`] (all bodies together).
 pub const DEFAULT_INSTRS: usize = 256;
 /// Default body capacity of a [`Program`].
 pub const DEFAULT_BODIES: usize = 16;
 
-/// One virtual instruction.
+/// One body of a program: its grid, its plan and its range of
+/// instructions.
 #[derive(Clone, Copy, Debug)]
-pub enum VInstr {
-    /// A UB-only instruction resolved to its handler.
-    Ub(UbOp),
-    /// Global memory → UB.
-    Load {
-        /// The tile's box.
-        pattern: GmPattern,
-        /// `pad=fill`: the pad element's bits (see [`pad_bits`]).
-        pad: Option<u32>,
-    },
-    /// UB → global memory.
-    Store {
-        /// The tile's box.
-        pattern: GmPattern,
-        /// Whether the parameter is large enough (at least
-        /// [`STREAM_MIN_BYTES`]) for non-temporal stores.
-        stream: bool,
-        /// What the elements become on their way out: [`StoreMap::Copy`]
-        /// from the decoder, a row scale or a norm's tail fused with the
-        /// store by `crate::peephole`.
-        map: StoreMap,
-    },
-    /// UB → global memory, adding atomically per element.
-    StoreAdd(GmPattern),
-    /// Waits for every pipe; a no-op on the in-order executor.
-    Barrier,
-}
-
-/// One body of a program: its grid and its range of instructions.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct BodyInfo {
     /// Tile grid (row-major, dimension 2 fastest).
     pub grid: [u32; 3],
     /// Number of tiles (the verifier proved it fits in `u32`).
     pub tiles: u32,
-    /// Index of the streaming store that prefetches the next tile's loads
-    /// (the body's last streaming store), if any.
-    pub prefetch_at: Option<u32>,
-    /// Whether the body runs its full tiles straight over global memory
-    /// ([`crate::forward`]).
-    pub forward: Option<Forward>,
-    /// The load whose full tiles run fused with the fold after it
-    /// ([`crate::loadfold`]).
-    pub load_fold: Option<u8>,
-    /// Whether the instruction after that fold then reads the loaded tile
-    /// from global memory, so full tiles skip the copy into UB
-    /// ([`crate::loadfold::plan_map`]).
-    pub load_map: bool,
-    /// Whether, after that instruction, an element-wise op on its row folds
-    /// and a scaled store of its box run with it a row at a time
-    /// ([`crate::loadfold::plan_rows`]).
-    pub load_rows: bool,
-    /// The first of two loads whose full tiles run fused with the binary op
-    /// and row sums after them ([`crate::loadfold::plan_pair`]).
-    pub load_pair: Option<u8>,
+    /// How its full tiles run, decided at predecode.
+    pub plan: BodyPlan,
     start: u32,
     len: u32,
+}
+
+impl BodyInfo {
+    /// Index of the streaming store that prefetches the next tile's loads
+    /// (the body's last streaming store), if any ([`BodyPlan::prefetch_at`]).
+    pub fn prefetch_at(&self) -> Option<u32> {
+        self.plan.prefetch_at
+    }
+
+    /// The body's forwarding plan, if its full tiles run straight over
+    /// global memory ([`crate::forward`]).
+    pub fn forward(&self) -> Option<Forward> {
+        self.plan.forward
+    }
+
+    /// The load whose full tiles run fused with the fold after it
+    /// ([`crate::loadfold`]).
+    pub fn load_fold(&self) -> Option<u8> {
+        self.plan.load.map(|l| l.fold().at)
+    }
+
+    /// Whether the instruction after that fold then reads the loaded tile
+    /// from global memory, so full tiles skip the copy into UB
+    /// ([`FusedLoad::SoftmaxGm`] or more).
+    pub fn load_map(&self) -> bool {
+        matches!(
+            self.plan.load,
+            Some(FusedLoad::SoftmaxGm(..) | FusedLoad::SoftmaxRows(..))
+        )
+    }
+
+    /// Whether, after that instruction, an element-wise op on its row folds
+    /// and a scaled store of its box run with it a row at a time
+    /// ([`FusedLoad::SoftmaxRows`]).
+    pub fn load_rows(&self) -> bool {
+        matches!(self.plan.load, Some(FusedLoad::SoftmaxRows(..)))
+    }
+
+    /// The first of two loads whose full tiles run fused with the binary op
+    /// and row sums after them ([`crate::plan::LoadPair`]).
+    pub fn load_pair(&self) -> Option<u8> {
+        self.plan.pair.map(|p| p.at)
+    }
 }
 
 /// Why a kernel could not be predecoded.
@@ -428,28 +425,13 @@ impl<const N: usize, const B: usize> Program<N, B> {
                 .filter(move |&o| o != b)
                 .map(|o| bounds(&starts, o, len))
                 .map(|(s, e)| &self.code[s..e]);
-            let forward = forward::plan(code).filter(|f| f.independent(code, others.clone()));
-            let load_pair = loadfold::plan_pair(code, others);
+            let plan = BodyPlan::decide(code, others);
             let (start, end) = (start as u32, end as u32);
-            let has_load = code.iter().any(|v| matches!(v, VInstr::Load { .. }));
-            let load_fold = loadfold::plan(code);
-            let prefetch_at = code
-                .iter()
-                .rposition(|v| matches!(v, VInstr::Store { stream: true, .. }))
-                .filter(|_| has_load)
-                .map(|i| i as u32);
             // Cannot fail: at most `B` bodies.
             let _ = self.bodies.push(BodyInfo {
                 grid: kernel.grid(b),
                 tiles: kernel.tiles(b),
-                prefetch_at,
-                forward,
-                load_fold,
-                load_map: load_fold.is_some_and(|at| loadfold::plan_map(code, at)),
-                load_rows: load_fold.is_some_and(|at| {
-                    loadfold::plan_map(code, at) && loadfold::plan_rows(code, at)
-                }),
-                load_pair,
+                plan,
                 start,
                 len: end - start,
             });
@@ -484,9 +466,41 @@ impl<const N: usize, const B: usize> Program<N, B> {
         self.bodies.len()
     }
 
-    /// Body `b`'s grid and tile count.
+    /// Body `b`'s grid, tile count and plan.
     pub fn body_info(&self, b: usize) -> Option<&BodyInfo> {
         self.bodies.get(b)
+    }
+
+    /// Body `b`'s plan: how its full tiles run ([`BodyPlan`]).
+    pub fn body_plan(&self, b: usize) -> Option<&BodyPlan> {
+        self.bodies.get(b).map(|i| &i.plan)
+    }
+
+    /// The fused forms body `b` runs in: its plan's and its
+    /// superinstructions' ([`BodyPlan::forms`]); empty when the body does
+    /// not exist.
+    ///
+    /// These are predecode's decisions. At launch a form that reads a
+    /// loaded buffer in place is dropped when that buffer overlaps a
+    /// written one ([`BodyPlan::launched`]), and tiles with a tail or
+    /// padding run the instructions one by one; the results are the same
+    /// either way.
+    ///
+    /// ```
+    /// # use dvm_device::{FusedForm, Program};
+    /// let p: Program = Program::empty();
+    /// assert!(p.fused_forms(0).is_empty());
+    /// assert_eq!(FusedForm::SoftmaxGm.name(), "softmax_gm");
+    /// ```
+    pub fn fused_forms(&self, b: usize) -> FusedForms {
+        self.bodies
+            .get(b)
+            .map_or(FusedForms::EMPTY, |i| i.plan.forms(self.body(b)))
+    }
+
+    /// [`Program::fused_forms`] of every body, in order.
+    pub fn plan_summary(&self) -> impl Iterator<Item = FusedForms> + '_ {
+        (0..self.bodies.len()).map(|b| self.fused_forms(b))
     }
 
     /// Body `b`'s virtual instructions (empty when it does not exist).
@@ -511,7 +525,7 @@ impl<const N: usize, const B: usize> Program<N, B> {
     /// the same results, for comparisons and benchmarks.
     pub fn disable_forwarding(&mut self) {
         for b in self.bodies.iter_mut() {
-            b.forward = None;
+            b.plan.forward = None;
         }
     }
 
@@ -520,10 +534,8 @@ impl<const N: usize, const B: usize> Program<N, B> {
     /// and benchmarks.
     pub fn disable_load_fold(&mut self) {
         for b in self.bodies.iter_mut() {
-            b.load_fold = None;
-            b.load_pair = None;
-            b.load_map = false;
-            b.load_rows = false;
+            b.plan.load = None;
+            b.plan.pair = None;
         }
     }
 
@@ -532,8 +544,9 @@ impl<const N: usize, const B: usize> Program<N, B> {
     /// results, for comparisons and benchmarks.
     pub fn disable_load_map(&mut self) {
         for b in self.bodies.iter_mut() {
-            b.load_map = false;
-            b.load_rows = false;
+            if let Some(l) = &mut b.plan.load {
+                *l = FusedLoad::FoldCols(*l.fold());
+            }
         }
     }
 
@@ -543,7 +556,9 @@ impl<const N: usize, const B: usize> Program<N, B> {
     /// comparisons and benchmarks.
     pub fn disable_load_rows(&mut self) {
         for b in self.bodies.iter_mut() {
-            b.load_rows = false;
+            if let Some(FusedLoad::SoftmaxRows(fold, map, _)) = b.plan.load {
+                b.plan.load = Some(FusedLoad::SoftmaxGm(fold, map));
+            }
         }
     }
 }
@@ -554,34 +569,42 @@ enum Lowered {
     Unsupported,
 }
 
+/// Lowers one decoded instruction, by its pipe (every pipe has an arm):
+/// UB-only instructions through [`ops::resolve`] (the device's dispatch
+/// table, exhaustive over the opcodes), loads and stores through their
+/// global-memory access, `barrier` to a marker and `end` to nothing.
 fn lower(instr: &Instr, params: &ParamSig) -> Lowered {
-    match *instr {
-        Instr::End {} => Lowered::Skip,
-        Instr::Barrier {} => Lowered::V(VInstr::Barrier),
-        Instr::Load { dt, pad, padv, .. } => match instr.gm() {
-            Some(gm) => Lowered::V(VInstr::Load {
-                pattern: gm.pattern,
-                pad: match pad {
-                    PadMode::Keep => None,
-                    PadMode::Fill => Some(pad_bits(dt, padv)),
-                },
-            }),
+    match instr.opcode().pipe() {
+        Pipe::Vector | Pipe::Cube => match ops::resolve(instr) {
+            Some(op) => Lowered::V(VInstr::Ub(op)),
             None => Lowered::Unsupported,
         },
-        _ => match instr.gm() {
-            Some(gm) => match gm.kind {
-                GmKind::Store => Lowered::V(VInstr::Store {
+        Pipe::Load | Pipe::Store => {
+            let Some(gm) = instr.gm() else {
+                return Lowered::Unsupported;
+            };
+            match (gm.kind, instr) {
+                (GmKind::Load, Instr::Load { dt, pad, padv, .. }) => Lowered::V(VInstr::Load {
+                    pattern: gm.pattern,
+                    pad: match pad {
+                        PadMode::Keep => None,
+                        PadMode::Fill => Some(pad_bits(*dt, *padv)),
+                    },
+                }),
+                (GmKind::Load, _) => Lowered::Unsupported,
+                (GmKind::Store, _) => Lowered::V(VInstr::Store {
                     pattern: gm.pattern,
                     stream: params.required_bytes(gm.pattern.buf as usize) >= STREAM_MIN_BYTES,
                     map: StoreMap::Copy,
                 }),
-                GmKind::StoreAdd => Lowered::V(VInstr::StoreAdd(gm.pattern)),
-                GmKind::Load => Lowered::Unsupported,
-            },
-            None => match ops::resolve(instr) {
-                Some(op) => Lowered::V(VInstr::Ub(op)),
-                None => Lowered::Unsupported,
-            },
+                (GmKind::StoreAdd, _) => Lowered::V(VInstr::StoreAdd(gm.pattern)),
+            }
+        }
+        Pipe::Control => match instr {
+            Instr::Barrier {} => Lowered::V(VInstr::Barrier),
+            Instr::End {} => Lowered::Skip,
+            // A control instruction the executor does not know.
+            _ => Lowered::Unsupported,
         },
     }
 }

@@ -47,7 +47,7 @@ fn run(bytes: &[u8], ins: &[Buf], out_len: usize, forward: bool) -> (Buf, bool) 
     let m = Module::parse(bytes).unwrap();
     let vk = verify_kernel(&m, 0, &DeviceLimits::DEFAULT).unwrap();
     let mut prog: Program = Program::new(&vk).unwrap();
-    let planned = prog.body_info(0).unwrap().forward.is_some();
+    let planned = prog.body_info(0).unwrap().forward().is_some();
     if !forward {
         prog.disable_forwarding();
     }
@@ -202,7 +202,7 @@ fn other_bodies_are_not_forwarded() {
     let params = [(DType::F32, R), (DType::F32, W)];
     let planned = |code: Vec<Instr>| {
         let bytes = build(vec![K::vector(4096, &params, [1, 1, 4], code)]);
-        program(&bytes, 0).body_info(0).unwrap().forward.is_some()
+        program(&bytes, 0).body_info(0).unwrap().forward().is_some()
     };
     let (load, store) = (bx(0, 0).load(), bx(1, 1024).store());
     assert!(planned(vec![load, exp(1024, 0, 256), store]));
@@ -252,7 +252,7 @@ fn unpadded_loads_with_tails_are_not_forwarded() {
             [1, 1, tiles],
             vec![load, exp(1024, 0, 256), store],
         )]);
-        program(&bytes, 0).body_info(0).unwrap().forward.is_some()
+        program(&bytes, 0).body_info(0).unwrap().forward().is_some()
     };
     let tail = |buf: u8, ub: u32, total: u32| {
         GmBox::new(DType::F32, buf, 1, 256)
@@ -289,7 +289,7 @@ fn aliased_output_is_not_forwarded() {
         vec![bx(0, 0).load(), exp(1024, 0, 256), bx(1, 1024).store()],
     )]);
     let prog = program(&bytes, 0);
-    let fwd = prog.body_info(0).unwrap().forward.unwrap();
+    let fwd = prog.body_info(0).unwrap().forward().unwrap();
     let mut x = Buf::from_f32(&Rng(3).f32s(1024, -2.0, 2.0));
     let mut y = Buf::zeroed(4096);
     let p = x.ptr();
@@ -364,4 +364,22 @@ fn forwarded_row_folds_match_the_ub_path() {
             }
         }
     }
+}
+
+#[test]
+fn lone_ops_and_row_folds_report_forwarding() {
+    let names =
+        |bytes: &[u8]| -> Vec<&'static str> { program(bytes, 0).fused_forms(0).names().collect() };
+    let bytes = module(DType::F32, 256, 1000, exp(2 * 256 * 4, 0, 256), false);
+    assert_eq!(names(&bytes), ["forward"]);
+    // A row sum is forwarded, and its load fuses with the fold on tiles
+    // that run through UB.
+    let bytes = fold_module(DType::F32, 4, 64, 40, false);
+    assert_eq!(names(&bytes), ["forward", "load_fold_cols"]);
+    let mut prog = program(&bytes, 0);
+    prog.disable_forwarding();
+    assert_eq!(
+        prog.fused_forms(0).names().collect::<Vec<_>>(),
+        ["load_fold_cols"]
+    );
 }

@@ -742,7 +742,7 @@ fn streaming_stores_for_large_outputs() {
         matches!(prog.body(0)[1], VInstr::Store { stream: true, .. }),
         "a 16 MiB output streams"
     );
-    assert_eq!(prog.body_info(0).unwrap().prefetch_at, Some(1));
+    assert_eq!(prog.body_info(0).unwrap().prefetch_at(), Some(1));
     let a: Vec<f32> = (0..n).map(|i| i as f32).collect();
     let mut reference = vec![Buf::from_f32(&a), Buf::zeroed(4 * (n as usize + 3))];
     run_seq(&bytes, 0, &mut reference, 1).unwrap();

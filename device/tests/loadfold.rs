@@ -41,7 +41,7 @@ fn run(bytes: &[u8], x: &Buf, total: usize, rows_out: usize, fused: bool) -> (Bu
     let m = Module::parse(bytes).unwrap();
     let vk = verify_kernel(&m, 0, &DeviceLimits::DEFAULT).unwrap();
     let mut prog: Program = Program::new(&vk).unwrap();
-    let planned = prog.body_info(0).unwrap().load_fold.is_some();
+    let planned = prog.body_info(0).unwrap().load_fold().is_some();
     if !fused {
         prog.disable_load_fold();
     }
@@ -143,7 +143,11 @@ fn only_a_fold_of_the_loaded_box_fuses() {
             [1, 1, 2],
             vec![x.load(), op, m.store()],
         )]);
-        program(&bytes, 0).body_info(0).unwrap().load_fold.is_some()
+        program(&bytes, 0)
+            .body_info(0)
+            .unwrap()
+            .load_fold()
+            .is_some()
     };
     assert!(planned(fold(0, rows, cols, Axis::Cols)));
     // Another source, another shape, the other axis: two instructions.
@@ -159,7 +163,7 @@ fn a_load_from_a_written_buffer_is_not_fused() {
     let (rows, cols, total) = (4u32, 64u32, 8u32);
     let bytes = module(DType::F32, rows, cols, total, Fold::Sum);
     let prog = program(&bytes, 0);
-    let at = prog.body_info(0).unwrap().load_fold.unwrap();
+    let at = prog.body_info(0).unwrap().load_fold().unwrap();
     let len = (total * cols * 4) as usize;
     let mut x = Buf::from_f32(&Rng(5).f32s(len / 4, -2.0, 2.0));
     let (mut y, mut m) = (Buf::zeroed(len), Buf::zeroed(total as usize * 4));

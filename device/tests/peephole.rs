@@ -401,7 +401,7 @@ fn run_map(bytes: &[u8], x: &Buf, len: usize, map: Map) -> (Buf, bool, bool) {
     let vk = verify_kernel(&m, 0, &DeviceLimits::DEFAULT).unwrap();
     let mut prog: Program = Program::new(&vk).unwrap();
     let info = prog.body_info(0).unwrap();
-    let planned = (info.load_map, info.load_rows);
+    let planned = (info.load_map(), info.load_rows());
     match map {
         Map::Rows => {}
         Map::Tile => prog.disable_load_rows(),
@@ -833,7 +833,7 @@ fn a_binary_op_and_the_row_sums_of_its_result_match_the_pair() {
                 let m = Module::parse(&bytes).unwrap();
                 let vk = verify_kernel(&m, 0, &DeviceLimits::DEFAULT).unwrap();
                 let prog: Program = Program::new(&vk).unwrap();
-                let load_pair = prog.body_info(0).and_then(|b| b.load_pair);
+                let load_pair = prog.body_info(0).and_then(|b| b.load_pair());
                 assert_eq!(
                     load_pair.is_some(),
                     matches!(case, Case::InPlace | Case::Elsewhere),
@@ -1003,6 +1003,83 @@ fn a_norms_middle_and_tail_fuse_with_the_same_bytes() {
             // [, brcrow+add] → 1 (3 or 5 fewer), and it with the store (1).
             let want = np - 3 - if bias { 5 } else { 3 } - 1;
             assert_eq!(nf, want, "{what}: fused {nf} of {np} instructions");
+            let names: Vec<_> = prog.fused_forms(0).names().collect();
+            assert_eq!(
+                names,
+                ["load_fold_cols", "norm_middle", "norm_tail_store"],
+                "{what}"
+            );
         }
     }
+}
+
+/// The fused forms a program reports ([`Program::fused_forms`]), by name.
+fn forms(bytes: &[u8], peephole: bool) -> Vec<&'static str> {
+    let m = Module::parse(bytes).unwrap();
+    let vk = verify_kernel(&m, 0, &DeviceLimits::DEFAULT).unwrap();
+    let mut prog: Program = Program::empty();
+    prog.set_peephole(peephole);
+    prog.predecode(&vk).unwrap();
+    assert_eq!(prog.plan_summary().count(), 1);
+    prog.fused_forms(0).names().collect()
+}
+
+#[test]
+fn a_softmax_reports_its_fused_forms() {
+    // Rows of at least `ROWS_MIN_COLS` run the tail a row at a time.
+    let wide = softmax_module(DType::F32, (21, 768, 43), Sums::OverMaxima);
+    assert_eq!(
+        forms(&wide, true),
+        [
+            "load_fold_cols",
+            "softmax_gm",
+            "softmax_rows",
+            "softmax_middle",
+            "scale_store"
+        ]
+    );
+    let narrow = softmax_module(DType::F32, (4, 96, 10), Sums::OverMaxima);
+    assert_eq!(
+        forms(&narrow, true),
+        [
+            "load_fold_cols",
+            "softmax_gm",
+            "softmax_middle",
+            "scale_store"
+        ]
+    );
+    // Without superinstructions only the load and its fold fuse.
+    assert_eq!(forms(&wide, false), ["load_fold_cols"]);
+    // Sums overlapping the maxima: the middle stays three instructions.
+    let off = softmax_module(DType::F32, (21, 768, 43), Sums::OneOff);
+    assert!(!forms(&off, true).contains(&"softmax_middle"));
+}
+
+#[test]
+fn a_row_scale_reports_its_fused_store() {
+    let bytes = row_scale_module((8, 256, 64), 0);
+    let f = forms(&bytes, true);
+    assert!(f.contains(&"scale_store"), "{f:?}");
+    assert!(f.contains(&"load_fold_cols"), "{f:?}");
+    assert!(!forms(&bytes, false).contains(&"scale_store"));
+}
+
+#[test]
+fn fused_form_names_are_distinct_and_round_trip() {
+    use dvm_device::{FusedForm, FusedForms};
+    let mut all = FusedForms::EMPTY;
+    for f in FusedForm::ALL {
+        assert_eq!(FusedForm::from_name(f.name()), Some(f));
+        assert_eq!(f.to_string(), f.name());
+        all.insert(f);
+    }
+    assert_eq!(all.len(), FusedForm::ALL.len());
+    assert!(all.iter().eq(FusedForm::ALL));
+    assert_eq!(FusedForm::from_name("nothing"), None);
+    let some: FusedForms = [FusedForm::NormTail, FusedForm::Forward]
+        .into_iter()
+        .collect();
+    assert_eq!(format!("{some:?}"), r#"{"forward", "norm_tail"}"#);
+    let empty: Program = Program::empty();
+    assert!(empty.fused_forms(0).is_empty());
 }

@@ -211,6 +211,10 @@ pub enum Peep {
     /// Another element-wise unary op of this float dtype: each element of
     /// its result depends only on the element at the same index.
     Unary(DType),
+    /// A softmax's middle: `x − v[r]`, `exp` and the row sums
+    /// ([`col_exp_sum_handler`]; its arguments as `unary::col_map_fold`
+    /// reads them).
+    SoftmaxMiddle,
     /// A norm's middle ([`center_sq_sum_handler`]; its arguments as
     /// `norm::center_sq_sum` reads them).
     Center,
@@ -534,8 +538,16 @@ pub fn resolve(instr: &Instr) -> Option<UbOp> {
 
 /// [`resolve`] with the handlers compiled for `simd` (see [`simd`]); every
 /// choice gives bit-identical results.
+///
+/// This is the device's one dispatch table: one arm per opcode, no
+/// catch-all, so an opcode added to the instruction table does not
+/// compile until its row here says what its UB handler is, whether it has
+/// a global-memory copy for load forwarding ([`UbOp::gm`], `-` for none)
+/// and what the peephole pass may fuse it with ([`UbOp::peep`]).
 pub fn resolve_with(instr: &Instr, simd: Simd) -> Option<UbOp> {
     let s = simd;
+    // As in `reduce_h!`: the fold along columns at most AVX2.
+    let r = s.at_most_avx2();
     use Instr as I;
     let un = |dst, src, n| UbArgs {
         dst,
@@ -564,241 +576,283 @@ pub fn resolve_with(instr: &Instr, simd: Simd) -> Option<UbOp> {
         cols,
         ..UbArgs::default()
     };
-    let (handler, args): (Handler, UbArgs) = match *instr {
-        // ---- unary
-        I::Abs { dt, dst, src, n } => (num_h!(s, dt, unary::<_, Abs>), un(dst, src, n)),
-        I::Neg { dt, dst, src, n } => (num_h!(s, dt, unary::<_, Neg>), un(dst, src, n)),
-        I::Relu { dt, dst, src, n } => (num_h!(s, dt, unary::<_, Relu>), un(dst, src, n)),
-        I::Exp { dt, dst, src, n } => (float_h!(s, dt, unary::<_, Exp>), un(dst, src, n)),
-        I::Log { dt, dst, src, n } => (float_h!(s, dt, unary::<_, Log>), un(dst, src, n)),
-        I::Sqrt { dt, dst, src, n } => (float_h!(s, dt, unary::<_, Sqrt>), un(dst, src, n)),
-        I::Rsqrt { dt, dst, src, n } => (float_h!(s, dt, unary::<_, Rsqrt>), un(dst, src, n)),
-        I::Recip { dt, dst, src, n } => (float_h!(s, dt, unary::<_, Recip>), un(dst, src, n)),
-        I::Tanh { dt, dst, src, n } => (float_h!(s, dt, unary::<_, Tanh>), un(dst, src, n)),
-        I::Sigmoid { dt, dst, src, n } => (float_h!(s, dt, unary::<_, Sigmoid>), un(dst, src, n)),
-        I::GeluTanh { dt, dst, src, n } => (float_h!(s, dt, unary::<_, GeluTanh>), un(dst, src, n)),
-        I::GeluErf { dt, dst, src, n } => (float_h!(s, dt, unary::<_, GeluErf>), un(dst, src, n)),
-        I::Silu { dt, dst, src, n } => (float_h!(s, dt, unary::<_, Silu>), un(dst, src, n)),
-        I::Floor { dt, dst, src, n } => (float_h!(s, dt, unary::<_, Floor>), un(dst, src, n)),
-        I::Ceil { dt, dst, src, n } => (float_h!(s, dt, unary::<_, Ceil>), un(dst, src, n)),
-        I::Round { dt, dst, src, n } => (float_h!(s, dt, unary::<_, Round>), un(dst, src, n)),
-        I::Erf { dt, dst, src, n } => (float_h!(s, dt, unary::<_, Erf>), un(dst, src, n)),
-        I::Not { dt, dst, src, n } => (bool_h!(s, dt, unary::<_, Not>), un(dst, src, n)),
-        I::IsFinite { dt, dst, src, n } => (float_h!(s, dt, isfinite::<_>), un(dst, src, n)),
-        // ---- binary
-        I::Add { dt, dst, a, b, n } => (num_h!(s, dt, binary::<_, Add>), bin(dst, a, b, n)),
-        I::Sub { dt, dst, a, b, n } => (num_h!(s, dt, binary::<_, Sub>), bin(dst, a, b, n)),
-        I::Mul { dt, dst, a, b, n } => (num_h!(s, dt, binary::<_, Mul>), bin(dst, a, b, n)),
-        I::Div { dt, dst, a, b, n } => (num_h!(s, dt, binary::<_, Div>), bin(dst, a, b, n)),
-        I::Max { dt, dst, a, b, n } => (num_h!(s, dt, binary::<_, Max>), bin(dst, a, b, n)),
-        I::Min { dt, dst, a, b, n } => (num_h!(s, dt, binary::<_, Min>), bin(dst, a, b, n)),
-        I::Pow { dt, dst, a, b, n } => (float_h!(s, dt, binary::<_, Pow>), bin(dst, a, b, n)),
-        I::And { dt, dst, a, b, n } => (bool_h!(s, dt, binary::<_, And>), bin(dst, a, b, n)),
-        I::Or { dt, dst, a, b, n } => (bool_h!(s, dt, binary::<_, Or>), bin(dst, a, b, n)),
+    let gm_op = |sources: u8, shape: GmShape, dt: DType, h: Option<GmHandler>| {
+        h.map(|handler| GmOp {
+            handler,
+            sources,
+            size: dt.size() as u8,
+            shape,
+            load: None,
+        })
+    };
+    let one = |dt, h| gm_op(1, GmShape::Ewise, dt, h);
+    let two = |dt, h| gm_op(2, GmShape::Ewise, dt, h);
+    let fold = |dt, h, load: Option<GmHandler>| {
+        gm_op(1, GmShape::FoldCols, dt, h).map(|g| GmOp { load, ..g })
+    };
+    // The global-memory copy of a one-source (`gm1!`) or two-source
+    // (`gm2!`) element-wise op over the dtypes of `gm_h!`'s `float` or
+    // `num`, or none (`-`).
+    macro_rules! gm1 {
+        (-, $dt:ident, $($f:tt)*) => { None };
+        ($g:ident, $dt:ident, $($f:tt)*) => { one($dt, gm_h!($g, s, $dt, $($f)*)) };
+    }
+    macro_rules! gm2 {
+        (-, $dt:ident, $($f:tt)*) => { None };
+        ($g:ident, $dt:ident, $($f:tt)*) => { two($dt, gm_h!($g, s, $dt, $($f)*)) };
+    }
+    // `dst[i] = f(src[i])`: the UB handler over the dtypes of `$h`, the
+    // global-memory copy over those of `$g`, the peephole class.
+    macro_rules! unary_op {
+        ($h:ident, $g:tt, $f:ident, $dt:ident, $args:expr, $peep:expr) => {
+            (
+                $h!(s, $dt, unary::<_, $f>),
+                $args,
+                gm1!($g, $dt, unary_gm::<_, $f>),
+                $peep,
+            )
+        };
+    }
+    // `dst[i] = a[i] op b[i]`; `fusable` ops feed the peephole pass as
+    // `Peep::Binary` (their `BinKind` has the op's name), `-` ones not.
+    macro_rules! binary_op {
+        ($h:ident, $g:tt, $f:ident, $dt:ident, $args:expr, fusable) => {
+            (
+                $h!(s, $dt, binary::<_, $f>),
+                $args,
+                gm2!($g, $dt, binary_gm::<_, $f>),
+                Peep::Binary(BinKind::$f, $dt),
+            )
+        };
+        ($h:ident, $g:tt, $f:ident, $dt:ident, $args:expr, -) => {
+            (
+                $h!(s, $dt, binary::<_, $f>),
+                $args,
+                gm2!($g, $dt, binary_gm::<_, $f>),
+                Peep::None,
+            )
+        };
+    }
+    // `dst[i] = a[i] op imm` (`imm op a[i]` when reversed), numeric dtypes.
+    macro_rules! scalar_op {
+        ($f:ident, $rev:literal, $dt:ident, $args:expr) => {
+            (
+                scalar_h!(s, $dt, $f, $rev),
+                $args,
+                gm1!(num, $dt, scalar_gm::<_, $f, $rev>),
+                Peep::None,
+            )
+        };
+    }
+    // A fold along `$axis` (`flags` 0 rows, 1 columns); along the columns
+    // it has a global-memory copy and one fused with its source's load.
+    macro_rules! reduce_op {
+        ($f:ty, $dt:ident, $axis:ident, $args:expr, $peep:expr) => {
+            (
+                reduce_h!(s, $dt, $axis, $f),
+                UbArgs {
+                    flags: $axis as u32,
+                    ..$args
+                },
+                match $axis {
+                    Axis::Cols => fold(
+                        $dt,
+                        gm_h!(num, r, $dt, reduce_cols_gm::<_, $f>),
+                        gm_h!(num, r, $dt, load_reduce_cols::<_, $f>),
+                    ),
+                    Axis::Rows => None,
+                },
+                $peep,
+            )
+        };
+    }
+    // An op with no global-memory copy that the peephole pass leaves alone.
+    macro_rules! plain {
+        ($h:expr, $args:expr) => {
+            ($h, $args, None, Peep::None)
+        };
+    }
+    #[rustfmt::skip]
+    let (handler, args, gm, peep): (Handler, UbArgs, Option<GmOp>, Peep) = match *instr {
+        // ---- unary: UB dtypes, global-memory dtypes, functor, peephole class
+        I::Abs { dt, dst, src, n } => unary_op!(num_h, num, Abs, dt, un(dst, src, n), Peep::None),
+        I::Neg { dt, dst, src, n } => unary_op!(num_h, num, Neg, dt, un(dst, src, n), Peep::None),
+        I::Relu { dt, dst, src, n } => unary_op!(num_h, num, Relu, dt, un(dst, src, n), Peep::None),
+        I::Exp { dt, dst, src, n } => {
+            unary_op!(float_h, float, Exp, dt, un(dst, src, n), Peep::Exp(dt))
+        }
+        I::Log { dt, dst, src, n } => {
+            unary_op!(float_h, float, Log, dt, un(dst, src, n), Peep::Unary(dt))
+        }
+        I::Sqrt { dt, dst, src, n } => {
+            unary_op!(float_h, float, Sqrt, dt, un(dst, src, n), Peep::Unary(dt))
+        }
+        I::Rsqrt { dt, dst, src, n } => {
+            unary_op!(float_h, float, Rsqrt, dt, un(dst, src, n), Peep::Unary(dt))
+        }
+        I::Recip { dt, dst, src, n } => {
+            unary_op!(float_h, float, Recip, dt, un(dst, src, n), Peep::Unary(dt))
+        }
+        I::Tanh { dt, dst, src, n } => {
+            unary_op!(float_h, float, Tanh, dt, un(dst, src, n), Peep::Unary(dt))
+        }
+        I::Sigmoid { dt, dst, src, n } => {
+            unary_op!(float_h, float, Sigmoid, dt, un(dst, src, n), Peep::Unary(dt))
+        }
+        I::GeluTanh { dt, dst, src, n } => {
+            unary_op!(float_h, float, GeluTanh, dt, un(dst, src, n), Peep::None)
+        }
+        I::GeluErf { dt, dst, src, n } => {
+            unary_op!(float_h, float, GeluErf, dt, un(dst, src, n), Peep::None)
+        }
+        I::Silu { dt, dst, src, n } => {
+            unary_op!(float_h, float, Silu, dt, un(dst, src, n), Peep::None)
+        }
+        I::Floor { dt, dst, src, n } => {
+            unary_op!(float_h, float, Floor, dt, un(dst, src, n), Peep::None)
+        }
+        I::Ceil { dt, dst, src, n } => {
+            unary_op!(float_h, float, Ceil, dt, un(dst, src, n), Peep::None)
+        }
+        I::Round { dt, dst, src, n } => {
+            unary_op!(float_h, float, Round, dt, un(dst, src, n), Peep::None)
+        }
+        I::Erf { dt, dst, src, n } => {
+            unary_op!(float_h, float, Erf, dt, un(dst, src, n), Peep::None)
+        }
+        I::Not { dt, dst, src, n } => unary_op!(bool_h, -, Not, dt, un(dst, src, n), Peep::None),
+        I::IsFinite { dt, dst, src, n } => {
+            plain!(float_h!(s, dt, isfinite::<_>), un(dst, src, n))
+        }
+        // ---- binary: UB dtypes, global-memory dtypes, functor, fusable
+        I::Add { dt, dst, a, b, n } => binary_op!(num_h, num, Add, dt, bin(dst, a, b, n), fusable),
+        I::Sub { dt, dst, a, b, n } => binary_op!(num_h, num, Sub, dt, bin(dst, a, b, n), fusable),
+        I::Mul { dt, dst, a, b, n } => binary_op!(num_h, num, Mul, dt, bin(dst, a, b, n), fusable),
+        I::Div { dt, dst, a, b, n } => binary_op!(num_h, num, Div, dt, bin(dst, a, b, n), fusable),
+        I::Max { dt, dst, a, b, n } => binary_op!(num_h, num, Max, dt, bin(dst, a, b, n), fusable),
+        I::Min { dt, dst, a, b, n } => binary_op!(num_h, num, Min, dt, bin(dst, a, b, n), fusable),
+        I::Pow { dt, dst, a, b, n } => binary_op!(float_h, float, Pow, dt, bin(dst, a, b, n), -),
+        I::And { dt, dst, a, b, n } => binary_op!(bool_h, -, And, dt, bin(dst, a, b, n), -),
+        I::Or { dt, dst, a, b, n } => binary_op!(bool_h, -, Or, dt, bin(dst, a, b, n), -),
         // ---- with scalar
-        I::AddS { dt, dst, a, n, imm } => (scalar_h!(s, dt, Add, false), sc(dst, a, n, imm)),
-        I::SubS { dt, dst, a, n, imm } => (scalar_h!(s, dt, Sub, false), sc(dst, a, n, imm)),
-        I::RSubS { dt, dst, a, n, imm } => (scalar_h!(s, dt, Sub, true), sc(dst, a, n, imm)),
-        I::MulS { dt, dst, a, n, imm } => (scalar_h!(s, dt, Mul, false), sc(dst, a, n, imm)),
-        I::DivS { dt, dst, a, n, imm } => (scalar_h!(s, dt, Div, false), sc(dst, a, n, imm)),
-        I::RDivS { dt, dst, a, n, imm } => (scalar_h!(s, dt, Div, true), sc(dst, a, n, imm)),
-        I::MaxS { dt, dst, a, n, imm } => (scalar_h!(s, dt, Max, false), sc(dst, a, n, imm)),
-        I::MinS { dt, dst, a, n, imm } => (scalar_h!(s, dt, Min, false), sc(dst, a, n, imm)),
+        I::AddS { dt, dst, a, n, imm } => scalar_op!(Add, false, dt, sc(dst, a, n, imm)),
+        I::SubS { dt, dst, a, n, imm } => scalar_op!(Sub, false, dt, sc(dst, a, n, imm)),
+        I::RSubS { dt, dst, a, n, imm } => scalar_op!(Sub, true, dt, sc(dst, a, n, imm)),
+        I::MulS { dt, dst, a, n, imm } => scalar_op!(Mul, false, dt, sc(dst, a, n, imm)),
+        I::DivS { dt, dst, a, n, imm } => scalar_op!(Div, false, dt, sc(dst, a, n, imm)),
+        I::RDivS { dt, dst, a, n, imm } => scalar_op!(Div, true, dt, sc(dst, a, n, imm)),
+        I::MaxS { dt, dst, a, n, imm } => scalar_op!(Max, false, dt, sc(dst, a, n, imm)),
+        I::MinS { dt, dst, a, n, imm } => scalar_op!(Min, false, dt, sc(dst, a, n, imm)),
+        // `x^2` is `x · x` (the same bits as `pow`'s, faster).
         I::PowS { dt, dst, a, n, imm } => {
-            let h = if imm.as_f32() == 2.0 {
-                float_h!(s, dt, scalar::<_, Square, false>)
+            let (h, g) = if imm.as_f32() == 2.0 {
+                (
+                    float_h!(s, dt, scalar::<_, Square, false>),
+                    gm1!(float, dt, scalar_gm::<_, Square, false>),
+                )
             } else {
-                float_h!(s, dt, scalar::<_, Pow, false>)
+                (
+                    float_h!(s, dt, scalar::<_, Pow, false>),
+                    gm1!(float, dt, scalar_gm::<_, Pow, false>),
+                )
             };
-            (h, sc(dst, a, n, imm))
+            (h, sc(dst, a, n, imm), g, Peep::None)
         }
         // ---- comparisons and select
-        I::Eq { dt, dst, a, b, n } => (any_h!(s, dt, compare::<_, Eq>), bin(dst, a, b, n)),
-        I::Ne { dt, dst, a, b, n } => (any_h!(s, dt, compare::<_, Ne>), bin(dst, a, b, n)),
-        I::Lt { dt, dst, a, b, n } => (num_h!(s, dt, compare::<_, Lt>), bin(dst, a, b, n)),
-        I::Le { dt, dst, a, b, n } => (num_h!(s, dt, compare::<_, Le>), bin(dst, a, b, n)),
-        I::Gt { dt, dst, a, b, n } => (num_h!(s, dt, compare::<_, Gt>), bin(dst, a, b, n)),
-        I::Ge { dt, dst, a, b, n } => (num_h!(s, dt, compare::<_, Ge>), bin(dst, a, b, n)),
-        I::EqS { dt, dst, a, n, imm } => (num_h!(s, dt, compare_s::<_, Eq>), sc(dst, a, n, imm)),
-        I::NeS { dt, dst, a, n, imm } => (num_h!(s, dt, compare_s::<_, Ne>), sc(dst, a, n, imm)),
-        I::LtS { dt, dst, a, n, imm } => (num_h!(s, dt, compare_s::<_, Lt>), sc(dst, a, n, imm)),
-        I::LeS { dt, dst, a, n, imm } => (num_h!(s, dt, compare_s::<_, Le>), sc(dst, a, n, imm)),
-        I::GtS { dt, dst, a, n, imm } => (num_h!(s, dt, compare_s::<_, Gt>), sc(dst, a, n, imm)),
-        I::GeS { dt, dst, a, n, imm } => (num_h!(s, dt, compare_s::<_, Ge>), sc(dst, a, n, imm)),
-        I::Select {
-            dt,
-            dst,
-            cond,
-            a,
-            b,
-            n,
-        } => (
+        I::Eq { dt, dst, a, b, n } => plain!(any_h!(s, dt, compare::<_, Eq>), bin(dst, a, b, n)),
+        I::Ne { dt, dst, a, b, n } => plain!(any_h!(s, dt, compare::<_, Ne>), bin(dst, a, b, n)),
+        I::Lt { dt, dst, a, b, n } => plain!(num_h!(s, dt, compare::<_, Lt>), bin(dst, a, b, n)),
+        I::Le { dt, dst, a, b, n } => plain!(num_h!(s, dt, compare::<_, Le>), bin(dst, a, b, n)),
+        I::Gt { dt, dst, a, b, n } => plain!(num_h!(s, dt, compare::<_, Gt>), bin(dst, a, b, n)),
+        I::Ge { dt, dst, a, b, n } => plain!(num_h!(s, dt, compare::<_, Ge>), bin(dst, a, b, n)),
+        I::EqS { dt, dst, a, n, imm } => {
+            plain!(num_h!(s, dt, compare_s::<_, Eq>), sc(dst, a, n, imm))
+        }
+        I::NeS { dt, dst, a, n, imm } => {
+            plain!(num_h!(s, dt, compare_s::<_, Ne>), sc(dst, a, n, imm))
+        }
+        I::LtS { dt, dst, a, n, imm } => {
+            plain!(num_h!(s, dt, compare_s::<_, Lt>), sc(dst, a, n, imm))
+        }
+        I::LeS { dt, dst, a, n, imm } => {
+            plain!(num_h!(s, dt, compare_s::<_, Le>), sc(dst, a, n, imm))
+        }
+        I::GtS { dt, dst, a, n, imm } => {
+            plain!(num_h!(s, dt, compare_s::<_, Gt>), sc(dst, a, n, imm))
+        }
+        I::GeS { dt, dst, a, n, imm } => {
+            plain!(num_h!(s, dt, compare_s::<_, Ge>), sc(dst, a, n, imm))
+        }
+        I::Select { dt, dst, cond, a, b, n } => plain!(
             raw_h!(s, dt, select),
-            UbArgs {
-                dst,
-                a: cond,
-                b: a,
-                c: b,
-                n,
-                ..UbArgs::default()
-            },
+            UbArgs { dst, a: cond, b: a, c: b, n, ..UbArgs::default() }
         ),
         // ---- data movement
-        I::Cast {
-            dt,
-            to,
-            dst,
-            src,
-            n,
-        } => (cast_handler(s, dt, to), un(dst, src, n)),
-        I::Copy { dt, dst, src, n } => (
+        I::Cast { dt, to, dst, src, n } => plain!(cast_handler(s, dt, to), un(dst, src, n)),
+        I::Copy { dt, dst, src, n } => plain!(
             match dt.size() {
                 1 => pick!(s, copy::<1>),
                 2 => pick!(s, copy::<2>),
                 _ => pick!(s, copy::<4>),
             },
-            un(dst, src, n),
+            un(dst, src, n)
         ),
-        I::Fill { dt, dst, n, imm } => (
+        I::Fill { dt, dst, n, imm } => plain!(
             any_h!(s, dt, fill::<_>),
-            UbArgs {
-                dst,
-                n,
-                imm: imm.0,
-                ..UbArgs::default()
-            },
+            UbArgs { dst, n, imm: imm.0, ..UbArgs::default() }
         ),
-        I::Iota { dt, dst, n, start } => (
+        I::Iota { dt, dst, n, start } => plain!(
             num_h!(s, dt, iota::<_>),
-            UbArgs {
-                dst,
-                n,
-                imm: start.0,
-                ..UbArgs::default()
-            },
+            UbArgs { dst, n, imm: start.0, ..UbArgs::default() }
         ),
-        // ---- 2-D
-        I::ReduceSum {
+        // ---- 2-D: a sum along the columns feeds the peephole pass
+        I::ReduceSum { dt, axis, dst, src, rows, cols } => reduce_op!(
+            Sum,
             dt,
             axis,
-            dst,
-            src,
-            rows,
-            cols,
-        } => (
-            reduce_h!(s, dt, axis, Sum),
-            UbArgs {
-                flags: axis as u32,
-                ..tile(dst, src, rows, cols)
-            },
+            tile(dst, src, rows, cols),
+            match axis {
+                Axis::Cols => Peep::SumCols(dt),
+                Axis::Rows => Peep::None,
+            }
         ),
-        I::ReduceMax {
-            dt,
-            axis,
-            dst,
-            src,
-            rows,
-            cols,
-        } => (
-            reduce_h!(s, dt, axis, tile2d::Max),
-            UbArgs {
-                flags: axis as u32,
-                ..tile(dst, src, rows, cols)
-            },
+        I::ReduceMax { dt, axis, dst, src, rows, cols } => {
+            reduce_op!(FoldMax, dt, axis, tile(dst, src, rows, cols), Peep::None)
+        }
+        I::ReduceMin { dt, axis, dst, src, rows, cols } => {
+            reduce_op!(FoldMin, dt, axis, tile(dst, src, rows, cols), Peep::None)
+        }
+        I::BroadcastRow { dt, dst, src, rows, cols } => (
+            raw_h!(s, dt, broadcast_row),
+            tile(dst, src, rows, cols),
+            None,
+            Peep::BroadcastRow(dt),
         ),
-        I::ReduceMin {
-            dt,
-            axis,
-            dst,
-            src,
-            rows,
-            cols,
-        } => (
-            reduce_h!(s, dt, axis, tile2d::Min),
-            UbArgs {
-                flags: axis as u32,
-                ..tile(dst, src, rows, cols)
-            },
+        I::BroadcastCol { dt, dst, src, rows, cols } => (
+            raw_h!(s, dt, broadcast_col),
+            tile(dst, src, rows, cols),
+            None,
+            Peep::BroadcastCol(dt),
         ),
-        I::BroadcastRow {
-            dt,
-            dst,
-            src,
-            rows,
-            cols,
-        } => (raw_h!(s, dt, broadcast_row), tile(dst, src, rows, cols)),
-        I::BroadcastCol {
-            dt,
-            dst,
-            src,
-            rows,
-            cols,
-        } => (raw_h!(s, dt, broadcast_col), tile(dst, src, rows, cols)),
-        I::Transpose {
-            dt,
-            dst,
-            src,
-            rows,
-            cols,
-        } => (raw_h!(s, dt, transpose), tile(dst, src, rows, cols)),
+        I::Transpose { dt, dst, src, rows, cols } => {
+            plain!(raw_h!(s, dt, transpose), tile(dst, src, rows, cols))
+        }
         // ---- cube
-        I::Matmul {
-            dt,
-            out,
-            flags,
-            dst,
-            a,
-            b,
-            m,
-            n,
-            k,
-        } => (
+        I::Matmul { dt, out, flags, dst, a, b, m, n, k } => plain!(
             matmul_handler(s, dt, out)?,
-            UbArgs {
-                dst,
-                a,
-                b,
-                n: m,
-                cols: n,
-                k,
-                flags: mm_bits(flags),
-                ..UbArgs::default()
-            },
+            UbArgs { dst, a, b, n: m, cols: n, k, flags: mm_bits(flags), ..UbArgs::default() }
         ),
-        // ---- GM and control: not UB-only
+        // ---- GM and control: not UB-only (`crate::predecode` lowers them)
         I::Load { .. }
         | I::Store { .. }
         | I::StoreAdd { .. }
         | I::Barrier { .. }
         | I::End { .. } => return None,
     };
-    let peep = match *instr {
-        I::BroadcastCol { dt, .. } => Peep::BroadcastCol(dt),
-        I::BroadcastRow { dt, .. } => Peep::BroadcastRow(dt),
-        I::Add { dt, .. } if dt != DType::Bool => Peep::Binary(BinKind::Add, dt),
-        I::Sub { dt, .. } if dt != DType::Bool => Peep::Binary(BinKind::Sub, dt),
-        I::Mul { dt, .. } if dt != DType::Bool => Peep::Binary(BinKind::Mul, dt),
-        I::Div { dt, .. } if dt != DType::Bool => Peep::Binary(BinKind::Div, dt),
-        I::Max { dt, .. } if dt != DType::Bool => Peep::Binary(BinKind::Max, dt),
-        I::Min { dt, .. } if dt != DType::Bool => Peep::Binary(BinKind::Min, dt),
-        I::Exp { dt, .. } => Peep::Exp(dt),
-        I::Log { dt, .. }
-        | I::Sqrt { dt, .. }
-        | I::Rsqrt { dt, .. }
-        | I::Recip { dt, .. }
-        | I::Tanh { dt, .. }
-        | I::Sigmoid { dt, .. } => Peep::Unary(dt),
-        I::ReduceSum {
-            dt,
-            axis: Axis::Cols,
-            ..
-        } => Peep::SumCols(dt),
-        _ => Peep::None,
-    };
     Some(UbOp {
         handler,
         args,
-        gm: resolve_gm(instr, simd),
+        gm,
         peep,
         from_gm: None,
         from_gm_row: None,
@@ -808,93 +862,11 @@ pub fn resolve_with(instr: &Instr, simd: Simd) -> Option<UbOp> {
 }
 
 /// The [`GmHandler`] of an element-wise unary, binary or with-scalar
-/// instruction, or of a fold along the columns, over numeric dtypes (copies of it as [`resolve_with`]
-/// chooses them); `None` for every other instruction.
+/// instruction, or of a fold along the columns, over numeric dtypes
+/// ([`UbOp::gm`] of [`resolve_with`]'s op); `None` for every other
+/// instruction.
 pub fn resolve_gm(instr: &Instr, simd: Simd) -> Option<GmOp> {
-    let s = simd;
-    use Instr as I;
-    let op = |sources: u8, shape: GmShape, dt: DType, h: Option<GmHandler>| {
-        h.map(|handler| GmOp {
-            handler,
-            sources,
-            size: dt.size() as u8,
-            shape,
-            load: None,
-        })
-    };
-    let one = |dt, h| op(1, GmShape::Ewise, dt, h);
-    let two = |dt, h| op(2, GmShape::Ewise, dt, h);
-    // As in `reduce_h!`: the fold along columns at most AVX2.
-    let r = s.at_most_avx2();
-    let fold = |dt, h, load: Option<GmHandler>| {
-        op(1, GmShape::FoldCols, dt, h).map(|g| GmOp { load, ..g })
-    };
-    match *instr {
-        I::ReduceSum {
-            dt,
-            axis: Axis::Cols,
-            ..
-        } => fold(
-            dt,
-            gm_h!(num, r, dt, reduce_cols_gm::<_, Sum>),
-            gm_h!(num, r, dt, load_reduce_cols::<_, Sum>),
-        ),
-        I::ReduceMax {
-            dt,
-            axis: Axis::Cols,
-            ..
-        } => fold(
-            dt,
-            gm_h!(num, r, dt, reduce_cols_gm::<_, FoldMax>),
-            gm_h!(num, r, dt, load_reduce_cols::<_, FoldMax>),
-        ),
-        I::ReduceMin {
-            dt,
-            axis: Axis::Cols,
-            ..
-        } => fold(
-            dt,
-            gm_h!(num, r, dt, reduce_cols_gm::<_, FoldMin>),
-            gm_h!(num, r, dt, load_reduce_cols::<_, FoldMin>),
-        ),
-        I::Abs { dt, .. } => one(dt, gm_h!(num, s, dt, unary_gm::<_, Abs>)),
-        I::Neg { dt, .. } => one(dt, gm_h!(num, s, dt, unary_gm::<_, Neg>)),
-        I::Relu { dt, .. } => one(dt, gm_h!(num, s, dt, unary_gm::<_, Relu>)),
-        I::Exp { dt, .. } => one(dt, gm_h!(float, s, dt, unary_gm::<_, Exp>)),
-        I::Log { dt, .. } => one(dt, gm_h!(float, s, dt, unary_gm::<_, Log>)),
-        I::Sqrt { dt, .. } => one(dt, gm_h!(float, s, dt, unary_gm::<_, Sqrt>)),
-        I::Rsqrt { dt, .. } => one(dt, gm_h!(float, s, dt, unary_gm::<_, Rsqrt>)),
-        I::Recip { dt, .. } => one(dt, gm_h!(float, s, dt, unary_gm::<_, Recip>)),
-        I::Tanh { dt, .. } => one(dt, gm_h!(float, s, dt, unary_gm::<_, Tanh>)),
-        I::Sigmoid { dt, .. } => one(dt, gm_h!(float, s, dt, unary_gm::<_, Sigmoid>)),
-        I::GeluTanh { dt, .. } => one(dt, gm_h!(float, s, dt, unary_gm::<_, GeluTanh>)),
-        I::GeluErf { dt, .. } => one(dt, gm_h!(float, s, dt, unary_gm::<_, GeluErf>)),
-        I::Silu { dt, .. } => one(dt, gm_h!(float, s, dt, unary_gm::<_, Silu>)),
-        I::Floor { dt, .. } => one(dt, gm_h!(float, s, dt, unary_gm::<_, Floor>)),
-        I::Ceil { dt, .. } => one(dt, gm_h!(float, s, dt, unary_gm::<_, Ceil>)),
-        I::Round { dt, .. } => one(dt, gm_h!(float, s, dt, unary_gm::<_, Round>)),
-        I::Erf { dt, .. } => one(dt, gm_h!(float, s, dt, unary_gm::<_, Erf>)),
-        I::Add { dt, .. } => two(dt, gm_h!(num, s, dt, binary_gm::<_, Add>)),
-        I::Sub { dt, .. } => two(dt, gm_h!(num, s, dt, binary_gm::<_, Sub>)),
-        I::Mul { dt, .. } => two(dt, gm_h!(num, s, dt, binary_gm::<_, Mul>)),
-        I::Div { dt, .. } => two(dt, gm_h!(num, s, dt, binary_gm::<_, Div>)),
-        I::Max { dt, .. } => two(dt, gm_h!(num, s, dt, binary_gm::<_, Max>)),
-        I::Min { dt, .. } => two(dt, gm_h!(num, s, dt, binary_gm::<_, Min>)),
-        I::Pow { dt, .. } => two(dt, gm_h!(float, s, dt, binary_gm::<_, Pow>)),
-        I::AddS { dt, .. } => one(dt, gm_h!(num, s, dt, scalar_gm::<_, Add, false>)),
-        I::SubS { dt, .. } => one(dt, gm_h!(num, s, dt, scalar_gm::<_, Sub, false>)),
-        I::RSubS { dt, .. } => one(dt, gm_h!(num, s, dt, scalar_gm::<_, Sub, true>)),
-        I::MulS { dt, .. } => one(dt, gm_h!(num, s, dt, scalar_gm::<_, Mul, false>)),
-        I::DivS { dt, .. } => one(dt, gm_h!(num, s, dt, scalar_gm::<_, Div, false>)),
-        I::RDivS { dt, .. } => one(dt, gm_h!(num, s, dt, scalar_gm::<_, Div, true>)),
-        I::MaxS { dt, .. } => one(dt, gm_h!(num, s, dt, scalar_gm::<_, Max, false>)),
-        I::MinS { dt, .. } => one(dt, gm_h!(num, s, dt, scalar_gm::<_, Min, false>)),
-        I::PowS { dt, imm, .. } if imm.as_f32() == 2.0 => {
-            one(dt, gm_h!(float, s, dt, scalar_gm::<_, Square, false>))
-        }
-        I::PowS { dt, .. } => one(dt, gm_h!(float, s, dt, scalar_gm::<_, Pow, false>)),
-        _ => None,
-    }
+    resolve_with(instr, simd)?.gm
 }
 
 /// The handler of `op` (a [`Peep::Binary`] of `dt`) with one operand a

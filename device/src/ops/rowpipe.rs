@@ -18,12 +18,7 @@
 //! non-temporal stores, and the next tile's prefetches spread over the
 //! same blocks ([`ScaledRow::prefetch`]): the loads and stores then go
 //! out at the pace of the arithmetic instead of in a burst between two
-//! rows' `exp` loops. Softmax over 32768 × 768 on the session 21 host (two
-//! cores, ten alternations of the two builds, best of ten calls each):
-//! 4.44–6.34 ms, median 5.36, against 5.30–6.70, median 5.71, for each row
-//! stored right after it was computed; a few percent, near this host's
-//! noise. (On a Zen 3 of an earlier session, woven streamed stores
-//! without the prefetches had been slower than a row at a time.)
+//! rows' `exp` loops.
 
 use core::marker::PhantomData;
 
@@ -32,7 +27,7 @@ use super::tile2d::{fold_one, RedOp};
 use super::ub::{range_of, view};
 use super::unary::{Kern, Then, WithImm};
 use super::UbArgs;
-use crate::gm::PrefetchRun;
+use crate::mem::PrefetchRun;
 
 /// Elements of the row computed between two blocks of the stored row:
 /// [`crate::math::exp_map`]'s block. (Blocks of 64 were slower: the
@@ -177,7 +172,7 @@ impl Out<'_> {
         let end = (self.at + n).min(self.dst.len());
         self.prefetch.share(self.at, end, self.dst.len());
         if let (Some(d), Some(x)) = (self.dst.get_mut(self.at..end), self.x.get(self.at..end)) {
-            crate::gm::store_scaled(d, x, self.f, self.stream);
+            crate::mem::store_scaled(d, x, self.f, self.stream);
         }
         self.at = end;
     }
