@@ -597,7 +597,6 @@ impl TileRun<'_, '_> {
     /// equal share of them over each such op, a row's part before each
     /// row: the loads of the next tile are then in flight while the tile
     /// computes, not only while it is stored.
-    #[inline(never)]
     fn staged_tile(&self, t: u32, c: [u32; 3], ub: &mut [u8]) -> Result<(), ExecError> {
         let prefetching = self.plan.prefetch_at.is_some();
         // Instructions before this index already ran, fused into one.
