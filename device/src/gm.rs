@@ -735,8 +735,7 @@ pub fn load_tile_map(
 /// The share of the next tile's prefetches that [`load_tile_map_rows`]
 /// issues over its fold (a softmax's row maxima), a row's part before each
 /// row, when it streams; the rest go out with the rows' stores. A fifth
-/// measured best among none, an eighth, a fifth and a third
-/// (`docs/performance-history.md`).
+/// measured best among none, an eighth, a fifth and a third.
 const FOLD_SHARE: (usize, usize) = (1, 5);
 
 /// [`load_tile_map`] followed by `unary` on the map's row folds and the
@@ -846,7 +845,7 @@ pub fn load_tile_map_rows(
         (ma, ua)
     };
     let row = |r: usize| &src[r * row_bytes..(r + 1) * row_bytes];
-    // SAFETY (for the callers): `Geom::new` checked that the UB box
+    // SAFETY: `Geom::new` checked that the UB box
     // (`rows × pitch` from `g.ub`) lies inside `ub` and row `r < re` of
     // `cols` elements at `row(r)` inside the writable `out`; the factors
     // were checked above; UB and GM do not overlap.
@@ -964,7 +963,7 @@ fn store_t<T: Bits>(g: &Geom, buf: &GmBuf<'_>, ub: &[u8]) {
 /// not stay in cache for its consumer anyway, and streaming it saves the
 /// read-for-ownership of every destination line. Below this size an
 /// output may still be in cache when its consumer reads it, and streaming
-/// it measured slower (`docs/performance-history.md`).
+/// it measured slower.
 pub const STREAM_MIN_BYTES: u64 = 8 << 20;
 
 /// Contiguous runs shorter than this are stored normally even when

@@ -142,7 +142,7 @@ pub fn plan_rows(code: &[VInstr], at: u8) -> bool {
 
 /// The shortest row [`plan_rows`] runs a row at a time: shorter rows run
 /// faster over the whole tile, where the per-row calls and checks do not
-/// repay themselves (`docs/performance-history.md`).
+/// repay themselves.
 pub const ROWS_MIN_COLS: u32 = 256;
 
 /// The index of the first of two loads that run fused with the binary op
