@@ -135,3 +135,9 @@ pub mod prelude {
         Outputs, Prepared, RunError, Runtime, SymError, Symbol, Tensor, TensorError,
     };
 }
+
+/// The README's Rust example, compiled and run as a doctest so that the
+/// first code a user copies stays true.
+#[doc = include_str!("../../../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;
