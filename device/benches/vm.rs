@@ -30,7 +30,7 @@ use std::hint::black_box;
 use std::time::{Duration, Instant};
 
 use dvm_device::ops::{self, UbOp};
-use dvm_device::{math, run_block, GmBuf, Launch, NoBarrier, Program, UbStorage};
+use dvm_device::{math, run_block, GmBuf, KernelArgs, NoBarrier, Program, UbStorage};
 use dvm_isa::builder::{BodyDef, CodeWriter, KernelDef, ModuleBuilder, ParamDef};
 use dvm_isa::{
     verify_kernel, Axis, DType, DeviceLimits, GridDim, Instr, KernelKind, Module, PadMode,
@@ -401,7 +401,7 @@ fn overhead(rows: &mut Vec<Row>, quick: bool) {
         samples,
         &mut st,
         |(c, _, ub)| {
-            let launch = Launch::new(
+            let launch = KernelArgs::new(
                 &vk,
                 [
                     GmBuf::from_slice(a.as_bytes()),
@@ -449,7 +449,7 @@ fn overhead(rows: &mut Vec<Row>, quick: bool) {
         samples,
         &mut st,
         |(c, _, ub)| {
-            let launch = Launch::new(
+            let launch = KernelArgs::new(
                 &vk,
                 [
                     GmBuf::from_slice(sa.as_bytes()),
@@ -850,7 +850,7 @@ fn dram(rows: &mut Vec<Row>, quick: bool) {
         samples,
         &mut st,
         |(c, ub)| {
-            let launch = Launch::new(
+            let launch = KernelArgs::new(
                 &vk,
                 [
                     GmBuf::from_slice(a.as_bytes()),
@@ -917,7 +917,7 @@ fn dram(rows: &mut Vec<Row>, quick: bool) {
         return;
     };
     let run_add = |prog: &Program<256, 16>, c: &mut [f32], ub: &mut [u8]| {
-        let launch = Launch::new(
+        let launch = KernelArgs::new(
             &vk,
             [
                 GmBuf::from_slice(a.as_bytes()),
@@ -1027,7 +1027,7 @@ fn dispatch_small_tiles(bencher: divan::Bencher) {
     bencher
         .counter(divan::counter::ItemsCount::new(tiles))
         .bench_local(|| {
-            let launch = Launch::new(
+            let launch = KernelArgs::new(
                 &vk,
                 [
                     GmBuf::from_slice(a.as_bytes()),

@@ -23,7 +23,7 @@ use dvm_isa::GmPattern;
 use crate::gm::{
     full_run, load_tile, load_tile_fused, load_tile_map, load_tile_map_rows, store_add_tile,
     store_tile, store_tile_affine, store_tile_scaled, store_tile_streaming, BindError, GmBuf,
-    GmFault, Launch, Prefetch, StoreMap,
+    GmFault, KernelArgs, Prefetch, StoreMap,
 };
 use crate::ops::{UbArgs, UbOp};
 use crate::plan::{BodyPlan, FusedLoad, Launched, LoadPair};
@@ -179,7 +179,7 @@ pub fn block_range(total: u64, idx: u32, dim: u32) -> (u64, u64) {
 /// Checks what is per block: block index, UB, buffers against the program.
 fn check<const N: usize, const B: usize>(
     program: &Program<N, B>,
-    launch: &Launch<'_>,
+    launch: &KernelArgs<'_>,
     block_idx: u32,
     block_dim: u32,
     ub: &[u8],
@@ -226,7 +226,7 @@ fn check_block(block_idx: u32, block_dim: u32) -> Result<(), ExecError> {
 ///   a verified kernel; the tile's earlier instructions have run).
 pub fn run_block<const N: usize, const B: usize>(
     program: &Program<N, B>,
-    launch: &Launch<'_>,
+    launch: &KernelArgs<'_>,
     block_idx: u32,
     block_dim: u32,
     ub: &mut [u8],
@@ -274,7 +274,7 @@ pub fn run_block<const N: usize, const B: usize>(
 /// the first error of this core.
 pub fn run_blocks_strided<const N: usize, const B: usize>(
     program: &Program<N, B>,
-    launch: &Launch<'_>,
+    launch: &KernelArgs<'_>,
     first: u32,
     step: u32,
     block_dim: u32,
@@ -325,7 +325,7 @@ pub fn run_blocks_strided<const N: usize, const B: usize>(
 /// As [`run_block`]; stops at the first error.
 pub fn run_all_blocks_sequentially<const N: usize, const B: usize>(
     program: &Program<N, B>,
-    launch: &Launch<'_>,
+    launch: &KernelArgs<'_>,
     block_dim: u32,
     ub: &mut [u8],
 ) -> Result<RunStats, ExecError> {
@@ -337,7 +337,7 @@ pub fn run_all_blocks_sequentially<const N: usize, const B: usize>(
 /// One stage of a sequence kernel: body `s`'s tiles split across blocks.
 fn run_stage<const N: usize, const B: usize>(
     program: &Program<N, B>,
-    launch: &Launch<'_>,
+    launch: &KernelArgs<'_>,
     s: usize,
     block_idx: u32,
     block_dim: u32,
@@ -368,7 +368,7 @@ fn run_stage<const N: usize, const B: usize>(
 /// - [`ExecError::Bind`] and [`ExecError::Fault`]: as [`run_block`].
 pub fn run_tile_range<const N: usize, const B: usize>(
     program: &Program<N, B>,
-    launch: &Launch<'_>,
+    launch: &KernelArgs<'_>,
     start: u64,
     end: u64,
     ub: &mut [u8],
@@ -384,7 +384,7 @@ pub fn run_tile_range<const N: usize, const B: usize>(
 /// As [`run_tile_range`]; stops at the first error.
 pub fn run_tile_ranges<const N: usize, const B: usize>(
     program: &Program<N, B>,
-    launch: &Launch<'_>,
+    launch: &KernelArgs<'_>,
     ub: &mut [u8],
     mut next: impl FnMut() -> Option<(u64, u64)>,
 ) -> Result<RunStats, ExecError> {

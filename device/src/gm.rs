@@ -2,7 +2,7 @@
 //! that move a tile's box between them and the unified buffer (UB).
 //!
 //! A [`GmBuf`] describes one buffer by pointer, length and a writable flag.
-//! A [`Launch`] binds a kernel's parameters to buffers; it exists only once
+//! A [`KernelArgs`] binds a kernel's parameters to buffers; it exists only once
 //! the launch check has passed ([`VerifiedKernel::check_launch`] plus the
 //! alignment rule below), so every access of a verified kernel stays inside
 //! its buffer: the verifier computed each parameter's furthest element over
@@ -34,7 +34,7 @@ use crate::mem::{prefetch, scale_run, stream_scaled};
 /// Built from a slice for single-threaded use ([`GmBuf::from_slice`],
 /// [`GmBuf::from_mut_slice`]) or from raw parts for blocks that run
 /// concurrently on several cores ([`GmBuf::from_raw_parts`]); each core then
-/// builds its own [`GmBuf`]s and [`Launch`] over the same memory.
+/// builds its own [`GmBuf`]s and [`KernelArgs`] over the same memory.
 ///
 /// `GmBuf` is `Send` but not `Sync` and not `Clone`: a buffer built from a
 /// `&mut [u8]` stays usable by one thread at a time.
@@ -56,7 +56,7 @@ impl<'a> GmBuf<'a> {
     /// A buffer over `len` bytes at `ptr`.
     ///
     /// # Safety
-    /// For as long as the `GmBuf` (or a [`Launch`] holding it) is used:
+    /// For as long as the `GmBuf` (or a [`KernelArgs`] holding it) is used:
     /// - `ptr` is valid for reads of `len` bytes and, if `writable`, valid
     ///   for writes of `len` bytes (it need not be aligned here; binding
     ///   checks alignment);
@@ -281,13 +281,13 @@ impl ParamSig {
 ///
 /// Built once per launch (per core when blocks run concurrently); the
 /// executor re-checks it against the program in O(parameters) before
-/// running, so a `Launch` can never be used with a kernel it does not fit.
+/// running, so a `KernelArgs` can never be used with a kernel it does not fit.
 #[derive(Debug)]
-pub struct Launch<'b> {
+pub struct KernelArgs<'b> {
     bufs: heapless::Vec<GmBuf<'b>, MAX_PARAMS>,
 }
 
-impl<'b> Launch<'b> {
+impl<'b> KernelArgs<'b> {
     /// Binds `bufs` (one per parameter, in order) to `kernel`.
     ///
     /// # Errors
@@ -298,7 +298,7 @@ impl<'b> Launch<'b> {
     pub fn new(
         kernel: &VerifiedKernel<'_>,
         bufs: impl IntoIterator<Item = GmBuf<'b>>,
-    ) -> Result<Launch<'b>, BindError> {
+    ) -> Result<KernelArgs<'b>, BindError> {
         let bufs = collect(kernel.param_count(), bufs)?;
         let mut lens = [0u64; MAX_PARAMS];
         let mut writable = [false; MAX_PARAMS];
@@ -312,21 +312,21 @@ impl<'b> Launch<'b> {
         for (i, b) in bufs.iter().enumerate() {
             sig.check_align(i, b)?;
         }
-        Ok(Launch { bufs })
+        Ok(KernelArgs { bufs })
     }
 
     /// Binds `bufs` to the kernel `sig` describes (for callers that keep only
     /// the predecoded program, see [`crate::predecode::Program::params`]).
     ///
     /// # Errors
-    /// As [`Launch::new`].
+    /// As [`KernelArgs::new`].
     pub fn with_signature(
         sig: &ParamSig,
         bufs: impl IntoIterator<Item = GmBuf<'b>>,
-    ) -> Result<Launch<'b>, BindError> {
+    ) -> Result<KernelArgs<'b>, BindError> {
         let bufs = collect(sig.count(), bufs)?;
         sig.check(&bufs)?;
-        Ok(Launch { bufs })
+        Ok(KernelArgs { bufs })
     }
 
     /// The bound buffers.
@@ -575,7 +575,7 @@ impl Bits for u8 {
 ///
 /// # Errors
 /// A [`GmFault`] if the box leaves `buf` or `ub` (never for a verified
-/// kernel under a checked [`Launch`]); nothing is written then.
+/// kernel under a checked [`KernelArgs`]); nothing is written then.
 #[inline]
 pub fn load_tile(
     p: &GmPattern,
@@ -893,7 +893,7 @@ pub fn load_tile_map_rows(
 ///
 /// # Errors
 /// A [`GmFault`] if the box leaves `buf` or `ub`, or `buf` is read-only
-/// (never for a verified kernel under a checked [`Launch`]); nothing is
+/// (never for a verified kernel under a checked [`KernelArgs`]); nothing is
 /// written then.
 #[inline]
 pub fn store_tile(
@@ -1463,7 +1463,7 @@ pub fn store_tile_affine(
 /// # Errors
 /// A [`GmFault`] if the box leaves `buf` or `ub`, `buf` is read-only or
 /// misaligned, or the dtype is bool (never for a verified kernel under a
-/// checked [`Launch`]); nothing is written then.
+/// checked [`KernelArgs`]); nothing is written then.
 #[inline]
 pub fn store_add_tile(
     p: &GmPattern,

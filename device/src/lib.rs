@@ -48,7 +48,7 @@ pub use exec::{
     run_tile_ranges, Barrier, ExecError, NoBarrier, RunStats, UbStorage, UB_DEFAULT_BYTES,
 };
 pub use gm::{
-    AffineStore, BindError, GmBuf, GmFault, Launch, ParamSig, Prefetch, PrefetchRun, StoreMap,
+    AffineStore, BindError, GmBuf, GmFault, KernelArgs, ParamSig, Prefetch, PrefetchRun, StoreMap,
 };
 pub use plan::{BodyPlan, FusedForm, FusedForms};
 pub use predecode::{BodyInfo, LoadError, PredecodeError, Program};

@@ -6,7 +6,7 @@
 mod common;
 
 use common::*;
-use dvm_device::{run_all_blocks_sequentially, GmBuf, Launch, Program};
+use dvm_device::{run_all_blocks_sequentially, GmBuf, KernelArgs, Program};
 use dvm_isa::{verify_kernel, DType, DeviceLimits, Instr, Module, ParamAccess, Scalar};
 
 const R: ParamAccess = ParamAccess::Read;
@@ -54,7 +54,7 @@ fn run(bytes: &[u8], ins: &[Buf], out_len: usize, forward: bool) -> (Buf, bool) 
     let mut out = Buf::zeroed(out_len);
     let mut gm: Vec<GmBuf<'_>> = ins.iter().map(|b| GmBuf::from_slice(b.bytes())).collect();
     gm.push(GmBuf::from_mut_slice(out.bytes_mut()));
-    let launch = Launch::new(&vk, gm).unwrap();
+    let launch = KernelArgs::new(&vk, gm).unwrap();
     let mut ub = ub();
     run_all_blocks_sequentially(&prog, &launch, 3, ub.as_mut_slice()).unwrap();
     drop(launch);

@@ -7,7 +7,7 @@
 mod common;
 
 use common::*;
-use dvm_device::{run_block, ExecError, GmBuf, Launch, NoBarrier, Program};
+use dvm_device::{run_block, ExecError, GmBuf, KernelArgs, NoBarrier, Program};
 use dvm_isa::{
     verify_kernel, Axis, DType, DeviceLimits, Instr, KernelKind, MmFlags, Module, ParamAccess,
     Scalar,
@@ -300,7 +300,7 @@ fn exercise(bytes: &[u8]) {
             continue;
         }
         let mut bufs: Vec<Buf> = needs.iter().map(|n| Buf::zeroed(*n as usize)).collect();
-        let launch = Launch::new(
+        let launch = KernelArgs::new(
             &vk,
             bufs.iter_mut()
                 .map(|b| GmBuf::from_mut_slice(b.bytes_mut())),

@@ -7,7 +7,7 @@ use common::*;
 use dvm_device::exec::UB_DEFAULT_BYTES;
 use dvm_device::gm::{load_tile, store_add_tile, store_tile};
 use dvm_device::{
-    run_all_blocks_sequentially, run_block, BindError, ExecError, GmBuf, GmFault, Launch,
+    run_all_blocks_sequentially, run_block, BindError, ExecError, GmBuf, GmFault, KernelArgs,
     LoadError, NoBarrier, PredecodeError, Program, UbStorage,
 };
 use dvm_isa::verify::LaunchError;
@@ -61,7 +61,7 @@ fn launch_check_failures_are_typed() {
     let small = Buf::zeroed(3999);
 
     // Wrong count.
-    let e = Launch::new(&vk, [GmBuf::from_slice(a.bytes())]).unwrap_err();
+    let e = KernelArgs::new(&vk, [GmBuf::from_slice(a.bytes())]).unwrap_err();
     assert_eq!(
         e,
         BindError::Launch(LaunchError::BufferCount {
@@ -70,7 +70,7 @@ fn launch_check_failures_are_typed() {
         })
     );
     let mut c = Buf::zeroed(4000);
-    let e = Launch::new(
+    let e = KernelArgs::new(
         &vk,
         [
             GmBuf::from_slice(a.bytes()),
@@ -88,7 +88,7 @@ fn launch_check_failures_are_typed() {
     );
     // Far too many buffers (more than 32) is the same error, not a panic.
     let many: Vec<Buf> = (0..40).map(|_| Buf::zeroed(4)).collect();
-    let e = Launch::new(&vk, many.iter().map(|x| GmBuf::from_slice(x.bytes()))).unwrap_err();
+    let e = KernelArgs::new(&vk, many.iter().map(|x| GmBuf::from_slice(x.bytes()))).unwrap_err();
     assert_eq!(
         e,
         BindError::Launch(LaunchError::BufferCount {
@@ -98,7 +98,7 @@ fn launch_check_failures_are_typed() {
     );
 
     // Too small, input and output.
-    let e = Launch::new(
+    let e = KernelArgs::new(
         &vk,
         [
             GmBuf::from_slice(small.bytes()),
@@ -115,7 +115,7 @@ fn launch_check_failures_are_typed() {
         })
     );
     let mut small_out = Buf::zeroed(3999);
-    let e = Launch::new(
+    let e = KernelArgs::new(
         &vk,
         [
             GmBuf::from_slice(a.bytes()),
@@ -129,7 +129,7 @@ fn launch_check_failures_are_typed() {
     ));
 
     // Read-only buffer bound to a written parameter.
-    let e = Launch::new(
+    let e = KernelArgs::new(
         &vk,
         [GmBuf::from_slice(a.bytes()), GmBuf::from_slice(b.bytes())],
     )
@@ -138,7 +138,7 @@ fn launch_check_failures_are_typed() {
 
     // Misaligned f32 buffer.
     let big = Buf::zeroed(4008);
-    let e = Launch::new(
+    let e = KernelArgs::new(
         &vk,
         [
             GmBuf::from_slice(&big.bytes()[1..4001]),
@@ -160,13 +160,13 @@ fn launch_check_failures_are_typed() {
 
     // The same rules through the program's signature.
     let prog: Program = Program::new(&vk).unwrap();
-    let e = Launch::with_signature(
+    let e = KernelArgs::with_signature(
         prog.params(),
         [GmBuf::from_slice(a.bytes()), GmBuf::from_slice(b.bytes())],
     )
     .unwrap_err();
     assert_eq!(e, BindError::Launch(LaunchError::ReadOnly { param: 1 }));
-    let launch = Launch::with_signature(
+    let launch = KernelArgs::with_signature(
         prog.params(),
         [
             GmBuf::from_slice(a.bytes()),
@@ -190,7 +190,7 @@ fn run_checks_are_typed_and_write_nothing() {
     let mut b = Buf::zeroed(4000);
     let mut ub = ub();
     {
-        let launch = Launch::new(
+        let launch = KernelArgs::new(
             &vk0,
             [
                 GmBuf::from_slice(a.bytes()),
@@ -363,7 +363,7 @@ fn sequence_block_with_an_error_still_passes_the_barriers() {
                             GmBuf::from_raw_parts(pb as *mut u8, 128, true),
                         ]
                     };
-                    let launch = Launch::new(vk, bufs).unwrap();
+                    let launch = KernelArgs::new(vk, bufs).unwrap();
                     let mut ub = ub();
                     let len = if i == 1 { 32 } else { 64 };
                     run_block(prog, &launch, i, 3, &mut ub.as_mut_slice()[..len], barrier)
@@ -596,7 +596,7 @@ fn run_two_stage_strided(
                             GmBuf::from_raw_parts(pc as *mut u8, 192, true),
                         ]
                     };
-                    let launch = Launch::new(vk, bufs).unwrap();
+                    let launch = KernelArgs::new(vk, bufs).unwrap();
                     let mut ub = ub();
                     let len = if bad == Some(core) { 64 } else { 192 };
                     dvm_device::run_blocks_strided(

@@ -6,7 +6,7 @@
 mod common;
 
 use common::*;
-use dvm_device::{run_all_blocks_sequentially, GmBuf, Launch, Program};
+use dvm_device::{run_all_blocks_sequentially, GmBuf, KernelArgs, Program};
 use dvm_isa::{verify_kernel, Axis, DType, DeviceLimits, Instr, Module, ParamAccess, Scalar};
 
 const R: ParamAccess = ParamAccess::Read;
@@ -46,7 +46,7 @@ fn run(bytes: &[u8], x: &Buf, total: usize, rows_out: usize, fused: bool) -> (Bu
         prog.disable_load_fold();
     }
     let (mut out, mut folds) = (Buf::zeroed(total), Buf::zeroed(rows_out));
-    let launch = Launch::new(
+    let launch = KernelArgs::new(
         &vk,
         [
             GmBuf::from_slice(x.bytes()),

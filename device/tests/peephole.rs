@@ -8,7 +8,7 @@ mod common;
 
 use common::*;
 use dvm_device::loadfold::ROWS_MIN_COLS;
-use dvm_device::{run_all_blocks_sequentially, GmBuf, Launch, Program};
+use dvm_device::{run_all_blocks_sequentially, GmBuf, KernelArgs, Program};
 use dvm_isa::{verify_kernel, Axis, DType, DeviceLimits, Instr, Module, ParamAccess};
 
 const R: ParamAccess = ParamAccess::Read;
@@ -110,7 +110,7 @@ fn run(bytes: &[u8], x: &Buf, outs: usize, len: usize, peephole: bool) -> (Vec<B
     let mut out: Vec<Buf> = (0..outs).map(|_| Buf::zeroed(len)).collect();
     let mut gm = vec![GmBuf::from_slice(x.bytes())];
     gm.extend(out.iter_mut().map(|b| GmBuf::from_mut_slice(b.bytes_mut())));
-    let launch = Launch::new(&vk, gm).unwrap();
+    let launch = KernelArgs::new(&vk, gm).unwrap();
     let mut ub = ub();
     run_all_blocks_sequentially(&prog, &launch, 2, ub.as_mut_slice()).unwrap();
     drop(launch);
@@ -408,7 +408,7 @@ fn run_map(bytes: &[u8], x: &Buf, len: usize, map: Map) -> (Buf, bool, bool) {
         Map::Copied => prog.disable_load_map(),
     }
     let mut out = Buf::zeroed(len);
-    let launch = Launch::new(
+    let launch = KernelArgs::new(
         &vk,
         [
             GmBuf::from_slice(x.bytes()),
@@ -624,7 +624,7 @@ fn run_io(bytes: &[u8], inputs: &[&Buf], out_lens: &[usize], peephole: bool) -> 
         .map(|b| GmBuf::from_slice(b.bytes()))
         .collect();
     gm.extend(out.iter_mut().map(|b| GmBuf::from_mut_slice(b.bytes_mut())));
-    let launch = Launch::new(&vk, gm).unwrap();
+    let launch = KernelArgs::new(&vk, gm).unwrap();
     let mut ub = ub();
     run_all_blocks_sequentially(&prog, &launch, 2, ub.as_mut_slice()).unwrap();
     drop(launch);

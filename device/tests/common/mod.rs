@@ -4,7 +4,7 @@
 
 use dvm_device::{
     run_all_blocks_sequentially, run_block, run_tile_range, run_tile_ranges, Barrier, ExecError,
-    GmBuf, Launch, Program, RunStats, UbStorage,
+    GmBuf, KernelArgs, Program, RunStats, UbStorage,
 };
 use dvm_isa::builder::{BodyDef, CodeWriter, KernelDef, ModuleBuilder, ParamDef};
 use dvm_isa::{
@@ -340,7 +340,7 @@ fn with_launch<R>(
     bytes: &[u8],
     k: usize,
     bufs: &mut [Buf],
-    f: impl FnOnce(&Program, &Launch<'_>, &mut [u8]) -> R,
+    f: impl FnOnce(&Program, &KernelArgs<'_>, &mut [u8]) -> R,
 ) -> R {
     let m = Module::parse(bytes).expect("parse");
     let vk = verify_kernel(&m, k, &DeviceLimits::DEFAULT).expect("verify");
@@ -357,7 +357,7 @@ fn with_launch<R>(
             }
         })
         .collect();
-    let launch = Launch::new(&vk, gm).expect("launch");
+    let launch = KernelArgs::new(&vk, gm).expect("launch");
     let mut ub = ub();
     f(&prog, &launch, ub.as_mut_slice())
 }
@@ -436,7 +436,7 @@ pub fn run_threads(
                     let gm = raws
                         .iter()
                         .map(|r| unsafe { GmBuf::from_raw_parts(r.0 as *mut u8, r.1, r.2) });
-                    let launch = Launch::new(vk, gm).expect("launch");
+                    let launch = KernelArgs::new(vk, gm).expect("launch");
                     let mut ub = ub();
                     run_block(prog, &launch, b, block_dim, ub.as_mut_slice(), barrier)
                 })

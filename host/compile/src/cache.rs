@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 
 use dvm_isa::KernelKind;
 
-use crate::codegen::{Group, GroupKind, Node, Target};
+use crate::codegen::{Group, GroupKind, Target, TileOp};
 use crate::kernel::{build, BuildError, ReadyKernel};
 
 /// What a cached kernel was built from.
@@ -69,15 +69,15 @@ fn hash_group(group: &Group, h: &mut impl Hasher) {
     for (node, dt) in &group.nodes {
         dt.hash(h);
         match node {
-            Node::Input(i) => (0u8, i).hash(h),
-            Node::Unary(c, x) => (1u8, c, x).hash(h),
-            Node::Binary(c, a, b) => (2u8, c, a, b).hash(h),
-            Node::Scalar(c, x, v) => (3u8, c, x, v.to_bits()).hash(h),
-            Node::Select(c, a, b) => (4u8, c, a, b).hash(h),
-            Node::Cast(x) => (5u8, x).hash(h),
-            Node::Fill(v) => (6u8, v.to_bits()).hash(h),
-            Node::Reduce(c, x) => (7u8, c, x).hash(h),
-            Node::Matmul => 8u8.hash(h),
+            TileOp::Input(i) => (0u8, i).hash(h),
+            TileOp::Unary(c, x) => (1u8, c, x).hash(h),
+            TileOp::Binary(c, a, b) => (2u8, c, a, b).hash(h),
+            TileOp::Scalar(c, x, v) => (3u8, c, x, v.to_bits()).hash(h),
+            TileOp::Select(c, a, b) => (4u8, c, a, b).hash(h),
+            TileOp::Cast(x) => (5u8, x).hash(h),
+            TileOp::Fill(v) => (6u8, v.to_bits()).hash(h),
+            TileOp::Reduce(c, x) => (7u8, c, x).hash(h),
+            TileOp::Matmul => 8u8.hash(h),
         }
     }
     group.outputs.hash(h);
@@ -262,8 +262,8 @@ mod tests {
             kind: GroupKind::Elementwise { shape: vec![n] },
             inputs: vec![v.clone()],
             nodes: vec![
-                (Node::Input(0), DType::F32),
-                (Node::Unary(Opcode::Neg, 0), DType::F32),
+                (TileOp::Input(0), DType::F32),
+                (TileOp::Unary(Opcode::Neg, 0), DType::F32),
             ],
             outputs: vec![(1, v)],
         }
@@ -296,7 +296,7 @@ mod tests {
     fn a_failed_compile_is_not_cached() {
         let cache = KernelCache::new(4);
         let mut bad = neg(10);
-        bad.nodes[1].0 = Node::Unary(Opcode::Neg, 7);
+        bad.nodes[1].0 = TileOp::Unary(Opcode::Neg, 7);
         assert!(cache.get_or_build(&bad, "bad", &Target::default()).is_err());
         assert_eq!(cache.stats().len, 0);
     }

@@ -20,10 +20,10 @@
 use dvm_isa::{DType, Opcode};
 
 use crate::codegen::view::contiguous_strides;
-use crate::codegen::{Group, GroupKind, Node as GNode, View};
+use crate::codegen::{Group, GroupKind, TileOp, View};
 use crate::kernel::BuildError;
 use dvm_fuse::legality::{validate, Facts};
-use dvm_fuse::{ClusterKind, FusionPlan, Role, Unit};
+use dvm_fuse::{FusionKind, FusionPlan, Role, Unit};
 use dvm_graph::{ConcreteShapes, Graph, NodeId, Op, ReduceOp};
 use dvm_sym::Bindings;
 
@@ -253,8 +253,8 @@ pub fn lower_with<K>(
                     });
                 }
             }
-            Unit::Cluster(c) => {
-                let cl = fusion.clusters.get(c).ok_or_else(|| bad_plan(graph))?;
+            Unit::Group(c) => {
+                let cl = fusion.groups.get(c).ok_or_else(|| bad_plan(graph))?;
                 for s in lw.emit(&cl.nodes, build, &mut kernels)? {
                     lw.plan.launches.push(Launch {
                         kind: LaunchKind::Single,
@@ -266,7 +266,7 @@ pub fn lower_with<K>(
                 let members = fusion.stacks.get(st).ok_or_else(|| bad_plan(graph))?;
                 let mut per: Vec<Vec<usize>> = Vec::with_capacity(members.len());
                 for &c in members {
-                    let cl = fusion.clusters.get(c).ok_or_else(|| bad_plan(graph))?;
+                    let cl = fusion.groups.get(c).ok_or_else(|| bad_plan(graph))?;
                     per.push(lw.emit(&cl.nodes, build, &mut kernels)?);
                 }
                 let whole = per.iter().filter(|s| s.len() == 1).count();
@@ -325,7 +325,7 @@ struct GroupBuilder {
     inputs: Vec<View>,
     /// The buffer of each input.
     in_args: Vec<BufId>,
-    nodes: Vec<(GNode, DType)>,
+    nodes: Vec<(TileOp, DType)>,
     /// Graph node → group node (members and loaded operands).
     map: Vec<(NodeId, usize)>,
 }
@@ -483,7 +483,7 @@ impl Lowerer<'_> {
     fn pending(
         &self,
         nodes: &[NodeId],
-        kind: &ClusterKind,
+        kind: &FusionKind,
         member: &dyn Fn(NodeId) -> bool,
     ) -> Result<Pending, LowerError> {
         let last = *nodes.last().ok_or_else(|| bad_plan(self.graph))?;
@@ -494,11 +494,11 @@ impl Lowerer<'_> {
             map: Vec::with_capacity(nodes.len() + 4),
         };
         let (gkind, space, mm_node) = match kind {
-            ClusterKind::Matmul => {
+            FusionKind::Matmul => {
                 let (gkind, space, mm) = self.matmul_space(nodes, last, &mut gb)?;
                 (gkind, space, Some(mm))
             }
-            ClusterKind::Reduce { axis } => {
+            FusionKind::Reduce { axis } => {
                 let r = nodes
                     .iter()
                     .find(|&&n| matches!(self.facts.roles[n.0], Role::Reduce { .. }))
@@ -512,7 +512,7 @@ impl Lowerer<'_> {
                 };
                 (gkind, space, None)
             }
-            ClusterKind::Elementwise => {
+            FusionKind::Elementwise => {
                 // The space is the shape of the widest stored node.
                 let anchor = nodes
                     .iter()
@@ -610,9 +610,9 @@ impl Lowerer<'_> {
         let acc = acc_dtype(dt);
         gb.inputs.extend([mv.a, mv.b]);
         gb.in_args.extend([a.buf, b.buf]);
-        gb.nodes.push((GNode::Matmul, acc));
+        gb.nodes.push((TileOp::Matmul, acc));
         if acc != dt {
-            gb.nodes.push((GNode::Cast(0), dt));
+            gb.nodes.push((TileOp::Cast(0), dt));
         }
         gb.map.push((mm, gb.nodes.len() - 1));
         let gkind = GroupKind::Matmul {
@@ -651,7 +651,7 @@ impl Lowerer<'_> {
                         ))
                     })?;
                     let k = gb.inputs.len();
-                    gb.nodes.push((GNode::Input(k), view.dtype));
+                    gb.nodes.push((TileOp::Input(k), view.dtype));
                     gb.inputs.push(view);
                     gb.in_args.push(v.buf);
                     gb.map.push((o, gb.nodes.len() - 1));
@@ -660,18 +660,18 @@ impl Lowerer<'_> {
             };
         }
         let op = match &node.op {
-            Op::Unary(c) => GNode::Unary(*c, ops[0]),
-            Op::Binary(c) => GNode::Binary(*c, ops[0], ops[1]),
-            Op::Scalar(c, v) => GNode::Scalar(*c, ops[0], *v),
+            Op::Unary(c) => TileOp::Unary(*c, ops[0]),
+            Op::Binary(c) => TileOp::Binary(*c, ops[0], ops[1]),
+            Op::Scalar(c, v) => TileOp::Scalar(*c, ops[0], *v),
             Op::ScalarDim(c, d) => {
                 let v = d
                     .eval(self.bindings)
                     .map_err(|e| unsupported(e.to_string()))?;
-                GNode::Scalar(*c, ops[0], v as f64)
+                TileOp::Scalar(*c, ops[0], v as f64)
             }
-            Op::Where => GNode::Select(ops[0], ops[1], ops[2]),
-            Op::Cast => GNode::Cast(ops[0]),
-            Op::Reduce { op, .. } => GNode::Reduce(
+            Op::Where => TileOp::Select(ops[0], ops[1], ops[2]),
+            Op::Cast => TileOp::Cast(ops[0]),
+            Op::Reduce { op, .. } => TileOp::Reduce(
                 reduce_opcode(*op).ok_or_else(|| {
                     unsupported(format!("`{}`: mean must be decomposed first", node.name))
                 })?,
@@ -839,25 +839,25 @@ fn lower_node(
             new_buf(plan, BufKind::Input(i), dt, shape)
         }
         Op::Constant(vals) => ln.fill(plan, vals)?,
-        Op::Unary(code) => ln.ewise(plan, &[ln.arg(0)?.clone()], GNode::Unary(*code, 0))?,
+        Op::Unary(code) => ln.ewise(plan, &[ln.arg(0)?.clone()], TileOp::Unary(*code, 0))?,
         Op::Binary(code) => {
             let args = [ln.arg(0)?.clone(), ln.arg(1)?.clone()];
-            ln.ewise(plan, &args, GNode::Binary(*code, 0, 1))?
+            ln.ewise(plan, &args, TileOp::Binary(*code, 0, 1))?
         }
         Op::Scalar(code, v) => {
-            ln.ewise(plan, &[ln.arg(0)?.clone()], GNode::Scalar(*code, 0, *v))?
+            ln.ewise(plan, &[ln.arg(0)?.clone()], TileOp::Scalar(*code, 0, *v))?
         }
         Op::ScalarDim(code, d) => {
             let v = d
                 .eval(bindings)
                 .map_err(|e| ln.unsupported(&e.to_string()))? as f64;
-            ln.ewise(plan, &[ln.arg(0)?.clone()], GNode::Scalar(*code, 0, v))?
+            ln.ewise(plan, &[ln.arg(0)?.clone()], TileOp::Scalar(*code, 0, v))?
         }
         Op::Where => {
             let args = [ln.arg(0)?.clone(), ln.arg(1)?.clone(), ln.arg(2)?.clone()];
-            ln.ewise(plan, &args, GNode::Select(0, 1, 2))?
+            ln.ewise(plan, &args, TileOp::Select(0, 1, 2))?
         }
-        Op::Cast => ln.ewise(plan, &[ln.arg(0)?.clone()], GNode::Cast(0))?,
+        Op::Cast => ln.ewise(plan, &[ln.arg(0)?.clone()], TileOp::Cast(0))?,
         Op::Reduce { op, axes, keepdims } => ln.reduce(plan, *op, axes, *keepdims)?,
         Op::MatMul { trans_a, trans_b } => {
             let (a, b) = (ln.arg(0)?.clone(), ln.arg(1)?.clone());
@@ -935,7 +935,7 @@ impl NodeLowering<'_> {
     }
 
     /// One element-wise step computing `op` over `args`.
-    fn ewise(&self, plan: &mut Plan, args: &[Value], op: GNode) -> Result<Value, LowerError> {
+    fn ewise(&self, plan: &mut Plan, args: &[Value], op: TileOp) -> Result<Value, LowerError> {
         let node = self.node;
         ewise(plan, &node.name, self.shape, node.dtype, args, op)
     }
@@ -1157,8 +1157,8 @@ fn reduce_axis(
             },
             inputs: vec![v.view.clone()],
             nodes: vec![
-                (GNode::Input(0), v.view.dtype),
-                (GNode::Reduce(code, 0), dt),
+                (TileOp::Input(0), v.view.dtype),
+                (TileOp::Reduce(code, 0), dt),
             ],
             outputs: vec![(1, out.clone())],
         };
@@ -1224,7 +1224,7 @@ fn reduce_axis(
         &out_shape,
         dt,
         &[folded, tail],
-        GNode::Binary(combine, 0, 1),
+        TileOp::Binary(combine, 0, 1),
     )
 }
 
@@ -1294,7 +1294,7 @@ fn ewise(
     shape: &[u64],
     dt: DType,
     args: &[Value],
-    op: GNode,
+    op: TileOp,
 ) -> Result<Value, LowerError> {
     let mut inputs = Vec::with_capacity(args.len());
     let mut nodes = Vec::with_capacity(args.len() + 1);
@@ -1306,16 +1306,16 @@ fn ewise(
                 node: name.to_string(),
                 what: "operand does not broadcast to the result".into(),
             })?;
-        nodes.push((GNode::Input(k), v.dtype));
+        nodes.push((TileOp::Input(k), v.dtype));
         inputs.push(v);
     }
     let n = args.len();
     let op = match op {
-        GNode::Unary(c, _) => GNode::Unary(c, n - 1),
-        GNode::Binary(c, _, _) => GNode::Binary(c, 0, 1),
-        GNode::Scalar(c, _, v) => GNode::Scalar(c, 0, v),
-        GNode::Select(..) => GNode::Select(0, 1, 2),
-        GNode::Cast(_) => GNode::Cast(0),
+        TileOp::Unary(c, _) => TileOp::Unary(c, n - 1),
+        TileOp::Binary(c, _, _) => TileOp::Binary(c, 0, 1),
+        TileOp::Scalar(c, _, v) => TileOp::Scalar(c, 0, v),
+        TileOp::Select(..) => TileOp::Select(0, 1, 2),
+        TileOp::Cast(_) => TileOp::Cast(0),
         other => other,
     };
     nodes.push((op, dt));
@@ -1344,7 +1344,7 @@ fn copy_group(src: &View, dst: &View) -> Group {
             shape: dst.shape.clone(),
         },
         inputs: vec![src.clone()],
-        nodes: vec![(GNode::Input(0), src.dtype)],
+        nodes: vec![(TileOp::Input(0), src.dtype)],
         outputs: vec![(0, dst.clone())],
     }
 }
@@ -1454,9 +1454,9 @@ fn matmul(
     }
     let out = new_buf(plan, BufKind::Temp, dt, &osh);
     let acc = acc_dtype(dt);
-    let mut nodes = vec![(GNode::Matmul, acc)];
+    let mut nodes = vec![(TileOp::Matmul, acc)];
     if acc != dt {
-        nodes.push((GNode::Cast(0), dt));
+        nodes.push((TileOp::Cast(0), dt));
     }
     let last = nodes.len() - 1;
     plan.steps.push(Step {

@@ -4,7 +4,7 @@
 
 use dvm_isa::{DType, Opcode};
 
-use crate::codegen::{Group, GroupKind, Node, View};
+use crate::codegen::{Group, GroupKind, TileOp, View};
 
 /// Hidden size of the demo's layer.
 pub const HIDDEN: u64 = 768;
@@ -22,9 +22,9 @@ pub fn groups(s: u64) -> Vec<(&'static str, Group)> {
         kind: GroupKind::Elementwise { shape: vec![s, h] },
         inputs: vec![x.clone(), row(f32v(&[h]))],
         nodes: vec![
-            (Node::Input(0), DType::F32),
-            (Node::Input(1), DType::F32),
-            (Node::Binary(Opcode::Add, 0, 1), DType::F32),
+            (TileOp::Input(0), DType::F32),
+            (TileOp::Input(1), DType::F32),
+            (TileOp::Binary(Opcode::Add, 0, 1), DType::F32),
         ],
         outputs: vec![(2, x.clone())],
     };
@@ -35,12 +35,12 @@ pub fn groups(s: u64) -> Vec<(&'static str, Group)> {
         },
         inputs: vec![x.clone()],
         nodes: vec![
-            (Node::Input(0), DType::F32),
-            (Node::Reduce(Opcode::ReduceMax, 0), DType::F32),
-            (Node::Binary(Opcode::Sub, 0, 1), DType::F32),
-            (Node::Unary(Opcode::Exp, 2), DType::F32),
-            (Node::Reduce(Opcode::ReduceSum, 3), DType::F32),
-            (Node::Binary(Opcode::Div, 3, 4), DType::F32),
+            (TileOp::Input(0), DType::F32),
+            (TileOp::Reduce(Opcode::ReduceMax, 0), DType::F32),
+            (TileOp::Binary(Opcode::Sub, 0, 1), DType::F32),
+            (TileOp::Unary(Opcode::Exp, 2), DType::F32),
+            (TileOp::Reduce(Opcode::ReduceSum, 3), DType::F32),
+            (TileOp::Binary(Opcode::Div, 3, 4), DType::F32),
         ],
         outputs: vec![(5, x.clone())],
     };
@@ -52,20 +52,20 @@ pub fn groups(s: u64) -> Vec<(&'static str, Group)> {
         },
         inputs: vec![x.clone(), row(f32v(&[h])), row(f32v(&[h]))],
         nodes: vec![
-            (Node::Input(0), DType::F32),                      // 0 x
-            (Node::Reduce(Opcode::ReduceSum, 0), DType::F32),  // 1 Σx
-            (Node::Scalar(Opcode::MulS, 1, inv), DType::F32),  // 2 mean
-            (Node::Binary(Opcode::Sub, 0, 2), DType::F32),     // 3 xc
-            (Node::Binary(Opcode::Mul, 3, 3), DType::F32),     // 4 xc²
-            (Node::Reduce(Opcode::ReduceSum, 4), DType::F32),  // 5 Σxc²
-            (Node::Scalar(Opcode::MulS, 5, inv), DType::F32),  // 6 var
-            (Node::Scalar(Opcode::AddS, 6, 1e-5), DType::F32), // 7 var+ε
-            (Node::Unary(Opcode::Rsqrt, 7), DType::F32),       // 8 rstd
-            (Node::Binary(Opcode::Mul, 3, 8), DType::F32),     // 9 xhat
-            (Node::Input(1), DType::F32),                      // 10 γ
-            (Node::Binary(Opcode::Mul, 9, 10), DType::F32),    // 11
-            (Node::Input(2), DType::F32),                      // 12 β
-            (Node::Binary(Opcode::Add, 11, 12), DType::F32),   // 13
+            (TileOp::Input(0), DType::F32),                      // 0 x
+            (TileOp::Reduce(Opcode::ReduceSum, 0), DType::F32),  // 1 Σx
+            (TileOp::Scalar(Opcode::MulS, 1, inv), DType::F32),  // 2 mean
+            (TileOp::Binary(Opcode::Sub, 0, 2), DType::F32),     // 3 xc
+            (TileOp::Binary(Opcode::Mul, 3, 3), DType::F32),     // 4 xc²
+            (TileOp::Reduce(Opcode::ReduceSum, 4), DType::F32),  // 5 Σxc²
+            (TileOp::Scalar(Opcode::MulS, 5, inv), DType::F32),  // 6 var
+            (TileOp::Scalar(Opcode::AddS, 6, 1e-5), DType::F32), // 7 var+ε
+            (TileOp::Unary(Opcode::Rsqrt, 7), DType::F32),       // 8 rstd
+            (TileOp::Binary(Opcode::Mul, 3, 8), DType::F32),     // 9 xhat
+            (TileOp::Input(1), DType::F32),                      // 10 γ
+            (TileOp::Binary(Opcode::Mul, 9, 10), DType::F32),    // 11
+            (TileOp::Input(2), DType::F32),                      // 12 β
+            (TileOp::Binary(Opcode::Add, 11, 12), DType::F32),   // 13
         ],
         outputs: vec![(13, x.clone())],
     };
@@ -79,10 +79,10 @@ pub fn groups(s: u64) -> Vec<(&'static str, Group)> {
         },
         inputs: vec![x.clone(), f32v(&[h, h]), row(f32v(&[h]))],
         nodes: vec![
-            (Node::Matmul, DType::F32),
-            (Node::Input(2), DType::F32),
-            (Node::Binary(Opcode::Add, 0, 1), DType::F32),
-            (Node::Unary(Opcode::GeluTanh, 2), DType::F32),
+            (TileOp::Matmul, DType::F32),
+            (TileOp::Input(2), DType::F32),
+            (TileOp::Binary(Opcode::Add, 0, 1), DType::F32),
+            (TileOp::Unary(Opcode::GeluTanh, 2), DType::F32),
         ],
         outputs: vec![(3, x)],
     };

@@ -279,7 +279,7 @@ mod tests {
     use dvm_isa::{DType, KernelKind, Opcode, ParamAccess};
 
     use super::*;
-    use crate::codegen::{compile, Group, GroupKind, Node as GNode, Target, View};
+    use crate::codegen::{compile, Group, GroupKind, Target, TileOp, View};
     use crate::lower::{Buf, BufKind, Launch, LaunchKind, Plan, Step};
 
     fn ew_group(n: u64, op: Opcode) -> Group {
@@ -288,8 +288,8 @@ mod tests {
             kind: GroupKind::Elementwise { shape: vec![n] },
             inputs: vec![v.clone()],
             nodes: vec![
-                (GNode::Input(0), DType::F32),
-                (GNode::Unary(op, 0), DType::F32),
+                (TileOp::Input(0), DType::F32),
+                (TileOp::Unary(op, 0), DType::F32),
             ],
             outputs: vec![(1, v)],
         }

@@ -11,7 +11,7 @@
 
 use dvm_isa::{DType, Opcode};
 
-use crate::codegen::{Group, GroupKind, Node, Target, View};
+use crate::codegen::{Group, GroupKind, Target, TileOp, View};
 use crate::kernel::build;
 
 /// Rows and columns of the warm-up groups: several tiles, so the tiling
@@ -46,10 +46,10 @@ fn groups() -> [Group; 3] {
         },
         inputs: vec![x.clone(), row()],
         nodes: vec![
-            (Node::Input(0), DType::F32),
-            (Node::Input(1), DType::F32),
-            (Node::Binary(Opcode::Mul, 0, 1), DType::F32),
-            (Node::Unary(Opcode::Sigmoid, 2), DType::F32),
+            (TileOp::Input(0), DType::F32),
+            (TileOp::Input(1), DType::F32),
+            (TileOp::Binary(Opcode::Mul, 0, 1), DType::F32),
+            (TileOp::Unary(Opcode::Sigmoid, 2), DType::F32),
         ],
         outputs: vec![(3, x.clone())],
     };
@@ -60,16 +60,16 @@ fn groups() -> [Group; 3] {
         },
         inputs: vec![x.clone(), row()],
         nodes: vec![
-            (Node::Input(0), DType::F32),
-            (Node::Reduce(Opcode::ReduceMax, 0), DType::F32),
-            (Node::Binary(Opcode::Sub, 0, 1), DType::F32),
-            (Node::Unary(Opcode::Exp, 2), DType::F32),
-            (Node::Reduce(Opcode::ReduceSum, 3), DType::F32),
-            (Node::Scalar(Opcode::AddS, 4, 1e-6), DType::F32),
-            (Node::Unary(Opcode::Rsqrt, 5), DType::F32),
-            (Node::Binary(Opcode::Mul, 3, 6), DType::F32),
-            (Node::Input(1), DType::F32),
-            (Node::Binary(Opcode::Add, 7, 8), DType::F32),
+            (TileOp::Input(0), DType::F32),
+            (TileOp::Reduce(Opcode::ReduceMax, 0), DType::F32),
+            (TileOp::Binary(Opcode::Sub, 0, 1), DType::F32),
+            (TileOp::Unary(Opcode::Exp, 2), DType::F32),
+            (TileOp::Reduce(Opcode::ReduceSum, 3), DType::F32),
+            (TileOp::Scalar(Opcode::AddS, 4, 1e-6), DType::F32),
+            (TileOp::Unary(Opcode::Rsqrt, 5), DType::F32),
+            (TileOp::Binary(Opcode::Mul, 3, 6), DType::F32),
+            (TileOp::Input(1), DType::F32),
+            (TileOp::Binary(Opcode::Add, 7, 8), DType::F32),
         ],
         outputs: vec![(9, x.clone())],
     };
@@ -83,10 +83,10 @@ fn groups() -> [Group; 3] {
         },
         inputs: vec![x.clone(), f32v(&[COLS, COLS]), row()],
         nodes: vec![
-            (Node::Matmul, DType::F32),
-            (Node::Input(2), DType::F32),
-            (Node::Binary(Opcode::Add, 0, 1), DType::F32),
-            (Node::Unary(Opcode::Relu, 2), DType::F32),
+            (TileOp::Matmul, DType::F32),
+            (TileOp::Input(2), DType::F32),
+            (TileOp::Binary(Opcode::Add, 0, 1), DType::F32),
+            (TileOp::Unary(Opcode::Relu, 2), DType::F32),
         ],
         outputs: vec![(3, x)],
     };

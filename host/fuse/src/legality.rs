@@ -10,7 +10,7 @@
 //!
 //! [`validate`] decides whether a node set is a well-formed group and derives
 //! its kind and iteration space; the fusion rules call it on every candidate
-//! merge, and the consistency check calls it on every cluster a rewrite made.
+//! merge, and the consistency check calls it on every group a rewrite made.
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -20,7 +20,7 @@ use std::hash::BuildHasherDefault;
 use dvm_graph::{Graph, NodeId, Op, ShapeDisplay};
 use dvm_sym::{Dim, SymbolScope};
 
-use super::{ClusterKind, IdHasher, Role};
+use super::{FusionKind, IdHasher, Role};
 
 /// The operands of a non-reduce member of a reduce group, by class: whether
 /// any is full-size, whether every reduced one kept its axis, and whether
@@ -437,7 +437,7 @@ pub fn validate(
     facts: &Facts<'_>,
     nodes: &[NodeId],
     member: &dyn Fn(NodeId) -> bool,
-) -> Result<(ClusterKind, Vec<Dim>), Reason> {
+) -> Result<(FusionKind, Vec<Dim>), Reason> {
     let g = facts.graph;
     let scope = g.scope();
     let mut matmul = None;
@@ -484,7 +484,7 @@ pub fn validate(
             broadcasts_into(scope, facts.shape(n), &space).map_err(|d| mismatch(n, &space, d))?;
             stored_over(n, &space)?;
         }
-        return Ok((ClusterKind::Matmul, space));
+        return Ok((FusionKind::Matmul, space));
     }
 
     if let Some(r0) = first_reduce {
@@ -493,7 +493,7 @@ pub fn validate(
         };
         let space = facts.shape(g[r0].operands[0]).to_vec();
         reduce_classes(facts, nodes, member, axis, &space)?;
-        return Ok((ClusterKind::Reduce { axis }, space));
+        return Ok((FusionKind::Reduce { axis }, space));
     }
 
     // Element-wise: the space is the shape of a stored node (all stored
@@ -505,14 +505,14 @@ pub fn validate(
         .max_by_key(|&n| (facts.shape(n).len(), n.0))
         .or_else(|| nodes.last().copied());
     let Some(anchor) = anchor else {
-        return Ok((ClusterKind::Elementwise, Vec::new()));
+        return Ok((FusionKind::Elementwise, Vec::new()));
     };
     let space = facts.shape(anchor).to_vec();
     for &n in nodes {
         broadcasts_into(scope, facts.shape(n), &space).map_err(|d| mismatch(n, &space, d))?;
         stored_over(n, &space)?;
     }
-    Ok((ClusterKind::Elementwise, space))
+    Ok((FusionKind::Elementwise, space))
 }
 
 /// The [`Reason::SpaceMismatch`] of member `n` against `space`, at the
@@ -906,7 +906,7 @@ pub(crate) fn validate_fast<M: Fn(NodeId) -> bool>(
     nodes: &[NodeId],
     member: M,
     classes: &mut [Class],
-) -> Option<(ClusterKind, u32)> {
+) -> Option<(FusionKind, u32)> {
     let g = facts.graph;
     let mut matmul = None;
     let mut first_reduce = None;
@@ -942,7 +942,7 @@ pub(crate) fn validate_fast<M: Fn(NodeId) -> bool>(
                 return None;
             }
         }
-        return Some((ClusterKind::Matmul, space));
+        return Some((FusionKind::Matmul, space));
     }
 
     if let Some(r0) = first_reduce {
@@ -955,7 +955,7 @@ pub(crate) fn validate_fast<M: Fn(NodeId) -> bool>(
             let class = step.class(n, &member, &fits, &|o: NodeId| classes[o.0])?;
             classes[n.0] = class;
         }
-        return Some((ClusterKind::Reduce { axis }, space));
+        return Some((FusionKind::Reduce { axis }, space));
     }
 
     let anchor = nodes
@@ -965,7 +965,7 @@ pub(crate) fn validate_fast<M: Fn(NodeId) -> bool>(
         .max_by_key(|&n| (shapes.rank(shapes.of(n)), n.0))
         .or_else(|| nodes.last().copied());
     let Some(anchor) = anchor else {
-        return Some((ClusterKind::Elementwise, shapes.scalar()));
+        return Some((FusionKind::Elementwise, shapes.scalar()));
     };
     let space = shapes.of(anchor);
     for &n in nodes {
@@ -973,7 +973,7 @@ pub(crate) fn validate_fast<M: Fn(NodeId) -> bool>(
             return None;
         }
     }
-    Some((ClusterKind::Elementwise, space))
+    Some((FusionKind::Elementwise, space))
 }
 
 /// Whether member `n` of a group (membership `member`) fits the group's
@@ -1174,7 +1174,7 @@ pub(crate) fn validate_onto<M: Fn(NodeId) -> bool, B: Fn(NodeId) -> bool>(
     member: M,
     base: &Base<'_, B>,
     sc: &mut Onto<'_>,
-) -> Option<Option<(ClusterKind, u32)>> {
+) -> Option<Option<(FusionKind, u32)>> {
     let g = facts.graph;
     let (space, axis) = (base.space, base.axis);
     // `base` holds element-wise and reduce nodes: any other role among the
@@ -1231,7 +1231,7 @@ pub(crate) fn validate_onto<M: Fn(NodeId) -> bool, B: Fn(NodeId) -> bool>(
             }
         }
     }
-    Some(Some((ClusterKind::Reduce { axis }, space)))
+    Some(Some((FusionKind::Reduce { axis }, space)))
 }
 
 /// One of the two groups of a candidate union, as [`validate_union`]
@@ -1240,7 +1240,7 @@ pub(crate) struct Side<'a> {
     /// Its id in the driver's node owners.
     pub id: u32,
     /// Its kind.
-    pub kind: &'a ClusterKind,
+    pub kind: &'a FusionKind,
     /// Its members, ascending.
     pub nodes: &'a [NodeId],
     /// Its space (a shape id) when known: a reduce group's members then
@@ -1265,7 +1265,7 @@ pub(crate) fn validate_union<M: Fn(NodeId) -> bool>(
     sides: (Side<'_>, Side<'_>),
     class_of: &[Class],
     sc: &mut Onto<'_>,
-) -> Option<(ClusterKind, u32, bool)> {
+) -> Option<(FusionKind, u32, bool)> {
     if let Some(found) =
         validate_onto_larger(facts, shapes, union, &member, owner, sides, class_of, sc)
     {
@@ -1290,13 +1290,13 @@ pub(crate) fn validate_onto_larger<M: Fn(NodeId) -> bool>(
     (a, b): (Side<'_>, Side<'_>),
     class_of: &[Class],
     sc: &mut Onto<'_>,
-) -> Option<Option<(ClusterKind, u32)>> {
+) -> Option<Option<(FusionKind, u32)>> {
     let (x, y) = if a.nodes.len() >= b.nodes.len() {
         (a, b)
     } else {
         (b, a)
     };
-    let (&ClusterKind::Reduce { axis }, Some(space), true) =
+    let (&FusionKind::Reduce { axis }, Some(space), true) =
         (x.kind, x.space, x.nodes.len() >= super::ONTO_MIN)
     else {
         return None;

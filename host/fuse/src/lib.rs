@@ -76,7 +76,7 @@ pub enum Role {
 
 /// What a fusion group computes.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum ClusterKind {
+pub enum FusionKind {
     /// Element-wise over the space.
     Elementwise,
     /// Element-wise with folds of one axis of the space.
@@ -88,22 +88,22 @@ pub enum ClusterKind {
     Matmul,
 }
 
-impl ClusterKind {
+impl FusionKind {
     /// A short name: `elementwise`, `reduce(axis 1)`, `matmul`.
     pub fn describe(&self) -> String {
         match self {
-            ClusterKind::Elementwise => "elementwise".into(),
-            ClusterKind::Reduce { axis } => format!("reduce(axis {axis})"),
-            ClusterKind::Matmul => "matmul".into(),
+            FusionKind::Elementwise => "elementwise".into(),
+            FusionKind::Reduce { axis } => format!("reduce(axis {axis})"),
+            FusionKind::Matmul => "matmul".into(),
         }
     }
 }
 
 /// One fusion group: graph nodes computed by one kernel.
 #[derive(Clone, Debug, PartialEq)]
-pub struct Cluster {
+pub struct FusionGroup {
     /// Kind.
-    pub kind: ClusterKind,
+    pub kind: FusionKind,
     /// Members, ascending (a topological order).
     pub nodes: Vec<NodeId>,
     /// Symbolic iteration space (reduce: before the fold; matmul: the output).
@@ -115,8 +115,8 @@ pub struct Cluster {
 pub enum Unit {
     /// A data, view or opaque node, lowered on its own.
     Node(NodeId),
-    /// A fusion group ([`FusionPlan::clusters`] index).
-    Cluster(usize),
+    /// A fusion group ([`FusionPlan::groups`] index).
+    Group(usize),
     /// Independent groups launched together ([`FusionPlan::stacks`] index).
     Stack(usize),
 }
@@ -228,7 +228,7 @@ pub enum Patch {
         /// Second group.
         b: usize,
         /// The validated union.
-        merged: Cluster,
+        merged: FusionGroup,
     },
     /// Launch these independent groups together.
     Stack {
@@ -346,7 +346,7 @@ impl FuseScratch {
 #[derive(Default)]
 struct Buffers {
     owner: Vec<u32>,
-    clusters: Vec<Cluster>,
+    groups: Vec<FusionGroup>,
     stack_of: Vec<u32>,
     stacks: Vec<Vec<usize>>,
     scratch: (Vec<u32>, Vec<NodeId>),
@@ -390,7 +390,7 @@ pub struct State<'g> {
     /// Groups by id; merged-away groups are left empty (ids are never reused).
     /// A group's `space` is only filled in when rewrites are described
     /// ([`FuseOptions::reasons`]); the plan's groups always have it.
-    clusters: Vec<Cluster>,
+    groups: Vec<FusionGroup>,
     /// Stack of each group (`NONE` when not stacked).
     stack_of: Vec<u32>,
     stacks: Vec<Vec<usize>>,
@@ -483,7 +483,7 @@ impl<'g> State<'g> {
             users,
             is_output,
             owner: refill(b.owner, n, NONE),
-            clusters: emptied(b.clusters, 2 * n),
+            groups: emptied(b.groups, 2 * n),
             stack_of: emptied(b.stack_of, 2 * n),
             stacks: emptied(b.stacks, 0),
             opts,
@@ -533,20 +533,18 @@ impl<'g> State<'g> {
             }
             // A single operator is always a group: its space is its shape
             // (a reduction's: its operand's). Spaces are filled in when the
-            // plan is made (see `Cluster::space` in `State::clusters`).
+            // plan is made (see `FusionGroup::space` in `State::groups`).
             let kind = match st.roles[id.0] {
-                Role::Reduce { axis, .. } | Role::Composite { axis } => {
-                    ClusterKind::Reduce { axis }
-                }
-                Role::Matmul => ClusterKind::Matmul,
-                _ => ClusterKind::Elementwise,
+                Role::Reduce { axis, .. } | Role::Composite { axis } => FusionKind::Reduce { axis },
+                Role::Matmul => FusionKind::Matmul,
+                _ => FusionKind::Elementwise,
             };
-            st.owner[id.0] = st.clusters.len() as u32;
+            st.owner[id.0] = st.groups.len() as u32;
             // In a member list an earlier pass's merges left, if any.
             let mut nodes = st.spare.get_mut().pop().unwrap_or_default();
             nodes.clear();
             nodes.push(id);
-            st.clusters.push(Cluster {
+            st.groups.push(FusionGroup {
                 kind,
                 nodes,
                 space: Vec::new(),
@@ -604,12 +602,12 @@ impl<'g> State<'g> {
             self.spare.get_mut().push(nodes);
             return false;
         };
-        let id = self.clusters.len();
+        let id = self.groups.len();
         for &m in &nodes {
             self.owner[m.0] = id as u32;
             self.pos[m.0] = r.start as u32;
         }
-        self.clusters.push(Cluster {
+        self.groups.push(FusionGroup {
             kind,
             nodes,
             space: Vec::new(),
@@ -648,13 +646,13 @@ impl<'g> State<'g> {
     }
 
     /// Group `c` (empty when merged away).
-    pub fn cluster(&self, c: usize) -> &Cluster {
-        &self.clusters[c]
+    pub fn group(&self, c: usize) -> &FusionGroup {
+        &self.groups[c]
     }
 
     /// Number of group ids handed out so far.
-    pub fn cluster_ids(&self) -> usize {
-        self.clusters.len()
+    pub fn group_ids(&self) -> usize {
+        self.groups.len()
     }
 
     /// Whether group `c` is in a stack.
@@ -671,7 +669,7 @@ impl<'g> State<'g> {
         match self.owner(n) {
             None => Unit::Node(n),
             Some(c) if self.stack_of[c] != NONE => Unit::Stack(self.stack_of[c] as usize),
-            Some(c) => Unit::Cluster(c),
+            Some(c) => Unit::Group(c),
         }
     }
 
@@ -679,10 +677,10 @@ impl<'g> State<'g> {
     fn for_members(&self, u: Unit, mut f: impl FnMut(NodeId)) {
         match u {
             Unit::Node(n) => f(n),
-            Unit::Cluster(c) => self.clusters[c].nodes.iter().for_each(|&n| f(n)),
+            Unit::Group(c) => self.groups[c].nodes.iter().for_each(|&n| f(n)),
             Unit::Stack(s) => {
                 for &c in &self.stacks[s] {
-                    self.clusters[c].nodes.iter().for_each(|&n| f(n));
+                    self.groups[c].nodes.iter().for_each(|&n| f(n));
                 }
             }
         }
@@ -734,10 +732,10 @@ impl<'g> State<'g> {
         let (seen, work) = &mut *scratch;
         work.clear();
         // `c`'s members are marked first: the search never re-enters `c`.
-        for &m in &self.clusters[c].nodes {
+        for &m in &self.groups[c].nodes {
             seen[m.0] = epoch;
         }
-        for &m in &self.clusters[c].nodes {
+        for &m in &self.groups[c].nodes {
             work.extend(
                 next(m)
                     .iter()
@@ -764,7 +762,7 @@ impl<'g> State<'g> {
 
     /// The position of group `c` in the units' topological numbering.
     pub fn position(&self, c: usize) -> u32 {
-        self.unit_pos(Unit::Cluster(c))
+        self.unit_pos(Unit::Group(c))
     }
 
     /// A node on a path from group `a` to group `b` (or back) that runs
@@ -784,7 +782,7 @@ impl<'g> State<'g> {
     /// enter a group or stack at a late member and leave it from an early
     /// one.)
     fn path_from(&self, a: usize, b: usize, direct: bool) -> Option<NodeId> {
-        let (ca, cb) = (&self.clusters[a], &self.clusters[b]);
+        let (ca, cb) = (&self.groups[a], &self.groups[b]);
         let pb = self.pos[cb.nodes.first()?.0];
         let pa = self.pos[ca.nodes.first()?.0];
         if pa > pb {
@@ -852,20 +850,20 @@ impl<'g> State<'g> {
     fn unit_pos(&self, u: Unit) -> u32 {
         match u {
             Unit::Node(n) => self.pos[n.0],
-            Unit::Cluster(c) => self.pos[self.clusters[c].nodes[0].0],
-            Unit::Stack(s) => self.pos[self.clusters[self.stacks[s][0]].nodes[0].0],
+            Unit::Group(c) => self.pos[self.groups[c].nodes[0].0],
+            Unit::Stack(s) => self.pos[self.groups[self.stacks[s][0]].nodes[0].0],
         }
     }
 
     /// Gives every member of unit `u` position `p`.
     fn set_pos(&mut self, u: Unit, p: u32) {
-        let (pos, clusters) = (&mut self.pos, &self.clusters);
+        let (pos, groups) = (&mut self.pos, &self.groups);
         match u {
             Unit::Node(n) => pos[n.0] = p,
-            Unit::Cluster(c) => clusters[c].nodes.iter().for_each(|n| pos[n.0] = p),
+            Unit::Group(c) => groups[c].nodes.iter().for_each(|n| pos[n.0] = p),
             Unit::Stack(s) => {
                 for &c in &self.stacks[s] {
-                    clusters[c].nodes.iter().for_each(|n| pos[n.0] = p);
+                    groups[c].nodes.iter().for_each(|n| pos[n.0] = p);
                 }
             }
         }
@@ -887,7 +885,7 @@ impl<'g> State<'g> {
         pool.clear();
         // The merge's own cycle search already found the units ahead.
         let cached = match (first, last) {
-            (Unit::Cluster(f), Unit::Cluster(l)) => self.visited_for.get() == (f, l),
+            (Unit::Group(f), Unit::Group(l)) => self.visited_for.get() == (f, l),
             _ => false,
         };
         self.visited_for.set((usize::MAX, usize::MAX));
@@ -973,7 +971,7 @@ impl<'g> State<'g> {
     fn misordered(&self, u: Unit) -> Option<NodeId> {
         // A group that joined a stack later in the same rewrite.
         let u = match u {
-            Unit::Cluster(c) if self.stack_of[c] != NONE => Unit::Stack(self.stack_of[c] as usize),
+            Unit::Group(c) if self.stack_of[c] != NONE => Unit::Stack(self.stack_of[c] as usize),
             u => u,
         };
         let p = self.unit_pos(u);
@@ -993,7 +991,7 @@ impl<'g> State<'g> {
     ///
     /// # Errors
     /// The [`Reason`] they may not.
-    pub fn try_merge(&self, a: usize, b: usize) -> Result<Cluster, Reason> {
+    pub fn try_merge(&self, a: usize, b: usize) -> Result<FusionGroup, Reason> {
         match self.merge(a, b, true) {
             Ok(mut c) => {
                 if c.space.is_empty() {
@@ -1013,7 +1011,7 @@ impl<'g> State<'g> {
         a: usize,
         b: usize,
         reason: bool,
-    ) -> Result<Cluster, Option<Reason>> {
+    ) -> Result<FusionGroup, Option<Reason>> {
         self.accepted.set(NOT_ACCEPTED);
         if self.is_stacked(a) || self.is_stacked(b) {
             return Err(Some(Reason::Stacked));
@@ -1059,7 +1057,7 @@ impl<'g> State<'g> {
         // one a merge left) is the next scratch.
         let spare = self.spare.borrow_mut().pop().unwrap_or_default();
         let members = std::mem::replace(&mut scratch.0, spare);
-        Ok(Cluster {
+        Ok(FusionGroup {
             kind,
             nodes: members,
             space,
@@ -1077,7 +1075,7 @@ impl<'g> State<'g> {
 
     /// Group `c` as [`legality::validate_union`] reads it.
     fn side(&self, c: usize) -> legality::Side<'_> {
-        let cl = &self.clusters[c];
+        let cl = &self.groups[c];
         legality::Side {
             id: c as u32,
             kind: &cl.kind,
@@ -1128,7 +1126,7 @@ impl<'g> State<'g> {
         let mut scratch = self.scratch.borrow_mut();
         let seen = &mut scratch.0;
         let (mut added, mut removed) = (0, 0);
-        for &n in &self.clusters[y].nodes {
+        for &n in &self.groups[y].nodes {
             for &o in &self.g[n].operands {
                 let oo = self.owner[o.0];
                 if oo == yy || seen[o.0] == epoch {
@@ -1175,8 +1173,8 @@ impl<'g> State<'g> {
         match patch {
             Patch::Merge { a, b, merged } => {
                 self.moved.clear();
-                self.contract(Unit::Cluster(a), Unit::Cluster(b));
-                let id = self.clusters.len();
+                self.contract(Unit::Group(a), Unit::Group(b));
+                let id = self.groups.len();
                 for &n in &merged.nodes {
                     self.owner[n.0] = id as u32;
                 }
@@ -1186,11 +1184,11 @@ impl<'g> State<'g> {
                 // leaves fewer lists than it found unless it made new
                 // ones: one per group of its plan.)
                 let spare = self.spare.get_mut();
-                spare.push(std::mem::take(&mut self.clusters[a].nodes));
-                spare.push(std::mem::take(&mut self.clusters[b].nodes));
+                spare.push(std::mem::take(&mut self.groups[a].nodes));
+                spare.push(std::mem::take(&mut self.groups[b].nodes));
                 let (pa, pb, space, params, onto) = self.accepted.replace(NOT_ACCEPTED);
                 let known = (pa, pb) == (a, b);
-                if known && matches!(merged.kind, ClusterKind::Reduce { .. }) {
+                if known && matches!(merged.kind, FusionKind::Reduce { .. }) {
                     let (_, classes, checked, _) = self.merge_scratch.get_mut();
                     let changed = if onto {
                         &checked[..]
@@ -1201,13 +1199,13 @@ impl<'g> State<'g> {
                         self.class_of[n.0] = classes[n.0];
                     }
                 }
-                self.clusters.push(merged);
+                self.groups.push(merged);
                 self.stack_of.push(NONE);
                 self.space_id.push(if known { space } else { NONE });
                 let bound = self.params[a] + self.params[b];
                 self.params
                     .push(if known { params.min(bound) } else { bound });
-                self.renumber(Unit::Cluster(id));
+                self.renumber(Unit::Group(id));
                 Some(id)
             }
             Patch::Stack { members } => {
@@ -1222,7 +1220,7 @@ impl<'g> State<'g> {
                         self.moved.push(Unit::Stack(s));
                         continue;
                     }
-                    self.contract(Unit::Stack(s), Unit::Cluster(c));
+                    self.contract(Unit::Stack(s), Unit::Group(c));
                     self.stacks[s].push(c);
                     self.stack_of[c] = s as u32;
                     self.renumber(Unit::Stack(s));
@@ -1246,7 +1244,7 @@ impl<'g> State<'g> {
     fn check(&self, rule: &'static str, created: Option<usize>) -> Result<(), FuseError> {
         let bad = |what: String| FuseError { rule, what };
         if let Some(c) = created {
-            let cl = &self.clusters[c];
+            let cl = &self.groups[c];
             if cl.nodes.is_empty() || !cl.nodes.windows(2).all(|w| w[0] < w[1]) {
                 return Err(bad(format!("group {c} is empty or not sorted")));
             }
@@ -1256,7 +1254,7 @@ impl<'g> State<'g> {
         } else if let Some(members) = self.stacks.last() {
             let s = (self.stacks.len() - 1) as u32;
             for &a in members {
-                let cl = &self.clusters[a];
+                let cl = &self.groups[a];
                 if cl.nodes.is_empty() || self.stack_of[a] != s {
                     return Err(bad("a stack holds a dead or foreign group".into()));
                 }
@@ -1289,7 +1287,7 @@ impl<'g> State<'g> {
     /// group is valid, stacks hold live groups, and the units are acyclic.
     fn check_all(&self, rule: &'static str) -> Result<(), FuseError> {
         let bad = |what: String| FuseError { rule, what };
-        for (c, cl) in self.clusters.iter().enumerate() {
+        for (c, cl) in self.groups.iter().enumerate() {
             for &n in &cl.nodes {
                 if self.owner[n.0] != c as u32 {
                     return Err(bad(format!("node `{}` has a stale owner", self.g[n].name)));
@@ -1306,7 +1304,7 @@ impl<'g> State<'g> {
             }
         }
         for (i, &o) in self.owner.iter().enumerate() {
-            if o != NONE && !self.clusters[o as usize].nodes.contains(&NodeId(i)) {
+            if o != NONE && !self.groups[o as usize].nodes.contains(&NodeId(i)) {
                 return Err(bad(format!(
                     "node `{}` is not in its group",
                     self.g[NodeId(i)].name
@@ -1315,7 +1313,7 @@ impl<'g> State<'g> {
         }
         for (s, members) in self.stacks.iter().enumerate() {
             for &c in members {
-                if self.clusters[c].nodes.is_empty() || self.stack_of[c] != s as u32 {
+                if self.groups[c].nodes.is_empty() || self.stack_of[c] != s as u32 {
                     return Err(bad(format!("stack {s} holds a dead or foreign group")));
                 }
             }
@@ -1384,10 +1382,10 @@ impl<'g> State<'g> {
             };
             match self.unit(NodeId(f as usize)) {
                 Unit::Node(n) => among(&[n]),
-                Unit::Cluster(c) => among(&self.clusters[c].nodes),
+                Unit::Group(c) => among(&self.groups[c].nodes),
                 Unit::Stack(s) => self.stacks[s]
                     .iter()
-                    .find_map(|&c| among(&self.clusters[c].nodes)),
+                    .find_map(|&c| among(&self.groups[c].nodes)),
             }
         };
         // Units visited but not ready, ascending, with the unit each waits on.
@@ -1449,7 +1447,7 @@ struct Candidate<'s, 'g> {
 impl Candidate<'_, '_> {
     /// The larger group first (the one validated onto).
     fn larger_first(&self) -> (usize, usize) {
-        let cl = |c: usize| self.st.clusters[c].nodes.len();
+        let cl = |c: usize| self.st.groups[c].nodes.len();
         if cl(self.a) >= cl(self.b) {
             (self.a, self.b)
         } else {
@@ -1460,7 +1458,7 @@ impl Candidate<'_, '_> {
 
 impl rules::Union for Candidate<'_, '_> {
     fn size(&self) -> usize {
-        self.st.clusters[self.a].nodes.len() + self.st.clusters[self.b].nodes.len()
+        self.st.groups[self.a].nodes.len() + self.st.groups[self.b].nodes.len()
     }
 
     fn closes_cycle(&mut self) -> bool {
@@ -1468,9 +1466,9 @@ impl rules::Union for Candidate<'_, '_> {
         self.via.is_some()
     }
 
-    fn validate(&mut self) -> Option<(ClusterKind, u32)> {
+    fn validate(&mut self) -> Option<(FusionKind, u32)> {
         let (st, a, b) = (self.st, self.a, self.b);
-        let (ca, cb) = (&st.clusters[a].nodes, &st.clusters[b].nodes);
+        let (ca, cb) = (&st.groups[a].nodes, &st.groups[b].nodes);
         let (nodes, classes, checked, queue) = &mut *self.scratch;
         // Merge the two ascending member lists.
         let n = ca.len() + cb.len();
@@ -1586,8 +1584,8 @@ pub fn count_params(facts: &Facts<'_>, nodes: &[NodeId], member: &dyn Fn(NodeId)
 /// The fuser's result: groups, stacks and an order of units.
 #[derive(Clone, Debug)]
 pub struct FusionPlan {
-    /// Fusion groups (live only), indexed by [`Unit::Cluster`].
-    pub clusters: Vec<Cluster>,
+    /// Fusion groups (live only), indexed by [`Unit::Group`].
+    pub groups: Vec<FusionGroup>,
     /// Group of each graph node (`None` for data, view and opaque nodes).
     pub owner: Vec<Option<usize>>,
     /// Parallel stacks: groups launched together.
@@ -1698,7 +1696,7 @@ impl FusionPlan {
         let mut applied = Vec::with_capacity(graph.nodes().len());
         for &c in &st.seeded {
             let text = if opts.reasons {
-                let cl = &st.clusters[c];
+                let cl = &st.groups[c];
                 let space = st.shapes.shape(st.space_id[c]);
                 format!(
                     "{{{}}} → {} over {}",
@@ -1760,7 +1758,7 @@ impl FusionPlan {
             Ok((p, _)) => p,
             // Singleton groups cannot form a cycle; keep a total function.
             Err(_) => FusionPlan {
-                clusters: Vec::new(),
+                groups: Vec::new(),
                 owner: vec![None; graph.nodes().len()],
                 stacks: Vec::new(),
                 order: (0..graph.nodes().len())
@@ -1827,8 +1825,8 @@ impl FusionPlan {
             what,
         })?;
         // The spaces of the groups that stay.
-        for c in 0..st.clusters.len() {
-            let cl = &st.clusters[c];
+        for c in 0..st.groups.len() {
+            let cl = &st.groups[c];
             if cl.nodes.is_empty() || !cl.space.is_empty() {
                 continue;
             }
@@ -1836,20 +1834,20 @@ impl FusionPlan {
                 NONE => st.space_of(&cl.nodes, c, c),
                 id => st.shapes.shape(id),
             };
-            st.clusters[c].space = space;
+            st.groups[c].space = space;
         }
         // Compact: live groups numbered in order of their first unit.
-        let mut remap = vec![usize::MAX; st.clusters.len()];
-        let mut clusters = Vec::new();
+        let mut remap = vec![usize::MAX; st.groups.len()];
+        let mut groups = Vec::new();
         let mut stacks: Vec<Vec<usize>> = Vec::new();
         let mut stack_remap = vec![usize::MAX; st.stacks.len()];
-        let mut live = std::mem::take(&mut st.clusters);
-        let mut take = |c: usize, remap: &mut Vec<usize>, clusters: &mut Vec<Cluster>| {
-            remap[c] = clusters.len();
-            clusters.push(std::mem::replace(
+        let mut live = std::mem::take(&mut st.groups);
+        let mut take = |c: usize, remap: &mut Vec<usize>, groups: &mut Vec<FusionGroup>| {
+            remap[c] = groups.len();
+            groups.push(std::mem::replace(
                 &mut live[c],
-                Cluster {
-                    kind: ClusterKind::Elementwise,
+                FusionGroup {
+                    kind: FusionKind::Elementwise,
                     nodes: Vec::new(),
                     space: Vec::new(),
                 },
@@ -1857,10 +1855,10 @@ impl FusionPlan {
         };
         for u in &order {
             match *u {
-                Unit::Cluster(c) => take(c, &mut remap, &mut clusters),
+                Unit::Group(c) => take(c, &mut remap, &mut groups),
                 Unit::Stack(s) => {
                     for &c in &st.stacks[s] {
-                        take(c, &mut remap, &mut clusters);
+                        take(c, &mut remap, &mut groups);
                     }
                     stack_remap[s] = stacks.len();
                     stacks.push(st.stacks[s].iter().map(|&c| remap[c]).collect());
@@ -1871,7 +1869,7 @@ impl FusionPlan {
         let order: Vec<Unit> = order
             .into_iter()
             .map(|u| match u {
-                Unit::Cluster(c) => Unit::Cluster(remap[c]),
+                Unit::Group(c) => Unit::Group(remap[c]),
                 Unit::Stack(s) => Unit::Stack(stack_remap[s]),
                 n => n,
             })
@@ -1897,7 +1895,7 @@ impl FusionPlan {
         live.clear();
         let buffers = Buffers {
             owner: st.owner,
-            clusters: live,
+            groups: live,
             stack_of: st.stack_of,
             stacks: st.stacks,
             scratch: st.scratch.into_inner(),
@@ -1916,7 +1914,7 @@ impl FusionPlan {
             shapes: st.shapes.into_buffers(),
         };
         let plan = FusionPlan {
-            clusters,
+            groups,
             owner,
             stacks,
             order,
@@ -1957,7 +1955,7 @@ impl FusionPlan {
         }
         let facts = self.facts(graph);
         let name = |m: NodeId| graph[m].name.to_string();
-        for (c, cl) in self.clusters.iter().enumerate() {
+        for (c, cl) in self.groups.iter().enumerate() {
             if cl.nodes.is_empty() || !cl.nodes.windows(2).all(|w| w[0] < w[1]) {
                 return Err(format!("group {c} is empty or not sorted"));
             }
@@ -1987,7 +1985,7 @@ impl FusionPlan {
         for (i, o) in self.owner.iter().enumerate() {
             if let Some(c) = *o {
                 if self
-                    .clusters
+                    .groups
                     .get(c)
                     .is_none_or(|cl| !cl.nodes.contains(&NodeId(i)))
                 {
@@ -1995,7 +1993,7 @@ impl FusionPlan {
                 }
             }
         }
-        let mut stack_of = vec![usize::MAX; self.clusters.len()];
+        let mut stack_of = vec![usize::MAX; self.groups.len()];
         for (s, members) in self.stacks.iter().enumerate() {
             for &c in members {
                 match stack_of.get_mut(c) {
@@ -2006,7 +2004,7 @@ impl FusionPlan {
         }
         let unit = |m: usize| match self.owner[m] {
             Some(c) if stack_of[c] != usize::MAX => Unit::Stack(stack_of[c]),
-            Some(c) => Unit::Cluster(c),
+            Some(c) => Unit::Group(c),
             None => Unit::Node(NodeId(m)),
         };
         let mut pos: HashMap<Unit, usize> = HashMap::with_capacity(self.order.len());
@@ -2043,7 +2041,7 @@ impl FusionPlan {
         if pos.len() != self.order.len()
             || self.order.iter().any(|u| match *u {
                 Unit::Node(m) => m.0 >= n || unit(m.0) != *u,
-                Unit::Cluster(c) => c >= self.clusters.len() || stack_of[c] != usize::MAX,
+                Unit::Group(c) => c >= self.groups.len() || stack_of[c] != usize::MAX,
                 Unit::Stack(s) => s >= self.stacks.len(),
             })
         {
@@ -2054,7 +2052,7 @@ impl FusionPlan {
 
     /// Groups that compute something (one kernel each when nothing is split).
     pub fn kernel_groups(&self) -> usize {
-        self.clusters.len()
+        self.groups.len()
     }
 }
 
@@ -2094,7 +2092,7 @@ fn store_layouts(
 
 /// The member names of group `c`, comma-separated.
 fn names_of(st: &State<'_>, c: usize) -> String {
-    st.clusters[c]
+    st.groups[c]
         .nodes
         .iter()
         .map(|n| st.g[*n].name.as_str())
@@ -2133,7 +2131,7 @@ impl FusionPlan {
     pub fn outline(&self, g: &Graph) -> String {
         use std::fmt::Write;
         let mut s = String::new();
-        for cl in &self.clusters {
+        for cl in &self.groups {
             let names: Vec<&str> = cl.nodes.iter().map(|&n| g[n].name.as_str()).collect();
             let _ = writeln!(
                 s,

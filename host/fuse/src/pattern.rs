@@ -148,7 +148,7 @@ pub fn neighbour_edges(st: &mut State<'_>, c: usize, out: &mut Vec<Cand>) {
         }
     };
     let mut interior = std::mem::take(&mut st.interior);
-    for &m in &st.cluster(c).nodes {
+    for &m in &st.group(c).nodes {
         if interior[m.0] {
             continue;
         }
@@ -200,7 +200,7 @@ impl Rule for Vertical {
     fn next(&mut self, st: &State<'_>, log: &mut Log) -> Option<Patch> {
         if !self.init {
             self.init = true;
-            self.work.reserve(st.cluster_ids());
+            self.work.reserve(st.group_ids());
             // Producers' outgoing edges in graph order (each edge once).
             // Interior nodes have none (`State::interior`): by the time a
             // later rule starts, most members of merged groups are.
@@ -209,12 +209,12 @@ impl Rule for Vertical {
                     continue;
                 }
                 let Some(cm) = st.owner(m) else { continue };
-                if !self.producer.has(&st.cluster(cm).kind) {
+                if !self.producer.has(&st.group(cm).kind) {
                     continue;
                 }
                 for &u in st.users(m) {
                     if let Some(cu) = st.owner(u) {
-                        if cu != cm && self.consumer.has(&st.cluster(cu).kind) {
+                        if cu != cm && self.consumer.has(&st.group(cu).kind) {
                             self.work.push_back(Edge::pack(&Cand {
                                 a: cm,
                                 b: cu,
@@ -232,9 +232,7 @@ impl Rule for Vertical {
             if st.owner(c.na) != Some(c.a) || st.owner(c.nb) != Some(c.b) {
                 continue;
             }
-            if !self.producer.has(&st.cluster(c.a).kind)
-                || !self.consumer.has(&st.cluster(c.b).kind)
-            {
+            if !self.producer.has(&st.group(c.a).kind) || !self.consumer.has(&st.group(c.b).kind) {
                 continue;
             }
             let key = pair_key(c.a, c.b);
@@ -252,8 +250,8 @@ impl Rule for Vertical {
     fn notify(&mut self, st: &State<'_>, _c: usize, edges: &[Cand]) {
         if self.init {
             for cand in edges {
-                if self.producer.has(&st.cluster(cand.a).kind)
-                    && self.consumer.has(&st.cluster(cand.b).kind)
+                if self.producer.has(&st.group(cand.a).kind)
+                    && self.consumer.has(&st.group(cand.b).kind)
                 {
                     self.work.push_back(Edge::pack(cand));
                 }
@@ -397,7 +395,7 @@ impl Siblings {
         let mut mine = std::mem::take(&mut self.mine);
         mine.clear();
         if let Some(o) = only {
-            for &m in &st.cluster(o).nodes {
+            for &m in &st.group(o).nodes {
                 if st.graph()[m].operands.contains(&x) {
                     let at = users.partition_point(|&u| u < m);
                     mine.extend((at..n).take_while(|&i| users[i] == m));
@@ -476,7 +474,7 @@ impl Siblings {
 /// it may merge as a sibling: of kinds `of`, and not the value's own.
 fn sibling_group(st: &State<'_>, of: Kinds, ox: Option<usize>, u: NodeId) -> Option<usize> {
     st.owner(u)
-        .filter(|&c| ox != Some(c) && of.has(&st.cluster(c).kind))
+        .filter(|&c| ox != Some(c) && of.has(&st.group(c).kind))
 }
 
 /// Readers of one value up to which [`Siblings::queue_readers`] pairs
@@ -571,7 +569,7 @@ impl Dependence {
 
     /// Whether a member of group `early` is an operand of group `late`.
     fn direct(st: &State<'_>, early: usize, late: usize) -> bool {
-        st.cluster(early)
+        st.group(early)
             .nodes
             .iter()
             .any(|&m| st.users(m).iter().any(|&u| st.owner(u) == Some(late)))
@@ -586,7 +584,7 @@ impl Rule for Siblings {
     fn next(&mut self, st: &State<'_>, log: &mut Log) -> Option<Patch> {
         if !self.init {
             self.init = true;
-            self.work.reserve(st.cluster_ids());
+            self.work.reserve(st.group_ids());
             // The readers of an interior node are in its group or in none
             // (`State::interior`): no pair to queue.
             for x in 0..st.graph().nodes().len() {
@@ -602,7 +600,7 @@ impl Rule for Siblings {
             // Both groups alive: still siblings (`Siblings::queue_readers`).
             debug_assert!([c.a, c.b].iter().all(|&k| {
                 let x = c.via.unwrap_or(c.na);
-                st.owner(x) != Some(k) && self.of.has(&st.cluster(k).kind)
+                st.owner(x) != Some(k) && self.of.has(&st.group(k).kind)
             }));
             let key = pair_key(c.a.min(c.b), c.a.max(c.b));
             if self.tried.contains(&key) {
@@ -625,7 +623,7 @@ impl Rule for Siblings {
         // member.
         let mut inputs = std::mem::take(&mut self.inputs);
         inputs.clear();
-        for &m in &st.cluster(c).nodes {
+        for &m in &st.group(c).nodes {
             for &o in &st.graph()[m].operands {
                 if st.owner(o) != Some(c) && !inputs.contains(&o) {
                     inputs.push(o);
@@ -710,8 +708,8 @@ impl ParallelStack {
     fn dependent(&mut self, st: &State<'_>, c: usize, d: usize, limit: u32) -> bool {
         let (pc, pd) = (st.position(c), st.position(d));
         let (lo, p_lo, p_hi) = if pc < pd { (c, pc, pd) } else { (d, pd, pc) };
-        if self.reach.len() < st.cluster_ids() {
-            self.reach.resize_with(st.cluster_ids(), Default::default);
+        if self.reach.len() < st.group_ids() {
+            self.reach.resize_with(st.group_ids(), Default::default);
         }
         let r = &mut self.reach[lo];
         if r.0 != self.generation || r.1 < p_hi {
@@ -730,8 +728,8 @@ impl Rule for ParallelStack {
 
     fn next(&mut self, st: &State<'_>, _log: &mut Log) -> Option<Patch> {
         let n = st.graph().nodes().len();
-        if self.listed.len() < st.cluster_ids() {
-            self.listed.resize(st.cluster_ids(), u32::MAX);
+        if self.listed.len() < st.group_ids() {
+            self.listed.resize(st.group_ids(), u32::MAX);
         }
         while self.next_node < n {
             let x = NodeId(self.next_node);
@@ -750,7 +748,7 @@ impl Rule for ParallelStack {
             for &u in st.users(x) {
                 if let Some(c) = st.owner(u) {
                     let fresh = !st.is_stacked(c) && st.owner(x) != Some(c);
-                    if fresh && self.listed[c] != stamp && self.of.has(&st.cluster(c).kind) {
+                    if fresh && self.listed[c] != stamp && self.of.has(&st.group(c).kind) {
                         self.listed[c] = stamp;
                         self.cands.push(c);
                     }

@@ -27,7 +27,7 @@
 //! legal for groups that depend on each other by no path, at most
 //! [`FuseOptions::max_stack`] of them.
 
-use super::{ClusterKind, FuseOptions};
+use super::{FuseOptions, FusionKind};
 
 /// A set of group kinds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -45,17 +45,17 @@ impl Kinds {
     /// Element-wise and reduce groups: those that fold no matmul.
     pub const NOT_MATMUL: Kinds = Kinds(3);
 
-    const fn bit(k: &ClusterKind) -> u8 {
+    const fn bit(k: &FusionKind) -> u8 {
         match k {
-            ClusterKind::Elementwise => 1,
-            ClusterKind::Reduce { .. } => 2,
-            ClusterKind::Matmul => 4,
+            FusionKind::Elementwise => 1,
+            FusionKind::Reduce { .. } => 2,
+            FusionKind::Matmul => 4,
         }
     }
 
     /// Whether a group of kind `k` is in the set.
     #[inline]
-    pub const fn has(self, k: &ClusterKind) -> bool {
+    pub const fn has(self, k: &FusionKind) -> bool {
         self.0 & Self::bit(k) != 0
     }
 
@@ -107,7 +107,7 @@ impl RuleDef {
     /// edge) with one of kind `b` (the consumer). Stacks take their
     /// members one at a time: both are members.
     #[inline]
-    pub const fn joins_kinds(&self, a: &ClusterKind, b: &ClusterKind) -> bool {
+    pub const fn joins_kinds(&self, a: &FusionKind, b: &FusionKind) -> bool {
         match self.joins {
             Joins::Edge { producer, consumer } => producer.has(a) && consumer.has(b),
             Joins::Siblings { of } | Joins::Stack { of } => of.has(a) && of.has(b),
@@ -157,11 +157,11 @@ pub const PARALLEL_STACK: RuleDef = RuleDef {
     joins: Joins::Stack { of: Kinds::ALL },
 };
 
-/// The kinds of `ClusterKind`, one of each (for the tables below).
-const EACH_KIND: [ClusterKind; 3] = [
-    ClusterKind::Elementwise,
-    ClusterKind::Reduce { axis: 0 },
-    ClusterKind::Matmul,
+/// The kinds of `FusionKind`, one of each (for the tables below).
+const EACH_KIND: [FusionKind; 3] = [
+    FusionKind::Elementwise,
+    FusionKind::Reduce { axis: 0 },
+    FusionKind::Matmul,
 ];
 
 /// Per producer kind and consumer kind (by [`index`]): the index in
@@ -198,11 +198,11 @@ const FORWARD_RULE: [[u8; 3]; 3] = edge_rules::<true>();
 
 /// The position of `k` in [`EACH_KIND`].
 #[inline]
-const fn index(k: &ClusterKind) -> usize {
+const fn index(k: &FusionKind) -> usize {
     match k {
-        ClusterKind::Elementwise => 0,
-        ClusterKind::Reduce { .. } => 1,
-        ClusterKind::Matmul => 2,
+        FusionKind::Elementwise => 0,
+        FusionKind::Reduce { .. } => 1,
+        FusionKind::Matmul => 2,
     }
 }
 
@@ -211,8 +211,8 @@ const fn index(k: &ClusterKind) -> usize {
 /// index in [`RULES`] (its priority: lower first).
 #[inline]
 pub fn edge_rule(
-    producer: &ClusterKind,
-    consumer: &ClusterKind,
+    producer: &FusionKind,
+    consumer: &FusionKind,
 ) -> Option<(usize, &'static RuleDef)> {
     let r = EDGE_RULE[index(producer)][index(consumer)];
     (r != u8::MAX).then(|| (r as usize, &RULES[r as usize]))
@@ -222,8 +222,8 @@ pub fn edge_rule(
 /// sweep's forward phase.
 #[inline]
 pub fn forward_rule(
-    producer: &ClusterKind,
-    consumer: &ClusterKind,
+    producer: &FusionKind,
+    consumer: &FusionKind,
 ) -> Option<(usize, &'static RuleDef)> {
     let r = FORWARD_RULE[index(producer)][index(consumer)];
     (r != u8::MAX).then(|| (r as usize, &RULES[r as usize]))
@@ -277,7 +277,7 @@ pub(super) trait Union {
     fn closes_cycle(&mut self) -> bool;
     /// Whether the union forms one group for every binding: its kind and
     /// space (a shape id), as [`super::legality::validate_union`] finds.
-    fn validate(&mut self) -> Option<(ClusterKind, u32)>;
+    fn validate(&mut self) -> Option<(FusionKind, u32)>;
     /// An upper bound of the union's buffer parameters
     /// ([`super::count_params`]): at most its parts' together.
     fn param_bound(&self) -> usize;
@@ -297,7 +297,7 @@ pub(super) trait Union {
 pub(super) fn check_merge<U: Union>(
     u: &mut U,
     opts: &FuseOptions,
-) -> Result<(ClusterKind, u32, usize), Refusal> {
+) -> Result<(FusionKind, u32, usize), Refusal> {
     let n = u.size();
     if n > opts.max_nodes {
         return Err(Refusal::TooManyNodes(n));

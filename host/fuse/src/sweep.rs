@@ -52,8 +52,8 @@ use super::legality::{
 };
 use super::rules::{self, forward_rule, Joins, Kinds, FORWARD_CONSUMERS, RULES};
 use super::{
-    count_params_marked, store_layouts, Cluster, ClusterKind, FuseError, FuseOptions, FusionPlan,
-    Role, Unit,
+    count_params_marked, store_layouts, FuseError, FuseOptions, FusionGroup, FusionKind,
+    FusionPlan, Role, Unit,
 };
 use dvm_graph::{decomposed_len, Graph, NodeId};
 use dvm_sym::Dim;
@@ -107,7 +107,7 @@ impl Ctx<'_> {
 /// an opaque operator: `kind` is `None`). Units are numbered in order of
 /// creation; a unit's number is also its id in the dependence sets.
 struct Part {
-    kind: Option<ClusterKind>,
+    kind: Option<FusionKind>,
     /// The ids it absorbed, the ids it depends on, and the ids that depend
     /// on it (not its own): closed sets.
     ids: Set,
@@ -218,7 +218,7 @@ impl Sweep {
     #[allow(clippy::too_many_arguments)]
     fn add(
         &mut self,
-        kind: Option<ClusterKind>,
+        kind: Option<FusionKind>,
         members: impl IntoIterator<Item = NodeId>,
         size: u32,
         space: u32,
@@ -327,7 +327,7 @@ impl Sweep {
             return None;
         };
         let s = list[0];
-        if matches!(kind, ClusterKind::Reduce { .. }) {
+        if matches!(kind, FusionKind::Reduce { .. }) {
             let changed = if onto { &self.checked[..] } else { &union[..] };
             for &m in changed {
                 self.class_of[m.0] = self.classes[m.0];
@@ -405,7 +405,7 @@ impl Sweep {
         list: &[u32],
         union: &[NodeId],
         epoch: u32,
-    ) -> Option<(ClusterKind, u32, bool)> {
+    ) -> Option<(FusionKind, u32, bool)> {
         // A fresh epoch for `validate_union`'s node marks (`seen`), newer
         // than `epoch`, which `count_params` marks `seen` with afterwards.
         let onto_epoch = self.next_epoch();
@@ -428,9 +428,9 @@ impl Sweep {
                 if cfg!(debug_assertions) {
                     let mut classes = vec![Class::Full; owner.len()];
                     let full = validate_fast(&facts, &cx.shapes, union, member, &mut classes);
-                    debug_assert_eq!(full, Some((ClusterKind::Elementwise, space)));
+                    debug_assert_eq!(full, Some((FusionKind::Elementwise, space)));
                 }
-                return Some((ClusterKind::Elementwise, space, false));
+                return Some((FusionKind::Elementwise, space, false));
             }
             if let (Some(sa), Some(sb)) = (pa.side(a), pb.side(b)) {
                 let (shapes, class_of) = (&cx.shapes, &self.class_of);
@@ -494,7 +494,7 @@ impl Sweep {
     }
 
     /// The live group holding `n`, when it is one of `kinds`.
-    fn group_of(&self, n: NodeId, ok: impl Fn(&ClusterKind) -> bool) -> Option<u32> {
+    fn group_of(&self, n: NodeId, ok: impl Fn(&FusionKind) -> bool) -> Option<u32> {
         let p = self.owner[n.0];
         if p == NONE {
             return None;
@@ -536,7 +536,7 @@ impl rules::Union for Candidate<'_, '_, '_, '_> {
     }
 
     #[inline]
-    fn validate(&mut self) -> Option<(ClusterKind, u32)> {
+    fn validate(&mut self) -> Option<(FusionKind, u32)> {
         (self.epoch, self.sorted) = self.sw.gather(self.list, &mut self.union);
         let found = self
             .sw
@@ -569,7 +569,7 @@ impl rules::Union for Candidate<'_, '_, '_, '_> {
 /// space's rank and the last member, is the anchor. `None` when the
 /// pair is not of that form.
 fn joins_elementwise(facts: &Facts<'_>, shapes: &Shapes, a: &Part, b: &Part) -> Option<u32> {
-    let elementwise = Some(ClusterKind::Elementwise);
+    let elementwise = Some(FusionKind::Elementwise);
     let (&[n], Some(&last)) = (&b.nodes[..], a.nodes.last()) else {
         return None;
     };
@@ -742,7 +742,7 @@ impl Decided {
     /// against 1, so such a window's own decision has the same groups,
     /// stacks and order.
     pub fn with_spaces(mut self, mut dim: impl FnMut(&Dim) -> Dim) -> Decided {
-        for c in &mut self.arranged.clusters {
+        for c in &mut self.arranged.groups {
             for d in &mut c.space {
                 *d = dim(d);
             }
@@ -768,10 +768,10 @@ impl Decided {
         let span = |m: NodeId| (starts[m.0]..starts[m.0 + 1]).map(|k| NodeId(k as usize));
         let a = &self.arranged;
         let arranged = Arranged {
-            clusters: a
-                .clusters
+            groups: a
+                .groups
                 .iter()
-                .map(|c| Cluster {
+                .map(|c| FusionGroup {
                     kind: c.kind.clone(),
                     nodes: c.nodes.iter().flat_map(|&m| span(m)).collect(),
                     space: c.space.clone(),
@@ -798,7 +798,7 @@ impl Decided {
 /// A sweep's groups, stacks and order.
 #[derive(Clone)]
 struct Arranged {
-    clusters: Vec<Cluster>,
+    groups: Vec<FusionGroup>,
     stacks: Vec<Vec<usize>>,
     order: Vec<Unit>,
     applied: Vec<(&'static str, String)>,
@@ -819,14 +819,14 @@ impl Arranged {
         is_output: Vec<bool>,
     ) -> Result<FusionPlan, FuseError> {
         let mut owner = vec![None; g.nodes().len()];
-        for (c, cl) in self.clusters.iter().enumerate() {
+        for (c, cl) in self.groups.iter().enumerate() {
             for &m in &cl.nodes {
                 owner[m.0] = Some(c);
             }
         }
         let layouts = store_layouts(g, &users, &is_output, opts.fuse, |m| owner[m.0].is_some());
         let plan = FusionPlan {
-            clusters: self.clusters,
+            groups: self.groups,
             owner,
             stacks: self.stacks,
             order: self.order,
@@ -873,19 +873,19 @@ fn forward(cx: &Ctx<'_>, sw: &mut Sweep, composites: &[Range<usize>]) -> bool {
                 let id = NodeId(i);
                 let node = &g[id];
                 let (kind, space) = match cx.roles[i] {
-                    Role::Elementwise => (Some(ClusterKind::Elementwise), cx.shapes.of(id)),
+                    Role::Elementwise => (Some(FusionKind::Elementwise), cx.shapes.of(id)),
                     Role::Reduce { axis, keepdims } => {
                         sw.class_of[i] = Class::Reduced(keepdims);
                         (
-                            Some(ClusterKind::Reduce { axis }),
+                            Some(FusionKind::Reduce { axis }),
                             cx.shapes.of(node.operands[0]),
                         )
                     }
                     Role::Composite { axis } => (
-                        Some(ClusterKind::Reduce { axis }),
+                        Some(FusionKind::Reduce { axis }),
                         cx.shapes.of(node.operands[0]),
                     ),
-                    Role::Matmul => (Some(ClusterKind::Matmul), cx.shapes.of(id)),
+                    Role::Matmul => (Some(FusionKind::Matmul), cx.shapes.of(id)),
                     Role::Data if node.operands.is_empty() => {
                         i += 1;
                         continue;
@@ -909,7 +909,7 @@ fn forward(cx: &Ctx<'_>, sw: &mut Sweep, composites: &[Range<usize>]) -> bool {
         }
         // The groups it reads from that an edge rule of this phase joins
         // it with, in the order of those rules.
-        let joins = |p: &ClusterKind| forward_rule(p, &kind);
+        let joins = |p: &FusionKind| forward_rule(p, &kind);
         producers.clear();
         for &m in &sw.parts[u as usize].nodes {
             for &o in &g[m].operands {
@@ -971,7 +971,7 @@ fn seed(cx: &Ctx<'_>, sw: &mut Sweep, r: Range<usize>) -> Option<u32> {
     }
     sw.union = nodes;
     let (kind, space) = found.filter(|_| bound <= cx.opts.max_params)?;
-    if matches!(kind, ClusterKind::Reduce { .. }) {
+    if matches!(kind, FusionKind::Reduce { .. }) {
         sw.class_of[r.clone()].copy_from_slice(&sw.classes[r.clone()]);
     }
     let size = r.len() as u32;
@@ -1137,7 +1137,7 @@ fn kahn(cx: &Ctx<'_>, sw: &Sweep, ob: &mut OrderBuffers) -> Vec<Unit> {
         };
         match unit {
             Unit::Node(m) => release(m),
-            Unit::Cluster(p) => sw.parts[p].nodes.iter().for_each(|&m| release(m)),
+            Unit::Group(p) => sw.parts[p].nodes.iter().for_each(|&m| release(m)),
             Unit::Stack(s) => {
                 for &p in &sw.stacks[s] {
                     sw.parts[p].nodes.iter().for_each(|&m| release(m));
@@ -1174,7 +1174,7 @@ fn arrange(cx: &Ctx<'_>, sw: &mut Sweep) -> Result<Arranged, FuseError> {
                 Unit::Stack(part.stack as usize),
             ),
             Some(part) if part.kind.is_some() => {
-                (Some(&mut ob.of_part[p as usize]), Unit::Cluster(p as usize))
+                (Some(&mut ob.of_part[p as usize]), Unit::Group(p as usize))
             }
             _ => (None, Unit::Node(NodeId(i))),
         };
@@ -1211,37 +1211,37 @@ fn arrange(cx: &Ctx<'_>, sw: &mut Sweep) -> Result<Arranged, FuseError> {
         });
     }
     // Groups numbered in order of their units.
-    let mut clusters = Vec::new();
+    let mut groups = Vec::new();
     let mut stacks = Vec::new();
     for u in &mut order {
-        let (Unit::Cluster(p) | Unit::Stack(p)) = *u else {
+        let (Unit::Group(p) | Unit::Stack(p)) = *u else {
             continue;
         };
         let list = match *u {
             Unit::Stack(s) => &sw.stacks[s][..],
             _ => std::slice::from_ref(&p),
         };
-        let first = clusters.len();
+        let first = groups.len();
         for &q in list {
             let part = &sw.parts[q];
             // A copy: the member list stays for the next sweep, with room
             // to grow.
-            clusters.push(Cluster {
-                kind: part.kind.clone().unwrap_or(ClusterKind::Elementwise),
+            groups.push(FusionGroup {
+                kind: part.kind.clone().unwrap_or(FusionKind::Elementwise),
                 nodes: part.nodes.clone(),
                 space: cx.shapes.shape(part.space),
             });
         }
         *u = match *u {
             Unit::Stack(_) => {
-                stacks.push((first..clusters.len()).collect());
+                stacks.push((first..groups.len()).collect());
                 Unit::Stack(stacks.len() - 1)
             }
-            _ => Unit::Cluster(first),
+            _ => Unit::Group(first),
         };
     }
     Ok(Arranged {
-        clusters,
+        groups,
         stacks,
         order,
         applied: std::mem::take(&mut sw.applied),

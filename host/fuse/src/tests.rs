@@ -51,7 +51,7 @@ fn symbolic_dimensions_compare_for_every_binding() {
 }
 
 /// Validates `members` of `g` as one group.
-fn check(g: &Graph, members: &[NodeId]) -> Result<(ClusterKind, Vec<Dim>), Reason> {
+fn check(g: &Graph, members: &[NodeId]) -> Result<(FusionKind, Vec<Dim>), Reason> {
     let users = Users::new(g);
     let mut is_output = vec![false; g.nodes().len()];
     for (_, id) in g.outputs() {
@@ -102,7 +102,7 @@ fn validation_rejects_malformed_groups_with_a_reason() {
     g.output("y", y).unwrap();
     assert!(matches!(
         check(&g, &[s, y]),
-        Ok((ClusterKind::Reduce { axis: 0 }, _))
+        Ok((FusionKind::Reduce { axis: 0 }, _))
     ));
 
     // A broadcast value stored from the larger space.
@@ -135,7 +135,7 @@ fn validation_rejects_malformed_groups_with_a_reason() {
     let all: Vec<NodeId> = (1..d.nodes().len()).map(NodeId).collect();
     assert_eq!(
         check(&d, &all),
-        Ok((ClusterKind::Reduce { axis: 1 }, vec![s, c(32)]))
+        Ok((FusionKind::Reduce { axis: 1 }, vec![s, c(32)]))
     );
 }
 
@@ -155,7 +155,7 @@ fn view_cycle_graph() -> (Graph, [NodeId; 3]) {
 fn a_merge_through_a_view_would_be_a_cycle() {
     let (g, [e, t, f]) = view_cycle_graph();
     let p = plan(&g);
-    assert_eq!(p.clusters.len(), 2);
+    assert_eq!(p.groups.len(), 2);
     let r = &p.rejections[0];
     assert_eq!((r.a, r.b), (e, f));
     assert!(
@@ -174,8 +174,8 @@ fn rules_build_the_expected_groups() {
     let y = g.scalar(Opcode::MulS, y, 0.5).unwrap();
     g.output("y", y).unwrap();
     let p = plan(&g);
-    assert_eq!(p.clusters.len(), 1);
-    assert_eq!(p.clusters[0].kind, ClusterKind::Reduce { axis: 1 });
+    assert_eq!(p.groups.len(), 1);
+    assert_eq!(p.groups[0].kind, FusionKind::Reduce { axis: 1 });
     let rules: Vec<&str> = p.applied.iter().map(|(r, _)| *r).collect();
     assert!(rules.contains(&"elementwise-chain"));
     assert!(rules.contains(&"reduce-epilogue"));
@@ -187,12 +187,12 @@ fn rules_build_the_expected_groups() {
     g.output("a", a).unwrap();
     g.output("b", b).unwrap();
     let p = plan(&g);
-    assert_eq!(p.clusters.len(), 1);
+    assert_eq!(p.groups.len(), 1);
     assert_eq!(p.applied[0].0, "siblings");
 
     // Fusion off: one group per operator, no stacks, no rewrites.
     let p = FusionPlan::unfused(&g);
-    assert_eq!(p.clusters.len(), 2);
+    assert_eq!(p.groups.len(), 2);
     assert!(p.stacks.is_empty() && p.applied.is_empty());
 }
 
@@ -210,7 +210,7 @@ fn the_unit_order_respects_every_edge() {
         None => Unit::Node(n),
         Some(c) => match p.stacks.iter().position(|s| s.contains(&c)) {
             Some(s) => Unit::Stack(s),
-            None => Unit::Cluster(c),
+            None => Unit::Group(c),
         },
     };
     let pos = |u: Unit| p.order.iter().position(|&v| v == u).unwrap();
@@ -242,8 +242,8 @@ fn the_consistency_check_catches_a_bad_rewrite() {
     assert_eq!(st.try_merge(a, b), Err(Reason::MatmulReduce));
     // Force the merge anyway, with a wrong kind: the whole-state check
     // reports the rule that did it.
-    let bogus = Cluster {
-        kind: ClusterKind::Elementwise,
+    let bogus = FusionGroup {
+        kind: FusionKind::Elementwise,
         nodes: vec![m, r],
         space: Vec::new(),
     };
@@ -334,8 +334,8 @@ fn a_path_reentering_a_group_at_a_lower_id_is_a_cycle() {
     let (ca, cb) = (st.owner(a).unwrap(), st.owner(b).unwrap());
     assert!(matches!(st.try_merge(ca, cb), Err(Reason::Cycle { .. })));
     // A forced merge anyway is caught by the consistency check.
-    let bogus = Cluster {
-        kind: ClusterKind::Elementwise,
+    let bogus = FusionGroup {
+        kind: FusionKind::Elementwise,
         nodes: vec![b, a],
         space: Vec::new(),
     };
@@ -363,7 +363,7 @@ fn groups_entered_late_and_left_early_fuse_without_a_fallback() {
         },
     ] {
         let p = FusionPlan::new(&decompose(&g).unwrap(), &opts).unwrap();
-        assert!(p.kernel_groups() < 4, "{:?}", p.clusters);
+        assert!(p.kernel_groups() < 4, "{:?}", p.groups);
     }
 }
 
@@ -480,7 +480,7 @@ fn siblings_of_a_widely_read_input_skip_dependent_pairs_and_merge_the_rest() {
     // as a sibling (its group holds more than its own three nodes).
     for &t in &branches {
         let c = owner_of(&g[t].name);
-        assert!(p.clusters[c].nodes.len() > 3, "{:?}", p.clusters);
+        assert!(p.groups[c].nodes.len() > 3, "{:?}", p.groups);
     }
     // Each layer's softmax stays its own group: the layers depend on each
     // other through the matmuls.
@@ -500,11 +500,11 @@ fn sweep_opts() -> FuseOptions {
 
 /// The groups of a plan as (kind, member names), and its stacks as sets
 /// of groups' first members: what two passes must agree on.
-type Grouping = (Vec<(ClusterKind, Vec<String>)>, Vec<Vec<String>>);
+type Grouping = (Vec<(FusionKind, Vec<String>)>, Vec<Vec<String>>);
 
 fn grouping(g: &Graph, p: &FusionPlan) -> Grouping {
     let mut groups: Vec<_> = p
-        .clusters
+        .groups
         .iter()
         .map(|cl| (cl.kind.clone(), names(g, &cl.nodes)))
         .collect();
@@ -515,7 +515,7 @@ fn grouping(g: &Graph, p: &FusionPlan) -> Grouping {
         .map(|s| {
             let mut v: Vec<String> = s
                 .iter()
-                .map(|&c| g[p.clusters[c].nodes[0]].name.to_string())
+                .map(|&c| g[p.groups[c].nodes[0]].name.to_string())
                 .collect();
             v.sort();
             v
@@ -556,10 +556,10 @@ fn the_sweep_groups_the_eager_window_and_the_encoder_as_the_rules_do() {
     // else (bias, GELU and residual as the layernorm's prologue).
     let (d, spans) = decompose_with_spans(&graphs[0]).unwrap();
     let p = FusionPlan::with_composites(&d, &sweep_opts(), &spans).unwrap();
-    let kinds: Vec<&ClusterKind> = p.clusters.iter().map(|c| &c.kind).collect();
+    let kinds: Vec<&FusionKind> = p.groups.iter().map(|c| &c.kind).collect();
     assert_eq!(kinds.len(), 6, "{kinds:?}");
     assert_eq!(
-        kinds.iter().filter(|k| ***k == ClusterKind::Matmul).count(),
+        kinds.iter().filter(|k| ***k == FusionKind::Matmul).count(),
         3
     );
 }
@@ -604,7 +604,7 @@ fn the_sweep_never_closes_a_cycle() {
         )
         .unwrap();
         p.verify(&g).unwrap();
-        assert!(p.kernel_groups() < 4, "{:?}", p.clusters);
+        assert!(p.kernel_groups() < 4, "{:?}", p.groups);
     }
 }
 
@@ -679,8 +679,8 @@ fn recorded_and_decomposed(g: &Graph, opts: &FuseOptions) -> Option<(FusionPlan,
 /// Asserts two plans have the same groups (kind, members, space), stacks
 /// and order.
 fn assert_same_plan(a: &FusionPlan, b: &FusionPlan, what: &str) {
-    assert_eq!(a.clusters.len(), b.clusters.len(), "{what}: group count");
-    for (x, y) in a.clusters.iter().zip(&b.clusters) {
+    assert_eq!(a.groups.len(), b.groups.len(), "{what}: group count");
+    for (x, y) in a.groups.iter().zip(&b.groups) {
         assert_eq!(
             (&x.kind, &x.nodes, &x.space),
             (&y.kind, &y.nodes, &y.space),

@@ -142,112 +142,11 @@ impl Graph {
         self.add_node(None, Op::ScalarDim(code, dim.clone()), &[x], None, None)
     }
 
-    unary_ops! {
-        /// `|x|`.
-        abs => Abs;
-        /// `-x`.
-        neg => Neg;
-        /// `e^x`.
-        exp => Exp;
-        /// Natural logarithm.
-        log => Log;
-        /// Square root.
-        sqrt => Sqrt;
-        /// `1 / sqrt(x)`.
-        rsqrt => Rsqrt;
-        /// `1 / x`.
-        recip => Recip;
-        /// Hyperbolic tangent.
-        tanh => Tanh;
-        /// Logistic sigmoid.
-        sigmoid => Sigmoid;
-        /// `max(x, 0)`.
-        relu => Relu;
-        /// GELU, tanh approximation.
-        gelu_tanh => GeluTanh;
-        /// GELU, erf form.
-        gelu_erf => GeluErf;
-        /// `x · sigmoid(x)`.
-        silu => Silu;
-        /// Round toward −∞.
-        floor => Floor;
-        /// Round toward +∞.
-        ceil => Ceil;
-        /// Round to nearest, ties to even.
-        round => Round;
-        /// Error function.
-        erf => Erf;
-        /// Logical not (bool).
-        not => Not;
-        /// `x` is finite (result bool).
-        isfinite => IsFinite;
-    }
+    crate::for_each_unary_op!(unary_ops);
 
-    binary_ops! {
-        /// `a + b`.
-        add => Add;
-        /// `a − b`.
-        sub => Sub;
-        /// `a · b`.
-        mul => Mul;
-        /// `a / b` (integer division truncates; by zero gives 0).
-        div => Div;
-        /// Element-wise maximum (for the reduction see [`Graph::reduce_max`]).
-        max => Max;
-        /// Element-wise minimum (for the reduction see [`Graph::reduce_min`]).
-        min => Min;
-        /// `a ^ b`.
-        pow => Pow;
-        /// Logical and (bool).
-        and => And;
-        /// Logical or (bool).
-        or => Or;
-        /// `a == b` (bool).
-        eq => Eq;
-        /// `a != b` (bool).
-        ne => Ne;
-        /// `a < b` (bool).
-        lt => Lt;
-        /// `a <= b` (bool).
-        le => Le;
-        /// `a > b` (bool).
-        gt => Gt;
-        /// `a >= b` (bool).
-        ge => Ge;
-    }
+    crate::for_each_binary_op!(binary_ops);
 
-    scalar_ops! {
-        /// `x + value`.
-        adds => AddS;
-        /// `x − value`.
-        subs => SubS;
-        /// `value − x`.
-        rsubs => RSubS;
-        /// `x · value`.
-        muls => MulS;
-        /// `x / value`.
-        divs => DivS;
-        /// `value / x`.
-        rdivs => RDivS;
-        /// `max(x, value)`.
-        maxs => MaxS;
-        /// `min(x, value)`.
-        mins => MinS;
-        /// `x ^ value`.
-        pows => PowS;
-        /// `x == value` (bool).
-        eqs => EqS;
-        /// `x != value` (bool).
-        nes => NeS;
-        /// `x < value` (bool).
-        lts => LtS;
-        /// `x <= value` (bool).
-        les => LeS;
-        /// `x > value` (bool).
-        gts => GtS;
-        /// `x >= value` (bool).
-        ges => GeS;
-    }
+    crate::for_each_scalar_op!(scalar_ops);
 
     /// `cond ? a : b` element-wise, with broadcasting of all three.
     ///

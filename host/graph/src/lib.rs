@@ -53,6 +53,7 @@
 mod bind;
 mod builder;
 mod decompose;
+mod elementwise;
 mod error;
 pub mod json;
 pub mod models;

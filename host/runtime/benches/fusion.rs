@@ -25,7 +25,7 @@
 
 use std::time::{Duration, Instant};
 
-use dvm_compile::codegen::{Group, GroupKind, Node, Target, View};
+use dvm_compile::codegen::{Group, GroupKind, Target, TileOp, View};
 use dvm_compile::kernel::build;
 use dvm_fuse::{FuseOptions, FusionPlan};
 use dvm_graph::models::{encoder_block, EncoderConfig};
@@ -341,7 +341,7 @@ impl CopyRef {
         let group = Group {
             kind: GroupKind::Elementwise { shape: vec![elems] },
             inputs: vec![v.clone()],
-            nodes: vec![(Node::Input(0), DType::F32)],
+            nodes: vec![(TileOp::Input(0), DType::F32)],
             outputs: vec![(0, v)],
         };
         let target = Target {
@@ -693,7 +693,7 @@ fn decision_table(quick: bool, cores: usize) {
         println!(
             "  {name:<30} {:>3} nodes → {:>2} groups: rules {:>6.1} µs (min {:.1}), with reasons {:>6.1} µs, decomposition + rules {:>6.1} µs; sweep {:>5.1} µs, decomposition + sweep {:>5.1} µs; over the recorded operators {:>5.1} µs, + decomposition and mapping {:>5.1} µs",
             d.nodes().len(),
-            plan.clusters.len(),
+            plan.groups.len(),
             median(fast.clone()),
             fast.iter().cloned().fold(f64::MAX, f64::min),
             median(full),

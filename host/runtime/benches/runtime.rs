@@ -11,7 +11,7 @@
 
 use std::time::Instant;
 
-use dvm_compile::codegen::{Group, GroupKind, Node, Target, View};
+use dvm_compile::codegen::{Group, GroupKind, Target, TileOp, View};
 use dvm_compile::kernel::build;
 use dvm_compile::samples::groups;
 use dvm_isa::{DType, Opcode};
@@ -136,8 +136,8 @@ fn main() {
         kind: GroupKind::Elementwise { shape: vec![8] },
         inputs: vec![v.clone()],
         nodes: vec![
-            (Node::Input(0), DType::F32),
-            (Node::Unary(Opcode::Neg, 0), DType::F32),
+            (TileOp::Input(0), DType::F32),
+            (TileOp::Unary(Opcode::Neg, 0), DType::F32),
         ],
         outputs: vec![(1, v)],
     };
@@ -161,8 +161,8 @@ fn main() {
         kind: GroupKind::Elementwise { shape: vec![n] },
         inputs: vec![v.clone()],
         nodes: vec![
-            (Node::Input(0), DType::F32),
-            (Node::Unary(Opcode::Neg, 0), DType::F32),
+            (TileOp::Input(0), DType::F32),
+            (TileOp::Unary(Opcode::Neg, 0), DType::F32),
         ],
         outputs: vec![(1, v)],
     };

@@ -49,7 +49,7 @@ fn main() {
     println!(
         "{} nodes, {} groups, {:.1} ms",
         g.nodes().len(),
-        p.clusters.len(),
+        p.groups.len(),
         t.elapsed().as_secs_f64() * 1e3
     );
 }

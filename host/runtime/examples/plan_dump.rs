@@ -175,7 +175,7 @@ fn dump(label: &str, g: &Graph) {
         Ok(p) => println!(
             "prepared: {} nodes, {:?}, error {:?}",
             p.graph().nodes().len(),
-            p.fusion().clusters,
+            p.fusion().groups,
             p.fuse_error()
         ),
         Err(e) => println!("prepared: error {e}"),

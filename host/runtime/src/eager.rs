@@ -621,112 +621,11 @@ impl LazyTensor {
         self.record(&[], |g, n| g.scalar(code, n[0], value))
     }
 
-    unary_ops! {
-        /// `|x|`.
-        abs => Abs;
-        /// `-x`.
-        neg => Neg;
-        /// `e^x`.
-        exp => Exp;
-        /// Natural logarithm.
-        log => Log;
-        /// Square root.
-        sqrt => Sqrt;
-        /// `1 / sqrt(x)`.
-        rsqrt => Rsqrt;
-        /// `1 / x`.
-        recip => Recip;
-        /// Hyperbolic tangent.
-        tanh => Tanh;
-        /// Logistic sigmoid.
-        sigmoid => Sigmoid;
-        /// `max(x, 0)`.
-        relu => Relu;
-        /// GELU, tanh approximation.
-        gelu_tanh => GeluTanh;
-        /// GELU, erf form.
-        gelu_erf => GeluErf;
-        /// `x · sigmoid(x)`.
-        silu => Silu;
-        /// Round toward −∞.
-        floor => Floor;
-        /// Round toward +∞.
-        ceil => Ceil;
-        /// Round to nearest, ties to even.
-        round => Round;
-        /// Error function.
-        erf => Erf;
-        /// Logical not (bool).
-        not => Not;
-        /// `x` is finite (result bool).
-        isfinite => IsFinite;
-    }
+    dvm_graph::for_each_unary_op!(unary_ops);
 
-    binary_ops! {
-        /// `self + other`.
-        add => Add;
-        /// `self − other`.
-        sub => Sub;
-        /// `self · other` (element-wise).
-        mul => Mul;
-        /// `self / other` (integer division truncates; by zero gives 0).
-        div => Div;
-        /// Element-wise maximum.
-        max => Max;
-        /// Element-wise minimum.
-        min => Min;
-        /// `self ^ other`.
-        pow => Pow;
-        /// Logical and (bool).
-        and => And;
-        /// Logical or (bool).
-        or => Or;
-        /// `self == other` (bool).
-        eq => Eq;
-        /// `self != other` (bool).
-        ne => Ne;
-        /// `self < other` (bool).
-        lt => Lt;
-        /// `self <= other` (bool).
-        le => Le;
-        /// `self > other` (bool).
-        gt => Gt;
-        /// `self >= other` (bool).
-        ge => Ge;
-    }
+    dvm_graph::for_each_binary_op!(binary_ops);
 
-    scalar_ops! {
-        /// `self + value`.
-        adds => AddS;
-        /// `self − value`.
-        subs => SubS;
-        /// `value − self`.
-        rsubs => RSubS;
-        /// `self · value`.
-        muls => MulS;
-        /// `self / value`.
-        divs => DivS;
-        /// `value / self`.
-        rdivs => RDivS;
-        /// `max(self, value)`.
-        maxs => MaxS;
-        /// `min(self, value)`.
-        mins => MinS;
-        /// `self ^ value`.
-        pows => PowS;
-        /// `self == value` (bool).
-        eqs => EqS;
-        /// `self != value` (bool).
-        nes => NeS;
-        /// `self < value` (bool).
-        lts => LtS;
-        /// `self <= value` (bool).
-        les => LeS;
-        /// `self > value` (bool).
-        gts => GtS;
-        /// `self >= value` (bool).
-        ges => GeS;
-    }
+    dvm_graph::for_each_scalar_op!(scalar_ops);
 
     /// `self · k` ([`LazyTensor::muls`]).
     ///
@@ -1160,7 +1059,7 @@ fn debug_assert_own_decision(
         return;
     };
     if let (Ok(a), Ok(b)) = (own.expand(&d), decided.expand(&d)) {
-        debug_assert_eq!(a.clusters, b.clusters);
+        debug_assert_eq!(a.groups, b.groups);
         debug_assert_eq!(a.stacks, b.stacks);
         debug_assert_eq!(a.order, b.order);
     }
@@ -1419,7 +1318,7 @@ mod tests {
         assert!(matches!(decided, Some(Ok(_))));
         let (p, _, kept) = prepare(g, &options, &mut scratch, true).expect("prepares");
         assert!(kept.is_some(), "decided over the recorded operators");
-        let groups = p.fusion().clusters.len();
+        let groups = p.fusion().groups.len();
         assert!(
             groups > 0 && groups < ops,
             "{groups} groups for {ops} operators"
@@ -1455,7 +1354,7 @@ mod tests {
                     .unwrap();
                 let (d, _) = decompose_owned(copy).unwrap();
                 let (x, y) = (handed.expand(&d).unwrap(), own.expand(&d).unwrap());
-                assert_eq!(x.clusters, y.clusters, "seed {seed}, rows {a} and {b}");
+                assert_eq!(x.groups, y.groups, "seed {seed}, rows {a} and {b}");
                 assert_eq!(x.stacks, y.stacks, "seed {seed}");
                 assert_eq!(x.order, y.order, "seed {seed}");
                 checked += 1;

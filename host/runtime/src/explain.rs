@@ -111,7 +111,7 @@ fn write_groups(out: &mut String, g: &Graph, f: &FusionPlan) {
         "\nfusion groups (decided once on the symbolic graph, {} rewrites):",
         f.applied.len()
     );
-    for (i, c) in f.clusters.iter().enumerate() {
+    for (i, c) in f.groups.iter().enumerate() {
         let _ = writeln!(
             out,
             "  g{i:<3} {:<16} {:<16} {}",

@@ -17,7 +17,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use dvm_device::exec::{run_block, run_tile_ranges, Barrier, ExecError, RunStats, UbStorage};
-use dvm_device::gm::{GmBuf, Launch};
+use dvm_device::gm::{GmBuf, KernelArgs};
 use dvm_device::predecode::Program;
 use dvm_isa::KernelKind;
 
@@ -347,7 +347,7 @@ fn run_one(
     let gm = bufs
         .iter()
         .map(|b| unsafe { GmBuf::from_raw_parts(b.ptr, b.len, b.writable) });
-    match Launch::with_signature(program.params(), gm) {
+    match KernelArgs::with_signature(program.params(), gm) {
         Ok(launch) => match claim {
             Some((next, chunk)) => run_claimed(program, &launch, next, chunk, ub),
             None => run_block(program, &launch, block, block_dim, ub, barrier),
@@ -369,7 +369,7 @@ fn run_one(
 /// participants stop too.
 fn run_claimed(
     program: &Program,
-    launch: &Launch<'_>,
+    launch: &KernelArgs<'_>,
     next: &AtomicU64,
     chunk: u64,
     ub: &mut [u8],

@@ -3,7 +3,7 @@
 //! graph whose shapes agree only for some bindings is not fused), the split
 //! fallback under UB pressure, stacking, and the kernel cache.
 
-use dvm_fuse::{ClusterKind, FuseOptions, Reason};
+use dvm_fuse::{FuseOptions, FusionKind, Reason};
 use dvm_graph::models::{encoder_block, EncoderConfig};
 use dvm_graph::reference;
 use dvm_graph::{Graph, NodeId};
@@ -457,7 +457,7 @@ fn shapes_equal_only_for_some_bindings_do_not_fuse() {
     let g = two_symbols(false);
     let p = Prepared::with_options(&g, &fused()).unwrap();
     // Two groups (each a chain of two ops), never one, even at S = T.
-    assert_eq!(p.fusion().clusters.len(), 2);
+    assert_eq!(p.fusion().groups.len(), 2);
     let rej = p
         .fusion()
         .rejections
@@ -486,7 +486,7 @@ fn shapes_equal_only_for_some_bindings_do_not_fuse() {
     // Once S == T is declared, symbol deduction proves the spaces equal.
     let g = two_symbols(true);
     let p = Prepared::with_options(&g, &fused()).unwrap();
-    assert_eq!(p.fusion().clusters.len(), 1);
+    assert_eq!(p.fusion().groups.len(), 1);
     assert_eq!(counts(&g, &fused(), &[("S", 7)]).0, 1);
 }
 
@@ -505,7 +505,7 @@ fn a_slice_that_matches_only_short_sequences_does_not_fuse() {
     g.output("b", b).unwrap();
     assert_eq!(g.shape_string(b), "[min(S,8), 8]");
     let p = Prepared::with_options(&g, &fused()).unwrap();
-    assert_eq!(p.fusion().clusters.len(), 2);
+    assert_eq!(p.fusion().groups.len(), 2);
     assert!(p
         .fusion()
         .rejections
@@ -535,7 +535,7 @@ fn a_fused_group_whose_tiles_do_not_fit_is_split_not_failed() {
     let y = g.layer_norm(x, gm, bt, 1e-5).unwrap();
     g.output("y", y).unwrap();
     let p = Prepared::with_options(&g, &fused()).unwrap();
-    assert_eq!(p.fusion().clusters.len(), 1, "one group symbolically");
+    assert_eq!(p.fusion().groups.len(), 1, "one group symbolically");
     let rt = Runtime::new(2, 256);
     let b = Bindings::new().with(p.graph().scope().lookup("S").unwrap(), 3);
     let (plan, _) = rt.plan(&p, &b).unwrap();
@@ -594,10 +594,10 @@ fn encoder_block_fuses_43_kernels_into_11_and_matches_the_reference() {
     let cfg = SMALL_ENCODER;
     let g = encoder_block(&cfg).unwrap();
     let p = Prepared::with_options(&g, &fused()).unwrap();
-    let kinds: Vec<&ClusterKind> = p.fusion().clusters.iter().map(|c| &c.kind).collect();
+    let kinds: Vec<&FusionKind> = p.fusion().groups.iter().map(|c| &c.kind).collect();
     let reduces = kinds
         .iter()
-        .filter(|k| matches!(k, ClusterKind::Reduce { .. }))
+        .filter(|k| matches!(k, FusionKind::Reduce { .. }))
         .count();
     assert_eq!(reduces, 3, "softmax, layernorm 1, layernorm 2");
     for s in [1i64, 17, 64] {

@@ -8,7 +8,7 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use dvm_compile::codegen::{Group, GroupKind, Node, Target, View};
+use dvm_compile::codegen::{Group, GroupKind, Target, TileOp, View};
 use dvm_compile::kernel::build;
 use dvm_device::predecode::Program;
 use dvm_isa::{DType, Opcode};
@@ -22,9 +22,9 @@ fn elementwise(n: u64) -> Group {
         kind: GroupKind::Elementwise { shape: vec![n] },
         inputs: vec![v.clone()],
         nodes: vec![
-            (Node::Input(0), DType::F32),
-            (Node::Unary(Opcode::Exp, 0), DType::F32),
-            (Node::Binary(Opcode::Mul, 1, 0), DType::F32),
+            (TileOp::Input(0), DType::F32),
+            (TileOp::Unary(Opcode::Exp, 0), DType::F32),
+            (TileOp::Binary(Opcode::Mul, 1, 0), DType::F32),
         ],
         outputs: vec![(2, v)],
     }
@@ -39,9 +39,9 @@ fn row_sum(rows: u64, cols: u64) -> Group {
         },
         inputs: vec![View::contiguous(DType::F32, &[rows, cols])],
         nodes: vec![
-            (Node::Input(0), DType::F32),
-            (Node::Scalar(Opcode::MulS, 0, 0.5), DType::F32),
-            (Node::Reduce(Opcode::ReduceSum, 1), DType::F32),
+            (TileOp::Input(0), DType::F32),
+            (TileOp::Scalar(Opcode::MulS, 0, 0.5), DType::F32),
+            (TileOp::Reduce(Opcode::ReduceSum, 1), DType::F32),
         ],
         outputs: vec![(2, View::contiguous(DType::F32, &[rows, 1]))],
     }
@@ -61,7 +61,7 @@ fn matmul(m: u64, n: u64, k: u64) -> Group {
             View::contiguous(DType::F32, &[m, k]),
             View::contiguous(DType::F32, &[k, n]),
         ],
-        nodes: vec![(Node::Matmul, DType::F32)],
+        nodes: vec![(TileOp::Matmul, DType::F32)],
         outputs: vec![(0, View::contiguous(DType::F32, &[m, n]))],
     }
 }

@@ -12,7 +12,7 @@
 
 use core::ptr::addr_of_mut;
 
-use dvm_device::{run_all_blocks_sequentially, ExecError, GmBuf, Launch, Program};
+use dvm_device::{run_all_blocks_sequentially, ExecError, GmBuf, KernelArgs, Program};
 use dvm_isa::job::{
     BufferEntry, Job, JobHeader, LaunchEntry, LaunchReport, ModuleEntry, Status, BUF_OUTPUT,
     HEADER_BYTES,
@@ -192,7 +192,7 @@ fn launch(
     });
     // The launch check (binding), here so that its failure is reported
     // before any core starts.
-    let launch = Launch::new(&kernel, bufs).map_err(|e| {
+    let launch = KernelArgs::new(&kernel, bufs).map_err(|e| {
         defmt::error!("bind: {}", e);
         fail(Status::Bind, 0)
     })?;

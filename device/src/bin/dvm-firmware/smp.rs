@@ -37,7 +37,7 @@ use core::cell::UnsafeCell;
 use core::hint::spin_loop;
 use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
-use dvm_device::{run_blocks_strided, Barrier, ExecError, GmBuf, Launch, Program, RunStats};
+use dvm_device::{run_blocks_strided, Barrier, ExecError, GmBuf, KernelArgs, Program, RunStats};
 use dvm_isa::job::Status;
 use dvm_isa::verify::MAX_PARAMS;
 use dvm_isa::KernelKind;
@@ -435,7 +435,7 @@ fn run_share(core: usize, w: &Work) -> Result<RunStats, ExecError> {
         // read or written by another.
         unsafe { GmBuf::from_raw_parts(b.ptr, b.len, b.writable) }
     });
-    match Launch::with_signature(program.params(), bufs) {
+    match KernelArgs::with_signature(program.params(), bufs) {
         Ok(launch) => run_blocks_strided(
             program,
             &launch,

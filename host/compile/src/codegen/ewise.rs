@@ -3,7 +3,7 @@
 use dvm_isa::builder::{CodeWriter, ParamDef};
 use dvm_isa::{Axis, DType, Instr, KernelKind, Opcode, ParamAccess, WaitMask};
 
-use super::group::{Group, GroupKind, Node};
+use super::group::{Group, GroupKind, TileOp};
 use super::space::{coalesce_keep, grid_layout, BoxShape, Tiled};
 use super::ub_alloc::{UbAlloc, ALIGN};
 use super::view::MAX_RANK;
@@ -41,7 +41,7 @@ pub(super) fn spreads(group: &Group, t: &Tiled, out: &mut Vec<Option<Spread>>) {
         // A matmul's own operands (inputs 0 and 1) are not over its space.
         let own = |k: usize| matches!(group.kind, GroupKind::Matmul { .. }) && k < 2;
         let s = match *node {
-            Node::Input(k) if !stored && !own(k) => t.strides.get(k).and_then(|st| {
+            TileOp::Input(k) if !stored && !own(k) => t.strides.get(k).and_then(|st| {
                 if st[t.cdim] == 0 {
                     Some(Spread::AcrossCols)
                 } else if t.rdim.is_some_and(|r| st[r] == 0) {
@@ -225,19 +225,19 @@ pub(super) fn classify(group: &Group, classes: &mut Vec<Class>) -> Result<(), Co
             any_full |= classes[o] == Class::Full;
         }
         match node {
-            Node::Input(k) if *k >= group.inputs.len() => {
+            TileOp::Input(k) if *k >= group.inputs.len() => {
                 return Err(malformed("input index out of range"))
             }
-            Node::Reduce(..) => {
+            TileOp::Reduce(..) => {
                 if !matches!(group.kind, GroupKind::Reduce { .. }) {
                     return Err(malformed("reduce node outside a reduce group"));
                 }
                 class = Class::Reduced;
             }
-            Node::Matmul if !matches!(group.kind, GroupKind::Matmul { .. }) => {
+            TileOp::Matmul if !matches!(group.kind, GroupKind::Matmul { .. }) => {
                 return Err(malformed("matmul node outside a matmul group"));
             }
-            Node::Matmul => {}
+            TileOp::Matmul => {}
             _ if n_ops > 0 && !any_full => class = Class::Reduced,
             _ => {}
         }
@@ -331,8 +331,8 @@ fn reused_operand(
 ) -> Option<usize> {
     let (node, dt) = &group.nodes[i];
     let candidates = match *node {
-        Node::Unary(_, x) | Node::Cast(x) | Node::Scalar(_, x, _) => [Some(x), None],
-        Node::Binary(_, a, b) | Node::Select(_, a, b) => [Some(a), Some(b)],
+        TileOp::Unary(_, x) | TileOp::Cast(x) | TileOp::Scalar(_, x, _) => [Some(x), None],
+        TileOp::Binary(_, a, b) | TileOp::Select(_, a, b) => [Some(a), Some(b)],
         _ => [None, None],
     };
     candidates.into_iter().flatten().find(|&o| {
@@ -614,7 +614,7 @@ impl<'c, 'a> BodyEmitter<'c, 'a> {
     ) -> Result<(), CompileError> {
         let (group, t) = (self.cx.group, self.cx.t);
         for (i, (node, _)) in group.nodes.iter().enumerate() {
-            let (&Node::Input(k), Some(s)) = (node, self.spread_of(i)) else {
+            let (&TileOp::Input(k), Some(s)) = (node, self.spread_of(i)) else {
                 continue;
             };
             let (shape, len) = match s {
@@ -709,8 +709,8 @@ impl<'c, 'a> BodyEmitter<'c, 'a> {
         let odt = |o: usize| group.nodes[o].1 as u64;
         let result = match *node {
             // Loaded with the spread inputs.
-            Node::Input(_) if self.spread_of(i).is_some() => addr[i],
-            Node::Input(k) => {
+            TileOp::Input(_) if self.spread_of(i).is_some() => addr[i],
+            TileOp::Input(k) => {
                 let result = self.alloc(ub, class)?;
                 let kdt = group.inputs[k].dtype;
                 code.push(
@@ -719,20 +719,20 @@ impl<'c, 'a> BodyEmitter<'c, 'a> {
                 );
                 result
             }
-            Node::Unary(op, x) => {
+            TileOp::Unary(op, x) => {
                 let xa = opnd(x, ub, code)?;
                 let result = self.result_buf(ub, reused, class)?;
                 code.push(&instr(op, &[odt(x), result as u64, xa as u64, n])?, w);
                 result
             }
-            Node::Cast(x) => {
+            TileOp::Cast(x) => {
                 let xa = opnd(x, ub, code)?;
                 let result = self.result_buf(ub, reused, class)?;
                 let raw = [odt(x), dt as u64, result as u64, xa as u64, n];
                 code.push(&instr(Opcode::Cast, &raw)?, w);
                 result
             }
-            Node::Scalar(op, x, v) => {
+            TileOp::Scalar(op, x, v) => {
                 let xa = opnd(x, ub, code)?;
                 let result = self.result_buf(ub, reused, class)?;
                 let imm = scalar(group.nodes[x].1, v).0 as u64;
@@ -740,7 +740,7 @@ impl<'c, 'a> BodyEmitter<'c, 'a> {
                 code.push(&instr(op, &raw)?, w);
                 result
             }
-            Node::Binary(op, a, b) => {
+            TileOp::Binary(op, a, b) => {
                 let aa = opnd(a, ub, code)?;
                 let ba = opnd(b, ub, code)?;
                 let result = self.result_buf(ub, reused, class)?;
@@ -748,7 +748,7 @@ impl<'c, 'a> BodyEmitter<'c, 'a> {
                 code.push(&instr(op, &raw)?, w);
                 result
             }
-            Node::Select(c, a, b) => {
+            TileOp::Select(c, a, b) => {
                 let ca = opnd(c, ub, code)?;
                 let aa = opnd(a, ub, code)?;
                 let ba = opnd(b, ub, code)?;
@@ -757,13 +757,13 @@ impl<'c, 'a> BodyEmitter<'c, 'a> {
                 code.push(&instr(Opcode::Select, &raw)?, w);
                 result
             }
-            Node::Fill(v) => {
+            TileOp::Fill(v) => {
                 let result = self.alloc(ub, class)?;
                 let raw = [dt as u64, result as u64, n, scalar(dt, v).0 as u64];
                 code.push(&instr(Opcode::Fill, &raw)?, w);
                 result
             }
-            Node::Reduce(op, x) => {
+            TileOp::Reduce(op, x) => {
                 let xa = opnd(x, ub, code)?;
                 let result = self.alloc(ub, Class::Reduced)?;
                 let axis = fold.ok_or_else(|| malformed("reduce without a fold"))?;
@@ -771,7 +771,7 @@ impl<'c, 'a> BodyEmitter<'c, 'a> {
                 code.push(&instr(op, &raw)?, w);
                 result
             }
-            Node::Matmul => {
+            TileOp::Matmul => {
                 let emit = self
                     .matmul
                     .ok_or_else(|| malformed("matmul node without operands"))?;

@@ -14,41 +14,42 @@ use dvm_isa::{DType, Opcode};
 use super::view::View;
 
 /// Index of a node in [`Group::nodes`].
-pub type NodeId = usize;
+pub type TileOpId = usize;
 
 /// One tile-level computation.
 #[derive(Clone, Debug, PartialEq)]
-pub enum Node {
+pub enum TileOp {
     /// Input `i` of the group.
     Input(usize),
     /// A unary vector opcode (`exp`, `abs`, `isfinite`, …).
-    Unary(Opcode, NodeId),
+    Unary(Opcode, TileOpId),
     /// A binary vector opcode (`add`, `lt`, `and`, …).
-    Binary(Opcode, NodeId, NodeId),
+    Binary(Opcode, TileOpId, TileOpId),
     /// A with-scalar vector opcode (`adds`, `muls`, `lts`, …) and its scalar.
-    Scalar(Opcode, NodeId, f64),
+    Scalar(Opcode, TileOpId, f64),
     /// `cond ? a : b`.
-    Select(NodeId, NodeId, NodeId),
+    Select(TileOpId, TileOpId, TileOpId),
     /// Conversion to the node's dtype.
-    Cast(NodeId),
+    Cast(TileOpId),
     /// A constant tile.
     Fill(f64),
     /// A fold of the reduce axis (`rsum`, `rmax`, `rmin`); reduce groups only.
-    Reduce(Opcode, NodeId),
+    Reduce(Opcode, TileOpId),
     /// The matmul of the group's two operand inputs; matmul groups only.
     Matmul,
 }
 
-impl Node {
+impl TileOp {
     /// The nodes this one reads.
-    pub fn operands(&self) -> impl Iterator<Item = NodeId> {
+    pub fn operands(&self) -> impl Iterator<Item = TileOpId> {
         let (a, b, c) = match *self {
-            Node::Input(_) | Node::Fill(_) | Node::Matmul => (None, None, None),
-            Node::Unary(_, x) | Node::Scalar(_, x, _) | Node::Cast(x) | Node::Reduce(_, x) => {
-                (Some(x), None, None)
-            }
-            Node::Binary(_, x, y) => (Some(x), Some(y), None),
-            Node::Select(c, x, y) => (Some(c), Some(x), Some(y)),
+            TileOp::Input(_) | TileOp::Fill(_) | TileOp::Matmul => (None, None, None),
+            TileOp::Unary(_, x)
+            | TileOp::Scalar(_, x, _)
+            | TileOp::Cast(x)
+            | TileOp::Reduce(_, x) => (Some(x), None, None),
+            TileOp::Binary(_, x, y) => (Some(x), Some(y), None),
+            TileOp::Select(c, x, y) => (Some(c), Some(x), Some(y)),
         };
         a.into_iter().chain(b).chain(c)
     }
@@ -96,8 +97,8 @@ pub struct Group {
     /// the unreduced space; for matmul groups inputs 0 and 1 are the operands).
     pub inputs: Vec<View>,
     /// Nodes in topological order, with their result dtype.
-    pub nodes: Vec<(Node, DType)>,
+    pub nodes: Vec<(TileOp, DType)>,
     /// Stored results: node and destination view. A destination of a reduced
     /// value has extent 1 (any stride) along the reduce axis.
-    pub outputs: Vec<(NodeId, View)>,
+    pub outputs: Vec<(TileOpId, View)>,
 }

@@ -8,7 +8,7 @@ use dvm_isa::{DType, Instr, KernelKind, MmFlags, Pipe, WaitMask};
 use super::ewise::{
     classify, emit_bodies, last_uses, max_elem_size, peak_buffers, spreads, stride_array, Ctx,
 };
-use super::group::{Group, GroupKind, Node};
+use super::group::{Group, GroupKind, TileOp};
 use super::space::{coalesce_keep, grid_layout, load_from, BoxShape, PatternFields, Tiled};
 use super::ub_alloc::{UbAlloc, ALIGN};
 use super::view::{View, MAX_RANK};
@@ -381,7 +381,7 @@ fn kernel_kind(group: &Group, nbodies: u64) -> KernelKind {
     let vector = group
         .nodes
         .iter()
-        .any(|(n, _)| !matches!(n, Node::Matmul | Node::Input(_)));
+        .any(|(n, _)| !matches!(n, TileOp::Matmul | TileOp::Input(_)));
     if nbodies > 1 {
         KernelKind::Parallel
     } else if vector {

@@ -25,7 +25,7 @@ use ewise::{Class, Spread};
 use space::Tiled;
 use ub_alloc::UbAlloc;
 
-pub use group::{Group, GroupKind, Node, NodeId};
+pub use group::{Group, GroupKind, TileOp, TileOpId};
 pub use view::View;
 
 /// What the compiler targets.

@@ -1,7 +1,7 @@
 //! End-to-end checks of the compiler: group → bytecode → verifier → device.
 
 use dvm_device::exec::{run_all_blocks_sequentially, UbStorage};
-use dvm_device::gm::{GmBuf, Launch};
+use dvm_device::gm::{GmBuf, KernelArgs};
 use dvm_device::predecode::Program;
 use dvm_isa::builder::ModuleBuilder;
 use dvm_isa::{verify_kernel, DType, DeviceLimits, Module, Opcode};
@@ -36,7 +36,7 @@ fn run(group: &Group, inputs: &[Vec<f32>], blocks: u32, target: &Target) -> Vec<
             .iter()
             .map(|b| GmBuf::from_slice(b))
             .chain(outs.iter_mut().map(|b| GmBuf::from_mut_slice(b)));
-        let launch = Launch::new(&kernel, bufs).expect("binds");
+        let launch = KernelArgs::new(&kernel, bufs).expect("binds");
         let mut ub: Box<UbStorage> = Box::default();
         run_all_blocks_sequentially(&program, &launch, blocks, ub.as_mut_slice()).expect("runs");
     }
@@ -75,9 +75,9 @@ fn bias_add(rows: u64, cols: u64) -> Group {
         },
         inputs: vec![x.clone(), bias],
         nodes: vec![
-            (Node::Input(0), DType::F32),
-            (Node::Input(1), DType::F32),
-            (Node::Binary(Opcode::Add, 0, 1), DType::F32),
+            (TileOp::Input(0), DType::F32),
+            (TileOp::Input(1), DType::F32),
+            (TileOp::Binary(Opcode::Add, 0, 1), DType::F32),
         ],
         outputs: vec![(2, x)],
     }
@@ -137,8 +137,8 @@ fn transposed_input_is_a_strided_load() {
         kind: GroupKind::Elementwise { shape: vec![r, c] },
         inputs: vec![xt],
         nodes: vec![
-            (Node::Input(0), DType::F32),
-            (Node::Unary(Opcode::Neg, 0), DType::F32),
+            (TileOp::Input(0), DType::F32),
+            (TileOp::Unary(Opcode::Neg, 0), DType::F32),
         ],
         outputs: vec![(1, out)],
     };
@@ -166,12 +166,12 @@ fn softmax_group(shape: &[u64], axis: usize) -> Group {
         },
         inputs: vec![x.clone()],
         nodes: vec![
-            (Node::Input(0), DType::F32),
-            (Node::Reduce(Opcode::ReduceMax, 0), DType::F32),
-            (Node::Binary(Opcode::Sub, 0, 1), DType::F32),
-            (Node::Unary(Opcode::Exp, 2), DType::F32),
-            (Node::Reduce(Opcode::ReduceSum, 3), DType::F32),
-            (Node::Binary(Opcode::Div, 3, 4), DType::F32),
+            (TileOp::Input(0), DType::F32),
+            (TileOp::Reduce(Opcode::ReduceMax, 0), DType::F32),
+            (TileOp::Binary(Opcode::Sub, 0, 1), DType::F32),
+            (TileOp::Unary(Opcode::Exp, 2), DType::F32),
+            (TileOp::Reduce(Opcode::ReduceSum, 3), DType::F32),
+            (TileOp::Binary(Opcode::Div, 3, 4), DType::F32),
         ],
         outputs: vec![(5, x)],
     }
@@ -232,8 +232,8 @@ fn row_sum_stores_reduced_output() {
         },
         inputs: vec![x],
         nodes: vec![
-            (Node::Input(0), DType::F32),
-            (Node::Reduce(Opcode::ReduceSum, 0), DType::F32),
+            (TileOp::Input(0), DType::F32),
+            (TileOp::Reduce(Opcode::ReduceSum, 0), DType::F32),
         ],
         outputs: vec![(1, out)],
     };
@@ -278,10 +278,10 @@ fn matmul_with_bias_relu_and_transposes() {
             },
             inputs: vec![a, b, bias],
             nodes: vec![
-                (Node::Matmul, DType::F32),
-                (Node::Input(2), DType::F32),
-                (Node::Binary(Opcode::Add, 0, 1), DType::F32),
-                (Node::Unary(Opcode::Relu, 2), DType::F32),
+                (TileOp::Matmul, DType::F32),
+                (TileOp::Input(2), DType::F32),
+                (TileOp::Binary(Opcode::Add, 0, 1), DType::F32),
+                (TileOp::Unary(Opcode::Relu, 2), DType::F32),
             ],
             outputs: vec![(3, f32v(&[m, n]))],
         };
@@ -338,7 +338,7 @@ fn batched_matmul_broadcasts_batch() {
             acc: DType::F32,
         },
         inputs: vec![a, b],
-        nodes: vec![(Node::Matmul, DType::F32)],
+        nodes: vec![(TileOp::Matmul, DType::F32)],
         outputs: vec![(0, f32v(&[bt, m, n]))],
     };
     let av = data((bt * m * k) as usize, 9);
@@ -372,9 +372,9 @@ fn six_dim_broadcast_uses_several_bodies() {
         },
         inputs: vec![a.clone(), b],
         nodes: vec![
-            (Node::Input(0), DType::F32),
-            (Node::Input(1), DType::F32),
-            (Node::Binary(Opcode::Mul, 0, 1), DType::F32),
+            (TileOp::Input(0), DType::F32),
+            (TileOp::Input(1), DType::F32),
+            (TileOp::Binary(Opcode::Mul, 0, 1), DType::F32),
         ],
         outputs: vec![(2, a)],
     };
@@ -427,7 +427,7 @@ fn matmul_group(m: u64, n: u64, k: u64) -> Group {
             acc: DType::F32,
         },
         inputs: vec![f32v(&[m, k]), f32v(&[k, n])],
-        nodes: vec![(Node::Matmul, DType::F32)],
+        nodes: vec![(TileOp::Matmul, DType::F32)],
         outputs: vec![(0, f32v(&[m, n]))],
     }
 }
