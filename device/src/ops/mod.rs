@@ -68,8 +68,8 @@ pub(crate) use self::ub::{range_of, view};
 use self::ub::{Bf16, Bool, F16};
 use self::unary::{
     binary_col, binary_row, col_map_fold, col_map_fold_gm, scalar, scalar_gm, unary, unary_gm, Abs,
-    Ceil, Erf, Exp, Floor, GeluErf, GeluTanh, Log, Neg, Not, Recip, Relu, Round, Rsqrt, Sigmoid,
-    Silu, Sqrt, Tanh,
+    Ceil, Cos, Erf, Exp, Floor, GeluErf, GeluTanh, Log, Neg, Not, Recip, Relu, Round, Rsqrt,
+    Sigmoid, Silu, Sin, Sqrt, Tanh,
 };
 
 /// Operands of a UB-only instruction, in byte offsets and element counts.
@@ -721,6 +721,12 @@ pub fn resolve_with(instr: &Instr, simd: Simd) -> Option<UbOp> {
             unary_op!(float_h, float, Erf, dt, un(dst, src, n), Peep::None)
         }
         I::Not { dt, dst, src, n } => unary_op!(bool_h, -, Not, dt, un(dst, src, n), Peep::None),
+        I::Sin { dt, dst, src, n } => {
+            unary_op!(float_h, float, Sin, dt, un(dst, src, n), Peep::None)
+        }
+        I::Cos { dt, dst, src, n } => {
+            unary_op!(float_h, float, Cos, dt, un(dst, src, n), Peep::None)
+        }
         I::IsFinite { dt, dst, src, n } => {
             plain!(float_h!(s, dt, isfinite::<_>), un(dst, src, n))
         }

@@ -198,6 +198,7 @@ fn value(rng: &mut Rng, dt: DType, op: Opcode) -> f64 {
             return rng.range(0.0, 1.0).powi(3) * 1e4 * if rng.below(10) == 0 { -1.0 } else { 1.0 }
         }
         Tanh | Sigmoid | Silu | GeluErf | Erf => 12.0,
+        Sin | Cos => 100.0,
         GeluTanh => 3.0,
         Pow | PowS => 4.0,
         Floor | Ceil | Round => {
@@ -308,6 +309,10 @@ fn ref_unary_f(op: Opcode, x: f64) -> (f64, f64, f64) {
             1.5e-7 * x.abs().max(1.0),
         ),
         Erf => (libm::erf(x), 2.0, 1e-37),
+        // |x| ≥ 2^50 has no phase left: NaN (see `math::sin`).
+        Sin | Cos if x.abs() >= 2f64.powi(50) => (f64::NAN, 0.0, 0.0),
+        Sin => (x.sin(), 1.0, 0.0),
+        Cos => (x.cos(), 1.0, 0.0),
         Floor => (x.floor(), 0.0, 0.0),
         Ceil => (x.ceil(), 0.0, 0.0),
         Round => (x.round_ties_even(), 0.0, 0.0),
@@ -496,6 +501,8 @@ fn reference(instr: &Instr, ub: &[u8]) -> Out {
         | I::Ceil { dt, dst, src, n }
         | I::Round { dt, dst, src, n }
         | I::Erf { dt, dst, src, n }
+        | I::Sin { dt, dst, src, n }
+        | I::Cos { dt, dst, src, n }
         | I::Not { dt, dst, src, n } => Out {
             dt,
             off: dst,
@@ -966,6 +973,8 @@ fn with_dtype(instr: Instr, dt: DType, to: DType) -> Instr {
         Ceil,
         Round,
         Erf,
+        Sin,
+        Cos,
         Not,
         IsFinite,
         Add,
@@ -1071,7 +1080,7 @@ fn set_fields(i: &mut Instr, d: u32, a_: u32, b_: u32, n_: u32, imm_: Scalar) {
     } } }
     un!(
         Abs, Neg, Exp, Log, Sqrt, Rsqrt, Recip, Tanh, Sigmoid, Relu, GeluTanh, GeluErf, Silu,
-        Floor, Ceil, Round, Erf, Not, IsFinite
+        Floor, Ceil, Round, Erf, Sin, Cos, Not, IsFinite
     );
 }
 
@@ -1101,8 +1110,8 @@ fn ew_slots(op: Opcode, dt: DType) -> Option<[DType; 4]> {
     let b = DType::Bool;
     Some(match op {
         Abs | Neg | Exp | Log | Sqrt | Rsqrt | Recip | Tanh | Sigmoid | Relu | GeluTanh
-        | GeluErf | Silu | Floor | Ceil | Round | Erf | Not | AddS | SubS | RSubS | MulS | DivS
-        | RDivS | MaxS | MinS | PowS | Copy => [dt, dt, dt, dt],
+        | GeluErf | Silu | Floor | Ceil | Round | Erf | Sin | Cos | Not | AddS | SubS | RSubS
+        | MulS | DivS | RDivS | MaxS | MinS | PowS | Copy => [dt, dt, dt, dt],
         IsFinite | EqS | NeS | LtS | LeS | GtS | GeS => [b, dt, dt, dt],
         Add | Sub | Mul | Div | Max | Min | Pow | And | Or => [dt, dt, dt, dt],
         Eq | Ne | Lt | Le | Gt | Ge => [b, dt, dt, dt],

@@ -98,7 +98,7 @@ impl Graph {
         self.constant(dtype, shape, &[value])
     }
 
-    /// An element-wise unary opcode (`abs` … `isfinite`).
+    /// An element-wise unary opcode (`abs` … `isfinite`, `sin`, `cos`).
     ///
     /// # Errors
     ///
@@ -177,6 +177,10 @@ impl Graph {
         round => Round;
         /// Error function.
         erf => Erf;
+        /// Sine (radians), as ONNX `Sin`.
+        sin => Sin;
+        /// Cosine (radians), as ONNX `Cos`.
+        cos => Cos;
         /// Logical not (bool).
         not => Not;
         /// `x` is finite (result bool).

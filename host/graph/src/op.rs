@@ -29,7 +29,7 @@ pub enum Op {
     /// A constant tensor, row-major values (converted to the node's dtype).
     /// A single value fills the whole shape, which may then be symbolic.
     Constant(Vec<f64>),
-    /// Element-wise unary: a vector-pipe opcode of the `abs`…`isfinite` rows.
+    /// Element-wise unary: a vector-pipe opcode of the `abs`…`cos` rows.
     Unary(Opcode),
     /// Element-wise binary with NumPy broadcasting: `add`…`or`, and the
     /// comparisons `eq`…`ge` (result bool).
@@ -201,7 +201,7 @@ pub fn is_comparison(code: Opcode) -> bool {
 /// How an opcode is used in graphs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum OpcodeKind {
-    /// `abs` … `isfinite`: one tensor operand ([`Op::Unary`]).
+    /// `abs` … `isfinite`, `sin`, `cos`: one tensor operand ([`Op::Unary`]).
     Unary,
     /// `add` … `or`, `eq` … `ge`: two tensor operands ([`Op::Binary`]).
     Binary,
@@ -213,7 +213,7 @@ pub enum OpcodeKind {
 /// directly (data movement, reductions, matmul, loads, stores, control).
 pub fn opcode_kind(code: Opcode) -> Option<OpcodeKind> {
     match code as u8 {
-        0x10..=0x22 => Some(OpcodeKind::Unary),
+        0x10..=0x24 => Some(OpcodeKind::Unary),
         0x30..=0x38 | 0x50..=0x55 => Some(OpcodeKind::Binary),
         0x40..=0x48 | 0x58..=0x5d => Some(OpcodeKind::Scalar),
         _ => None,

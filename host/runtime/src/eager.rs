@@ -656,6 +656,10 @@ impl LazyTensor {
         round => Round;
         /// Error function.
         erf => Erf;
+        /// Sine (radians).
+        sin => Sin;
+        /// Cosine (radians).
+        cos => Cos;
         /// Logical not (bool).
         not => Not;
         /// `x` is finite (result bool).

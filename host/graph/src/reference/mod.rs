@@ -30,7 +30,9 @@
 //!   `sigmoid(x) = 1 / (1 + e^-x)`,
 //!   `gelu_tanh(x) = x/2 · (1 + tanh(√(2/π)(x + 0.044715x³)))`,
 //!   `gelu_erf(x) = x/2 · (1 + erf(x/√2))`,
-//!   `silu(x) = x · sigmoid(x)`, `rsqrt(x) = 1/√x`, `round` is ties-to-even.
+//!   `silu(x) = x · sigmoid(x)`, `rsqrt(x) = 1/√x`, `round` is ties-to-even,
+//!   `sin`/`cos` are `f64::sin`/`f64::cos` (the device gives NaN for
+//!   `|x| ≥ 2^50`, where an `f32` carries no phase; the reference does not).
 
 use std::thread;
 
@@ -431,6 +433,8 @@ fn unary_value(code: Opcode, dt: DType, x: f64) -> Option<f64> {
         Ceil => x.ceil(),
         Round => x.round_ties_even(),
         Erf => libm::erf(x),
+        Sin => x.sin(),
+        Cos => x.cos(),
         IsFinite => return Some(f64::from(u8::from(x.is_finite()))),
         _ => return None,
     };

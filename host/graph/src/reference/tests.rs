@@ -844,3 +844,13 @@ fn evaluate_nodes_checks_bindings() {
         .to_string();
     assert!(e.contains("node `x`") && e.contains("bindings give"), "{e}");
 }
+
+#[test]
+fn sin_cos_hand_values() {
+    use std::f32::consts::{FRAC_PI_2, FRAC_PI_6, PI};
+    let x = f32t(&[4], &[0.0, FRAC_PI_6, FRAC_PI_2, PI]);
+    let s = eval1(std::slice::from_ref(&x), |g, i| g.sin(i[0]).unwrap());
+    close(&vals(&s), &[0.0, 0.5, 1.0, 0.0], 1e-7);
+    let c = eval1(&[x], |g, i| g.cos(i[0]).unwrap());
+    close(&vals(&c), &[1.0, 0.866_025_4, 0.0, -1.0], 1e-7);
+}
