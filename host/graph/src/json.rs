@@ -528,6 +528,14 @@ impl Graph {
             }
             "transpose" | "slice" | "concat" => self.parse_layout(&mut n, &op_name)?,
             "squeeze" | "unsqueeze" => self.parse_squeeze(&mut n, op_name == "unsqueeze")?,
+            "iota" => self.parse_iota(&mut n)?,
+            "trilu" => {
+                n.allowed.extend(["upper", "k"]);
+                Op::Trilu {
+                    upper: n.obj.opt("upper")?.unwrap_or(true),
+                    k: n.obj.opt("k")?.unwrap_or(0),
+                }
+            }
             other => self.parse_elementwise(&mut n, other)?,
         };
         let NodeText {
@@ -622,6 +630,26 @@ impl Graph {
         n.dtype = Some(dt);
         n.shape = Some(s);
         Ok(Op::Constant(vals))
+    }
+
+    /// `iota`: `dtype`, `shape` and `axis` (negative counts from the end).
+    fn parse_iota(&mut self, n: &mut NodeText) -> Result<Op, GraphError> {
+        n.allowed.extend(["dtype", "shape", "axis"]);
+        let d: String = n.obj.req("dtype")?;
+        n.dtype = Some(parse_dtype(&n.at, "dtype", &d)?);
+        let s = n
+            .obj
+            .raw("shape")
+            .ok_or_else(|| err(&n.at, Some("shape"), "missing required field"))?;
+        let s = self.parse_shape(&n.at, "shape", s)?;
+        let axis: i64 = n.obj.req("axis")?;
+        let cx = Ctx {
+            node: &n.name,
+            op: "iota",
+        };
+        let axis = norm_axis(&cx, axis, s.len())?;
+        n.shape = Some(s);
+        Ok(Op::Iota { axis })
     }
 
     /// `reduce_*`: `axes` and `keepdims`.
@@ -871,6 +899,15 @@ impl Graph {
                     ),
                 ),
                 Op::Squeeze { axes } | Op::Unsqueeze { axes } => put("axes", json!(axes)),
+                Op::Iota { axis } => {
+                    put("dtype", json!(n.dtype.name()));
+                    put("shape", shape(&n.shape));
+                    put("axis", json!(axis));
+                }
+                Op::Trilu { upper, k } => {
+                    put("upper", json!(upper));
+                    put("k", json!(k));
+                }
             }
             nodes.push(Value::Object(o));
         }

@@ -115,6 +115,23 @@ pub enum Op {
     /// decomposition of `mean` over a symbolic extent divides by it with
     /// `ScalarDim(DivS, n)`; at concrete shapes it is `Scalar(op, n as f64)`.
     ScalarDim(Opcode, dvm_sym::Dim),
+    /// Indices along `axis` of the node's (declared, possibly symbolic)
+    /// shape: element `[i0, …, ik, …]` is `ik`. No operands; the dtype is
+    /// numeric. ONNX `Range(0, n, 1)` is the rank-1 case.
+    Iota {
+        /// The axis whose index each element holds.
+        axis: usize,
+    },
+    /// The upper (`upper`) or lower triangle of the last two axes, the
+    /// rest zero, as ONNX `Trilu`: element `[…, i, j]` is kept when
+    /// `j − i ≥ k` (upper) or `j − i ≤ k` (lower). Composite: `iota`,
+    /// `sub`, a comparison and `where`.
+    Trilu {
+        /// Keep the upper triangle (else the lower).
+        upper: bool,
+        /// Diagonal offset: 0 is the main diagonal, > 0 above it.
+        k: i64,
+    },
 }
 
 impl Op {
@@ -123,7 +140,7 @@ impl Op {
     /// otherwise `input`, `constant`, `where`, `cast`, `reduce_sum`,
     /// `reduce_mean`, `reduce_max`, `reduce_min`, `softmax`, `log_softmax`,
     /// `layer_norm`, `rms_norm`, `matmul`, `reshape`, `transpose`, `slice`,
-    /// `concat`, `expand`, `squeeze`, `unsqueeze`.
+    /// `concat`, `expand`, `squeeze`, `unsqueeze`, `iota`, `trilu`.
     pub fn name(&self) -> &'static str {
         match self {
             Op::Input => "input",
@@ -149,12 +166,14 @@ impl Op {
             Op::Expand => "expand",
             Op::Squeeze { .. } => "squeeze",
             Op::Unsqueeze { .. } => "unsqueeze",
+            Op::Iota { .. } => "iota",
+            Op::Trilu { .. } => "trilu",
         }
     }
 
     /// True for composites that [`decompose`](crate::decompose)
-    /// rewrites into primitives: softmax, log-softmax, layer norm, RMS norm
-    /// and mean reductions.
+    /// rewrites into primitives: softmax, log-softmax, layer norm, RMS norm,
+    /// mean reductions and trilu.
     pub fn is_composite(&self) -> bool {
         matches!(
             self,
@@ -162,6 +181,7 @@ impl Op {
                 | Op::LogSoftmax { .. }
                 | Op::LayerNorm { .. }
                 | Op::RmsNorm { .. }
+                | Op::Trilu { .. }
                 | Op::Reduce {
                     op: ReduceOp::Mean,
                     ..
@@ -184,7 +204,7 @@ pub fn result_dtype(op: &Op, first: Option<DType>) -> Option<DType> {
         Op::Unary(Opcode::IsFinite) => Some(DType::Bool),
         // Integer matmuls accumulate and produce i32.
         Op::MatMul { .. } if first == Some(DType::I8) => Some(DType::I32),
-        Op::Input | Op::Constant(_) | Op::Cast => None,
+        Op::Input | Op::Constant(_) | Op::Cast | Op::Iota { .. } => None,
         _ => first,
     }
 }

@@ -341,7 +341,9 @@ impl Graph {
             op: node.op.name(),
         };
         let (dtype, shape) = match node.op {
-            Op::Input | Op::Constant(_) | Op::Cast => (Some(node.dtype), Some(&node.shape[..])),
+            Op::Input | Op::Constant(_) | Op::Cast | Op::Iota { .. } => {
+                (Some(node.dtype), Some(&node.shape[..]))
+            }
             Op::Reshape | Op::Expand => (None, Some(&node.shape[..])),
             _ => (None, None),
         };
@@ -552,7 +554,35 @@ fn infer_op(
         }
         Op::Squeeze { axes } => infer_squeeze(&r, &axes),
         Op::Unsqueeze { axes } => infer_unsqueeze(&r, &axes),
+        Op::Iota { axis } => infer_iota(&r, axis),
+        Op::Trilu { upper, k } => {
+            r.need(1, "1")?;
+            let a = &args[0];
+            if a.shape.len() < 2 {
+                return Err(cx.invalid(format!(
+                    "operand 0 (`{}`) has shape {}: trilu needs rank >= 2",
+                    a.name,
+                    super::ShapeDisplay(a.shape)
+                )));
+            }
+            Ok((Op::Trilu { upper, k }, a.dtype, Shape::from(a.shape)))
+        }
     }
+}
+
+/// `iota`: a numeric dtype, a declared shape, an axis of it.
+fn infer_iota(r: &Rule<'_>, axis: usize) -> Result<Inferred, GraphError> {
+    r.need(0, "0")?;
+    let dt = r.want_dtype()?;
+    if !DTypeSet::NUM.contains(dt) {
+        return Err(r.cx.invalid(format!(
+            "dtype {dt} cannot hold indices (allowed: {})",
+            DTypeSet::NUM
+        )));
+    }
+    let s = declared_shape(r.scope, r.cx, r.want_shape()?)?;
+    sorted_axes(r.cx, &[axis], s.len())?;
+    Ok((Op::Iota { axis }, dt, s))
 }
 
 /// `input`: the declared dtype and shape.

@@ -512,12 +512,15 @@ fn eval_node(
         Op::Slice { ranges } => slice(args[0], ranges, shape).ok_or_else(bad_shape),
         Op::Concat { axis } => concat(args, *axis, shape).ok_or_else(bad_shape),
         Op::Expand => bcast(args[0]),
-        Op::Softmax { .. } | Op::LogSoftmax { .. } | Op::LayerNorm { .. } | Op::RmsNorm { .. } => {
-            Err(eval_error(
-                node,
-                "composite op: decompose the graph first (reference::run does)",
-            ))
-        }
+        Op::Iota { axis } => Ok(iota_values(shape, *axis, out)),
+        Op::Softmax { .. }
+        | Op::LogSoftmax { .. }
+        | Op::LayerNorm { .. }
+        | Op::RmsNorm { .. }
+        | Op::Trilu { .. } => Err(eval_error(
+            node,
+            "composite op: decompose the graph first (reference::run does)",
+        )),
     }
 }
 
@@ -555,6 +558,16 @@ fn input_value(
         ));
     }
     Ok(t.to_f64_vec())
+}
+
+/// `iota`: each element's index along `axis`, converted to `out`.
+fn iota_values(shape: &[usize], axis: usize, out: DType) -> Vec<f64> {
+    let n: usize = shape.iter().product();
+    let inner: usize = shape[axis + 1..].iter().product();
+    let extent = shape[axis];
+    (0..n)
+        .map(|i| convert(out, ((i / inner.max(1)) % extent.max(1)) as f64))
+        .collect()
 }
 
 /// `cast`: int → int wraps, otherwise [`convert`].

@@ -854,3 +854,61 @@ fn sin_cos_hand_values() {
     let c = eval1(&[x], |g, i| g.cos(i[0]).unwrap());
     close(&vals(&c), &[1.0, 0.866_025_4, 0.0, -1.0], 1e-7);
 }
+
+#[test]
+fn iota_hand_values() {
+    let mut g = Graph::new();
+    let s = g.symbol("S", 1, 64).unwrap();
+    let shape = [Dim::from(s), d(3)];
+    let rows = g.iota(DType::I32, &shape, 0).unwrap();
+    let cols = g.iota(DType::F32, &shape, -1).unwrap();
+    g.output("rows", rows).unwrap();
+    g.output("cols", cols).unwrap();
+    let b = Bindings::new().with(s, 2);
+    let out = run(&g, &[], &b).unwrap();
+    assert_eq!(out[0].1.shape(), &[2, 3]);
+    assert_eq!(vals(&out[0].1), [0.0, 0.0, 0.0, 1.0, 1.0, 1.0]);
+    assert_eq!(out[1].1.dtype(), DType::F32);
+    assert_eq!(vals(&out[1].1), [0.0, 1.0, 2.0, 0.0, 1.0, 2.0]);
+}
+
+#[test]
+fn trilu_hand_values() {
+    let x = f32t(&[3, 4], &(1..=12).map(|v| v as f32).collect::<Vec<_>>());
+    let upper = eval1(std::slice::from_ref(&x), |g, i| {
+        g.trilu(i[0], true, 0).unwrap()
+    });
+    #[rustfmt::skip]
+    let want = [1.0, 2.0, 3.0, 4.0,
+                0.0, 6.0, 7.0, 8.0,
+                0.0, 0.0, 11.0, 12.0];
+    assert_eq!(vals(&upper), want);
+    let upper1 = eval1(std::slice::from_ref(&x), |g, i| {
+        g.trilu(i[0], true, 1).unwrap()
+    });
+    #[rustfmt::skip]
+    let want = [0.0, 2.0, 3.0, 4.0,
+                0.0, 0.0, 7.0, 8.0,
+                0.0, 0.0, 0.0, 12.0];
+    assert_eq!(vals(&upper1), want);
+    let lower = eval1(std::slice::from_ref(&x), |g, i| {
+        g.trilu(i[0], false, -1).unwrap()
+    });
+    #[rustfmt::skip]
+    let want = [0.0, 0.0, 0.0, 0.0,
+                5.0, 0.0, 0.0, 0.0,
+                9.0, 10.0, 0.0, 0.0];
+    assert_eq!(vals(&lower), want);
+}
+
+#[test]
+fn iota_and_trilu_errors_name_the_problem() {
+    let mut g = Graph::new();
+    let e = g.iota(DType::Bool, &[d(3)], 0).unwrap_err().to_string();
+    assert!(e.contains("cannot hold indices"), "{e}");
+    let e = g.iota(DType::I32, &[d(3)], 1).unwrap_err().to_string();
+    assert!(e.contains("out of range"), "{e}");
+    let x = g.input("x", DType::F32, &[d(3)]).unwrap();
+    let e = g.trilu(x, true, 0).unwrap_err().to_string();
+    assert!(e.contains("rank >= 2"), "{e}");
+}
