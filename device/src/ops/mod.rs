@@ -449,7 +449,8 @@ macro_rules! scalar_h {
             DType::BF16 => pick!($s, scalar::<Bf16, $op, $rev>),
             DType::I32 => pick!($s, scalar::<i32, $op, $rev>),
             DType::I8 => pick!($s, scalar::<i8, $op, $rev>),
-            DType::Bool => return None,
+            // The verifier refuses i64 in every instruction.
+            DType::Bool | DType::I64 => return None,
         }
     };
 }
@@ -467,8 +468,9 @@ macro_rules! reduce_h {
     }};
 }
 
-/// The cast handler for a (from, to) pair.
-fn cast_handler(simd: Simd, from: DType, to: DType) -> Handler {
+/// The cast handler for a (from, to) pair; `None` for i64, which the
+/// verifier refuses in every instruction.
+fn cast_handler(simd: Simd, from: DType, to: DType) -> Option<Handler> {
     macro_rules! to {
         ($a:ty) => {
             match to {
@@ -478,17 +480,19 @@ fn cast_handler(simd: Simd, from: DType, to: DType) -> Handler {
                 DType::I32 => pick!(simd, cast::<$a, i32>),
                 DType::I8 => pick!(simd, cast::<$a, i8>),
                 DType::Bool => pick!(simd, cast::<$a, Bool>),
+                DType::I64 => return None,
             }
         };
     }
-    match from {
+    Some(match from {
         DType::F32 => to!(f32),
         DType::F16 => to!(F16),
         DType::BF16 => to!(Bf16),
         DType::I32 => to!(i32),
         DType::I8 => to!(i8),
         DType::Bool => to!(Bool),
-    }
+        DType::I64 => return None,
+    })
 }
 
 /// The matmul handler for an (input, output) pair allowed by the verifier.
@@ -794,7 +798,7 @@ pub fn resolve_with(instr: &Instr, simd: Simd) -> Option<UbOp> {
             UbArgs { dst, a: cond, b: a, c: b, n, ..UbArgs::default() }
         ),
         // ---- data movement
-        I::Cast { dt, to, dst, src, n } => plain!(cast_handler(s, dt, to), un(dst, src, n)),
+        I::Cast { dt, to, dst, src, n } => plain!(cast_handler(s, dt, to)?, un(dst, src, n)),
         I::Copy { dt, dst, src, n } => plain!(
             match dt.size() {
                 1 => pick!(s, copy::<1>),

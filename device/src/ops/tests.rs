@@ -68,6 +68,7 @@ fn dec(dt: DType, ub: &[u8], off: u32, i: usize) -> f64 {
         DType::I32 => i32::from_le_bytes(ub[o..o + 4].try_into().unwrap()) as f64,
         DType::I8 => ub[o] as i8 as f64,
         DType::Bool => (ub[o] != 0) as u8 as f64,
+        DType::I64 => i64::from_le_bytes(ub[o..o + 8].try_into().unwrap()) as f64,
     }
 }
 
@@ -88,6 +89,7 @@ fn round_to(dt: DType, v: f64) -> f64 {
         DType::I32 => v as i64 as i32 as f64,
         DType::I8 => v as i64 as i8 as f64,
         DType::Bool => (v != 0.0) as u8 as f64,
+        DType::I64 => v as i64 as f64,
     }
 }
 
@@ -100,6 +102,7 @@ fn enc(dt: DType, ub: &mut [u8], off: u32, i: usize, v: f64) {
         DType::I32 => ub[o..o + 4].copy_from_slice(&(v as i64 as i32).to_le_bytes()),
         DType::I8 => ub[o] = v as i64 as i8 as u8,
         DType::Bool => ub[o] = v as u8,
+        DType::I64 => ub[o..o + 8].copy_from_slice(&(v as i64).to_le_bytes()),
     }
 }
 
@@ -419,6 +422,8 @@ fn ref_cast(from: DType, to: DType, v: f64) -> Want {
             }
         }
         DType::Bool => (v != 0.0) as u8 as f64,
+        // No instruction accepts i64.
+        DType::I64 => v,
     };
     if out.is_nan() {
         Want::F {
@@ -924,7 +929,7 @@ fn allowed(op: Opcode) -> Vec<DType> {
     let mut rng = Rng(7);
     let mut next = || rng.next();
     let mut out = Vec::new();
-    for dt in DType::ALL {
+    for dt in DType::INSTR {
         let mut ok = true;
         let mut first = true;
         let i = with_dtype(Instr::sample(op, &mut next), dt, dt);
@@ -1197,8 +1202,8 @@ fn elementwise_all_dtypes_sizes_and_aliasing() {
 #[test]
 fn cast_all_pairs_sizes_and_aliasing() {
     let mut rng = Rng(0xca57);
-    for from in DType::ALL {
-        for to in DType::ALL {
+    for from in DType::INSTR {
+        for to in DType::INSTR {
             for &n in &SIZES {
                 let mut slots = vec![[0u32, 1, 2, 3]];
                 if from.size() == to.size() {
@@ -1300,7 +1305,7 @@ fn reductions() {
 #[test]
 fn broadcast_and_transpose() {
     let mut rng = Rng(0xb4c);
-    for dt in DType::ALL {
+    for dt in DType::INSTR {
         for (rows, cols) in SHAPES
             .into_iter()
             .chain([(0, 3), (3, 0), (64, 64), (9, 8), (8, 9)])

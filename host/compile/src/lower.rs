@@ -203,6 +203,15 @@ pub fn lower_with<K>(
             what: "the fusion plan was made for another graph".into(),
         });
     }
+    // i64 is a graph and tensor dtype the instruction set does not have.
+    if let Some(node) = graph.nodes().iter().find(|n| n.dtype == DType::I64) {
+        return Err(LowerError::Unsupported {
+            node: node.name.to_string(),
+            what: "i64 tensors run on the reference device only: cast them to i32 \
+                   (and the inputs to i32 tensors) to run on a compiled device"
+                .into(),
+        });
+    }
     let shapes = graph.concrete_shapes(bindings)?;
     // A tensor without elements needs no kernel, and a group holding one
     // would be tiled over nothing: such a graph is lowered an operator at

@@ -240,6 +240,22 @@ pub fn opcode_kind(code: Opcode) -> Option<OpcodeKind> {
     }
 }
 
+/// The dtype a graph dtype is computed in on a device: `i64` as `i32`
+/// (checked where values enter, see [`crate::narrow`]), the rest as
+/// themselves.
+pub fn device_dtype(dtype: DType) -> DType {
+    if dtype == DType::I64 {
+        DType::I32
+    } else {
+        dtype
+    }
+}
+
+/// `set` accepts graph dtype `dtype`: its [`device_dtype`] is in it.
+pub fn accepts_dtype(set: DTypeSet, dtype: DType) -> bool {
+    set.contains(device_dtype(dtype))
+}
+
 /// The dtypes the instruction set accepts for `code`'s element type (its
 /// `dt` field), read from the instruction table (once per process).
 pub fn opcode_dtypes(code: Opcode) -> Option<DTypeSet> {

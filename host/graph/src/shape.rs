@@ -3,7 +3,7 @@
 use dvm_isa::{DType, DTypeSet, Opcode};
 
 use super::error::GraphError;
-use super::op::{is_comparison, opcode_dtypes, opcode_kind, OpcodeKind};
+use super::op::{accepts_dtype, is_comparison, opcode_dtypes, opcode_kind, OpcodeKind};
 use super::{check_name, CompactString, Graph, Node, NodeId, Op, Operands, ReduceOp, Shape};
 use dvm_sym::{Dim, SymbolScope};
 use dvm_tensor::{convert, numel};
@@ -298,7 +298,7 @@ impl Graph {
 fn accepts(code: Opcode, kind: OpcodeKind, dtype: DType) -> bool {
     opcode_kind(code) == Some(kind)
         && !is_comparison(code)
-        && opcode_dtypes(code).is_none_or(|d| d.contains(dtype))
+        && opcode_dtypes(code).is_none_or(|d| accepts_dtype(d, dtype))
 }
 
 /// `op` is an element-wise operator whose result has its operands'
@@ -574,7 +574,7 @@ fn infer_op(
 fn infer_iota(r: &Rule<'_>, axis: usize) -> Result<Inferred, GraphError> {
     r.need(0, "0")?;
     let dt = r.want_dtype()?;
-    if !DTypeSet::NUM.contains(dt) {
+    if !accepts_dtype(DTypeSet::NUM, dt) {
         return Err(r.cx.invalid(format!(
             "dtype {dt} cannot hold indices (allowed: {})",
             DTypeSet::NUM
@@ -711,7 +711,7 @@ fn infer_reduce(
     } else {
         DTypeSet::NUM
     };
-    if !allowed.contains(a.dtype) {
+    if !accepts_dtype(allowed, a.dtype) {
         return Err(cx.dtype(0, a, allowed));
     }
     if axes.is_empty() {
@@ -979,7 +979,7 @@ fn check_kind(cx: &Ctx<'_>, code: Opcode, kind: OpcodeKind) -> Result<(), GraphE
 
 fn check_dtype(cx: &Ctx<'_>, code: Opcode, index: usize, a: &Arg) -> Result<(), GraphError> {
     let allowed = opcode_dtypes(code).unwrap_or(DTypeSet::ANY);
-    if allowed.contains(a.dtype) {
+    if accepts_dtype(allowed, a.dtype) {
         Ok(())
     } else {
         Err(cx.dtype(index, a, allowed))

@@ -12,7 +12,8 @@
 //!   dtype after every op**: f32 by `as f32`, f16/bf16 to nearest with ties
 //!   to even (see [`round_float`]), overflow to ±inf.
 //! * Integer ops are computed exactly in `i64` and **wrap** to the width of
-//!   the dtype (two's complement). Integer division truncates toward zero;
+//!   the dtype (two's complement); `i64` values are held as `f64`, exact
+//!   up to 2^53. Integer division truncates toward zero;
 //!   division by zero gives 0.
 //! * Scalar immediates are what the instruction would carry: rounded to
 //!   `f32` for float tensors, truncated and saturated to `i32` for integer
@@ -299,7 +300,7 @@ fn broadcast(v: &Value, out: &[usize]) -> Option<Vec<f64>> {
 }
 
 fn is_int(d: DType) -> bool {
-    matches!(d, DType::I32 | DType::I8 | DType::Bool)
+    matches!(d, DType::I32 | DType::I8 | DType::Bool | DType::I64)
 }
 
 /// The immediate an instruction would carry for `v` on `dtype` tensors.

@@ -912,3 +912,28 @@ fn iota_and_trilu_errors_name_the_problem() {
     let e = g.trilu(x, true, 0).unwrap_err().to_string();
     assert!(e.contains("rank >= 2"), "{e}");
 }
+
+#[test]
+fn i64_arithmetic_and_casts() {
+    let big = (1i64 << 40) + 5;
+    let x = Tensor::from_f64(DType::I64, &[3], &[big as f64, -3.0, 7.0]).unwrap();
+    let y = eval1(std::slice::from_ref(&x), |g, i| {
+        let d = g.add(i[0], i[0]).unwrap();
+        g.scalar(Opcode::SubS, d, 1.0).unwrap()
+    });
+    assert_eq!(y.dtype(), DType::I64);
+    assert_eq!(vals(&y), [(2 * big - 1) as f64, -7.0, 13.0]);
+    let f = eval1(std::slice::from_ref(&x), |g, i| {
+        g.cast(i[0], DType::F32).unwrap()
+    });
+    assert_eq!(vals(&f), [big as f32 as f64, -3.0, 7.0]);
+    let back = eval1(&[f32t(&[2], &[-2.7, 3e12])], |g, i| {
+        g.cast(i[0], DType::I64).unwrap()
+    });
+    assert_eq!(back.dtype(), DType::I64);
+    assert_eq!(vals(&back), [-2.0, 3e12_f32 as f64]);
+    let s = eval1(std::slice::from_ref(&x), |g, i| {
+        g.sum(i[0], &[0], false).unwrap()
+    });
+    assert_eq!(vals(&s), [(big + 4) as f64]);
+}
