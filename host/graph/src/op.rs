@@ -240,9 +240,8 @@ pub fn opcode_kind(code: Opcode) -> Option<OpcodeKind> {
     }
 }
 
-/// The dtype a graph dtype is computed in on a device: `i64` as `i32`
-/// (checked where values enter, see [`crate::narrow`]), the rest as
-/// themselves.
+/// The instruction dtype whose rules a graph dtype follows in shape and
+/// dtype checks: `i64` those of `i32`, the rest their own.
 pub fn device_dtype(dtype: DType) -> DType {
     if dtype == DType::I64 {
         DType::I32
