@@ -388,6 +388,8 @@ pub fn pad_bits(dtype: DType, padv: Scalar) -> u32 {
         DType::I32 => padv.0,
         DType::I8 => padv.as_i32().clamp(i8::MIN as i32, i8::MAX as i32) as i8 as u8 as u32,
         DType::Bool => (padv.0 != 0) as u32,
+        // Refused by the verifier in every instruction.
+        DType::I64 => 0,
     }
 }
 
@@ -1484,7 +1486,7 @@ pub fn store_add_tile(
         DType::BF16 => add_t::<AddBf16>(&g, buf, ub),
         DType::I32 => add_t::<AddI32>(&g, buf, ub),
         DType::I8 => add_t::<AddI8>(&g, buf, ub),
-        DType::Bool => return Err(GmFault::Operand),
+        DType::Bool | DType::I64 => return Err(GmFault::Operand),
     }
     Ok(())
 }

@@ -629,6 +629,107 @@ pub fn is_finite(x: f32) -> bool {
     x.to_bits() & 0x7f80_0000 != 0x7f80_0000
 }
 
+// ---- sine and cosine ---------------------------------------------------------------
+
+/// `x` reduced by multiples of π/2: `(r, q)` with `x = q·π/2 + r`,
+/// `|r| ≤ π/4`, in `f64`.
+///
+/// `q = round(x·2/π)`; `r = x − q·P1 − q·P2 − q·P3` where `P1`, `P2` hold 26
+/// bits of π/2 each and `P3` the next 53. For `|x| ≤ 2^27` (so `q < 2^27`)
+/// the products `q·P1`, `q·P2` and the first two differences are exact, and
+/// `r` is within 2^-53 relative (plus 2^-78 absolute) of the true remainder.
+/// Beyond, the products round and the phase error grows as `|x|·2^-52`.
+#[inline(always)]
+fn reduce_half_pi(x: f32) -> (f64, i64) {
+    const TWO_OVER_PI: f64 = core::f64::consts::FRAC_2_PI;
+    const P1: f64 = 1.570_796_310_901_641_8;
+    const P2: f64 = 1.589_325_471_229_585_7e-8;
+    const P3: f64 = 6.123_233_995_736_766e-17;
+    // 1.5·2^52: adding and subtracting it rounds to an integer (ties to
+    // even) for |v| < 2^51.
+    const MAGIC: f64 = 6_755_399_441_055_744.0;
+    let x = x as f64;
+    let q = (x * TWO_OVER_PI + MAGIC) - MAGIC;
+    let r = x - q * P1;
+    let r = r - q * P2;
+    let r = r - q * P3;
+    (r, q as i64)
+}
+
+/// `sin r` for `|r| ≤ π/4 + ε`: Taylor terms to `r^13` (truncation
+/// ≤ 2e-13 relative), in `f64`.
+#[inline(always)]
+fn sin_poly(r: f64) -> f64 {
+    let z = r * r;
+    let p = -1.0 / 6_227_020_800.0;
+    let p = p * z + 1.0 / 39_916_800.0;
+    let p = p * z - 1.0 / 362_880.0;
+    let p = p * z + 1.0 / 5_040.0;
+    let p = p * z - 1.0 / 120.0;
+    let p = p * z + 1.0 / 6.0;
+    // r·(1 − z·p) rather than r − r·z·p keeps the sign of r = −0.
+    r * (1.0 - z * p)
+}
+
+/// `cos r` for `|r| ≤ π/4 + ε`: Taylor terms to `r^14` (truncation
+/// ≤ 1e-14), in `f64`.
+#[inline(always)]
+fn cos_poly(r: f64) -> f64 {
+    let z = r * r;
+    let p = -1.0 / 87_178_291_200.0;
+    let p = p * z + 1.0 / 479_001_600.0;
+    let p = p * z - 1.0 / 3_628_800.0;
+    let p = p * z + 1.0 / 40_320.0;
+    let p = p * z - 1.0 / 720.0;
+    let p = p * z + 1.0 / 24.0;
+    let p = p * z - 0.5;
+    1.0 + z * p
+}
+
+/// `sin(q·π/2 + r)` (`odd` selects cosine: `cos x = sin(x + π/2)`).
+#[inline(always)]
+fn sin_quadrant(x: f32, odd: i64) -> f32 {
+    // The range where the reduction is valid (see `reduce_half_pi`).
+    const LIMIT: f32 = 1_125_899_906_842_624.0; // 2^50
+    let (r, q) = reduce_half_pi(x);
+    let q = q + odd;
+    let (s, c) = (sin_poly(r), cos_poly(r));
+    let v = if q & 1 == 0 { s } else { c };
+    let v = if q & 2 == 0 { v } else { -v };
+    let v = v as f32;
+    sel(abs(x) < LIMIT, v, f32::NAN)
+}
+
+/// Sine.
+///
+/// Reduction by π/2 in `f64` (exact for `|x| ≤ 2^27`, see
+/// `reduce_half_pi`), Taylor polynomials of `sin` and `cos` in `f64` on
+/// `|r| ≤ π/4`, and one rounding to `f32`: plain `f64` multiplies and adds,
+/// so the bits are the same on every target.
+///
+/// **Error:** ≤ 1 ulp for `|x| ≤ 2^27` (measured 0.5 ulp: the result is
+/// the correctly rounded value but for ties within 1e-13); for
+/// `2^27 < |x| < 2^50`, absolute error ≤ `|x|·2^-50` (the phase is reduced
+/// in `f64`; such inputs are spaced 16 or more apart).
+/// **Special values:** NaN → NaN; ±inf → NaN; `|x| ≥ 2^50` → NaN (no
+/// phase information left); ±0 → ±0.
+#[inline(always)]
+pub fn sin(x: f32) -> f32 {
+    sin_quadrant(x, 0)
+}
+
+/// Cosine: `sin(x + π/2)` by the same reduction and polynomials as
+/// [`sin`], with the quadrant moved by one.
+///
+/// **Error:** as [`sin`]: ≤ 1 ulp for `|x| ≤ 2^27` (measured 0.5 ulp);
+/// absolute error ≤ `|x|·2^-50` for `2^27 < |x| < 2^50`.
+/// **Special values:** NaN → NaN; ±inf → NaN; `|x| ≥ 2^50` → NaN;
+/// cos(±0) = 1.
+#[inline(always)]
+pub fn cos(x: f32) -> f32 {
+    sin_quadrant(x, 1)
+}
+
 // ---- pow ---------------------------------------------------------------------------
 
 #[inline(always)]

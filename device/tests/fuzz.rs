@@ -433,7 +433,7 @@ proptest! {
             shrink_fields(&mut ins, &mut next);
             code.push(ins);
         }
-        let dt = DType::ALL[(next() % 6) as usize];
+        let dt = DType::INSTR[(next() % 6) as usize];
         let bytes = build(vec![K {
             kind: KernelKind::ALL[(next() % 5) as usize],
             ub_bytes: (next() % (192 * 1024)) as u32,

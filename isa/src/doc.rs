@@ -231,9 +231,15 @@ fn write_types(s: &mut String) -> core::fmt::Result {
     writeln!(s)?;
     writeln!(s, "| dtype | code | bytes |")?;
     writeln!(s, "|---|---|---|")?;
-    for d in DType::ALL {
+    for d in DType::INSTR {
         writeln!(s, "| `{}` | {} | {} |", d.name(), d as u8, d.size())?;
     }
+    writeln!(s)?;
+    writeln!(
+        s,
+        "Code 6 is `i64`, a graph and tensor type that no instruction or \
+         kernel parameter accepts (the decoder and the module parser refuse it)."
+    )?;
     writeln!(s)?;
     writeln!(s, "Dtype rules name these sets:")?;
     writeln!(s)?;

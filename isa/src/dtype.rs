@@ -20,11 +20,29 @@ pub enum DType {
     I8 = 4,
     /// Boolean, one byte per element, 0 or 1.
     Bool = 5,
+    /// Two's complement 64-bit integer: a graph and tensor type only. No
+    /// instruction accepts it (no [`DTypeSet`] constant holds it, so the
+    /// verifier refuses it in every dtype field); graphs compute it as
+    /// [`DType::I32`], checking at the inputs and constants that every
+    /// value fits.
+    I64 = 6,
 }
 
 impl DType {
     /// Every element type, in encoding order.
-    pub const ALL: [DType; 6] = [
+    pub const ALL: [DType; 7] = [
+        DType::F32,
+        DType::F16,
+        DType::BF16,
+        DType::I32,
+        DType::I8,
+        DType::Bool,
+        DType::I64,
+    ];
+
+    /// The types instructions and kernel parameters handle: all but
+    /// [`DType::I64`], in encoding order.
+    pub const INSTR: [DType; 6] = [
         DType::F32,
         DType::F16,
         DType::BF16,
@@ -42,6 +60,7 @@ impl DType {
             3 => Some(DType::I32),
             4 => Some(DType::I8),
             5 => Some(DType::Bool),
+            6 => Some(DType::I64),
             _ => None,
         }
     }
@@ -52,6 +71,7 @@ impl DType {
             DType::F32 | DType::I32 => 4,
             DType::F16 | DType::BF16 => 2,
             DType::I8 | DType::Bool => 1,
+            DType::I64 => 8,
         }
     }
 
@@ -64,6 +84,7 @@ impl DType {
             DType::I32 => "i32",
             DType::I8 => "i8",
             DType::Bool => "bool",
+            DType::I64 => "i64",
         }
     }
 
@@ -104,7 +125,7 @@ impl DTypeSet {
     pub const INT: DTypeSet = DTypeSet(0b1_1000);
     /// bool.
     pub const BOOL: DTypeSet = DTypeSet(0b10_0000);
-    /// Every type.
+    /// Every type an instruction handles (all but [`DType::I64`]).
     pub const ANY: DTypeSet = DTypeSet(0b11_1111);
     /// Types a matmul may read: f32, f16, bf16, i8.
     pub const MM_IN: DTypeSet = DTypeSet(0b1_0111);

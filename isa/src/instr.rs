@@ -139,6 +139,12 @@ define_isa! {
     /// `dst[i] = src[i]` is neither infinite nor NaN; `dst` is bool.
     0x22 IsFinite "isfinite" Vector { dt: DType, dst: u32, src: u32, n: u32 }
         dtypes [dt in FLOAT] ub [read(src, n as u64, dt), write(dst, n as u64, DType::Bool)] gm [];
+    /// Sine (radians): ≤ 1 ulp for `|x| ≤ 2^27`, NaN for `|x| ≥ 2^50` and ±inf.
+    0x23 Sin "sin" Vector { dt: DType, dst: u32, src: u32, n: u32 }
+        dtypes [dt in FLOAT] ub [read(src, n as u64, dt), write(dst, n as u64, dt)] gm [];
+    /// Cosine (radians): ≤ 1 ulp for `|x| ≤ 2^27`, NaN for `|x| ≥ 2^50` and ±inf.
+    0x24 Cos "cos" Vector { dt: DType, dst: u32, src: u32, n: u32 }
+        dtypes [dt in FLOAT] ub [read(src, n as u64, dt), write(dst, n as u64, dt)] gm [];
 
     // ---- vector binary: dst[i] = a[i] op b[i] -----------------------------
     /// `a + b` (integers wrap).

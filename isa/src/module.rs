@@ -20,7 +20,7 @@ use core::fmt;
 use zerocopy::little_endian::{U16, U32, U64};
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout, Unaligned};
 
-use crate::dtype::DType;
+use crate::dtype::{DType, DTypeSet};
 use crate::error::{ParseError, SectionSite, ShortName};
 
 /// The four magic bytes a module starts with.
@@ -524,7 +524,8 @@ impl<'a> Module<'a> {
             }
         }
         for (i, p) in params.iter().enumerate() {
-            if DType::from_u8(p.dtype).is_none()
+            // Kernel parameters have instruction types (not i64).
+            if !DType::from_u8(p.dtype).is_some_and(|d| DTypeSet::ANY.contains(d))
                 || ParamAccess::from_u8(p.access).is_none()
                 || p.reserved != [0; 2]
             {

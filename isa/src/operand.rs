@@ -2,7 +2,7 @@
 
 use core::fmt;
 
-use crate::dtype::DType;
+use crate::dtype::{DType, DTypeSet};
 use crate::error::DecodeError;
 use crate::word::{Packer, Unpacker};
 
@@ -91,7 +91,7 @@ int_operand!(u64, put_u64, get_u64);
 impl Operand for DType {
     const BITS: u32 = 8;
     fn sample(bits: u64) -> Self {
-        DType::ALL[(bits % 6) as usize]
+        DType::INSTR[(bits % 6) as usize]
     }
     #[inline(always)]
     fn pack(&self, p: &mut Packer) {
@@ -100,7 +100,10 @@ impl Operand for DType {
     #[inline(always)]
     fn unpack(u: &mut Unpacker<'_>) -> Result<Self, DecodeError> {
         let v = u.get_u8()?;
-        DType::from_u8(v).ok_or(DecodeError::BadDType(v))
+        // i64 is a graph and tensor type: no instruction has it.
+        DType::from_u8(v)
+            .filter(|d| DTypeSet::ANY.contains(*d))
+            .ok_or(DecodeError::BadDType(v))
     }
     fn write_text(&self, _: Option<DType>, f: &mut dyn fmt::Write) -> fmt::Result {
         f.write_str(self.name())

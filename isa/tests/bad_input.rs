@@ -2102,7 +2102,7 @@ fn small_pattern(seed: u64) -> (GmPattern, [u32; 3]) {
     let small = |rng: &mut Rng| if rng.chance(25) { 0 } else { rng.below(40) };
     let p = GmPattern {
         buf: 0,
-        dtype: rng.pick(&DType::ALL),
+        dtype: rng.pick(&DType::INSTR),
         row_dim,
         col_dim,
         ub: 0,

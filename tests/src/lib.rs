@@ -13,9 +13,12 @@
 //! outer and several axes, the composites (softmax, log-softmax, layernorm,
 //! rmsnorm), matmul with transposes and batch broadcasting, every view,
 //! casts between dtypes, integer and half-precision arithmetic, symbolic
-//! shapes at several bindings (1-sized and prime extents included), and a
-//! transformer encoder block.
+//! shapes at several bindings (1-sized and prime extents included), the
+//! operators real models need (`engine_ops`: sin/cos in a rotary pattern,
+//! …), and a transformer encoder block.
 #![forbid(unsafe_code)]
+
+mod engine_ops;
 
 use dvm_graph::models::{encoder_block, EncoderConfig};
 use dvm_graph::{Graph, GraphError, NodeId};
@@ -175,6 +178,7 @@ pub fn cases() -> R<Vec<Case>> {
     dtypes(&mut out)?;
     symbolic(&mut out)?;
     empty(&mut out)?;
+    engine_ops::cases(&mut out)?;
     out.push(encoder()?);
     Ok(out)
 }
@@ -199,6 +203,8 @@ fn unary(out: &mut Vec<Case>) -> R<()> {
         (Ceil, Domain::Any),
         (Round, Domain::Any),
         (Erf, Domain::Any),
+        (Sin, Domain::Any),
+        (Cos, Domain::Any),
         (IsFinite, Domain::Any),
     ];
     for (op, domain) in ops {

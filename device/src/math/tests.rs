@@ -766,3 +766,35 @@ fn fma_soft_is_fused() {
         same(sa, sb, f32::from_bits(next() as u32 & 0x80ff_ffff));
     }
 }
+
+/// Sine and cosine: ≤ 1 ulp for |x| ≤ 2^27, absolute ≤ |x|·2^-50 up to
+/// 2^50, NaN beyond.
+fn trig_bound(name: &str, f: fn(f32) -> f32, r: fn(f64) -> f64) {
+    const EXACT: f32 = 134_217_728.0; // 2^27
+    const LIMIT: f32 = 1_125_899_906_842_624.0; // 2^50
+    let m = max_ulp(name, f, r, |x| x.abs() <= EXACT);
+    assert!(m <= 1.0, "{name}: {m} ulp");
+    let mut worst = 0.0f64;
+    for x in sweep().filter(|x| x.abs() > EXACT && x.abs() < LIMIT) {
+        let e = abs_err(f(x), r(x as f64)) / (x.abs() as f64 * 2f64.powi(-50));
+        worst = worst.max(e);
+    }
+    println!("{name}: large |x|: max error {worst:.3} · |x|·2^-50");
+    assert!(worst <= 1.0, "{name}: large |x| error {worst} · |x|·2^-50");
+    for x in sweep().filter(|x| x.abs() >= LIMIT || !x.is_finite()) {
+        assert!(f(x).is_nan(), "{name}({x:e}) = {}", f(x));
+    }
+}
+
+#[test]
+fn sin_bound() {
+    trig_bound("sin", sin, f64::sin);
+    check_specials(sin, &[(0.0, 0.0), (-0.0, -0.0), (f32::INFINITY, f32::NAN)]);
+    assert!(sin(-0.0).is_sign_negative());
+}
+
+#[test]
+fn cos_bound() {
+    trig_bound("cos", cos, f64::cos);
+    check_specials(cos, &[(0.0, 1.0), (-0.0, 1.0), (f32::NAN, f32::NAN)]);
+}

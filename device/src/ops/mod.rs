@@ -68,8 +68,8 @@ pub(crate) use self::ub::{range_of, view};
 use self::ub::{Bf16, Bool, F16};
 use self::unary::{
     binary_col, binary_row, col_map_fold, col_map_fold_gm, scalar, scalar_gm, unary, unary_gm, Abs,
-    Ceil, Erf, Exp, Floor, GeluErf, GeluTanh, Log, Neg, Not, Recip, Relu, Round, Rsqrt, Sigmoid,
-    Silu, Sqrt, Tanh,
+    Ceil, Cos, Erf, Exp, Floor, GeluErf, GeluTanh, Log, Neg, Not, Recip, Relu, Round, Rsqrt,
+    Sigmoid, Silu, Sin, Sqrt, Tanh,
 };
 
 /// Operands of a UB-only instruction, in byte offsets and element counts.
@@ -449,7 +449,8 @@ macro_rules! scalar_h {
             DType::BF16 => pick!($s, scalar::<Bf16, $op, $rev>),
             DType::I32 => pick!($s, scalar::<i32, $op, $rev>),
             DType::I8 => pick!($s, scalar::<i8, $op, $rev>),
-            DType::Bool => return None,
+            // The verifier refuses i64 in every instruction.
+            DType::Bool | DType::I64 => return None,
         }
     };
 }
@@ -467,8 +468,9 @@ macro_rules! reduce_h {
     }};
 }
 
-/// The cast handler for a (from, to) pair.
-fn cast_handler(simd: Simd, from: DType, to: DType) -> Handler {
+/// The cast handler for a (from, to) pair; `None` for i64, which the
+/// verifier refuses in every instruction.
+fn cast_handler(simd: Simd, from: DType, to: DType) -> Option<Handler> {
     macro_rules! to {
         ($a:ty) => {
             match to {
@@ -478,17 +480,19 @@ fn cast_handler(simd: Simd, from: DType, to: DType) -> Handler {
                 DType::I32 => pick!(simd, cast::<$a, i32>),
                 DType::I8 => pick!(simd, cast::<$a, i8>),
                 DType::Bool => pick!(simd, cast::<$a, Bool>),
+                DType::I64 => return None,
             }
         };
     }
-    match from {
+    Some(match from {
         DType::F32 => to!(f32),
         DType::F16 => to!(F16),
         DType::BF16 => to!(Bf16),
         DType::I32 => to!(i32),
         DType::I8 => to!(i8),
         DType::Bool => to!(Bool),
-    }
+        DType::I64 => return None,
+    })
 }
 
 /// The matmul handler for an (input, output) pair allowed by the verifier.
@@ -721,6 +725,12 @@ pub fn resolve_with(instr: &Instr, simd: Simd) -> Option<UbOp> {
             unary_op!(float_h, float, Erf, dt, un(dst, src, n), Peep::None)
         }
         I::Not { dt, dst, src, n } => unary_op!(bool_h, -, Not, dt, un(dst, src, n), Peep::None),
+        I::Sin { dt, dst, src, n } => {
+            unary_op!(float_h, float, Sin, dt, un(dst, src, n), Peep::None)
+        }
+        I::Cos { dt, dst, src, n } => {
+            unary_op!(float_h, float, Cos, dt, un(dst, src, n), Peep::None)
+        }
         I::IsFinite { dt, dst, src, n } => {
             plain!(float_h!(s, dt, isfinite::<_>), un(dst, src, n))
         }
@@ -788,7 +798,7 @@ pub fn resolve_with(instr: &Instr, simd: Simd) -> Option<UbOp> {
             UbArgs { dst, a: cond, b: a, c: b, n, ..UbArgs::default() }
         ),
         // ---- data movement
-        I::Cast { dt, to, dst, src, n } => plain!(cast_handler(s, dt, to), un(dst, src, n)),
+        I::Cast { dt, to, dst, src, n } => plain!(cast_handler(s, dt, to)?, un(dst, src, n)),
         I::Copy { dt, dst, src, n } => plain!(
             match dt.size() {
                 1 => pick!(s, copy::<1>),

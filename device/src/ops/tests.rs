@@ -68,6 +68,7 @@ fn dec(dt: DType, ub: &[u8], off: u32, i: usize) -> f64 {
         DType::I32 => i32::from_le_bytes(ub[o..o + 4].try_into().unwrap()) as f64,
         DType::I8 => ub[o] as i8 as f64,
         DType::Bool => (ub[o] != 0) as u8 as f64,
+        DType::I64 => i64::from_le_bytes(ub[o..o + 8].try_into().unwrap()) as f64,
     }
 }
 
@@ -88,6 +89,7 @@ fn round_to(dt: DType, v: f64) -> f64 {
         DType::I32 => v as i64 as i32 as f64,
         DType::I8 => v as i64 as i8 as f64,
         DType::Bool => (v != 0.0) as u8 as f64,
+        DType::I64 => v as i64 as f64,
     }
 }
 
@@ -100,6 +102,7 @@ fn enc(dt: DType, ub: &mut [u8], off: u32, i: usize, v: f64) {
         DType::I32 => ub[o..o + 4].copy_from_slice(&(v as i64 as i32).to_le_bytes()),
         DType::I8 => ub[o] = v as i64 as i8 as u8,
         DType::Bool => ub[o] = v as u8,
+        DType::I64 => ub[o..o + 8].copy_from_slice(&(v as i64).to_le_bytes()),
     }
 }
 
@@ -198,6 +201,7 @@ fn value(rng: &mut Rng, dt: DType, op: Opcode) -> f64 {
             return rng.range(0.0, 1.0).powi(3) * 1e4 * if rng.below(10) == 0 { -1.0 } else { 1.0 }
         }
         Tanh | Sigmoid | Silu | GeluErf | Erf => 12.0,
+        Sin | Cos => 100.0,
         GeluTanh => 3.0,
         Pow | PowS => 4.0,
         Floor | Ceil | Round => {
@@ -308,6 +312,10 @@ fn ref_unary_f(op: Opcode, x: f64) -> (f64, f64, f64) {
             1.5e-7 * x.abs().max(1.0),
         ),
         Erf => (libm::erf(x), 2.0, 1e-37),
+        // |x| ≥ 2^50 has no phase left: NaN (see `math::sin`).
+        Sin | Cos if x.abs() >= 2f64.powi(50) => (f64::NAN, 0.0, 0.0),
+        Sin => (x.sin(), 1.0, 0.0),
+        Cos => (x.cos(), 1.0, 0.0),
         Floor => (x.floor(), 0.0, 0.0),
         Ceil => (x.ceil(), 0.0, 0.0),
         Round => (x.round_ties_even(), 0.0, 0.0),
@@ -414,6 +422,8 @@ fn ref_cast(from: DType, to: DType, v: f64) -> Want {
             }
         }
         DType::Bool => (v != 0.0) as u8 as f64,
+        // No instruction accepts i64.
+        DType::I64 => v,
     };
     if out.is_nan() {
         Want::F {
@@ -496,6 +506,8 @@ fn reference(instr: &Instr, ub: &[u8]) -> Out {
         | I::Ceil { dt, dst, src, n }
         | I::Round { dt, dst, src, n }
         | I::Erf { dt, dst, src, n }
+        | I::Sin { dt, dst, src, n }
+        | I::Cos { dt, dst, src, n }
         | I::Not { dt, dst, src, n } => Out {
             dt,
             off: dst,
@@ -917,7 +929,7 @@ fn allowed(op: Opcode) -> Vec<DType> {
     let mut rng = Rng(7);
     let mut next = || rng.next();
     let mut out = Vec::new();
-    for dt in DType::ALL {
+    for dt in DType::INSTR {
         let mut ok = true;
         let mut first = true;
         let i = with_dtype(Instr::sample(op, &mut next), dt, dt);
@@ -966,6 +978,8 @@ fn with_dtype(instr: Instr, dt: DType, to: DType) -> Instr {
         Ceil,
         Round,
         Erf,
+        Sin,
+        Cos,
         Not,
         IsFinite,
         Add,
@@ -1071,7 +1085,7 @@ fn set_fields(i: &mut Instr, d: u32, a_: u32, b_: u32, n_: u32, imm_: Scalar) {
     } } }
     un!(
         Abs, Neg, Exp, Log, Sqrt, Rsqrt, Recip, Tanh, Sigmoid, Relu, GeluTanh, GeluErf, Silu,
-        Floor, Ceil, Round, Erf, Not, IsFinite
+        Floor, Ceil, Round, Erf, Sin, Cos, Not, IsFinite
     );
 }
 
@@ -1101,8 +1115,8 @@ fn ew_slots(op: Opcode, dt: DType) -> Option<[DType; 4]> {
     let b = DType::Bool;
     Some(match op {
         Abs | Neg | Exp | Log | Sqrt | Rsqrt | Recip | Tanh | Sigmoid | Relu | GeluTanh
-        | GeluErf | Silu | Floor | Ceil | Round | Erf | Not | AddS | SubS | RSubS | MulS | DivS
-        | RDivS | MaxS | MinS | PowS | Copy => [dt, dt, dt, dt],
+        | GeluErf | Silu | Floor | Ceil | Round | Erf | Sin | Cos | Not | AddS | SubS | RSubS
+        | MulS | DivS | RDivS | MaxS | MinS | PowS | Copy => [dt, dt, dt, dt],
         IsFinite | EqS | NeS | LtS | LeS | GtS | GeS => [b, dt, dt, dt],
         Add | Sub | Mul | Div | Max | Min | Pow | And | Or => [dt, dt, dt, dt],
         Eq | Ne | Lt | Le | Gt | Ge => [b, dt, dt, dt],
@@ -1188,8 +1202,8 @@ fn elementwise_all_dtypes_sizes_and_aliasing() {
 #[test]
 fn cast_all_pairs_sizes_and_aliasing() {
     let mut rng = Rng(0xca57);
-    for from in DType::ALL {
-        for to in DType::ALL {
+    for from in DType::INSTR {
+        for to in DType::INSTR {
             for &n in &SIZES {
                 let mut slots = vec![[0u32, 1, 2, 3]];
                 if from.size() == to.size() {
@@ -1291,7 +1305,7 @@ fn reductions() {
 #[test]
 fn broadcast_and_transpose() {
     let mut rng = Rng(0xb4c);
-    for dt in DType::ALL {
+    for dt in DType::INSTR {
         for (rows, cols) in SHAPES
             .into_iter()
             .chain([(0, 3), (3, 0), (64, 64), (9, 8), (8, 9)])

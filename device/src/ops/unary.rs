@@ -563,6 +563,14 @@ kern!(
     Erf { f32 => |x| math::erf(x); }
 );
 kern!(
+    /// [`math::sin`].
+    Sin { f32 => |x| math::sin(x); }
+);
+kern!(
+    /// [`math::cos`].
+    Cos { f32 => |x| math::cos(x); }
+);
+kern!(
     /// Logical not.
     Not { bool => |x| !x; }
 );

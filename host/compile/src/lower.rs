@@ -203,6 +203,15 @@ pub fn lower_with<K>(
             what: "the fusion plan was made for another graph".into(),
         });
     }
+    // i64 is a graph and tensor dtype the instruction set does not have.
+    if let Some(node) = graph.nodes().iter().find(|n| n.dtype == DType::I64) {
+        return Err(LowerError::Unsupported {
+            node: node.name.to_string(),
+            what: "i64 tensors run on the reference device only: cast them to i32 \
+                   (and the inputs to i32 tensors) to run on a compiled device"
+                .into(),
+        });
+    }
     let shapes = graph.concrete_shapes(bindings)?;
     // A tensor without elements needs no kernel, and a group holding one
     // would be tiled over nothing: such a graph is lowered an operator at
@@ -839,6 +848,7 @@ fn lower_node(
             new_buf(plan, BufKind::Input(i), dt, shape)
         }
         Op::Constant(vals) => ln.fill(plan, vals)?,
+        Op::Iota { axis } => ln.iota(plan, *axis)?,
         Op::Unary(code) => ln.ewise(plan, &[ln.arg(0)?.clone()], TileOp::Unary(*code, 0))?,
         Op::Binary(code) => {
             let args = [ln.arg(0)?.clone(), ln.arg(1)?.clone()];
@@ -894,7 +904,11 @@ fn lower_node(
         }
         Op::Squeeze { .. } | Op::Unsqueeze { .. } => ln.squeeze()?,
         Op::Concat { axis } => ln.concat(plan, *axis)?,
-        Op::Softmax { .. } | Op::LogSoftmax { .. } | Op::LayerNorm { .. } | Op::RmsNorm { .. } => {
+        Op::Softmax { .. }
+        | Op::LogSoftmax { .. }
+        | Op::LayerNorm { .. }
+        | Op::RmsNorm { .. }
+        | Op::Trilu { .. } => {
             return Err(ln.unsupported("composites must be decomposed before lowering"))
         }
     };
@@ -932,6 +946,31 @@ impl NodeLowering<'_> {
     fn fill(&self, plan: &mut Plan, vals: &[f64]) -> Result<Value, LowerError> {
         constant(plan, self.node.dtype, self.shape, vals)
             .map_err(|e| self.unsupported(&e.to_string()))
+    }
+
+    /// `iota` along `axis`: a constant of the axis' extent (`0, 1, …`)
+    /// built at the bound shape and broadcast to the node's shape by a
+    /// view (stride 0 on every other axis), so consumers load it as any
+    /// operand and its cost is one value per index, not per element.
+    fn iota(&self, plan: &mut Plan, axis: usize) -> Result<Value, LowerError> {
+        let dt = self.node.dtype;
+        let n = *self
+            .shape
+            .get(axis)
+            .ok_or_else(|| self.unsupported("iota axis out of range"))?;
+        let vals: Vec<f64> = (0..n).map(|i| i as f64).collect();
+        let v = constant(plan, dt, &[n], &vals).map_err(|e| self.unsupported(&e.to_string()))?;
+        let mut strides = vec![0u64; self.shape.len()];
+        strides[axis] = 1;
+        Ok(Value {
+            buf: v.buf,
+            view: View {
+                dtype: dt,
+                offset: 0,
+                shape: self.shape.clone(),
+                strides,
+            },
+        })
     }
 
     /// One element-wise step computing `op` over `args`.

@@ -674,8 +674,11 @@ pub fn role_of(g: &Graph, n: NodeId) -> Role {
                 Role::Opaque
             }
         }
+        // An iota is materialised like a constant at each bound shape
+        // (see `dvm_compile::lower`): data its consumers load.
         Op::Input
         | Op::Constant(_)
+        | Op::Iota { .. }
         | Op::Reshape
         | Op::Transpose { .. }
         | Op::Slice { .. }
@@ -686,7 +689,8 @@ pub fn role_of(g: &Graph, n: NodeId) -> Role {
         | Op::Softmax { .. }
         | Op::LogSoftmax { .. }
         | Op::LayerNorm { .. }
-        | Op::RmsNorm { .. } => Role::Opaque,
+        | Op::RmsNorm { .. }
+        | Op::Trilu { .. } => Role::Opaque,
     }
 }
 

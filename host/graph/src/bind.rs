@@ -60,216 +60,18 @@ impl Graph {
         inputs: &[(&str, &[u64])],
         explicit: &Bindings,
     ) -> Result<Bindings, GraphError> {
-        let scope = self.scope();
-        let mut b = Bindings::new();
-        // Where each symbol got its value: an input's axis, or `None` for
-        // an explicit binding (named only in an error message).
-        let mut origin: HashMap<Symbol, Option<(NodeId, usize)>> = HashMap::new();
-        let origin_text = |o: Option<&Option<(NodeId, usize)>>| match o {
-            Some(Some((id, axis))) => format!("input `{}` axis {axis}", self[*id].name),
-            Some(None) => "an explicit binding".to_owned(),
-            None => String::new(),
+        let mut bx = Binder {
+            g: self,
+            b: Bindings::new(),
+            origin: HashMap::new(),
         };
-        for (sym, value) in explicit.iter() {
-            if scope.lookup(sym.name()) != Some(sym) {
-                return Err(GraphError::UnknownSymbol {
-                    symbol: sym.name().to_owned(),
-                    known: scope
-                        .symbols()
-                        .map(|s| format!("`{s}`"))
-                        .collect::<Vec<_>>()
-                        .join(", "),
-                });
-            }
-            scope
-                .bind(&mut b, sym, value)
-                .map_err(|source| GraphError::Binding {
-                    context: format!("explicit binding `{sym}` = {value}"),
-                    source,
-                })?;
-            origin.insert(sym, None);
-        }
-
-        let mut given: HashMap<&str, &[u64]> = HashMap::new();
-        for &(name, shape) in inputs {
-            let is_input = self.input_named(name).is_some();
-            if !is_input {
-                return Err(GraphError::ExtraInput {
-                    input: name.to_owned(),
-                    expected: names(self),
-                });
-            }
-            if given.insert(name, shape).is_some() {
-                return Err(GraphError::DuplicateInput {
-                    input: name.to_owned(),
-                });
-            }
-        }
-        let mut shapes: Vec<(NodeId, &[u64])> = Vec::with_capacity(self.inputs().len());
-        for &id in self.inputs() {
-            let node = &self[id];
-            let Some(&shape) = given.get(node.name.as_str()) else {
-                return Err(GraphError::MissingInput {
-                    input: node.name.to_string(),
-                    expected: names(self),
-                });
-            };
-            if shape.len() != node.shape.len() {
-                return Err(GraphError::InputRank {
-                    input: node.name.to_string(),
-                    expected: node.shape.to_vec(),
-                    got: shape.to_vec(),
-                });
-            }
-            shapes.push((id, shape));
-        }
-
-        let dim_error = |id: NodeId, shape: &[u64], axis: usize, dim: &Dim, detail: String| {
-            GraphError::InputDim {
-                input: self[id].name.to_string(),
-                shape: shape.to_vec(),
-                axis,
-                dim: dim.clone(),
-                got: shape[axis],
-                detail,
-            }
-        };
-        let as_i64 = |id: NodeId, shape: &[u64], axis: usize, dim: &Dim| {
-            i64::try_from(shape[axis])
-                .map_err(|_| dim_error(id, shape, axis, dim, " (too large)".to_owned()))
-        };
-
-        // Pass 1: plain symbols and constants.
-        for &(id, shape) in &shapes {
-            for (axis, declared) in self[id].shape.iter().enumerate() {
-                let dim = scope.canonical(declared);
-                let value = as_i64(id, shape, axis, &dim)?;
-                if let Some(c) = dim.as_const() {
-                    if c != value {
-                        return Err(dim_error(id, shape, axis, &dim, String::new()));
-                    }
-                } else if let Some(sym) = dim.as_symbol() {
-                    match b.get(sym) {
-                        Some(v) if v != value => {
-                            let from = origin_text(origin.get(&sym));
-                            return Err(dim_error(
-                                id,
-                                shape,
-                                axis,
-                                &dim,
-                                format!(", and `{sym}` = {v} from {from}"),
-                            ));
-                        }
-                        Some(_) => {}
-                        None => {
-                            scope.bind(&mut b, sym, value).map_err(|source| {
-                                GraphError::Binding {
-                                    context: format!(
-                                        "input `{}` (shape {}) axis {axis}",
-                                        self[id].name,
-                                        super::DimsDisplay(shape)
-                                    ),
-                                    source,
-                                }
-                            })?;
-                            origin.insert(sym, Some((id, axis)));
-                        }
-                    }
-                }
-            }
-        }
-        complete(self, &mut b, "the input shapes")?;
-
-        // Pass 2: expressions, solving for one unbound symbol at a time.
-        loop {
-            let mut progress = false;
-            let mut pending = None;
-            for &(id, shape) in &shapes {
-                for (axis, declared) in self[id].shape.iter().enumerate() {
-                    let dim = scope.canonical(declared);
-                    if dim.is_const() || dim.as_symbol().is_some() {
-                        continue;
-                    }
-                    let value = as_i64(id, shape, axis, &dim)?;
-                    let unbound: Vec<Symbol> = dim
-                        .symbols()
-                        .into_iter()
-                        .filter(|s| b.get(*s).is_none())
-                        .collect();
-                    match unbound.as_slice() {
-                        [] => {
-                            let v = dim.eval(&b).map_err(|source| GraphError::Binding {
-                                context: format!("input `{}` axis {axis}", self[id].name),
-                                source,
-                            })?;
-                            if v != value {
-                                return Err(dim_error(
-                                    id,
-                                    shape,
-                                    axis,
-                                    &dim,
-                                    format!(" = {v}{}", with_values(&dim, &b)),
-                                ));
-                            }
-                        }
-                        [t] => match solve(&dim, *t, value, &b) {
-                            Some(tv) => {
-                                scope.bind(&mut b, *t, tv).map_err(|source| {
-                                    GraphError::Binding {
-                                        context: format!(
-                                            "input `{}` (shape {}) axis {axis}: `{dim}` = {value} gives `{t}` = {tv}",
-                                            self[id].name,
-                                            super::DimsDisplay(shape)
-                                        ),
-                                        source,
-                                    }
-                                })?;
-                                origin.insert(*t, Some((id, axis)));
-                                progress = true;
-                            }
-                            None => pending = Some((id, shape, axis, dim.clone(), *t)),
-                        },
-                        [t, ..] => pending = Some((id, shape, axis, dim.clone(), *t)),
-                    }
-                }
-            }
-            if progress {
-                complete(self, &mut b, "the input shapes")?;
-                continue;
-            }
-            if let Some((id, shape, axis, dim, t)) = pending {
-                return Err(dim_error(
-                    id,
-                    shape,
-                    axis,
-                    &dim,
-                    format!(" and `{t}` cannot be solved for; bind it explicitly"),
-                ));
-            }
-            break;
-        }
-
-        // Every symbol a node needs must be bound.
-        for node in self.nodes() {
-            let extra = match &node.op {
-                Op::ScalarDim(_, d) => Some(d),
-                _ => None,
-            };
-            for d in node.shape.iter().chain(extra) {
-                // (Constants need nothing; a plain symbol is looked up
-                // without collecting it.)
-                if d.is_const() || d.as_symbol().is_some_and(|s| b.get(s).is_some()) {
-                    continue;
-                }
-                if let Some(s) = d.symbols().into_iter().find(|s| b.get(*s).is_none()) {
-                    return Err(GraphError::Unbound {
-                        symbol: s.name().to_owned(),
-                        node: node.name.to_string(),
-                    });
-                }
-            }
-        }
-        Ok(b)
+        bx.bind_explicit(explicit)?;
+        let shapes = input_shapes(self, inputs)?;
+        bx.bind_plain(&shapes)?;
+        complete(self, &mut bx.b, "the input shapes")?;
+        bx.bind_expressions(&shapes)?;
+        check_all_bound(self, &bx.b)?;
+        Ok(bx.b)
     }
 
     /// [`Graph::bind`] from tensors, also checking each input's dtype.
@@ -376,6 +178,292 @@ impl Graph {
             .map(|i| self.concrete_shape(NodeId(i), bindings))
             .collect()
     }
+}
+
+/// The state of [`Graph::bind`]: the values so far and where each came from.
+struct Binder<'g> {
+    g: &'g Graph,
+    b: Bindings,
+    /// Where each symbol got its value: an input's axis, or `None` for an
+    /// explicit binding (named only in an error message).
+    origin: HashMap<Symbol, Option<(NodeId, usize)>>,
+}
+
+/// Each graph input with the concrete shape given for it, in the graph's
+/// input order; an unknown, repeated or missing input or a wrong rank is
+/// an error.
+fn input_shapes<'s>(
+    g: &Graph,
+    inputs: &[(&str, &'s [u64])],
+) -> Result<Vec<(NodeId, &'s [u64])>, GraphError> {
+    let mut given: HashMap<&str, &[u64]> = HashMap::new();
+    for &(name, shape) in inputs {
+        if g.input_named(name).is_none() {
+            return Err(GraphError::ExtraInput {
+                input: name.to_owned(),
+                expected: names(g),
+            });
+        }
+        if given.insert(name, shape).is_some() {
+            return Err(GraphError::DuplicateInput {
+                input: name.to_owned(),
+            });
+        }
+    }
+    let mut shapes: Vec<(NodeId, &[u64])> = Vec::with_capacity(g.inputs().len());
+    for &id in g.inputs() {
+        let node = &g[id];
+        let Some(&shape) = given.get(node.name.as_str()) else {
+            return Err(GraphError::MissingInput {
+                input: node.name.to_string(),
+                expected: names(g),
+            });
+        };
+        if shape.len() != node.shape.len() {
+            return Err(GraphError::InputRank {
+                input: node.name.to_string(),
+                expected: node.shape.to_vec(),
+                got: shape.to_vec(),
+            });
+        }
+        shapes.push((id, shape));
+    }
+    Ok(shapes)
+}
+
+/// Input `id`'s axis `axis` does not match its declared `dim`.
+fn dim_error(
+    g: &Graph,
+    id: NodeId,
+    shape: &[u64],
+    axis: usize,
+    dim: &Dim,
+    detail: String,
+) -> GraphError {
+    GraphError::InputDim {
+        input: g[id].name.to_string(),
+        shape: shape.to_vec(),
+        axis,
+        dim: dim.clone(),
+        got: shape[axis],
+        detail,
+    }
+}
+
+/// Axis `axis` of a given input shape as an `i64`.
+fn extent(g: &Graph, id: NodeId, shape: &[u64], axis: usize, dim: &Dim) -> Result<i64, GraphError> {
+    i64::try_from(shape[axis])
+        .map_err(|_| dim_error(g, id, shape, axis, dim, " (too large)".to_owned()))
+}
+
+impl Binder<'_> {
+    fn origin_text(&self, sym: Symbol) -> String {
+        match self.origin.get(&sym) {
+            Some(Some((id, axis))) => format!("input `{}` axis {axis}", self.g[*id].name),
+            Some(None) => "an explicit binding".to_owned(),
+            None => String::new(),
+        }
+    }
+
+    /// The explicit bindings: each names a symbol of the graph.
+    fn bind_explicit(&mut self, explicit: &Bindings) -> Result<(), GraphError> {
+        let scope = self.g.scope();
+        for (sym, value) in explicit.iter() {
+            if scope.lookup(sym.name()) != Some(sym) {
+                return Err(GraphError::UnknownSymbol {
+                    symbol: sym.name().to_owned(),
+                    known: scope
+                        .symbols()
+                        .map(|s| format!("`{s}`"))
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                });
+            }
+            scope
+                .bind(&mut self.b, sym, value)
+                .map_err(|source| GraphError::Binding {
+                    context: format!("explicit binding `{sym}` = {value}"),
+                    source,
+                })?;
+            self.origin.insert(sym, None);
+        }
+        Ok(())
+    }
+
+    /// Pass 1: axes declared as plain symbols bind them; constant axes
+    /// must match.
+    fn bind_plain(&mut self, shapes: &[(NodeId, &[u64])]) -> Result<(), GraphError> {
+        let g = self.g;
+        let scope = g.scope();
+        for &(id, shape) in shapes {
+            for (axis, declared) in g[id].shape.iter().enumerate() {
+                let dim = scope.canonical(declared);
+                let value = extent(g, id, shape, axis, &dim)?;
+                if let Some(c) = dim.as_const() {
+                    if c != value {
+                        return Err(dim_error(g, id, shape, axis, &dim, String::new()));
+                    }
+                } else if let Some(sym) = dim.as_symbol() {
+                    match self.b.get(sym) {
+                        Some(v) if v != value => {
+                            let from = self.origin_text(sym);
+                            return Err(dim_error(
+                                g,
+                                id,
+                                shape,
+                                axis,
+                                &dim,
+                                format!(", and `{sym}` = {v} from {from}"),
+                            ));
+                        }
+                        Some(_) => {}
+                        None => {
+                            scope.bind(&mut self.b, sym, value).map_err(|source| {
+                                GraphError::Binding {
+                                    context: format!(
+                                        "input `{}` (shape {}) axis {axis}",
+                                        g[id].name,
+                                        super::DimsDisplay(shape)
+                                    ),
+                                    source,
+                                }
+                            })?;
+                            self.origin.insert(sym, Some((id, axis)));
+                        }
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Pass 2: axes declared as expressions, solving for one unbound symbol
+    /// at a time until nothing changes.
+    fn bind_expressions(&mut self, shapes: &[(NodeId, &[u64])]) -> Result<(), GraphError> {
+        let g = self.g;
+        loop {
+            let mut progress = false;
+            let mut pending = None;
+            for &(id, shape) in shapes {
+                for (axis, declared) in g[id].shape.iter().enumerate() {
+                    match self.bind_expression(id, shape, axis, declared)? {
+                        Solved::Nothing => {}
+                        Solved::Bound => progress = true,
+                        Solved::Pending(dim, t) => pending = Some((id, shape, axis, dim, t)),
+                    }
+                }
+            }
+            if progress {
+                complete(g, &mut self.b, "the input shapes")?;
+                continue;
+            }
+            if let Some((id, shape, axis, dim, t)) = pending {
+                return Err(dim_error(
+                    g,
+                    id,
+                    shape,
+                    axis,
+                    &dim,
+                    format!(" and `{t}` cannot be solved for; bind it explicitly"),
+                ));
+            }
+            return Ok(());
+        }
+    }
+
+    /// One axis of pass 2: checks an expression whose symbols are bound, or
+    /// solves it for its one unbound symbol.
+    fn bind_expression(
+        &mut self,
+        id: NodeId,
+        shape: &[u64],
+        axis: usize,
+        declared: &Dim,
+    ) -> Result<Solved, GraphError> {
+        let g = self.g;
+        let scope = g.scope();
+        let dim = scope.canonical(declared);
+        if dim.is_const() || dim.as_symbol().is_some() {
+            return Ok(Solved::Nothing);
+        }
+        let value = extent(g, id, shape, axis, &dim)?;
+        let unbound: Vec<Symbol> = dim
+            .symbols()
+            .into_iter()
+            .filter(|s| self.b.get(*s).is_none())
+            .collect();
+        match unbound.as_slice() {
+            [] => {
+                let v = dim.eval(&self.b).map_err(|source| GraphError::Binding {
+                    context: format!("input `{}` axis {axis}", g[id].name),
+                    source,
+                })?;
+                if v != value {
+                    return Err(dim_error(
+                        g,
+                        id,
+                        shape,
+                        axis,
+                        &dim,
+                        format!(" = {v}{}", with_values(&dim, &self.b)),
+                    ));
+                }
+                Ok(Solved::Nothing)
+            }
+            [t] => match solve(&dim, *t, value, &self.b) {
+                Some(tv) => {
+                    scope
+                        .bind(&mut self.b, *t, tv)
+                        .map_err(|source| GraphError::Binding {
+                            context: format!(
+                                "input `{}` (shape {}) axis {axis}: `{dim}` = {value} gives `{t}` = {tv}",
+                                g[id].name,
+                                super::DimsDisplay(shape)
+                            ),
+                            source,
+                        })?;
+                    self.origin.insert(*t, Some((id, axis)));
+                    Ok(Solved::Bound)
+                }
+                None => Ok(Solved::Pending(dim.clone(), *t)),
+            },
+            [t, ..] => Ok(Solved::Pending(dim.clone(), *t)),
+        }
+    }
+}
+
+/// What one axis of pass 2 did.
+enum Solved {
+    /// Checked, or nothing to do.
+    Nothing,
+    /// Bound a symbol.
+    Bound,
+    /// Cannot be solved yet: the expression and an unbound symbol.
+    Pending(Dim, Symbol),
+}
+
+/// Every symbol a node needs must be bound.
+fn check_all_bound(g: &Graph, b: &Bindings) -> Result<(), GraphError> {
+    for node in g.nodes() {
+        let extra = match &node.op {
+            Op::ScalarDim(_, d) => Some(d),
+            _ => None,
+        };
+        for d in node.shape.iter().chain(extra) {
+            // (Constants need nothing; a plain symbol is looked up
+            // without collecting it.)
+            if d.is_const() || d.as_symbol().is_some_and(|s| b.get(s).is_some()) {
+                continue;
+            }
+            if let Some(s) = d.symbols().into_iter().find(|s| b.get(*s).is_none()) {
+                return Err(GraphError::Unbound {
+                    symbol: s.name().to_owned(),
+                    node: node.name.to_string(),
+                });
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Fills in values the scope's equalities determine and checks everything.

@@ -98,7 +98,7 @@ impl Graph {
         self.constant(dtype, shape, &[value])
     }
 
-    /// An element-wise unary opcode (`abs` … `isfinite`).
+    /// An element-wise unary opcode (`abs` … `isfinite`, `sin`, `cos`).
     ///
     /// # Errors
     ///
@@ -385,6 +385,32 @@ impl Graph {
             self.norm_axes("concat", &[axis], rank)?[0]
         };
         self.add_node(None, Op::Concat { axis }, xs, None, None)
+    }
+
+    /// Indices along `axis` (negative counts from the end) of a tensor of
+    /// `shape` (symbolic extents allowed): element `[i0, …, ik, …]` is `ik`.
+    /// `iota(i32, [S], 0)` is ONNX `Range(0, S, 1)`; `start + i·step` is an
+    /// `iota` followed by `muls` and `adds`.
+    ///
+    /// # Errors
+    ///
+    /// [`GraphError::Invalid`] for an axis out of range or a dtype that
+    /// is not numeric (bool).
+    pub fn iota(&mut self, dtype: DType, shape: &[Dim], axis: i64) -> Result<NodeId, GraphError> {
+        let axis = self.norm_axes("iota", &[axis], shape.len())?[0];
+        self.add_node(None, Op::Iota { axis }, &[], Some(dtype), Some(shape))
+    }
+
+    /// The upper (`upper`) or lower triangle of the last two axes of `x`,
+    /// as ONNX `Trilu`: element `[…, i, j]` is kept when `j − i ≥ k`
+    /// (upper) or `j − i ≤ k` (lower), otherwise 0. A causal mask is
+    /// `trilu(ones, false, 0)`.
+    ///
+    /// # Errors
+    ///
+    /// [`GraphError::Invalid`] if `x` has rank below 2.
+    pub fn trilu(&mut self, x: NodeId, upper: bool, k: i64) -> Result<NodeId, GraphError> {
+        self.add_node(None, Op::Trilu { upper, k }, &[x], None, None)
     }
 
     /// Broadcasts to `shape` (NumPy rules; `-1` keeps the operand's extent).

@@ -7,6 +7,7 @@
 //! | `log_softmax(x, a)` | `m = max(x, a)`, `d = x − m`, `d − log(sum(exp(d), a))` |
 //! | `layer_norm(x, g, b, ε)` | `μ = mean(x)`, `d = x − μ`, `v = mean(d·d)` (biased), `d · rsqrt(v + ε) · g + b` |
 //! | `rms_norm(x, g, ε)` | `x · rsqrt(mean(x·x) + ε) · g` |
+//! | `trilu(x, upper, k)` | `i, j = iota(i32, [N, M])`, `where(j − i ≥ k, x, 0)` (upper; `≤` for lower) |
 //!
 //! Reductions inside composites keep their axes (`keepdims`) so the
 //! following element-wise ops broadcast. Intermediate nodes are named after
@@ -34,6 +35,7 @@ use dvm_sym::Dim;
 /// | `log_softmax(x, a)` | `m = max(x, a)`, `d = x − m`, `d − log(sum(exp(d), a))` |
 /// | `layer_norm(x, g, b, ε)` | `μ = mean(x)`, `d = x − μ`, `v = mean(d·d)` (biased), `d · rsqrt(v + ε) · g + b` |
 /// | `rms_norm(x, g, ε)` | `x · rsqrt(mean(x·x) + ε) · g` |
+/// | `trilu(x, upper, k)` | `i, j = iota(i32, [N, M])`, `where(j − i ≥ k, x, 0)` (upper; `≤` for lower) |
 ///
 /// Reductions inside composites keep their axes so that the following
 /// element-wise ops broadcast; intermediate nodes are named after the
@@ -110,6 +112,8 @@ pub fn decomposed_len(op: &Op) -> Option<usize> {
         Op::LayerNorm { .. } => Some(11),
         // sq, a mean of two nodes, eps, rsqrt, norm, scale.
         Op::RmsNorm { .. } => Some(7),
+        // Two iotas, sub, a comparison, a zero and where.
+        Op::Trilu { .. } => Some(6),
         // A mean: sum and division.
         op if op.is_composite() => Some(2),
         _ => None,
@@ -421,6 +425,44 @@ impl Rewriter<'_> {
         }
     }
 
+    /// `trilu(x, upper, k)`: `where(j − i ≥ k, x, 0)` (upper) or
+    /// `where(j − i ≤ k, x, 0)` (lower) over the last two axes `[N, M]`,
+    /// with `i`, `j` from `iota(i32, [N, M])`.
+    fn trilu(mut self, x: NodeId, upper: bool, k: i64) -> Result<NodeId, GraphError> {
+        // The nodes change dtype (i32 indices, a bool mask): no shortcut.
+        self.settled = false;
+        let (dt, shape) = (self.g[x].dtype, self.g[x].shape.clone());
+        let nm = shape[shape.len() - 2..].to_vec();
+        let i = self.leaf(".row", Op::Iota { axis: 0 }, DType::I32, &nm)?;
+        let j = self.leaf(".col", Op::Iota { axis: 1 }, DType::I32, &nm)?;
+        let d = self.node(".diff", Op::Binary(Opcode::Sub), &[j, i])?;
+        let code = if upper { Opcode::GeS } else { Opcode::LeS };
+        let m = self.node(".mask", Op::Scalar(code, k as f64), &[d])?;
+        let z = self.leaf(".zero", Op::Constant(vec![0.0]), dt, &[])?;
+        self.add(self.name.clone(), Op::Where, &[m, x, z], None)
+    }
+
+    /// A node without operands (iota, constant) of `dtype` and `shape`.
+    fn leaf(
+        &mut self,
+        suffix: &str,
+        op: Op,
+        dtype: DType,
+        shape: &[Dim],
+    ) -> Result<NodeId, GraphError> {
+        let mut name = self.name.clone();
+        name.push_str(suffix);
+        let name = if self.dotless {
+            name
+        } else {
+            self.unclashed(name)
+        };
+        if name.len() > super::MAX_NAME_LEN {
+            check_name("node", &name)?;
+        }
+        self.g.add_named(name, op, &[], Some(dtype), Some(shape))
+    }
+
     fn composite(mut self, node: &Node, x: &[NodeId]) -> Result<NodeId, GraphError> {
         use Opcode::{Add, Exp, Log, Mul, Recip, Rsqrt, Sub};
         match node.op {
@@ -470,6 +512,7 @@ impl Rewriter<'_> {
                 let n = self.like(".norm", Op::Binary(Mul), &[x[0], r], x[0])?;
                 self.last_like(Op::Binary(Mul), &[n, x[1]], n)
             }
+            Op::Trilu { upper, k } => self.trilu(x[0], upper, k),
             _ => {
                 let id = self.g.push(Node {
                     operands: Operands::from(x),

@@ -46,6 +46,10 @@ macro_rules! for_each_unary_op {
             round => Round;
             /// Error function.
             erf => Erf;
+            /// Sine (radians), as ONNX `Sin`.
+            sin => Sin;
+            /// Cosine (radians), as ONNX `Cos`.
+            cos => Cos;
             /// Logical not (bool).
             not => Not;
             /// `x` is finite (result bool).

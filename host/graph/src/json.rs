@@ -178,6 +178,25 @@ impl Obj {
     }
 }
 
+/// One node's JSON object while it is read: the attributes read so far and
+/// what they give [`Graph::add_node`].
+struct NodeText {
+    obj: Obj,
+    name: String,
+    at: String,
+    operands: Vec<NodeId>,
+    allowed: Vec<&'static str>,
+    dtype: Option<DType>,
+    shape: Option<Vec<Dim>>,
+}
+
+impl NodeText {
+    /// The rank of operand `i` (0 when it is missing: arity is checked later).
+    fn rank(&self, g: &Graph, i: usize) -> usize {
+        self.operands.get(i).map_or(0, |&id| g[id].shape.len())
+    }
+}
+
 fn kind(v: &Value) -> &'static str {
     match v {
         Value::Null => "null",
@@ -446,295 +465,362 @@ impl Graph {
             })?;
             operands.push(id);
         }
-        let rank = |g: &Graph, i: usize| operands.get(i).map_or(0, |&id| g[id].shape.len());
-        let mut allowed: Vec<&str> = vec!["name", "op", "inputs"];
-        let mut dtype = None;
-        let mut shape = None;
+        let mut n = NodeText {
+            obj,
+            name,
+            at,
+            operands,
+            allowed: vec!["name", "op", "inputs"],
+            dtype: None,
+            shape: None,
+        };
         let op = match op_name.as_str() {
             "input" => {
                 return Err(err(
-                    &at,
+                    &n.at,
                     Some("op"),
                     "graph inputs are declared in the top-level `inputs` list",
                 ))
             }
-            "constant" => {
-                allowed.extend(["dtype", "shape", "values", "file"]);
-                let dt: Option<String> = obj.opt("dtype")?;
-                let dt = dt.map(|d| parse_dtype(&at, "dtype", &d)).transpose()?;
-                let declared = obj
-                    .raw("shape")
-                    .map(|s| self.parse_shape(&at, "shape", s))
-                    .transpose()?;
-                let values = obj.raw("values");
-                let file: Option<String> = obj.opt("file")?;
-                let (dt, s, vals) = match (values, file) {
-                    (Some(_), Some(_)) => {
-                        return Err(err(
-                            &at,
-                            Some("file"),
-                            "give either `values` or `file`, not both",
-                        ))
-                    }
-                    (None, None) => {
-                        return Err(err(
-                            &at,
-                            Some("values"),
-                            "a constant needs `values` or `file`",
-                        ))
-                    }
-                    (Some(v), None) => {
-                        let dt =
-                            dt.ok_or_else(|| err(&at, Some("dtype"), "missing required field"))?;
-                        let s = declared
-                            .ok_or_else(|| err(&at, Some("shape"), "missing required field"))?;
-                        let vals = match v {
-                            Value::Array(items) => items
-                                .iter()
-                                .map(|x| parse_float(&at, "values", x))
-                                .collect::<Result<Vec<_>, _>>()?,
-                            other => vec![parse_float(&at, "values", &other)?],
-                        };
-                        (dt, s, vals)
-                    }
-                    (None, Some(f)) => {
-                        let path = base_dir.join(&f);
-                        // A weight is a file: a FIFO would block the read
-                        // until something writes to it, a device never end.
-                        if let Ok(m) = std::fs::metadata(&path) {
-                            if !m.is_file() {
-                                return Err(err(
-                                    &at,
-                                    Some("file"),
-                                    format!("`{f}` is not a regular file"),
-                                ));
-                            }
-                        }
-                        let t = match dt {
-                            Some(d) => dvm_tensor::npy::read_as(&path, d),
-                            None => dvm_tensor::npy::read(&path),
-                        }
-                        .map_err(|e| err(&at, Some("file"), e.to_string()))?;
-                        let s: Vec<Dim> = t.shape().iter().map(|&d| Dim::val(d as i64)).collect();
-                        if let Some(decl) = declared {
-                            if decl != s {
-                                return Err(err(
-                                    &at,
-                                    Some("shape"),
-                                    format!(
-                                        "declared {} but `{f}` has shape {:?}",
-                                        super::ShapeDisplay(&decl),
-                                        t.shape()
-                                    ),
-                                ));
-                            }
-                        }
-                        (t.dtype(), s, t.to_f64_vec())
-                    }
-                };
-                dtype = Some(dt);
-                shape = Some(s);
-                Op::Constant(vals)
-            }
+            "constant" => self.parse_constant(&mut n, base_dir)?,
             "where" => Op::Where,
             "cast" => {
-                allowed.push("dtype");
-                let d: String = obj.req("dtype")?;
-                dtype = Some(parse_dtype(&at, "dtype", &d)?);
+                n.allowed.push("dtype");
+                let d: String = n.obj.req("dtype")?;
+                n.dtype = Some(parse_dtype(&n.at, "dtype", &d)?);
                 Op::Cast
             }
             "reduce_sum" | "reduce_mean" | "reduce_max" | "reduce_min" => {
-                allowed.extend(["axes", "keepdims"]);
-                let rop = match op_name.as_str() {
-                    "reduce_sum" => ReduceOp::Sum,
-                    "reduce_mean" => ReduceOp::Mean,
-                    "reduce_max" => ReduceOp::Max,
-                    _ => ReduceOp::Min,
-                };
-                let axes: Vec<i64> = obj.req("axes")?;
-                let keepdims: bool = obj.opt("keepdims")?.unwrap_or(false);
-                let probe = Op::Reduce {
-                    op: rop,
-                    axes: vec![],
-                    keepdims,
-                };
-                let cx = Ctx {
-                    node: &name,
-                    op: probe.name(),
-                };
-                let axes = axes
-                    .iter()
-                    .map(|&a| norm_axis(&cx, a, rank(self, 0)))
-                    .collect::<Result<_, _>>()?;
-                Op::Reduce {
-                    op: rop,
-                    axes,
-                    keepdims,
-                }
+                self.parse_reduce(&mut n, &op_name)?
             }
-            "softmax" | "log_softmax" => {
-                allowed.push("axis");
-                let axis: i64 = obj.opt("axis")?.unwrap_or(-1);
-                let is_log = op_name == "log_softmax";
-                let cx = Ctx {
-                    node: &name,
-                    op: if is_log { "log_softmax" } else { "softmax" },
-                };
-                let axis = norm_axis(&cx, axis, rank(self, 0))?;
-                if is_log {
-                    Op::LogSoftmax { axis }
-                } else {
-                    Op::Softmax { axis }
-                }
-            }
+            "softmax" | "log_softmax" => self.parse_softmax(&mut n, &op_name)?,
             "layer_norm" => {
-                allowed.push("eps");
+                n.allowed.push("eps");
                 Op::LayerNorm {
-                    eps: obj.opt("eps")?.unwrap_or(LAYER_NORM_EPS),
+                    eps: n.obj.opt("eps")?.unwrap_or(LAYER_NORM_EPS),
                 }
             }
             "rms_norm" => {
-                allowed.push("eps");
+                n.allowed.push("eps");
                 Op::RmsNorm {
-                    eps: obj.opt("eps")?.unwrap_or(RMS_NORM_EPS),
+                    eps: n.obj.opt("eps")?.unwrap_or(RMS_NORM_EPS),
                 }
             }
             "matmul" => {
-                allowed.extend(["trans_a", "trans_b"]);
+                n.allowed.extend(["trans_a", "trans_b"]);
                 Op::MatMul {
-                    trans_a: obj.opt("trans_a")?.unwrap_or(false),
-                    trans_b: obj.opt("trans_b")?.unwrap_or(false),
+                    trans_a: n.obj.opt("trans_a")?.unwrap_or(false),
+                    trans_b: n.obj.opt("trans_b")?.unwrap_or(false),
                 }
             }
             "reshape" | "expand" => {
-                allowed.push("shape");
-                let s = obj
+                n.allowed.push("shape");
+                let s = n
+                    .obj
                     .raw("shape")
-                    .ok_or_else(|| err(&at, Some("shape"), "missing required field"))?;
-                shape = Some(self.parse_shape(&at, "shape", s)?);
+                    .ok_or_else(|| err(&n.at, Some("shape"), "missing required field"))?;
+                n.shape = Some(self.parse_shape(&n.at, "shape", s)?);
                 if op_name == "reshape" {
                     Op::Reshape
                 } else {
                     Op::Expand
                 }
             }
+            "transpose" | "slice" | "concat" => self.parse_layout(&mut n, &op_name)?,
+            "squeeze" | "unsqueeze" => self.parse_squeeze(&mut n, op_name == "unsqueeze")?,
+            "iota" => self.parse_iota(&mut n)?,
+            "trilu" => {
+                n.allowed.extend(["upper", "k"]);
+                Op::Trilu {
+                    upper: n.obj.opt("upper")?.unwrap_or(true),
+                    k: n.obj.opt("k")?.unwrap_or(0),
+                }
+            }
+            other => self.parse_elementwise(&mut n, other)?,
+        };
+        let NodeText {
+            obj,
+            name,
+            operands,
+            allowed,
+            dtype,
+            shape,
+            ..
+        } = n;
+        obj.finish(&allowed)?;
+        self.add_node(Some(&name), op, &operands, dtype, shape.as_deref())
+    }
+
+    /// A `constant` node: inline `values` or a `.npy` `file`.
+    fn parse_constant(&mut self, n: &mut NodeText, base_dir: &Path) -> Result<Op, GraphError> {
+        let at = n.at.clone();
+        n.allowed.extend(["dtype", "shape", "values", "file"]);
+        let dt: Option<String> = n.obj.opt("dtype")?;
+        let dt = dt.map(|d| parse_dtype(&at, "dtype", &d)).transpose()?;
+        let declared = n
+            .obj
+            .raw("shape")
+            .map(|s| self.parse_shape(&at, "shape", s))
+            .transpose()?;
+        let values = n.obj.raw("values");
+        let file: Option<String> = n.obj.opt("file")?;
+        let (dt, s, vals) = match (values, file) {
+            (Some(_), Some(_)) => {
+                return Err(err(
+                    &at,
+                    Some("file"),
+                    "give either `values` or `file`, not both",
+                ))
+            }
+            (None, None) => {
+                return Err(err(
+                    &at,
+                    Some("values"),
+                    "a constant needs `values` or `file`",
+                ))
+            }
+            (Some(v), None) => {
+                let dt = dt.ok_or_else(|| err(&at, Some("dtype"), "missing required field"))?;
+                let s =
+                    declared.ok_or_else(|| err(&at, Some("shape"), "missing required field"))?;
+                let vals = match v {
+                    Value::Array(items) => items
+                        .iter()
+                        .map(|x| parse_float(&at, "values", x))
+                        .collect::<Result<Vec<_>, _>>()?,
+                    other => vec![parse_float(&at, "values", &other)?],
+                };
+                (dt, s, vals)
+            }
+            (None, Some(f)) => {
+                let path = base_dir.join(&f);
+                // A weight is a file: a FIFO would block the read
+                // until something writes to it, a device never end.
+                if let Ok(m) = std::fs::metadata(&path) {
+                    if !m.is_file() {
+                        return Err(err(
+                            &at,
+                            Some("file"),
+                            format!("`{f}` is not a regular file"),
+                        ));
+                    }
+                }
+                let t = match dt {
+                    Some(d) => dvm_tensor::npy::read_as(&path, d),
+                    None => dvm_tensor::npy::read(&path),
+                }
+                .map_err(|e| err(&at, Some("file"), e.to_string()))?;
+                let s: Vec<Dim> = t.shape().iter().map(|&d| Dim::val(d as i64)).collect();
+                if let Some(decl) = declared {
+                    if decl != s {
+                        return Err(err(
+                            &at,
+                            Some("shape"),
+                            format!(
+                                "declared {} but `{f}` has shape {:?}",
+                                super::ShapeDisplay(&decl),
+                                t.shape()
+                            ),
+                        ));
+                    }
+                }
+                (t.dtype(), s, t.to_f64_vec())
+            }
+        };
+        n.dtype = Some(dt);
+        n.shape = Some(s);
+        Ok(Op::Constant(vals))
+    }
+
+    /// `iota`: `dtype`, `shape` and `axis` (negative counts from the end).
+    fn parse_iota(&mut self, n: &mut NodeText) -> Result<Op, GraphError> {
+        n.allowed.extend(["dtype", "shape", "axis"]);
+        let d: String = n.obj.req("dtype")?;
+        n.dtype = Some(parse_dtype(&n.at, "dtype", &d)?);
+        let s = n
+            .obj
+            .raw("shape")
+            .ok_or_else(|| err(&n.at, Some("shape"), "missing required field"))?;
+        let s = self.parse_shape(&n.at, "shape", s)?;
+        let axis: i64 = n.obj.req("axis")?;
+        let cx = Ctx {
+            node: &n.name,
+            op: "iota",
+        };
+        let axis = norm_axis(&cx, axis, s.len())?;
+        n.shape = Some(s);
+        Ok(Op::Iota { axis })
+    }
+
+    /// `reduce_*`: `axes` and `keepdims`.
+    fn parse_reduce(&self, n: &mut NodeText, op_name: &str) -> Result<Op, GraphError> {
+        n.allowed.extend(["axes", "keepdims"]);
+        let rop = match op_name {
+            "reduce_sum" => ReduceOp::Sum,
+            "reduce_mean" => ReduceOp::Mean,
+            "reduce_max" => ReduceOp::Max,
+            _ => ReduceOp::Min,
+        };
+        let axes: Vec<i64> = n.obj.req("axes")?;
+        let keepdims: bool = n.obj.opt("keepdims")?.unwrap_or(false);
+        let probe = Op::Reduce {
+            op: rop,
+            axes: vec![],
+            keepdims,
+        };
+        let cx = Ctx {
+            node: &n.name,
+            op: probe.name(),
+        };
+        let axes = axes
+            .iter()
+            .map(|&a| norm_axis(&cx, a, n.rank(self, 0)))
+            .collect::<Result<_, _>>()?;
+        Ok(Op::Reduce {
+            op: rop,
+            axes,
+            keepdims,
+        })
+    }
+
+    /// `softmax` / `log_softmax`: `axis` (default the last).
+    fn parse_softmax(&self, n: &mut NodeText, op_name: &str) -> Result<Op, GraphError> {
+        n.allowed.push("axis");
+        let axis: i64 = n.obj.opt("axis")?.unwrap_or(-1);
+        let is_log = op_name == "log_softmax";
+        let cx = Ctx {
+            node: &n.name,
+            op: if is_log { "log_softmax" } else { "softmax" },
+        };
+        let axis = norm_axis(&cx, axis, n.rank(self, 0))?;
+        Ok(if is_log {
+            Op::LogSoftmax { axis }
+        } else {
+            Op::Softmax { axis }
+        })
+    }
+
+    /// `transpose` (`perm`), `slice` (`ranges`) and `concat` (`axis`).
+    fn parse_layout(&self, n: &mut NodeText, op_name: &str) -> Result<Op, GraphError> {
+        let rank0 = n.rank(self, 0);
+        match op_name {
             "transpose" => {
-                allowed.push("perm");
-                let perm: Vec<i64> = obj.req("perm")?;
+                n.allowed.push("perm");
+                let perm: Vec<i64> = n.obj.req("perm")?;
                 let cx = Ctx {
-                    node: &name,
+                    node: &n.name,
                     op: "transpose",
                 };
                 let perm = perm
                     .iter()
-                    .map(|&a| norm_axis(&cx, a, rank(self, 0)))
+                    .map(|&a| norm_axis(&cx, a, rank0))
                     .collect::<Result<_, _>>()?;
-                Op::Transpose { perm }
+                Ok(Op::Transpose { perm })
             }
             "slice" => {
-                allowed.push("ranges");
-                let items: Vec<Value> = obj.req("ranges")?;
+                n.allowed.push("ranges");
+                let items: Vec<Value> = n.obj.req("ranges")?;
                 let cx = Ctx {
-                    node: &name,
+                    node: &n.name,
                     op: "slice",
                 };
                 let mut ranges = Vec::with_capacity(items.len());
                 for (k, item) in items.into_iter().enumerate() {
-                    let mut r = Obj::new(item, format!("{at} ranges[{k}]"))?;
+                    let mut r = Obj::new(item, format!("{} ranges[{k}]", n.at))?;
                     let axis: i64 = r.req("axis")?;
                     let start: i64 = r.opt("start")?.unwrap_or(0);
                     let end: i64 = r.opt("end")?.unwrap_or(i64::MAX);
                     let step: i64 = r.opt("step")?.unwrap_or(1);
                     r.finish(&["axis", "start", "end", "step"])?;
-                    ranges.push((norm_axis(&cx, axis, rank(self, 0))?, start, end, step));
+                    ranges.push((norm_axis(&cx, axis, rank0)?, start, end, step));
                 }
-                Op::Slice { ranges }
+                Ok(Op::Slice { ranges })
             }
-            "concat" => {
-                allowed.push("axis");
-                let axis: i64 = obj.req("axis")?;
+            _ => {
+                n.allowed.push("axis");
+                let axis: i64 = n.obj.req("axis")?;
                 let cx = Ctx {
-                    node: &name,
+                    node: &n.name,
                     op: "concat",
                 };
-                if operands.is_empty() {
+                if n.operands.is_empty() {
                     return Err(cx.arity("at least 1", 0));
                 }
-                Op::Concat {
-                    axis: norm_axis(&cx, axis, rank(self, 0))?,
-                }
+                Ok(Op::Concat {
+                    axis: norm_axis(&cx, axis, rank0)?,
+                })
             }
-            "squeeze" | "unsqueeze" => {
-                allowed.push("axes");
-                let axes: Vec<i64> = obj.opt("axes")?.unwrap_or_default();
-                let is_un = op_name == "unsqueeze";
-                let cx = Ctx {
-                    node: &name,
-                    op: if is_un { "unsqueeze" } else { "squeeze" },
-                };
-                let r = rank(self, 0);
-                if is_un {
-                    let out_rank = r + axes.len();
-                    let axes = axes
-                        .iter()
-                        .map(|&a| norm_axis(&cx, a, out_rank))
-                        .collect::<Result<_, _>>()?;
-                    Op::Unsqueeze { axes }
-                } else if axes.is_empty() {
-                    let s = operands
-                        .first()
-                        .map(|&id| self[id].shape.clone())
-                        .unwrap_or_default();
-                    let axes = s
-                        .iter()
-                        .enumerate()
-                        .filter(|(_, d)| self.scope.canonical(d).as_const() == Some(1))
-                        .map(|(i, _)| i)
-                        .collect();
-                    Op::Squeeze { axes }
-                } else {
-                    let axes = axes
-                        .iter()
-                        .map(|&a| norm_axis(&cx, a, r))
-                        .collect::<Result<_, _>>()?;
-                    Op::Squeeze { axes }
-                }
-            }
-            other => {
-                match Opcode::from_mnemonic(other).and_then(|c| opcode_kind(c).map(|k| (c, k))) {
-                    Some((c, OpcodeKind::Unary)) => Op::Unary(c),
-                    Some((c, OpcodeKind::Binary)) => Op::Binary(c),
-                    Some((c, OpcodeKind::Scalar)) => {
-                        allowed.extend(["scalar", "scalar_dim"]);
-                        match (obj.raw("scalar"), obj.raw("scalar_dim")) {
-                            (Some(v), None) => Op::Scalar(c, parse_float(&at, "scalar", &v)?),
-                            (None, Some(d)) => {
-                                Op::ScalarDim(c, self.parse_dim_value(&at, "scalar_dim", &d)?)
-                            }
-                            (Some(_), Some(_)) => {
-                                return Err(err(
-                                    &at,
-                                    Some("scalar_dim"),
-                                    "give either `scalar` or `scalar_dim`, not both",
-                                ))
-                            }
-                            (None, None) => {
-                                return Err(err(&at, Some("scalar"), "missing required field"))
-                            }
-                        }
-                    }
-                    None => {
-                        return Err(err(
-                            &at,
-                            Some("op"),
-                            format!("unknown op `{other}` (see docs/graph-format.md for the list)"),
-                        ))
-                    }
-                }
-            }
+        }
+    }
+
+    /// `squeeze` / `unsqueeze`: `axes` (squeeze without axes drops every
+    /// extent-1 axis).
+    fn parse_squeeze(&self, n: &mut NodeText, is_un: bool) -> Result<Op, GraphError> {
+        n.allowed.push("axes");
+        let axes: Vec<i64> = n.obj.opt("axes")?.unwrap_or_default();
+        let cx = Ctx {
+            node: &n.name,
+            op: if is_un { "unsqueeze" } else { "squeeze" },
         };
-        obj.finish(&allowed)?;
-        self.add_node(Some(&name), op, &operands, dtype, shape.as_deref())
+        let r = n.rank(self, 0);
+        if is_un {
+            let out_rank = r + axes.len();
+            let axes = axes
+                .iter()
+                .map(|&a| norm_axis(&cx, a, out_rank))
+                .collect::<Result<_, _>>()?;
+            Ok(Op::Unsqueeze { axes })
+        } else if axes.is_empty() {
+            let s = n
+                .operands
+                .first()
+                .map(|&id| self[id].shape.clone())
+                .unwrap_or_default();
+            let axes = s
+                .iter()
+                .enumerate()
+                .filter(|(_, d)| self.scope.canonical(d).as_const() == Some(1))
+                .map(|(i, _)| i)
+                .collect();
+            Ok(Op::Squeeze { axes })
+        } else {
+            let axes = axes
+                .iter()
+                .map(|&a| norm_axis(&cx, a, r))
+                .collect::<Result<_, _>>()?;
+            Ok(Op::Squeeze { axes })
+        }
+    }
+
+    /// An opcode mnemonic: unary, binary, or scalar (`scalar` or
+    /// `scalar_dim`).
+    fn parse_elementwise(&mut self, n: &mut NodeText, other: &str) -> Result<Op, GraphError> {
+        let at = n.at.clone();
+        match Opcode::from_mnemonic(other).and_then(|c| opcode_kind(c).map(|k| (c, k))) {
+            Some((c, OpcodeKind::Unary)) => Ok(Op::Unary(c)),
+            Some((c, OpcodeKind::Binary)) => Ok(Op::Binary(c)),
+            Some((c, OpcodeKind::Scalar)) => {
+                n.allowed.extend(["scalar", "scalar_dim"]);
+                match (n.obj.raw("scalar"), n.obj.raw("scalar_dim")) {
+                    (Some(v), None) => Ok(Op::Scalar(c, parse_float(&at, "scalar", &v)?)),
+                    (None, Some(d)) => Ok(Op::ScalarDim(
+                        c,
+                        self.parse_dim_value(&at, "scalar_dim", &d)?,
+                    )),
+                    (Some(_), Some(_)) => Err(err(
+                        &at,
+                        Some("scalar_dim"),
+                        "give either `scalar` or `scalar_dim`, not both",
+                    )),
+                    (None, None) => Err(err(&at, Some("scalar"), "missing required field")),
+                }
+            }
+            None => Err(err(
+                &at,
+                Some("op"),
+                format!("unknown op `{other}` (see docs/graph-format.md for the list)"),
+            )),
+        }
     }
 
     /// The graph as JSON text (pretty-printed), readable by
@@ -813,6 +899,15 @@ impl Graph {
                     ),
                 ),
                 Op::Squeeze { axes } | Op::Unsqueeze { axes } => put("axes", json!(axes)),
+                Op::Iota { axis } => {
+                    put("dtype", json!(n.dtype.name()));
+                    put("shape", shape(&n.shape));
+                    put("axis", json!(axis));
+                }
+                Op::Trilu { upper, k } => {
+                    put("upper", json!(upper));
+                    put("k", json!(k));
+                }
             }
             nodes.push(Value::Object(o));
         }

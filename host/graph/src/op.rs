@@ -29,7 +29,7 @@ pub enum Op {
     /// A constant tensor, row-major values (converted to the node's dtype).
     /// A single value fills the whole shape, which may then be symbolic.
     Constant(Vec<f64>),
-    /// Element-wise unary: a vector-pipe opcode of the `abs`…`isfinite` rows.
+    /// Element-wise unary: a vector-pipe opcode of the `abs`…`cos` rows.
     Unary(Opcode),
     /// Element-wise binary with NumPy broadcasting: `add`…`or`, and the
     /// comparisons `eq`…`ge` (result bool).
@@ -115,6 +115,23 @@ pub enum Op {
     /// decomposition of `mean` over a symbolic extent divides by it with
     /// `ScalarDim(DivS, n)`; at concrete shapes it is `Scalar(op, n as f64)`.
     ScalarDim(Opcode, dvm_sym::Dim),
+    /// Indices along `axis` of the node's (declared, possibly symbolic)
+    /// shape: element `[i0, …, ik, …]` is `ik`. No operands; the dtype is
+    /// numeric. ONNX `Range(0, n, 1)` is the rank-1 case.
+    Iota {
+        /// The axis whose index each element holds.
+        axis: usize,
+    },
+    /// The upper (`upper`) or lower triangle of the last two axes, the
+    /// rest zero, as ONNX `Trilu`: element `[…, i, j]` is kept when
+    /// `j − i ≥ k` (upper) or `j − i ≤ k` (lower). Composite: `iota`,
+    /// `sub`, a comparison and `where`.
+    Trilu {
+        /// Keep the upper triangle (else the lower).
+        upper: bool,
+        /// Diagonal offset: 0 is the main diagonal, > 0 above it.
+        k: i64,
+    },
 }
 
 impl Op {
@@ -123,7 +140,7 @@ impl Op {
     /// otherwise `input`, `constant`, `where`, `cast`, `reduce_sum`,
     /// `reduce_mean`, `reduce_max`, `reduce_min`, `softmax`, `log_softmax`,
     /// `layer_norm`, `rms_norm`, `matmul`, `reshape`, `transpose`, `slice`,
-    /// `concat`, `expand`, `squeeze`, `unsqueeze`.
+    /// `concat`, `expand`, `squeeze`, `unsqueeze`, `iota`, `trilu`.
     pub fn name(&self) -> &'static str {
         match self {
             Op::Input => "input",
@@ -149,12 +166,14 @@ impl Op {
             Op::Expand => "expand",
             Op::Squeeze { .. } => "squeeze",
             Op::Unsqueeze { .. } => "unsqueeze",
+            Op::Iota { .. } => "iota",
+            Op::Trilu { .. } => "trilu",
         }
     }
 
     /// True for composites that [`decompose`](crate::decompose)
-    /// rewrites into primitives: softmax, log-softmax, layer norm, RMS norm
-    /// and mean reductions.
+    /// rewrites into primitives: softmax, log-softmax, layer norm, RMS norm,
+    /// mean reductions and trilu.
     pub fn is_composite(&self) -> bool {
         matches!(
             self,
@@ -162,6 +181,7 @@ impl Op {
                 | Op::LogSoftmax { .. }
                 | Op::LayerNorm { .. }
                 | Op::RmsNorm { .. }
+                | Op::Trilu { .. }
                 | Op::Reduce {
                     op: ReduceOp::Mean,
                     ..
@@ -184,7 +204,7 @@ pub fn result_dtype(op: &Op, first: Option<DType>) -> Option<DType> {
         Op::Unary(Opcode::IsFinite) => Some(DType::Bool),
         // Integer matmuls accumulate and produce i32.
         Op::MatMul { .. } if first == Some(DType::I8) => Some(DType::I32),
-        Op::Input | Op::Constant(_) | Op::Cast => None,
+        Op::Input | Op::Constant(_) | Op::Cast | Op::Iota { .. } => None,
         _ => first,
     }
 }
@@ -201,7 +221,7 @@ pub fn is_comparison(code: Opcode) -> bool {
 /// How an opcode is used in graphs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum OpcodeKind {
-    /// `abs` … `isfinite`: one tensor operand ([`Op::Unary`]).
+    /// `abs` … `isfinite`, `sin`, `cos`: one tensor operand ([`Op::Unary`]).
     Unary,
     /// `add` … `or`, `eq` … `ge`: two tensor operands ([`Op::Binary`]).
     Binary,
@@ -213,11 +233,26 @@ pub enum OpcodeKind {
 /// directly (data movement, reductions, matmul, loads, stores, control).
 pub fn opcode_kind(code: Opcode) -> Option<OpcodeKind> {
     match code as u8 {
-        0x10..=0x22 => Some(OpcodeKind::Unary),
+        0x10..=0x24 => Some(OpcodeKind::Unary),
         0x30..=0x38 | 0x50..=0x55 => Some(OpcodeKind::Binary),
         0x40..=0x48 | 0x58..=0x5d => Some(OpcodeKind::Scalar),
         _ => None,
     }
+}
+
+/// The instruction dtype whose rules a graph dtype follows in shape and
+/// dtype checks: `i64` those of `i32`, the rest their own.
+pub fn device_dtype(dtype: DType) -> DType {
+    if dtype == DType::I64 {
+        DType::I32
+    } else {
+        dtype
+    }
+}
+
+/// `set` accepts graph dtype `dtype`: its [`device_dtype`] is in it.
+pub fn accepts_dtype(set: DTypeSet, dtype: DType) -> bool {
+    set.contains(device_dtype(dtype))
 }
 
 /// The dtypes the instruction set accepts for `code`'s element type (its

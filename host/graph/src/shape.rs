@@ -3,7 +3,7 @@
 use dvm_isa::{DType, DTypeSet, Opcode};
 
 use super::error::GraphError;
-use super::op::{is_comparison, opcode_dtypes, opcode_kind, OpcodeKind};
+use super::op::{accepts_dtype, is_comparison, opcode_dtypes, opcode_kind, OpcodeKind};
 use super::{check_name, CompactString, Graph, Node, NodeId, Op, Operands, ReduceOp, Shape};
 use dvm_sym::{Dim, SymbolScope};
 use dvm_tensor::{convert, numel};
@@ -298,7 +298,7 @@ impl Graph {
 fn accepts(code: Opcode, kind: OpcodeKind, dtype: DType) -> bool {
     opcode_kind(code) == Some(kind)
         && !is_comparison(code)
-        && opcode_dtypes(code).is_none_or(|d| d.contains(dtype))
+        && opcode_dtypes(code).is_none_or(|d| accepts_dtype(d, dtype))
 }
 
 /// `op` is an element-wise operator whose result has its operands'
@@ -341,7 +341,9 @@ impl Graph {
             op: node.op.name(),
         };
         let (dtype, shape) = match node.op {
-            Op::Input | Op::Constant(_) | Op::Cast => (Some(node.dtype), Some(&node.shape[..])),
+            Op::Input | Op::Constant(_) | Op::Cast | Op::Iota { .. } => {
+                (Some(node.dtype), Some(&node.shape[..]))
+            }
             Op::Reshape | Op::Expand => (None, Some(&node.shape[..])),
             _ => (None, None),
         };
@@ -461,6 +463,39 @@ pub(crate) fn infer(
     Ok(inferred)
 }
 
+/// The inputs of one inference: the operands and the declared dtype/shape.
+struct Rule<'a> {
+    scope: &'a SymbolScope,
+    cx: &'a Ctx<'a>,
+    args: &'a [Arg<'a>],
+    dtype: Option<DType>,
+    shape: Option<&'a [Dim]>,
+}
+
+impl Rule<'_> {
+    fn need(&self, n: usize, text: &'static str) -> Result<(), GraphError> {
+        if self.args.len() == n {
+            Ok(())
+        } else {
+            Err(self.cx.arity(text, self.args.len()))
+        }
+    }
+
+    fn want_dtype(&self) -> Result<DType, GraphError> {
+        self.dtype
+            .ok_or_else(|| self.cx.invalid("needs a result dtype"))
+    }
+
+    fn want_shape(&self) -> Result<&[Dim], GraphError> {
+        self.shape
+            .ok_or_else(|| self.cx.invalid("needs a target shape"))
+    }
+
+    fn canon(&self, d: &Dim) -> Dim {
+        self.scope.canonical(d)
+    }
+}
+
 /// [`infer`] before its check of the result's extents.
 fn infer_op(
     scope: &SymbolScope,
@@ -470,59 +505,137 @@ fn infer_op(
     dtype: Option<DType>,
     shape: Option<&[Dim]>,
 ) -> Result<Inferred, GraphError> {
-    let need = |n: usize, text: &'static str| {
-        if args.len() == n {
-            Ok(())
-        } else {
-            Err(cx.arity(text, args.len()))
-        }
+    let r = Rule {
+        scope,
+        cx,
+        args,
+        dtype,
+        shape,
     };
-    let want_dtype = || dtype.ok_or_else(|| cx.invalid("needs a result dtype"));
-    let want_shape = || shape.ok_or_else(|| cx.invalid("needs a target shape"));
-    let canon = |d: &Dim| scope.canonical(d);
     match op {
-        Op::Input => {
-            need(0, "0")?;
-            let dt = want_dtype()?;
-            let s = declared_shape(scope, cx, want_shape()?)?;
-            Ok((Op::Input, dt, s))
+        Op::Input => infer_input(&r),
+        Op::Constant(values) => infer_constant(&r, values),
+        Op::Unary(_) | Op::Binary(_) | Op::Scalar(..) | Op::ScalarDim(..) => {
+            infer_elementwise(&r, op)
         }
-        Op::Constant(values) => {
-            need(0, "0")?;
-            let dt = want_dtype()?;
-            let s = declared_shape(scope, cx, want_shape()?)?;
-            let count = s.iter().map(Dim::as_const).collect::<Option<Vec<_>>>();
-            if values.len() != 1 {
-                let count = count
-                    .and_then(|c| {
-                        c.iter()
-                            .map(|&d| u64::try_from(d).ok())
-                            .collect::<Option<Vec<_>>>()
-                    })
-                    .and_then(|c| numel(&c));
-                match count {
-                    Some(n) if n == values.len() => {}
-                    Some(n) => {
-                        return Err(cx.invalid(format!(
-                            "shape {} has {n} elements but {} values are given",
-                            super::ShapeDisplay(&s),
-                            values.len()
-                        )))
-                    }
-                    None => {
-                        return Err(cx.invalid(format!(
-                            "a constant of symbolic shape {} must have exactly one value (a fill), got {}",
-                            super::ShapeDisplay(&s),
-                            values.len()
-                        )))
-                    }
-                }
+        Op::Where => infer_where(&r),
+        Op::Cast => {
+            r.need(1, "1")?;
+            Ok((Op::Cast, r.want_dtype()?, Shape::from(args[0].shape)))
+        }
+        Op::Reduce {
+            op: rop,
+            axes,
+            keepdims,
+        } => infer_reduce(&r, rop, &axes, keepdims),
+        Op::Softmax { axis } | Op::LogSoftmax { axis } => {
+            r.need(1, "1")?;
+            let a = &args[0];
+            float_only(cx, 0, a)?;
+            sorted_axes(cx, &[axis], a.shape.len())?;
+            Ok((op, a.dtype, Shape::from(a.shape)))
+        }
+        Op::LayerNorm { .. } | Op::RmsNorm { .. } => infer_norm(&r, op),
+        Op::MatMul { trans_a, trans_b } => infer_matmul(&r, trans_a, trans_b),
+        Op::Reshape => {
+            r.need(1, "1")?;
+            let a = &args[0];
+            let s = reshape(scope, cx, a.shape, r.want_shape()?)?;
+            Ok((Op::Reshape, a.dtype, s))
+        }
+        Op::Transpose { perm } => infer_transpose(&r, perm),
+        Op::Slice { ranges } => infer_slice(&r, ranges),
+        Op::Concat { axis } => infer_concat(&r, axis),
+        Op::Expand => {
+            r.need(1, "1")?;
+            let a = &args[0];
+            let s = expand(scope, cx, a.shape, r.want_shape()?)?;
+            Ok((Op::Expand, a.dtype, s))
+        }
+        Op::Squeeze { axes } => infer_squeeze(&r, &axes),
+        Op::Unsqueeze { axes } => infer_unsqueeze(&r, &axes),
+        Op::Iota { axis } => infer_iota(&r, axis),
+        Op::Trilu { upper, k } => {
+            r.need(1, "1")?;
+            let a = &args[0];
+            if a.shape.len() < 2 {
+                return Err(cx.invalid(format!(
+                    "operand 0 (`{}`) has shape {}: trilu needs rank >= 2",
+                    a.name,
+                    super::ShapeDisplay(a.shape)
+                )));
             }
-            let values = values.into_iter().map(|v| convert(dt, v)).collect();
-            Ok((Op::Constant(values), dt, s))
+            Ok((Op::Trilu { upper, k }, a.dtype, Shape::from(a.shape)))
         }
+    }
+}
+
+/// `iota`: a numeric dtype, a declared shape, an axis of it.
+fn infer_iota(r: &Rule<'_>, axis: usize) -> Result<Inferred, GraphError> {
+    r.need(0, "0")?;
+    let dt = r.want_dtype()?;
+    if !accepts_dtype(DTypeSet::NUM, dt) {
+        return Err(r.cx.invalid(format!(
+            "dtype {dt} cannot hold indices (allowed: {})",
+            DTypeSet::NUM
+        )));
+    }
+    let s = declared_shape(r.scope, r.cx, r.want_shape()?)?;
+    sorted_axes(r.cx, &[axis], s.len())?;
+    Ok((Op::Iota { axis }, dt, s))
+}
+
+/// `input`: the declared dtype and shape.
+fn infer_input(r: &Rule<'_>) -> Result<Inferred, GraphError> {
+    r.need(0, "0")?;
+    let dt = r.want_dtype()?;
+    let s = declared_shape(r.scope, r.cx, r.want_shape()?)?;
+    Ok((Op::Input, dt, s))
+}
+
+/// `constant`: one value per element, or one fill value.
+fn infer_constant(r: &Rule<'_>, values: Vec<f64>) -> Result<Inferred, GraphError> {
+    let cx = r.cx;
+    r.need(0, "0")?;
+    let dt = r.want_dtype()?;
+    let s = declared_shape(r.scope, cx, r.want_shape()?)?;
+    let count = s.iter().map(Dim::as_const).collect::<Option<Vec<_>>>();
+    if values.len() != 1 {
+        let count = count
+            .and_then(|c| {
+                c.iter()
+                    .map(|&d| u64::try_from(d).ok())
+                    .collect::<Option<Vec<_>>>()
+            })
+            .and_then(|c| numel(&c));
+        match count {
+            Some(n) if n == values.len() => {}
+            Some(n) => {
+                return Err(cx.invalid(format!(
+                    "shape {} has {n} elements but {} values are given",
+                    super::ShapeDisplay(&s),
+                    values.len()
+                )))
+            }
+            None => {
+                return Err(cx.invalid(format!(
+                    "a constant of symbolic shape {} must have exactly one value (a fill), got {}",
+                    super::ShapeDisplay(&s),
+                    values.len()
+                )))
+            }
+        }
+    }
+    let values = values.into_iter().map(|v| convert(dt, v)).collect();
+    Ok((Op::Constant(values), dt, s))
+}
+
+/// Element-wise opcodes: unary, binary (broadcast) and scalar forms.
+fn infer_elementwise(r: &Rule<'_>, op: Op) -> Result<Inferred, GraphError> {
+    let (cx, args) = (r.cx, r.args);
+    match op {
         Op::Unary(code) => {
-            need(1, "1")?;
+            r.need(1, "1")?;
             check_kind(cx, code, OpcodeKind::Unary)?;
             let a = &args[0];
             check_dtype(cx, code, 0, a)?;
@@ -534,11 +647,11 @@ fn infer_op(
             Ok((op, dt, Shape::from(a.shape)))
         }
         Op::Binary(code) => {
-            need(2, "2")?;
+            r.need(2, "2")?;
             check_kind(cx, code, OpcodeKind::Binary)?;
             same_dtype(cx, &args[0], &args[1])?;
             check_dtype(cx, code, 0, &args[0])?;
-            let s = broadcast(scope, cx, args[0].shape, args[1].shape)?;
+            let s = broadcast(r.scope, cx, args[0].shape, args[1].shape)?;
             let dt = if is_comparison(code) {
                 DType::Bool
             } else {
@@ -547,7 +660,7 @@ fn infer_op(
             Ok((op, dt, s))
         }
         Op::Scalar(code, _) | Op::ScalarDim(code, _) => {
-            need(1, "1")?;
+            r.need(1, "1")?;
             check_kind(cx, code, OpcodeKind::Scalar)?;
             let a = &args[0];
             check_dtype(cx, code, 0, a)?;
@@ -557,261 +670,273 @@ fn infer_op(
                 a.dtype
             };
             let op = match op {
-                Op::ScalarDim(c, d) => match canon(&d).as_const() {
+                Op::ScalarDim(c, d) => match r.canon(&d).as_const() {
                     // A constant is an ordinary scalar.
                     Some(v) => Op::Scalar(c, v as f64),
-                    None => Op::ScalarDim(c, canon(&d)),
+                    None => Op::ScalarDim(c, r.canon(&d)),
                 },
                 other => other,
             };
             Ok((op, dt, Shape::from(a.shape)))
         }
-        Op::Where => {
-            need(3, "3 (cond, a, b)")?;
-            if args[0].dtype != DType::Bool {
-                return Err(cx.dtype(0, &args[0], DType::Bool.set()));
-            }
-            same_dtype(cx, &args[1], &args[2])?;
-            let s = broadcast(scope, cx, args[0].shape, args[1].shape)?;
-            let s = broadcast(scope, cx, &s, args[2].shape)?;
-            Ok((Op::Where, args[1].dtype, s))
-        }
-        Op::Cast => {
-            need(1, "1")?;
-            Ok((Op::Cast, want_dtype()?, Shape::from(args[0].shape)))
-        }
+        other => Err(cx.invalid(format!("`{}` is not element-wise", other.name()))),
+    }
+}
+
+/// `where(cond, a, b)`: a bool condition, broadcast over all three.
+fn infer_where(r: &Rule<'_>) -> Result<Inferred, GraphError> {
+    let (cx, args) = (r.cx, r.args);
+    r.need(3, "3 (cond, a, b)")?;
+    if args[0].dtype != DType::Bool {
+        return Err(cx.dtype(0, &args[0], DType::Bool.set()));
+    }
+    same_dtype(cx, &args[1], &args[2])?;
+    let s = broadcast(r.scope, cx, args[0].shape, args[1].shape)?;
+    let s = broadcast(r.scope, cx, &s, args[2].shape)?;
+    Ok((Op::Where, args[1].dtype, s))
+}
+
+/// Reductions: numeric operands (float for mean), at least one axis.
+fn infer_reduce(
+    r: &Rule<'_>,
+    rop: ReduceOp,
+    axes: &[usize],
+    keepdims: bool,
+) -> Result<Inferred, GraphError> {
+    let cx = r.cx;
+    r.need(1, "1")?;
+    let a = &r.args[0];
+    let allowed = if rop == ReduceOp::Mean {
+        DTypeSet::FLOAT
+    } else {
+        DTypeSet::NUM
+    };
+    if !accepts_dtype(allowed, a.dtype) {
+        return Err(cx.dtype(0, a, allowed));
+    }
+    if axes.is_empty() {
+        return Err(cx.invalid("no axes to reduce (list every axis for a full reduction)"));
+    }
+    let axes = sorted_axes(cx, axes, a.shape.len())?;
+    let s = reduced_shape(a.shape, &axes, keepdims);
+    Ok((
         Op::Reduce {
             op: rop,
             axes,
             keepdims,
-        } => {
-            need(1, "1")?;
-            let a = &args[0];
-            let allowed = if rop == ReduceOp::Mean {
-                DTypeSet::FLOAT
-            } else {
-                DTypeSet::NUM
-            };
-            if !allowed.contains(a.dtype) {
-                return Err(cx.dtype(0, a, allowed));
-            }
-            if axes.is_empty() {
-                return Err(cx.invalid("no axes to reduce (list every axis for a full reduction)"));
-            }
-            let axes = sorted_axes(cx, &axes, a.shape.len())?;
-            let s = reduced_shape(a.shape, &axes, keepdims);
-            Ok((
-                Op::Reduce {
-                    op: rop,
-                    axes,
-                    keepdims,
-                },
-                a.dtype,
-                s,
-            ))
+        },
+        a.dtype,
+        s,
+    ))
+}
+
+/// Layer and RMS norm: float `x`, weights of shape `[last axis]`.
+fn infer_norm(r: &Rule<'_>, op: Op) -> Result<Inferred, GraphError> {
+    let (cx, args) = (r.cx, r.args);
+    let eps = match op {
+        Op::LayerNorm { eps } => {
+            r.need(3, "3 (x, gamma, beta)")?;
+            eps
         }
-        Op::Softmax { axis } | Op::LogSoftmax { axis } => {
-            need(1, "1")?;
-            let a = &args[0];
-            float_only(cx, 0, a)?;
-            sorted_axes(cx, &[axis], a.shape.len())?;
-            Ok((op, a.dtype, Shape::from(a.shape)))
+        Op::RmsNorm { eps } => {
+            r.need(2, "2 (x, gamma)")?;
+            eps
         }
-        Op::LayerNorm { eps } | Op::RmsNorm { eps } => {
-            let is_ln = matches!(op, Op::LayerNorm { .. });
-            if is_ln {
-                need(3, "3 (x, gamma, beta)")?;
-            } else {
-                need(2, "2 (x, gamma)")?;
-            }
-            if !eps.is_finite() || eps < 0.0 {
-                return Err(cx.invalid(format!("eps must be finite and >= 0, got {eps}")));
-            }
-            let x = &args[0];
-            float_only(cx, 0, x)?;
-            let Some(last) = x.shape.last() else {
-                return Err(cx.invalid("normalises the last axis: needs rank >= 1, got a scalar"));
-            };
-            for w in &args[1..] {
-                same_dtype(cx, x, w)?;
-                let ok = matches!(w.shape, [d] if scope.prove_eq(d, last));
-                if !ok {
-                    let wd = w.shape.last().cloned().unwrap_or(Dim::ZERO);
-                    return Err(cx.mismatch(
-                        &format!("weight `{}` must have shape [{last}]:", w.name),
-                        x.shape,
-                        w.shape,
-                        last,
-                        &wd,
-                    ));
-                }
-            }
-            Ok((op, x.dtype, Shape::from(x.shape)))
-        }
-        Op::MatMul { trans_a, trans_b } => {
-            need(2, "2")?;
-            let (a, b) = (&args[0], &args[1]);
-            same_dtype(cx, a, b)?;
-            if !DTypeSet::MM_IN.contains(a.dtype) {
-                return Err(cx.dtype(0, a, DTypeSet::MM_IN));
-            }
-            for (i, x) in [a, b].into_iter().enumerate() {
-                if x.shape.len() < 2 {
-                    return Err(cx.invalid(format!(
-                        "operand {i} (`{}`) has shape {}: matmul needs rank >= 2",
-                        x.name,
-                        super::ShapeDisplay(x.shape)
-                    )));
-                }
-            }
-            let (ra, rb) = (a.shape.len(), b.shape.len());
-            let (m, ka) = if trans_a {
-                (&a.shape[ra - 1], &a.shape[ra - 2])
-            } else {
-                (&a.shape[ra - 2], &a.shape[ra - 1])
-            };
-            let (kb, n) = if trans_b {
-                (&b.shape[rb - 1], &b.shape[rb - 2])
-            } else {
-                (&b.shape[rb - 2], &b.shape[rb - 1])
-            };
-            if !scope.prove_eq(ka, kb) {
-                return Err(cx.mismatch("contraction dims", a.shape, b.shape, ka, kb));
-            }
-            let mut s = broadcast(scope, cx, &a.shape[..ra - 2], &b.shape[..rb - 2])?;
-            s.push(canon(m));
-            s.push(canon(n));
-            let dt = if a.dtype == DType::I8 {
-                DType::I32
-            } else {
-                a.dtype
-            };
-            Ok((op, dt, s))
-        }
-        Op::Reshape => {
-            need(1, "1")?;
-            let a = &args[0];
-            let s = reshape(scope, cx, a.shape, want_shape()?)?;
-            Ok((Op::Reshape, a.dtype, s))
-        }
-        Op::Transpose { perm } => {
-            need(1, "1")?;
-            let a = &args[0];
-            let r = a.shape.len();
-            let mut seen = vec![false; r];
-            if perm.len() != r {
-                return Err(cx.invalid(format!(
-                    "permutation {perm:?} has {} entries for rank {r}",
-                    perm.len()
-                )));
-            }
-            for &p in &perm {
-                if p >= r || std::mem::replace(&mut seen[p], true) {
-                    return Err(cx.invalid(format!("{perm:?} is not a permutation of 0..{r}")));
-                }
-            }
-            let s = perm.iter().map(|&p| a.shape[p].clone()).collect();
-            Ok((Op::Transpose { perm }, a.dtype, s))
-        }
-        Op::Slice { mut ranges } => {
-            need(1, "1")?;
-            let a = &args[0];
-            let r = a.shape.len();
-            ranges.sort_by_key(|t| t.0);
-            let axes: Vec<usize> = ranges.iter().map(|t| t.0).collect();
-            sorted_axes(cx, &axes, r)?;
-            let mut s = Shape::from(a.shape);
-            for &(axis, start, end, step) in &ranges {
-                if step < 1 {
-                    return Err(cx.invalid(format!("axis {axis}: step must be >= 1, got {step}")));
-                }
-                let len = slice_len(&a.shape[axis], start, end)
-                    .div_ceil(step)
-                    .map_err(|e| cx.invalid(format!("axis {axis}: {e}")))?;
-                s[axis] = canon(&len);
-            }
-            Ok((Op::Slice { ranges }, a.dtype, s))
-        }
-        Op::Concat { axis } => {
-            if args.is_empty() {
-                return Err(cx.arity("at least 1", 0));
-            }
-            let first = &args[0];
-            let r = first.shape.len();
-            sorted_axes(cx, &[axis], r)?;
-            let mut total = Dim::ZERO;
-            for (i, x) in args.iter().enumerate() {
-                same_dtype(cx, first, x)?;
-                if x.shape.len() != r {
-                    return Err(cx.invalid(format!(
-                        "operand {i} (`{}`) has rank {} but operand 0 has rank {r}",
-                        x.name,
-                        x.shape.len()
-                    )));
-                }
-                for (k, (d0, d)) in first.shape.iter().zip(x.shape).enumerate() {
-                    if k != axis && !scope.prove_eq(d0, d) {
-                        return Err(cx.mismatch(
-                            &format!("axis {k} of operand 0 and operand {i} (`{}`):", x.name),
-                            first.shape,
-                            x.shape,
-                            d0,
-                            d,
-                        ));
-                    }
-                }
-                total += &x.shape[axis];
-            }
-            let mut s = Shape::from(first.shape);
-            s[axis] = canon(&total);
-            Ok((Op::Concat { axis }, first.dtype, s))
-        }
-        Op::Expand => {
-            need(1, "1")?;
-            let a = &args[0];
-            let s = expand(scope, cx, a.shape, want_shape()?)?;
-            Ok((Op::Expand, a.dtype, s))
-        }
-        Op::Squeeze { axes } => {
-            need(1, "1")?;
-            let a = &args[0];
-            let axes = sorted_axes(cx, &axes, a.shape.len())?;
-            for &ax in &axes {
-                if canon(&a.shape[ax]).as_const() != Some(1) {
-                    return Err(cx.invalid(format!(
-                        "axis {ax} of {} has extent `{}`, not 1",
-                        super::ShapeDisplay(a.shape),
-                        a.shape[ax]
-                    )));
-                }
-            }
-            let s = a
-                .shape
-                .iter()
-                .enumerate()
-                .filter(|(i, _)| !axes.contains(i))
-                .map(|(_, d)| d.clone())
-                .collect();
-            Ok((Op::Squeeze { axes }, a.dtype, s))
-        }
-        Op::Unsqueeze { axes } => {
-            need(1, "1")?;
-            let a = &args[0];
-            let out_rank = a.shape.len() + axes.len();
-            let axes = sorted_axes(cx, &axes, out_rank)?;
-            let mut rest = a.shape.iter();
-            let s = (0..out_rank)
-                .map(|i| {
-                    if axes.contains(&i) {
-                        Dim::ONE
-                    } else {
-                        rest.next().cloned().unwrap_or(Dim::ONE)
-                    }
-                })
-                .collect();
-            Ok((Op::Unsqueeze { axes }, a.dtype, s))
+        ref other => return Err(cx.invalid(format!("`{}` is not a norm", other.name()))),
+    };
+    if !eps.is_finite() || eps < 0.0 {
+        return Err(cx.invalid(format!("eps must be finite and >= 0, got {eps}")));
+    }
+    let x = &args[0];
+    float_only(cx, 0, x)?;
+    let Some(last) = x.shape.last() else {
+        return Err(cx.invalid("normalises the last axis: needs rank >= 1, got a scalar"));
+    };
+    for w in &args[1..] {
+        same_dtype(cx, x, w)?;
+        let ok = matches!(w.shape, [d] if r.scope.prove_eq(d, last));
+        if !ok {
+            let wd = w.shape.last().cloned().unwrap_or(Dim::ZERO);
+            return Err(cx.mismatch(
+                &format!("weight `{}` must have shape [{last}]:", w.name),
+                x.shape,
+                w.shape,
+                last,
+                &wd,
+            ));
         }
     }
+    Ok((op, x.dtype, Shape::from(x.shape)))
+}
+
+/// `matmul`: contraction dims equal, batch axes broadcast.
+fn infer_matmul(r: &Rule<'_>, trans_a: bool, trans_b: bool) -> Result<Inferred, GraphError> {
+    let cx = r.cx;
+    r.need(2, "2")?;
+    let (a, b) = (&r.args[0], &r.args[1]);
+    same_dtype(cx, a, b)?;
+    if !DTypeSet::MM_IN.contains(a.dtype) {
+        return Err(cx.dtype(0, a, DTypeSet::MM_IN));
+    }
+    for (i, x) in [a, b].into_iter().enumerate() {
+        if x.shape.len() < 2 {
+            return Err(cx.invalid(format!(
+                "operand {i} (`{}`) has shape {}: matmul needs rank >= 2",
+                x.name,
+                super::ShapeDisplay(x.shape)
+            )));
+        }
+    }
+    let (ra, rb) = (a.shape.len(), b.shape.len());
+    let (m, ka) = if trans_a {
+        (&a.shape[ra - 1], &a.shape[ra - 2])
+    } else {
+        (&a.shape[ra - 2], &a.shape[ra - 1])
+    };
+    let (kb, n) = if trans_b {
+        (&b.shape[rb - 1], &b.shape[rb - 2])
+    } else {
+        (&b.shape[rb - 2], &b.shape[rb - 1])
+    };
+    if !r.scope.prove_eq(ka, kb) {
+        return Err(cx.mismatch("contraction dims", a.shape, b.shape, ka, kb));
+    }
+    let mut s = broadcast(r.scope, cx, &a.shape[..ra - 2], &b.shape[..rb - 2])?;
+    s.push(r.canon(m));
+    s.push(r.canon(n));
+    let dt = if a.dtype == DType::I8 {
+        DType::I32
+    } else {
+        a.dtype
+    };
+    Ok((Op::MatMul { trans_a, trans_b }, dt, s))
+}
+
+/// `transpose`: `perm` is a permutation of the axes.
+fn infer_transpose(r: &Rule<'_>, perm: Vec<usize>) -> Result<Inferred, GraphError> {
+    let cx = r.cx;
+    r.need(1, "1")?;
+    let a = &r.args[0];
+    let rank = a.shape.len();
+    let mut seen = vec![false; rank];
+    if perm.len() != rank {
+        return Err(cx.invalid(format!(
+            "permutation {perm:?} has {} entries for rank {rank}",
+            perm.len()
+        )));
+    }
+    for &p in &perm {
+        if p >= rank || std::mem::replace(&mut seen[p], true) {
+            return Err(cx.invalid(format!("{perm:?} is not a permutation of 0..{rank}")));
+        }
+    }
+    let s = perm.iter().map(|&p| a.shape[p].clone()).collect();
+    Ok((Op::Transpose { perm }, a.dtype, s))
+}
+
+/// `slice`: each axis once, steps >= 1.
+fn infer_slice(
+    r: &Rule<'_>,
+    mut ranges: Vec<(usize, i64, i64, i64)>,
+) -> Result<Inferred, GraphError> {
+    let cx = r.cx;
+    r.need(1, "1")?;
+    let a = &r.args[0];
+    ranges.sort_by_key(|t| t.0);
+    let axes: Vec<usize> = ranges.iter().map(|t| t.0).collect();
+    sorted_axes(cx, &axes, a.shape.len())?;
+    let mut s = Shape::from(a.shape);
+    for &(axis, start, end, step) in &ranges {
+        if step < 1 {
+            return Err(cx.invalid(format!("axis {axis}: step must be >= 1, got {step}")));
+        }
+        let len = slice_len(&a.shape[axis], start, end)
+            .div_ceil(step)
+            .map_err(|e| cx.invalid(format!("axis {axis}: {e}")))?;
+        s[axis] = r.canon(&len);
+    }
+    Ok((Op::Slice { ranges }, a.dtype, s))
+}
+
+/// `concat`: same dtype and rank, equal extents off the axis.
+fn infer_concat(r: &Rule<'_>, axis: usize) -> Result<Inferred, GraphError> {
+    let (cx, args) = (r.cx, r.args);
+    if args.is_empty() {
+        return Err(cx.arity("at least 1", 0));
+    }
+    let first = &args[0];
+    let rank = first.shape.len();
+    sorted_axes(cx, &[axis], rank)?;
+    let mut total = Dim::ZERO;
+    for (i, x) in args.iter().enumerate() {
+        same_dtype(cx, first, x)?;
+        if x.shape.len() != rank {
+            return Err(cx.invalid(format!(
+                "operand {i} (`{}`) has rank {} but operand 0 has rank {rank}",
+                x.name,
+                x.shape.len()
+            )));
+        }
+        for (k, (d0, d)) in first.shape.iter().zip(x.shape).enumerate() {
+            if k != axis && !r.scope.prove_eq(d0, d) {
+                return Err(cx.mismatch(
+                    &format!("axis {k} of operand 0 and operand {i} (`{}`):", x.name),
+                    first.shape,
+                    x.shape,
+                    d0,
+                    d,
+                ));
+            }
+        }
+        total += &x.shape[axis];
+    }
+    let mut s = Shape::from(first.shape);
+    s[axis] = r.canon(&total);
+    Ok((Op::Concat { axis }, first.dtype, s))
+}
+
+/// `squeeze`: the listed axes have extent 1.
+fn infer_squeeze(r: &Rule<'_>, axes: &[usize]) -> Result<Inferred, GraphError> {
+    let cx = r.cx;
+    r.need(1, "1")?;
+    let a = &r.args[0];
+    let axes = sorted_axes(cx, axes, a.shape.len())?;
+    for &ax in &axes {
+        if r.canon(&a.shape[ax]).as_const() != Some(1) {
+            return Err(cx.invalid(format!(
+                "axis {ax} of {} has extent `{}`, not 1",
+                super::ShapeDisplay(a.shape),
+                a.shape[ax]
+            )));
+        }
+    }
+    let s = a
+        .shape
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| !axes.contains(i))
+        .map(|(_, d)| d.clone())
+        .collect();
+    Ok((Op::Squeeze { axes }, a.dtype, s))
+}
+
+/// `unsqueeze`: extent-1 axes at the listed output positions.
+fn infer_unsqueeze(r: &Rule<'_>, axes: &[usize]) -> Result<Inferred, GraphError> {
+    r.need(1, "1")?;
+    let a = &r.args[0];
+    let out_rank = a.shape.len() + axes.len();
+    let axes = sorted_axes(r.cx, axes, out_rank)?;
+    let mut rest = a.shape.iter();
+    let s = (0..out_rank)
+        .map(|i| {
+            if axes.contains(&i) {
+                Dim::ONE
+            } else {
+                rest.next().cloned().unwrap_or(Dim::ONE)
+            }
+        })
+        .collect();
+    Ok((Op::Unsqueeze { axes }, a.dtype, s))
 }
 
 /// A declared shape (inputs, constants), canonicalised; rejects dimensions
@@ -854,7 +979,7 @@ fn check_kind(cx: &Ctx<'_>, code: Opcode, kind: OpcodeKind) -> Result<(), GraphE
 
 fn check_dtype(cx: &Ctx<'_>, code: Opcode, index: usize, a: &Arg) -> Result<(), GraphError> {
     let allowed = opcode_dtypes(code).unwrap_or(DTypeSet::ANY);
-    if allowed.contains(a.dtype) {
+    if accepts_dtype(allowed, a.dtype) {
         Ok(())
     } else {
         Err(cx.dtype(index, a, allowed))

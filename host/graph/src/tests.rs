@@ -1222,3 +1222,36 @@ fn quick_inference_agrees_with_full_inference() {
         }
     }
 }
+
+#[test]
+fn json_iota_trilu_sin() {
+    let text = r#"{
+      "symbols": {"S": {"min": 1, "max": 8192}},
+      "inputs": [{"name": "x", "dtype": "f32", "shape": ["S", "S"]}],
+      "nodes": [
+        {"name": "pos", "op": "iota", "dtype": "i32", "shape": ["S", 1], "axis": -2},
+        {"name": "m", "op": "trilu", "inputs": ["x"], "upper": false, "k": 0},
+        {"name": "u", "op": "trilu", "inputs": ["x"]},
+        {"name": "s", "op": "sin", "inputs": ["m"]}
+      ],
+      "outputs": ["pos", "u", "s"]
+    }"#;
+    let g = Graph::from_json(text, Path::new(".")).unwrap();
+    let pos = g.find("pos").unwrap();
+    assert_eq!(g[pos].op, Op::Iota { axis: 0 });
+    assert_eq!(g.shape_string(pos), "[S, 1]");
+    assert_eq!(g[pos].dtype, DType::I32);
+    let u = g.find("u").unwrap();
+    assert_eq!(g[u].op, Op::Trilu { upper: true, k: 0 });
+    let back = Graph::from_json(&g.to_json(), Path::new(".")).unwrap();
+    assert_same_graph(&g, &back);
+    // The decomposition (iota, sub, comparison, where) round-trips too.
+    let dg = decompose(&g).unwrap();
+    assert!(dg.nodes().iter().all(|n| !matches!(n.op, Op::Trilu { .. })));
+    let back = Graph::from_json(&dg.to_json(), Path::new(".")).unwrap();
+    assert_same_graph(&dg, &back);
+    let e = json_err(
+        r#"{"inputs": [], "nodes": [{"name": "i", "op": "iota", "dtype": "i32", "shape": [3]}], "outputs": ["i"]}"#,
+    );
+    assert!(e.contains("axis"), "{e}");
+}

@@ -1286,6 +1286,8 @@ fn signature(g: &Graph) -> (Vec<u64>, usize) {
                 w.extend([21, axes.len() as u64]);
                 w.extend(axes.iter().map(|&a| a as u64));
             }
+            Op::Iota { axis } => w.extend([22, *axis as u64]),
+            Op::Trilu { upper, k } => w.extend([23, u64::from(*upper), *k as u64]),
         }
         w.push(node.operands.len() as u64);
         w.extend(node.operands.iter().map(|o| o.0 as u64));

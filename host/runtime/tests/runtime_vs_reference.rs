@@ -184,3 +184,19 @@ fn zero_size_tensors_match_the_reference() {
     assert!(e.contains("zero elements"), "{e}");
     assert!(reference::run(&g, &[("x", &empty)], &Bindings::new()).is_err());
 }
+
+#[test]
+fn i64_graphs_are_refused_by_compiled_devices_by_name() {
+    let mut g = Graph::new();
+    let x = g.input("ids", DType::I64, &[c(4)]).unwrap();
+    let y = g.adds(x, 1.0).unwrap();
+    g.output("y", y).unwrap();
+    let t = Tensor::from_f64(DType::I64, &[4], &[0.0, 1.0, 2.0, 3.0]).unwrap();
+    let named = [("ids", &t)];
+    let want = reference::run(&g, &named, &Bindings::new()).unwrap();
+    assert_eq!(want[0].1.to_f64_vec(), [1.0, 2.0, 3.0, 4.0]);
+    let rt = Runtime::new(1, 64);
+    let prepared = Prepared::new(&g).unwrap();
+    let e = rt.run(&prepared, &named).unwrap_err().to_string();
+    assert!(e.contains("ids") && e.contains("i64"), "{e}");
+}

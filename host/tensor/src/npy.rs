@@ -6,13 +6,14 @@
 //! | f16 | `<f2` | |
 //! | i32 | `<i4` | |
 //! | i8 | `\|i1` | |
+//! | i64 | `<i8` | values as exact as `f64` holds them through [`Tensor::to_f64_vec`] (2^53); the bytes are kept |
 //! | bool | `\|b1` | bytes must be 0 or 1 |
 //! | bf16 | `<u2` | **raw bits**: NumPy has no bfloat16, so the 16-bit patterns are stored as `uint16` (in PyTorch: `torch.from_numpy(a).view(torch.bfloat16)`; in NumPy with `ml_dtypes`: `a.view(ml_dtypes.bfloat16)`) |
 //!
 //! [`read`] infers the dtype from the file and refuses `<u2` (it cannot know
 //! the bits are bf16); [`read_as`] checks the file against an expected dtype
 //! and reads `<u2` as bf16 when bf16 is expected. Fortran-order files are
-//! transposed into row-major order. Other dtypes (`<f8`, `<i8`, …) are
+//! transposed into row-major order. Other dtypes (`<f8`, `<u4`, …) are
 //! refused with an error naming the file and the dtype. As NumPy's own
 //! reader does, a header whose dict has other keys than exactly `descr`,
 //! `fortran_order` and `shape` is refused (here also one that repeats a
@@ -58,7 +59,7 @@ pub enum NpyError {
         msg: String,
     },
     /// The file's dtype has no tensor dtype.
-    #[error("{}: unsupported .npy dtype `{descr}` (supported: <f4 f32, <f2 f16, <i4 i32, |i1 i8, |b1 bool, <u2 bf16 bits)", .path.display())]
+    #[error("{}: unsupported .npy dtype `{descr}` (supported: <f4 f32, <f2 f16, <i4 i32, <i8 i64, |i1 i8, |b1 bool, <u2 bf16 bits)", .path.display())]
     UnsupportedDType {
         /// The file.
         path: PathBuf,
@@ -192,6 +193,7 @@ pub fn descr(dtype: DType) -> &'static str {
         DType::I32 => "<i4",
         DType::I8 => "|i1",
         DType::Bool => "|b1",
+        DType::I64 => "<i8",
     }
 }
 
@@ -325,6 +327,7 @@ pub fn from_bytes(bytes: &[u8], path: &Path, expected: Option<DType>) -> Result<
         (TypeChar::Float, 2) => Some(DType::F16),
         (TypeChar::Int, 4) => Some(DType::I32),
         (TypeChar::Int, 1) => Some(DType::I8),
+        (TypeChar::Int, 8) => Some(DType::I64),
         (TypeChar::Bool, 1) => Some(DType::Bool),
         _ => None,
     };
@@ -402,6 +405,12 @@ pub fn from_bytes(bytes: &[u8], path: &Path, expected: Option<DType>) -> Result<
                 .map_err(io)?
                 .iter()
                 .map(|&v| u8::from(v)),
+        ),
+        DType::I64 => out.extend(
+            file.into_vec::<i64>()
+                .map_err(io)?
+                .iter()
+                .flat_map(|v| v.to_le_bytes()),
         ),
     }
     if order == Order::Fortran && shape.len() > 1 {
@@ -662,6 +671,9 @@ pub fn to_bytes(tensor: &Tensor, path: &Path) -> Result<Vec<u8>, NpyError> {
         DType::I32 => write_as!(i32, |c: &[u8]| i32::from_le_bytes([c[0], c[1], c[2], c[3]])),
         DType::I8 => write_as!(i8, |c: &[u8]| c[0] as i8),
         DType::Bool => write_as!(bool, |c: &[u8]| c[0] != 0),
+        DType::I64 => write_as!(i64, |c: &[u8]| i64::from_le_bytes([
+            c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]
+        ])),
     }
     Ok(buf.into_inner())
 }
@@ -730,6 +742,22 @@ mod tests {
         assert_eq!(roundtrip(&scalar), scalar);
         let empty = Tensor::zeros(DType::I32, &[0, 3]).unwrap();
         assert_eq!(roundtrip(&empty), empty);
+    }
+
+    #[test]
+    fn i64_is_int64() {
+        let big = (1i64 << 40) + 3;
+        let t = Tensor::from_f64(DType::I64, &[3], &[big as f64, -7.0, 0.0]).unwrap();
+        let bytes = to_bytes(&t, Path::new("x.npy")).unwrap();
+        let text = String::from_utf8_lossy(&bytes[10..]);
+        assert!(text.contains("'descr': '<i8'"), "{text}");
+        let d = dir();
+        let p = d.path().join("i.npy");
+        write(&p, &t).unwrap();
+        let back = read(&p).unwrap();
+        assert_eq!(back.dtype(), DType::I64);
+        assert_eq!(back.to_f64_vec(), [big as f64, -7.0, 0.0]);
+        assert_eq!(&back.bytes()[..8], &big.to_le_bytes());
     }
 
     #[test]

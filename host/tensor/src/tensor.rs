@@ -545,6 +545,7 @@ fn decode(dtype: DType, b: &[u8]) -> f64 {
         DType::I32 => f64::from(i32::from_le_bytes([b[0], b[1], b[2], b[3]])),
         DType::I8 => f64::from(b[0] as i8),
         DType::Bool => f64::from(u8::from(b[0] != 0)),
+        DType::I64 => i64::from_le_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]]) as f64,
     }
 }
 
@@ -558,6 +559,7 @@ pub(crate) fn encode(dtype: DType, v: f64, out: &mut Vec<u8>) {
         DType::I32 => out.extend_from_slice(&(v as i32).to_le_bytes()),
         DType::I8 => out.push((v as i8).to_le_bytes()[0]),
         DType::Bool => out.push(u8::from(v != 0.0)),
+        DType::I64 => out.extend_from_slice(&(v as i64).to_le_bytes()),
     }
 }
 
@@ -626,7 +628,7 @@ pub fn round_float(dtype: DType, v: f64) -> f64 {
         DType::F32 => f64::from(v as f32),
         DType::F16 => round_format(v, F16_FORMAT),
         DType::BF16 => round_format(v, BF16_FORMAT),
-        DType::I32 | DType::I8 | DType::Bool => v,
+        DType::I32 | DType::I8 | DType::Bool | DType::I64 => v,
     }
 }
 
@@ -641,6 +643,7 @@ pub fn convert(dtype: DType, v: f64) -> f64 {
         DType::I32 => f64::from(v as i32),
         DType::I8 => f64::from(v as i8),
         DType::Bool => f64::from(u8::from(v != 0.0)),
+        DType::I64 => (v as i64) as f64,
     }
 }
 
@@ -651,6 +654,7 @@ pub fn wrap_int(dtype: DType, v: i64) -> f64 {
         DType::I32 => f64::from(v as i32),
         DType::I8 => f64::from(v as i8),
         DType::Bool => f64::from(u8::from(v != 0)),
+        DType::I64 => v as f64,
         DType::F32 | DType::F16 | DType::BF16 => round_float(dtype, v as f64),
     }
 }

@@ -114,7 +114,7 @@ pub fn kernel(rng: &mut Rng) -> KernelDef {
     let params = (0..np)
         .map(|_| ParamDef {
             name: string(rng, 6),
-            dtype: rng.pick(&DType::ALL),
+            dtype: rng.pick(&DType::INSTR),
             access: rng.pick(&[
                 ParamAccess::Read,
                 ParamAccess::Write,

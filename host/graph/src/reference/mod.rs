@@ -12,7 +12,8 @@
 //!   dtype after every op**: f32 by `as f32`, f16/bf16 to nearest with ties
 //!   to even (see [`round_float`]), overflow to ±inf.
 //! * Integer ops are computed exactly in `i64` and **wrap** to the width of
-//!   the dtype (two's complement). Integer division truncates toward zero;
+//!   the dtype (two's complement); `i64` values are held as `f64`, exact
+//!   up to 2^53. Integer division truncates toward zero;
 //!   division by zero gives 0.
 //! * Scalar immediates are what the instruction would carry: rounded to
 //!   `f32` for float tensors, truncated and saturated to `i32` for integer
@@ -30,7 +31,9 @@
 //!   `sigmoid(x) = 1 / (1 + e^-x)`,
 //!   `gelu_tanh(x) = x/2 · (1 + tanh(√(2/π)(x + 0.044715x³)))`,
 //!   `gelu_erf(x) = x/2 · (1 + erf(x/√2))`,
-//!   `silu(x) = x · sigmoid(x)`, `rsqrt(x) = 1/√x`, `round` is ties-to-even.
+//!   `silu(x) = x · sigmoid(x)`, `rsqrt(x) = 1/√x`, `round` is ties-to-even,
+//!   `sin`/`cos` are `f64::sin`/`f64::cos` (the device gives NaN for
+//!   `|x| ≥ 2^50`, where an `f32` carries no phase; the reference does not).
 
 use std::thread;
 
@@ -297,7 +300,7 @@ fn broadcast(v: &Value, out: &[usize]) -> Option<Vec<f64>> {
 }
 
 fn is_int(d: DType) -> bool {
-    matches!(d, DType::I32 | DType::I8 | DType::Bool)
+    matches!(d, DType::I32 | DType::I8 | DType::Bool | DType::I64)
 }
 
 /// The immediate an instruction would carry for `v` on `dtype` tensors.
@@ -431,6 +434,8 @@ fn unary_value(code: Opcode, dt: DType, x: f64) -> Option<f64> {
         Ceil => x.ceil(),
         Round => x.round_ties_even(),
         Erf => libm::erf(x),
+        Sin => x.sin(),
+        Cos => x.cos(),
         IsFinite => return Some(f64::from(u8::from(x.is_finite()))),
         _ => return None,
     };
@@ -452,34 +457,7 @@ fn eval_node(
     let bad_shape = || internal(node, "operand shapes do not fit the result shape");
     let bcast = |v: &Value| broadcast(v, shape).ok_or_else(bad_shape);
     match &node.op {
-        Op::Input => {
-            let Some((_, t)) = inputs.iter().find(|(n, _)| *n == node.name) else {
-                return Err(GraphError::MissingInput {
-                    input: node.name.to_string(),
-                    expected: g
-                        .inputs()
-                        .iter()
-                        .map(|&i| format!("`{}`", g[i].name))
-                        .collect::<Vec<_>>()
-                        .join(", "),
-                });
-            };
-            let same = t.shape().len() == shape.len()
-                && t.shape().iter().zip(shape).all(|(&a, &b)| a == b as u64);
-            if !same || t.dtype() != out {
-                return Err(eval_error(
-                    node,
-                    format!(
-                        "input tensor is {}{:?}, but the bindings give {}{:?}",
-                        t.dtype(),
-                        t.shape(),
-                        out,
-                        shape
-                    ),
-                ));
-            }
-            Ok(t.to_f64_vec())
-        }
+        Op::Input => input_value(g, node, shape, inputs),
         Op::Constant(values) => {
             let n: usize = shape.iter().product();
             match values.as_slice() {
@@ -521,20 +499,7 @@ fn eval_node(
                 .map(|(&c, (&a, &b))| if c != 0.0 { a } else { b })
                 .collect())
         }
-        Op::Cast => {
-            let from = arg_dtypes[0];
-            Ok(args[0]
-                .data
-                .iter()
-                .map(|&v| {
-                    if is_int(from) && is_int(out) {
-                        wrap_int(out, v as i64)
-                    } else {
-                        convert(out, v)
-                    }
-                })
-                .collect())
-        }
+        Op::Cast => Ok(cast_values(arg_dtypes[0], node.dtype, &args[0].data)),
         Op::Reduce { op, axes, .. } => reduce(node, *op, axes, args[0], out),
         Op::MatMul { trans_a, trans_b } => {
             matmul(args[0], args[1], *trans_a, *trans_b, shape, out).ok_or_else(bad_shape)
@@ -545,55 +510,122 @@ fn eval_node(
             let pst: Vec<usize> = perm.iter().map(|&p| st[p]).collect();
             gather(&args[0].data, shape, &pst, 0).ok_or_else(bad_shape)
         }
-        Op::Slice { ranges } => {
-            let src = args[0];
-            let mut st = strides(&src.shape);
-            let mut base = 0usize;
-            for &(axis, start, _, step) in ranges {
-                let n = src.shape[axis] as i64;
-                let lo = if start >= 0 {
-                    start.min(n)
-                } else {
-                    (n + start).max(0)
-                };
-                // Empty slices may start at `n`; nothing is read then.
-                base += lo as usize * st[axis];
-                st[axis] = st[axis].saturating_mul(usize::try_from(step).unwrap_or(usize::MAX));
-            }
-            if shape.iter().product::<usize>() == 0 {
-                return Ok(Vec::new());
-            }
-            gather(&src.data, shape, &st, base).ok_or_else(bad_shape)
-        }
-        Op::Concat { axis } => {
-            let outer: usize = shape[..*axis].iter().product();
-            let mut data = Vec::with_capacity(shape.iter().product());
-            let chunks: Vec<usize> = args
-                .iter()
-                .map(|a| a.shape[*axis..].iter().product())
-                .collect();
-            if args
-                .iter()
-                .zip(&chunks)
-                .any(|(a, &c)| a.data.len() != outer * c)
-            {
-                return Err(bad_shape());
-            }
-            for o in 0..outer {
-                for (a, &c) in args.iter().zip(&chunks) {
-                    data.extend_from_slice(&a.data[o * c..(o + 1) * c]);
-                }
-            }
-            Ok(data)
-        }
+        Op::Slice { ranges } => slice(args[0], ranges, shape).ok_or_else(bad_shape),
+        Op::Concat { axis } => concat(args, *axis, shape).ok_or_else(bad_shape),
         Op::Expand => bcast(args[0]),
-        Op::Softmax { .. } | Op::LogSoftmax { .. } | Op::LayerNorm { .. } | Op::RmsNorm { .. } => {
-            Err(eval_error(
-                node,
-                "composite op: decompose the graph first (reference::run does)",
-            ))
+        Op::Iota { axis } => Ok(iota_values(shape, *axis, out)),
+        Op::Softmax { .. }
+        | Op::LogSoftmax { .. }
+        | Op::LayerNorm { .. }
+        | Op::RmsNorm { .. }
+        | Op::Trilu { .. } => Err(eval_error(
+            node,
+            "composite op: decompose the graph first (reference::run does)",
+        )),
+    }
+}
+
+/// An input's values, checked against the bound shape and dtype.
+fn input_value(
+    g: &Graph,
+    node: &Node,
+    shape: &[usize],
+    inputs: &[(&str, &Tensor)],
+) -> Result<Vec<f64>, GraphError> {
+    let out = node.dtype;
+    let Some((_, t)) = inputs.iter().find(|(n, _)| *n == node.name) else {
+        return Err(GraphError::MissingInput {
+            input: node.name.to_string(),
+            expected: g
+                .inputs()
+                .iter()
+                .map(|&i| format!("`{}`", g[i].name))
+                .collect::<Vec<_>>()
+                .join(", "),
+        });
+    };
+    let same =
+        t.shape().len() == shape.len() && t.shape().iter().zip(shape).all(|(&a, &b)| a == b as u64);
+    if !same || t.dtype() != out {
+        return Err(eval_error(
+            node,
+            format!(
+                "input tensor is {}{:?}, but the bindings give {}{:?}",
+                t.dtype(),
+                t.shape(),
+                out,
+                shape
+            ),
+        ));
+    }
+    Ok(t.to_f64_vec())
+}
+
+/// `iota`: each element's index along `axis`, converted to `out`.
+fn iota_values(shape: &[usize], axis: usize, out: DType) -> Vec<f64> {
+    let n: usize = shape.iter().product();
+    let inner: usize = shape[axis + 1..].iter().product();
+    let extent = shape[axis];
+    (0..n)
+        .map(|i| convert(out, ((i / inner.max(1)) % extent.max(1)) as f64))
+        .collect()
+}
+
+/// `cast`: int → int wraps, otherwise [`convert`].
+fn cast_values(from: DType, out: DType, data: &[f64]) -> Vec<f64> {
+    data.iter()
+        .map(|&v| {
+            if is_int(from) && is_int(out) {
+                wrap_int(out, v as i64)
+            } else {
+                convert(out, v)
+            }
+        })
+        .collect()
+}
+
+/// `slice` at concrete shapes; `None` if the shapes do not fit.
+fn slice(src: &Value, ranges: &[(usize, i64, i64, i64)], shape: &[usize]) -> Option<Vec<f64>> {
+    let mut st = strides(&src.shape);
+    let mut base = 0usize;
+    for &(axis, start, _, step) in ranges {
+        let n = src.shape[axis] as i64;
+        let lo = if start >= 0 {
+            start.min(n)
+        } else {
+            (n + start).max(0)
+        };
+        // Empty slices may start at `n`; nothing is read then.
+        base += lo as usize * st[axis];
+        st[axis] = st[axis].saturating_mul(usize::try_from(step).unwrap_or(usize::MAX));
+    }
+    if shape.iter().product::<usize>() == 0 {
+        return Some(Vec::new());
+    }
+    gather(&src.data, shape, &st, base)
+}
+
+/// `concat` at concrete shapes; `None` if the shapes do not fit.
+fn concat(args: &[&Value], axis: usize, shape: &[usize]) -> Option<Vec<f64>> {
+    let outer: usize = shape[..axis].iter().product();
+    let mut data = Vec::with_capacity(shape.iter().product());
+    let chunks: Vec<usize> = args
+        .iter()
+        .map(|a| a.shape[axis..].iter().product())
+        .collect();
+    if args
+        .iter()
+        .zip(&chunks)
+        .any(|(a, &c)| a.data.len() != outer * c)
+    {
+        return None;
+    }
+    for o in 0..outer {
+        for (a, &c) in args.iter().zip(&chunks) {
+            data.extend_from_slice(&a.data[o * c..(o + 1) * c]);
         }
     }
+    Some(data)
 }
 
 fn scalar(node: &Node, code: Opcode, dt: DType, x: &Value, v: f64) -> Result<Vec<f64>, GraphError> {

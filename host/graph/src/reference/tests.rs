@@ -844,3 +844,96 @@ fn evaluate_nodes_checks_bindings() {
         .to_string();
     assert!(e.contains("node `x`") && e.contains("bindings give"), "{e}");
 }
+
+#[test]
+fn sin_cos_hand_values() {
+    use std::f32::consts::{FRAC_PI_2, FRAC_PI_6, PI};
+    let x = f32t(&[4], &[0.0, FRAC_PI_6, FRAC_PI_2, PI]);
+    let s = eval1(std::slice::from_ref(&x), |g, i| g.sin(i[0]).unwrap());
+    close(&vals(&s), &[0.0, 0.5, 1.0, 0.0], 1e-7);
+    let c = eval1(&[x], |g, i| g.cos(i[0]).unwrap());
+    close(&vals(&c), &[1.0, 0.866_025_4, 0.0, -1.0], 1e-7);
+}
+
+#[test]
+fn iota_hand_values() {
+    let mut g = Graph::new();
+    let s = g.symbol("S", 1, 64).unwrap();
+    let shape = [Dim::from(s), d(3)];
+    let rows = g.iota(DType::I32, &shape, 0).unwrap();
+    let cols = g.iota(DType::F32, &shape, -1).unwrap();
+    g.output("rows", rows).unwrap();
+    g.output("cols", cols).unwrap();
+    let b = Bindings::new().with(s, 2);
+    let out = run(&g, &[], &b).unwrap();
+    assert_eq!(out[0].1.shape(), &[2, 3]);
+    assert_eq!(vals(&out[0].1), [0.0, 0.0, 0.0, 1.0, 1.0, 1.0]);
+    assert_eq!(out[1].1.dtype(), DType::F32);
+    assert_eq!(vals(&out[1].1), [0.0, 1.0, 2.0, 0.0, 1.0, 2.0]);
+}
+
+#[test]
+fn trilu_hand_values() {
+    let x = f32t(&[3, 4], &(1..=12).map(|v| v as f32).collect::<Vec<_>>());
+    let upper = eval1(std::slice::from_ref(&x), |g, i| {
+        g.trilu(i[0], true, 0).unwrap()
+    });
+    #[rustfmt::skip]
+    let want = [1.0, 2.0, 3.0, 4.0,
+                0.0, 6.0, 7.0, 8.0,
+                0.0, 0.0, 11.0, 12.0];
+    assert_eq!(vals(&upper), want);
+    let upper1 = eval1(std::slice::from_ref(&x), |g, i| {
+        g.trilu(i[0], true, 1).unwrap()
+    });
+    #[rustfmt::skip]
+    let want = [0.0, 2.0, 3.0, 4.0,
+                0.0, 0.0, 7.0, 8.0,
+                0.0, 0.0, 0.0, 12.0];
+    assert_eq!(vals(&upper1), want);
+    let lower = eval1(std::slice::from_ref(&x), |g, i| {
+        g.trilu(i[0], false, -1).unwrap()
+    });
+    #[rustfmt::skip]
+    let want = [0.0, 0.0, 0.0, 0.0,
+                5.0, 0.0, 0.0, 0.0,
+                9.0, 10.0, 0.0, 0.0];
+    assert_eq!(vals(&lower), want);
+}
+
+#[test]
+fn iota_and_trilu_errors_name_the_problem() {
+    let mut g = Graph::new();
+    let e = g.iota(DType::Bool, &[d(3)], 0).unwrap_err().to_string();
+    assert!(e.contains("cannot hold indices"), "{e}");
+    let e = g.iota(DType::I32, &[d(3)], 1).unwrap_err().to_string();
+    assert!(e.contains("out of range"), "{e}");
+    let x = g.input("x", DType::F32, &[d(3)]).unwrap();
+    let e = g.trilu(x, true, 0).unwrap_err().to_string();
+    assert!(e.contains("rank >= 2"), "{e}");
+}
+
+#[test]
+fn i64_arithmetic_and_casts() {
+    let big = (1i64 << 40) + 5;
+    let x = Tensor::from_f64(DType::I64, &[3], &[big as f64, -3.0, 7.0]).unwrap();
+    let y = eval1(std::slice::from_ref(&x), |g, i| {
+        let d = g.add(i[0], i[0]).unwrap();
+        g.scalar(Opcode::SubS, d, 1.0).unwrap()
+    });
+    assert_eq!(y.dtype(), DType::I64);
+    assert_eq!(vals(&y), [(2 * big - 1) as f64, -7.0, 13.0]);
+    let f = eval1(std::slice::from_ref(&x), |g, i| {
+        g.cast(i[0], DType::F32).unwrap()
+    });
+    assert_eq!(vals(&f), [big as f32 as f64, -3.0, 7.0]);
+    let back = eval1(&[f32t(&[2], &[-2.7, 3e12])], |g, i| {
+        g.cast(i[0], DType::I64).unwrap()
+    });
+    assert_eq!(back.dtype(), DType::I64);
+    assert_eq!(vals(&back), [-2.0, 3e12_f32 as f64]);
+    let s = eval1(std::slice::from_ref(&x), |g, i| {
+        g.sum(i[0], &[0], false).unwrap()
+    });
+    assert_eq!(vals(&s), [(big + 4) as f64]);
+}
