@@ -122,6 +122,15 @@ pub mod device {
     pub use dvm_runtime::{QemuDevice, QemuError, ReferenceDevice, Runtime};
 }
 
+/// ONNX import: [`onnx::import`] reads a `.onnx` model as a [`Graph`]
+/// with symbolic dimensions (see `docs/onnx.md`).
+pub mod onnx {
+    pub use dvm_onnx::{
+        import, is_onnx, ModelInfo, OnnxError, OnnxModel, UnsupportedNode, ValueInfo, MAX_OPSET,
+        MIN_OPSET,
+    };
+}
+
 /// NumPy `.npy` files: [`npy::read`] and [`npy::write`] a [`Tensor`].
 pub mod npy {
     pub use dvm_tensor::npy::{read, read_as, write, write_all, NpyError};

@@ -1,0 +1,431 @@
+//! Import unit tests on models built here with the generated messages.
+
+use dvm_graph::{Graph, Op};
+use dvm_isa::{DType, Opcode};
+use dvm_tensor::Tensor;
+use prost::Message;
+
+use crate::proto::{
+    attribute_proto::AttributeType, tensor_proto::DataLocation, tensor_shape_proto, type_proto,
+    AttributeProto, GraphProto, ModelProto, NodeProto, OperatorSetIdProto, StringStringEntryProto,
+    TensorProto, TensorShapeProto, TypeProto, ValueInfoProto,
+};
+use crate::value::elem;
+use crate::{OnnxError, OnnxModel};
+
+fn vi(name: &str, et: i32, dims: &[&str]) -> ValueInfoProto {
+    let dim = dims
+        .iter()
+        .map(|d| tensor_shape_proto::Dimension {
+            value: match d.parse::<i64>() {
+                Ok(v) => Some(tensor_shape_proto::dimension::Value::DimValue(v)),
+                Err(_) if *d == "?" => None,
+                Err(_) => Some(tensor_shape_proto::dimension::Value::DimParam(
+                    (*d).to_owned(),
+                )),
+            },
+            denotation: None,
+        })
+        .collect();
+    ValueInfoProto {
+        name: Some(name.to_owned()),
+        r#type: Some(TypeProto {
+            value: Some(type_proto::Value::TensorType(type_proto::Tensor {
+                elem_type: Some(et),
+                shape: Some(TensorShapeProto { dim }),
+            })),
+            denotation: None,
+        }),
+        ..Default::default()
+    }
+}
+
+fn node(op: &str, inputs: &[&str], outputs: &[&str], attrs: Vec<AttributeProto>) -> NodeProto {
+    NodeProto {
+        op_type: Some(op.to_owned()),
+        name: Some(format!("{op}_{}", outputs[0])),
+        input: inputs.iter().map(|s| (*s).to_owned()).collect(),
+        output: outputs.iter().map(|s| (*s).to_owned()).collect(),
+        attribute: attrs,
+        ..Default::default()
+    }
+}
+
+fn attr_i(name: &str, v: i64) -> AttributeProto {
+    AttributeProto {
+        name: Some(name.to_owned()),
+        i: Some(v),
+        r#type: Some(AttributeType::Int as i32),
+        ..Default::default()
+    }
+}
+
+fn ints(name: &str, dims: &[i64], v: &[i64]) -> TensorProto {
+    TensorProto {
+        name: Some(name.to_owned()),
+        dims: dims.to_vec(),
+        data_type: Some(elem::INT64),
+        int64_data: v.to_vec(),
+        ..Default::default()
+    }
+}
+
+fn floats(name: &str, dims: &[i64], v: &[f32]) -> TensorProto {
+    TensorProto {
+        name: Some(name.to_owned()),
+        dims: dims.to_vec(),
+        data_type: Some(elem::FLOAT),
+        float_data: v.to_vec(),
+        ..Default::default()
+    }
+}
+
+fn model_bytes(
+    nodes: Vec<NodeProto>,
+    inputs: Vec<ValueInfoProto>,
+    outputs: Vec<ValueInfoProto>,
+    inits: Vec<TensorProto>,
+    opset: i64,
+) -> Vec<u8> {
+    ModelProto {
+        ir_version: Some(8),
+        opset_import: vec![OperatorSetIdProto {
+            domain: Some(String::new()),
+            version: Some(opset),
+        }],
+        graph: Some(GraphProto {
+            node: nodes,
+            name: Some("test".to_owned()),
+            initializer: inits,
+            input: inputs,
+            output: outputs,
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+    .encode_to_vec()
+}
+
+fn import(bytes: &[u8]) -> Result<Graph, OnnxError> {
+    OnnxModel::from_bytes(bytes, None)?.to_graph()
+}
+
+fn out_shape(g: &Graph, name: &str) -> String {
+    let (_, id) = g.outputs().iter().find(|(n, _)| n == name).expect("output");
+    g.shape_string(*id)
+}
+
+#[test]
+fn dim_params_become_symbols_and_unnamed_dims_fresh_ones() {
+    let bytes = model_bytes(
+        vec![node("Relu", &["x"], &["y"], vec![])],
+        vec![vi("x", elem::FLOAT, &["batch", "?", "64"])],
+        vec![vi("y", elem::FLOAT, &["batch", "?", "64"])],
+        vec![],
+        17,
+    );
+    let g = import(&bytes).unwrap();
+    assert_eq!(g.shape_string(g.inputs()[0]), "[batch, unk_x_1, 64]");
+    assert_eq!(out_shape(&g, "y"), "[batch, unk_x_1, 64]");
+}
+
+#[test]
+fn derived_dims_are_expressions_over_input_symbols() {
+    let bytes = model_bytes(
+        vec![node("Identity", &["m"], &["y"], vec![])],
+        vec![
+            vi("x", elem::FLOAT, &["batch", "seq"]),
+            vi("m", elem::FLOAT, &["4*batch", "batch*seq", "seq+1"]),
+        ],
+        vec![vi("y", elem::FLOAT, &["4*batch", "batch*seq", "seq+1"])],
+        vec![],
+        18,
+    );
+    let g = import(&bytes).unwrap();
+    assert_eq!(g.shape_string(g.inputs()[1]), "[4*batch, batch*seq, seq+1]");
+    // Shapes that agree with the symbols bind; a contradiction is an error
+    // naming the input.
+    let x = Tensor::zeros(DType::F32, &[2, 3]).unwrap();
+    let good = Tensor::zeros(DType::F32, &[8, 6, 4]).unwrap();
+    let bad = Tensor::zeros(DType::F32, &[8, 6, 5]).unwrap();
+    let b = dvm_sym::Bindings::new();
+    g.bind_tensors(&[("x", &x), ("m", &good)], &b).unwrap();
+    let e = g.bind_tensors(&[("x", &x), ("m", &bad)], &b).unwrap_err();
+    assert!(e.to_string().contains('m'), "{e}");
+}
+
+#[test]
+fn shape_arithmetic_folds_to_symbolic_reshapes() {
+    // TorchScript style: Shape, Gather, Unsqueeze, Concat, Div, Reshape.
+    let nodes = vec![
+        node("Shape", &["x"], &["s"], vec![]),
+        node("Gather", &["s", "i0"], &["b"], vec![attr_i("axis", 0)]),
+        node("Gather", &["s", "i1"], &["t"], vec![attr_i("axis", 0)]),
+        node("Gather", &["s", "i2"], &["h"], vec![attr_i("axis", 0)]),
+        node("Div", &["h", "heads"], &["hd"], vec![]),
+        node("Unsqueeze", &["b", "ax0"], &["b1"], vec![]),
+        node("Unsqueeze", &["t", "ax0"], &["t1"], vec![]),
+        node("Unsqueeze", &["hd", "ax0"], &["hd1"], vec![]),
+        node(
+            "Concat",
+            &["b1", "t1", "heads1", "hd1"],
+            &["shape"],
+            vec![attr_i("axis", 0)],
+        ),
+        node("Reshape", &["x", "shape"], &["y"], vec![]),
+        // Dynamo style: Shape(start, end), Reshape with 0 and -1.
+        node(
+            "Shape",
+            &["x"],
+            &["s01"],
+            vec![attr_i("start", 0), attr_i("end", 1)],
+        ),
+        node(
+            "Concat",
+            &["s01", "minus1"],
+            &["flat"],
+            vec![attr_i("axis", 0)],
+        ),
+        node("Reshape", &["x", "flat"], &["z"], vec![]),
+        node("Reshape", &["x", "zero_m1"], &["w"], vec![]),
+        // Mul on shapes, ConstantOfShape, Expand.
+        node("Mul", &["t1", "two"], &["t2"], vec![]),
+        node("ConstantOfShape", &["one1"], &["ones"], vec![]),
+        node("Expand", &["ones", "s"], &["e"], vec![]),
+    ];
+    let inits = vec![
+        ints("i0", &[], &[0]),
+        ints("i1", &[], &[1]),
+        ints("i2", &[], &[-1]),
+        ints("heads", &[], &[4]),
+        ints("heads1", &[1], &[4]),
+        ints("ax0", &[1], &[0]),
+        ints("minus1", &[1], &[-1]),
+        ints("zero_m1", &[2], &[0, -1]),
+        ints("two", &[1], &[2]),
+        ints("one1", &[1], &[1]),
+    ];
+    let bytes = model_bytes(
+        nodes,
+        vec![vi("x", elem::FLOAT, &["batch", "seq", "64"])],
+        vec![
+            vi("y", elem::FLOAT, &["batch", "seq", "4", "16"]),
+            vi("z", elem::FLOAT, &["batch", "?"]),
+            vi("w", elem::FLOAT, &["batch", "?"]),
+            vi("t2", elem::INT64, &["1"]),
+            vi("e", elem::FLOAT, &["batch", "seq", "64"]),
+        ],
+        inits,
+        17,
+    );
+    let g = import(&bytes).unwrap();
+    assert_eq!(out_shape(&g, "y"), "[batch, seq, 4, 16]");
+    assert_eq!(out_shape(&g, "z"), "[batch, 64*seq]");
+    assert_eq!(out_shape(&g, "w"), "[batch, 64*seq]");
+    // A symbolic shape vector as an output is computed at run time.
+    assert_eq!(out_shape(&g, "t2"), "[1]");
+    assert_eq!(out_shape(&g, "e"), "[batch, seq, 64]");
+    // No Shape/Gather/Concat reached the graph: only reshapes of x.
+    let reshapes = g.nodes().iter().filter(|n| n.op == Op::Reshape).count();
+    assert_eq!(reshapes, 3);
+}
+
+#[test]
+fn gelu_written_as_primitives_becomes_gelu() {
+    let nodes = vec![
+        node("Div", &["x", "sqrt2"], &["d"], vec![]),
+        node("Erf", &["d"], &["e"], vec![]),
+        node("Add", &["e", "one"], &["a"], vec![]),
+        node("Mul", &["x", "a"], &["m"], vec![]),
+        node("Mul", &["m", "half"], &["y"], vec![]),
+    ];
+    let inits = vec![
+        floats("sqrt2", &[], &[std::f32::consts::SQRT_2]),
+        floats("one", &[], &[1.0]),
+        floats("half", &[], &[0.5]),
+    ];
+    let bytes = model_bytes(
+        nodes,
+        vec![vi("x", elem::FLOAT, &["n", "8"])],
+        vec![vi("y", elem::FLOAT, &["n", "8"])],
+        inits,
+        17,
+    );
+    let g = import(&bytes).unwrap();
+    let ops: Vec<&Op> = g.nodes().iter().map(|n| &n.op).collect();
+    assert_eq!(ops, [&Op::Input, &Op::Unary(Opcode::GeluErf)]);
+}
+
+#[test]
+fn truncated_and_foreign_files_are_decode_errors() {
+    let bytes = model_bytes(
+        vec![node("Relu", &["x"], &["y"], vec![])],
+        vec![vi("x", elem::FLOAT, &["n"])],
+        vec![vi("y", elem::FLOAT, &["n"])],
+        vec![],
+        17,
+    );
+    let e = import(&bytes[..bytes.len() - 3]).unwrap_err();
+    assert!(matches!(e, OnnxError::Decode { .. }), "{e}");
+    let e = import(br#"{"inputs": []}"#).unwrap_err();
+    assert!(matches!(e, OnnxError::Decode { .. }), "{e}");
+    let e = import(b"").unwrap_err();
+    assert!(matches!(e, OnnxError::Decode { .. }), "{e}");
+}
+
+#[test]
+fn unsupported_opset_is_an_error() {
+    let bytes = model_bytes(vec![], vec![], vec![], vec![], 12);
+    let e = import(&bytes).unwrap_err();
+    assert!(matches!(e, OnnxError::Opset { version: 12, .. }), "{e}");
+    assert!(e.to_string().contains("13 to 25"), "{e}");
+}
+
+#[test]
+fn unsupported_ops_are_all_listed_with_index_name_and_opset() {
+    let bytes = model_bytes(
+        vec![
+            node("Relu", &["x"], &["a"], vec![]),
+            node("Sin", &["a"], &["b"], vec![]),
+            node("Conv", &["b", "w"], &["y"], vec![]),
+        ],
+        vec![vi("x", elem::FLOAT, &["n", "3", "8", "8"])],
+        vec![vi("y", elem::FLOAT, &["n", "3", "8", "8"])],
+        vec![floats("w", &[1], &[1.0])],
+        18,
+    );
+    let e = import(&bytes).unwrap_err();
+    let OnnxError::Unsupported { opset, nodes } = &e else {
+        panic!("{e}");
+    };
+    assert_eq!(*opset, 18);
+    let found: Vec<(usize, &str, &str)> = nodes
+        .iter()
+        .map(|n| (n.index, n.name.as_str(), n.op_type.as_str()))
+        .collect();
+    assert_eq!(found, [(1, "Sin_b", "Sin"), (2, "Conv_y", "Conv")]);
+    let text = e.to_string();
+    assert!(
+        text.contains("opset 18") && text.contains("node 1 `Sin_b` (Sin)"),
+        "{text}"
+    );
+}
+
+#[test]
+fn runtime_gather_is_unsupported_naming_the_node() {
+    let bytes = model_bytes(
+        vec![node("Gather", &["table", "ids"], &["y"], vec![])],
+        vec![vi("ids", elem::INT64, &["n"])],
+        vec![vi("y", elem::FLOAT, &["n", "4"])],
+        vec![floats("table", &[2, 4], &[0.0; 8])],
+        17,
+    );
+    let e = import(&bytes).unwrap_err();
+    let OnnxError::Unsupported { nodes, .. } = &e else {
+        panic!("{e}");
+    };
+    assert_eq!(nodes[0].op_type, "Gather");
+    assert!(nodes[0].reason.contains("gather"), "{e}");
+}
+
+#[test]
+fn a_missing_initializer_names_the_value_and_node() {
+    let bytes = model_bytes(
+        vec![node("Add", &["x", "bias"], &["y"], vec![])],
+        vec![vi("x", elem::FLOAT, &["n"])],
+        vec![vi("y", elem::FLOAT, &["n"])],
+        vec![],
+        17,
+    );
+    let e = import(&bytes).unwrap_err();
+    assert!(
+        matches!(&e, OnnxError::MissingValue { value, index: 0, .. } if value == "bias"),
+        "{e}"
+    );
+}
+
+fn external(location: &str) -> TensorProto {
+    TensorProto {
+        name: Some("w".to_owned()),
+        dims: vec![4],
+        data_type: Some(elem::FLOAT),
+        data_location: Some(DataLocation::External as i32),
+        external_data: vec![
+            StringStringEntryProto {
+                key: Some("location".to_owned()),
+                value: Some(location.to_owned()),
+            },
+            StringStringEntryProto {
+                key: Some("offset".to_owned()),
+                value: Some("4".to_owned()),
+            },
+        ],
+        ..Default::default()
+    }
+}
+
+fn external_model(location: &str) -> Vec<u8> {
+    model_bytes(
+        vec![node("Add", &["x", "w"], &["y"], vec![])],
+        vec![vi("x", elem::FLOAT, &["4"])],
+        vec![vi("y", elem::FLOAT, &["4"])],
+        vec![external(location)],
+        17,
+    )
+}
+
+#[test]
+fn external_data_is_read_from_the_model_folder() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut data = vec![0u8; 4];
+    for v in [1.0f32, 2.0, 3.0, 4.0] {
+        data.extend(v.to_le_bytes());
+    }
+    std::fs::write(dir.path().join("w.bin"), &data).unwrap();
+    let path = dir.path().join("m.onnx");
+    std::fs::write(&path, external_model("w.bin")).unwrap();
+    let g = crate::import(&path).unwrap();
+    let w = g
+        .nodes()
+        .iter()
+        .find_map(|n| match &n.op {
+            Op::Constant(v) => Some(v.clone()),
+            _ => None,
+        })
+        .unwrap();
+    assert_eq!(w, [1.0, 2.0, 3.0, 4.0]);
+
+    // Missing, too short, or outside the folder: errors naming the tensor.
+    std::fs::write(&path, external_model("nope.bin")).unwrap();
+    let e = crate::import(&path).unwrap_err();
+    assert!(
+        matches!(&e, OnnxError::TensorData { tensor, .. } if tensor == "w"),
+        "{e}"
+    );
+    std::fs::write(dir.path().join("short.bin"), [0u8; 8]).unwrap();
+    std::fs::write(&path, external_model("short.bin")).unwrap();
+    let e = crate::import(&path).unwrap_err();
+    assert!(e.to_string().contains("holds 8 bytes"), "{e}");
+    std::fs::write(&path, external_model("../w.bin")).unwrap();
+    let e = crate::import(&path).unwrap_err();
+    assert!(e.to_string().contains("outside the model's folder"), "{e}");
+    std::fs::write(&path, external_model("/etc/passwd")).unwrap();
+    let e = crate::import(&path).unwrap_err();
+    assert!(e.to_string().contains("outside the model's folder"), "{e}");
+}
+
+#[test]
+fn a_declared_output_shape_the_import_contradicts_is_an_error() {
+    let bytes = model_bytes(
+        vec![node("Relu", &["x"], &["y"], vec![])],
+        vec![vi("x", elem::FLOAT, &["n", "8"])],
+        vec![vi("y", elem::FLOAT, &["n", "9"])],
+        vec![],
+        17,
+    );
+    let e = import(&bytes).unwrap_err();
+    assert!(
+        matches!(&e, OnnxError::Declaration { kind: "output", name, .. } if name == "y"),
+        "{e}"
+    );
+}
