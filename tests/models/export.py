@@ -195,6 +195,47 @@ class Llama(nn.Module):
         return x + self.down(nn.functional.silu(self.gate(h)) * self.up(h))
 
 
+class LlamaMlp(nn.Module):
+    """The LLaMA block's norm and feed-forward half: RMSNorm, SwiGLU, residual."""
+
+    def __init__(self, hidden=64, ffn=172):
+        super().__init__()
+        self.norm = RmsNorm(hidden)
+        self.gate = nn.Linear(hidden, ffn, bias=False)
+        self.up = nn.Linear(hidden, ffn, bias=False)
+        self.down = nn.Linear(ffn, hidden, bias=False)
+
+    def forward(self, x):
+        h = self.norm(x)
+        return x + self.down(nn.functional.silu(self.gate(h)) * self.up(h))
+
+
+class MaskedDecoder(nn.Module):
+    """A GPT-style pre-norm block whose attention mask is an input (bool,
+    true where a position may attend), applied with `masked_fill`."""
+
+    def __init__(self, hidden=64, heads=4):
+        super().__init__()
+        self.heads = heads
+        self.ln1 = nn.LayerNorm(hidden)
+        self.qkv = nn.Linear(hidden, 3 * hidden)
+        self.o = nn.Linear(hidden, hidden)
+        self.ln2 = nn.LayerNorm(hidden)
+        self.ff1 = nn.Linear(hidden, 2 * hidden)
+        self.ff2 = nn.Linear(2 * hidden, hidden)
+
+    def forward(self, x, mask):
+        b, s, h = x.shape
+        q, k, v = self.qkv(self.ln1(x)).split(h, dim=-1)
+        q, k, v = (t.reshape(b, s, self.heads, -1).transpose(1, 2) for t in (q, k, v))
+        scores = (q @ k.transpose(-1, -2)) * (1.0 / math.sqrt(h // self.heads))
+        scores = scores.masked_fill(~mask, float("-inf"))
+        a = torch.softmax(scores, dim=-1) @ v
+        x = x + self.o(a.transpose(1, 2).reshape(b, s, h))
+        f = nn.functional.gelu(self.ff1(self.ln2(x)), approximate="tanh")
+        return x + self.ff2(f)
+
+
 class Mlp(nn.Module):
     def __init__(self):
         super().__init__()
@@ -223,42 +264,59 @@ class Cnn(nn.Module):
         return self.fc(x)
 
 
-# name, module, input name, dtype, example shape (for export), dynamic axes,
-# reference shapes
+# name, module, inputs as (name, dtype, example shape, dynamic axes),
+# reference shapes (one per input, per case)
 MODELS = [
-    ("encoder", Encoder, "x", "f32", (2, 5, 64), {0: "batch", 1: "seq"},
-     [(1, 1, 64), (1, 7, 64), (3, 33, 64)]),
-    ("gpt", Gpt, "tokens", "i64", (2, 5), {0: "batch", 1: "seq"},
-     [(1, 1), (1, 7), (3, 33)]),
-    ("llama", Llama, "x", "f32", (2, 5, 64), {0: "batch", 1: "seq"},
-     [(1, 1, 64), (1, 7, 64), (3, 33, 64)]),
-    ("mlp", Mlp, "x", "f32", (4, 32), {0: "batch"}, [(1, 32), (3, 32), (17, 32)]),
-    ("cnn", Cnn, "x", "f32", (2, 3, 16, 16), {0: "batch"},
-     [(1, 3, 16, 16), (3, 3, 16, 16)]),
+    ("encoder", Encoder, [("x", "f32", (2, 5, 64), {0: "batch", 1: "seq"})],
+     [[(1, 1, 64)], [(1, 7, 64)], [(3, 33, 64)]]),
+    ("gpt", Gpt, [("tokens", "i64", (2, 5), {0: "batch", 1: "seq"})],
+     [[(1, 1)], [(1, 7)], [(3, 33)]]),
+    ("llama", Llama, [("x", "f32", (2, 5, 64), {0: "batch", 1: "seq"})],
+     [[(1, 1, 64)], [(1, 7, 64)], [(3, 33, 64)]]),
+    ("llama_mlp", LlamaMlp, [("x", "f32", (2, 5, 64), {0: "batch", 1: "seq"})],
+     [[(1, 1, 64)], [(1, 7, 64)], [(3, 33, 64)]]),
+    ("decoder_masked", MaskedDecoder,
+     [("x", "f32", (2, 5, 64), {0: "batch", 1: "seq"}),
+      ("mask", "causal", (5, 5), {0: "seq", 1: "seq"})],
+     [[(1, 1, 64), (1, 1)], [(1, 7, 64), (7, 7)], [(3, 33, 64), (33, 33)]]),
+    ("mlp", Mlp, [("x", "f32", (4, 32), {0: "batch"})], [[(1, 32)], [(3, 32)], [(17, 32)]]),
+    ("cnn", Cnn, [("x", "f32", (2, 3, 16, 16), {0: "batch"})],
+     [[(1, 3, 16, 16)], [(3, 3, 16, 16)]]),
 ]
 
 
 def make_input(dtype, shape, gen):
+    if dtype == "causal":
+        return torch.ones(shape, dtype=torch.bool).tril()
     if dtype == "i64":
         return torch.randint(0, 96, shape, generator=gen, dtype=torch.int64)
     return torch.randn(shape, generator=gen)
 
 
-def export_both(name, model, example, input_name, axes):
+def export_both(name, model, examples, inputs):
     files = []
+    names = [i[0] for i in inputs]
     ts = HERE / f"{name}.ts17.onnx"
+    axes = {n: a for n, _, _, a in inputs}
     torch.onnx.export(
-        model, (example,), str(ts), dynamo=False, opset_version=17,
-        input_names=[input_name], output_names=["y"],
-        dynamic_axes={input_name: axes, "y": {0: axes[0]}},
+        model, tuple(examples), str(ts), dynamo=False, opset_version=17,
+        input_names=names, output_names=["y"],
+        dynamic_axes={**axes, "y": {0: inputs[0][3][0]}},
     )
     files.append(ts.name)
     dyn = HERE / f"{name}.dynamo18.onnx"
-    dims = {i: torch.export.Dim(n, min=1, max=4096) for i, n in axes.items()}
+    dims = {}
+    shapes = []
+    for _, _, _, a in inputs:
+        spec = {}
+        for i, n in a.items():
+            dims.setdefault(n, torch.export.Dim(n, min=1, max=4096))
+            spec[i] = dims[n]
+        shapes.append(spec)
     program = torch.onnx.export(
-        model, (example,), dynamo=True, opset_version=18,
-        input_names=[input_name], output_names=["y"],
-        dynamic_shapes=({k: v for k, v in dims.items()},),
+        model, tuple(examples), dynamo=True, opset_version=18,
+        input_names=names, output_names=["y"],
+        dynamic_shapes=tuple(shapes),
         external_data=False,
     )
     program.save(str(dyn), external_data=False)
@@ -271,26 +329,27 @@ def main():
     if data.exists():
         shutil.rmtree(data)
     manifest = {"seed": SEED, "models": []}
-    for name, cls, input_name, dtype, example_shape, axes, shapes in MODELS:
+    for name, cls, inputs, cases_shapes in MODELS:
         torch.manual_seed(SEED)
         model = cls().eval()
         gen = torch.Generator().manual_seed(SEED)
-        example = make_input(dtype, example_shape, gen)
+        examples = [make_input(dt, shape, gen) for _, dt, shape, _ in inputs]
         with torch.no_grad():
-            files = export_both(name, model, example, input_name, axes)
+            files = export_both(name, model, examples, inputs)
         cases = []
-        for shape in shapes:
-            x = make_input(dtype, shape, gen)
+        for shapes in cases_shapes:
+            xs = [make_input(i[1], s, gen) for i, s in zip(inputs, shapes)]
             with torch.no_grad():
-                y = model(x)
-            case = "x".join(str(d) for d in shape)
+                y = model(*xs)
+            case = "x".join(str(d) for d in shapes[0])
             folder = data / name / case
             folder.mkdir(parents=True)
-            np.save(folder / f"in_{input_name}.npy", x.numpy())
+            for (n, *_), x in zip(inputs, xs):
+                np.save(folder / f"in_{n}.npy", x.numpy())
             np.save(folder / "out_y.npy", y.numpy())
             cases.append({
                 "dir": f"data/{name}/{case}",
-                "inputs": {input_name: f"in_{input_name}.npy"},
+                "inputs": {n: f"in_{n}.npy" for n, *_ in inputs},
                 "outputs": {"y": "out_y.npy"},
             })
         manifest["models"].append({"name": name, "files": files, "cases": cases})

@@ -1,6 +1,6 @@
 //! The conversion: initializers, inputs, nodes in order, outputs.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::Path;
 
 use dvm_graph::{Graph, NodeId};
@@ -37,13 +37,12 @@ pub(crate) fn graph_proto(model: &OnnxModel) -> Result<&GraphProto, OnnxError> {
 
 pub(crate) fn convert(model: &OnnxModel) -> Result<Graph, OnnxError> {
     let gp = graph_proto(model)?;
-    let unsupported = ops::unsupported_by_type(gp);
-    if !unsupported.is_empty() {
-        return Err(OnnxError::Unsupported {
-            opset: model.opset,
-            nodes: unsupported,
-        });
-    }
+    // Every unsupported node is listed: those without a mapping, then
+    // those whose use of a mapped op is not supported. The values they
+    // would produce are poisoned, and nodes reading them are skipped.
+    let mut unsupported = ops::unsupported_by_type(gp);
+    let no_mapping: HashSet<usize> = unsupported.iter().map(|u| u.index).collect();
+    let mut poisoned: HashSet<&str> = HashSet::new();
     let mut imp = Importer {
         g: Graph::new(),
         values: HashMap::new(),
@@ -67,6 +66,12 @@ pub(crate) fn convert(model: &OnnxModel) -> Result<Graph, OnnxError> {
         if plan.covered(index) {
             continue;
         }
+        let blocked = node.input.iter().any(|i| poisoned.contains(i.as_str()))
+            || plan.root(index).is_some_and(|m| poisoned.contains(m.input.as_str()));
+        if blocked || no_mapping.contains(&index) {
+            poisoned.extend(node.output.iter().map(String::as_str));
+            continue;
+        }
         let cx = NodeCx {
             node,
             index,
@@ -85,12 +90,30 @@ pub(crate) fn convert(model: &OnnxModel) -> Result<Graph, OnnxError> {
             continue;
         }
         let map = ops::lookup(node.op_type()).ok_or_else(|| cx.unsupported("no mapping"))?;
-        let outs = map(&mut imp, &cx)?;
+        let outs = match map(&mut imp, &cx) {
+            Ok(outs) => outs,
+            Err(OnnxError::Unsupported { nodes, .. }) => {
+                unsupported.extend(nodes);
+                poisoned.extend(node.output.iter().map(String::as_str));
+                continue;
+            }
+            // A failure downstream of an unsupported node may be its
+            // consequence: the unsupported nodes are the error then.
+            Err(_) if !unsupported.is_empty() => break,
+            Err(e) => return Err(e),
+        };
         for (name, v) in node.output.iter().zip(outs) {
             if !name.is_empty() {
                 imp.set(name, v.normalized());
             }
         }
+    }
+    if !unsupported.is_empty() {
+        unsupported.sort_by_key(|u| u.index);
+        return Err(OnnxError::Unsupported {
+            opset: model.opset,
+            nodes: unsupported,
+        });
     }
     for vi in &gp.output {
         imp.declare_output(vi)?;
