@@ -3,7 +3,7 @@
 
 Every model gets random weights from a fixed seed and dynamic axes, and is
 exported twice: with the TorchScript exporter at opset 17
-(`NAME.ts17.onnx`) and with the dynamo exporter at opset 18
+(`NAME.ts17.onnx`; the encoder also at opset 14, `encoder.ts14.onnx`) and with the dynamo exporter at opset 18
 (`NAME.dynamo18.onnx`). The reference inputs and PyTorch's outputs at
 several shapes go to `data/NAME/CASE/{in,out}_*.npy`; `manifest.json` lists
 them (the integration test `host/dvm/tests/onnx_zoo.rs` reads it).
@@ -285,6 +285,10 @@ MODELS = [
 ]
 
 
+# Models also exported by the TorchScript exporter at an older opset.
+OLD_OPSET = {"encoder": 14}
+
+
 def make_input(dtype, shape, gen):
     if dtype == "causal":
         return torch.ones(shape, dtype=torch.bool).tril()
@@ -304,6 +308,15 @@ def export_both(name, model, examples, inputs):
         dynamic_axes={**axes, "y": {0: inputs[0][3][0]}},
     )
     files.append(ts.name)
+    if name in OLD_OPSET:
+        # Before opset 17 LayerNormalization is written as primitives.
+        old = HERE / f"{name}.ts{OLD_OPSET[name]}.onnx"
+        torch.onnx.export(
+            model, tuple(examples), str(old), dynamo=False, opset_version=OLD_OPSET[name],
+            input_names=names, output_names=["y"],
+            dynamic_axes={**axes, "y": {0: inputs[0][3][0]}},
+        )
+        files.append(old.name)
     dyn = HERE / f"{name}.dynamo18.onnx"
     dims = {}
     shapes = []

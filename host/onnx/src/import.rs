@@ -67,7 +67,9 @@ pub(crate) fn convert(model: &OnnxModel) -> Result<Graph, OnnxError> {
             continue;
         }
         let blocked = node.input.iter().any(|i| poisoned.contains(i.as_str()))
-            || plan.root(index).is_some_and(|m| poisoned.contains(m.input.as_str()));
+            || plan
+                .root(index)
+                .is_some_and(|m| poisoned.contains(m.input.as_str()));
         if blocked || no_mapping.contains(&index) {
             poisoned.extend(node.output.iter().map(String::as_str));
             continue;
@@ -78,8 +80,7 @@ pub(crate) fn convert(model: &OnnxModel) -> Result<Graph, OnnxError> {
             opset: imp.opset,
         };
         if let Some(m) = plan.root(index) {
-            let x = imp.tensor_named(&cx, &m.input)?;
-            let y = imp.g.unary(m.opcode, x).map_err(|e| cx.graph_err(e))?;
+            let y = imp.composite(&cx, m)?;
             imp.set(
                 &m.output,
                 Value::Runtime {
@@ -122,6 +123,34 @@ pub(crate) fn convert(model: &OnnxModel) -> Result<Graph, OnnxError> {
 }
 
 impl Importer<'_> {
+    /// The graph node of a recognised composite.
+    fn composite(&mut self, cx: &NodeCx<'_>, m: &patterns::Match) -> Result<NodeId, OnnxError> {
+        let x = self.tensor_named(cx, &m.input)?;
+        let ge = |e| cx.graph_err(e);
+        match &m.kind {
+            patterns::Kind::Unary(code) => self.g.unary(*code, x).map_err(ge),
+            patterns::Kind::RmsNorm { eps, weight } => {
+                let w = match weight {
+                    Some(w) => self.tensor_named(cx, w)?,
+                    None => {
+                        let node = &self.g.nodes()[x.0];
+                        let (dt, d) = (
+                            node.dtype,
+                            node.shape.last().cloned().unwrap_or(Dim::from(1)),
+                        );
+                        self.g.full(dt, &[d], 1.0).map_err(ge)?
+                    }
+                };
+                self.g.rms_norm(x, w, *eps).map_err(ge)
+            }
+            patterns::Kind::LayerNorm { eps, weight, bias } => {
+                let w = self.tensor_named(cx, weight)?;
+                let b = self.tensor_named(cx, bias)?;
+                self.g.layer_norm(x, w, b, *eps).map_err(ge)
+            }
+        }
+    }
+
     fn set(&mut self, name: &str, v: Value) {
         self.materialized.remove(name);
         self.values.insert(name.to_owned(), v);

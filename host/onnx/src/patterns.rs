@@ -5,11 +5,16 @@
 //! * GELU, erf form: `x · 0.5 · (1 + erf(x / √2))` (or `x · (1/√2)`);
 //! * GELU, tanh form: `x · 0.5 · (1 + tanh(√(2/π) · (x + 0.044715 · x³)))`;
 //!
+//! * SiLU: `x · sigmoid(x)` (the gate of SwiGLU);
+//! * RMS norm: `x · 1/sqrt(mean(x², last axis) + eps) [· w]`, the
+//!   reciprocal as `Reciprocal` or `1 / ·`;
+//! * layer norm (exports before opset 17): `d = x − mean(x)`,
+//!   `d / sqrt(mean(d²) + eps) · w + b`, all over the last axis;
+//!
 //! with the final products in any order. Every intermediate value must
 //! feed only the next step of the pattern (and not be a graph output).
-//! `LayerNormalization` and `Softmax` arrive as single ONNX ops from both
-//! PyTorch exporters at opsets 17 and 18 and map to dvm's composites
-//! directly.
+//! From opset 17 `LayerNormalization`, and `Softmax` at every opset, are
+//! single ONNX ops and map to dvm's composites directly.
 
 use std::collections::{HashMap, HashSet};
 
@@ -25,8 +30,26 @@ use crate::value::Value;
 pub(crate) struct Match {
     pub input: String,
     pub output: String,
-    pub opcode: Opcode,
+    pub kind: Kind,
 }
+
+/// What a [`Match`] computes.
+#[derive(Clone, Debug)]
+pub(crate) enum Kind {
+    /// An element-wise unary opcode (GELU, SiLU).
+    Unary(Opcode),
+    /// RMS norm over the last axis, with the weight's value name if any.
+    RmsNorm { eps: f64, weight: Option<String> },
+    /// Layer norm over the last axis, with weight and bias value names.
+    LayerNorm {
+        eps: f64,
+        weight: String,
+        bias: String,
+    },
+}
+
+/// A match found at one node: the input, the last node, the nodes used.
+type Found = (String, usize, Vec<usize>, Kind);
 
 /// The recognised composites of a graph.
 #[derive(Default)]
@@ -140,7 +163,7 @@ impl<'g> View<'g> {
         (self.other_than_const(hn, 0.5)? == x).then_some((m1, vec![h, m1]))
     }
 
-    fn erf(&self, e: usize) -> Option<(String, usize, Vec<usize>)> {
+    fn erf(&self, e: usize) -> Option<Found> {
         let en = &self.nodes[e];
         let (pre, pn) = self
             .feeding(&en.input[0], "Div", e)
@@ -161,10 +184,34 @@ impl<'g> View<'g> {
         self.other_than_const(an, 1.0)?;
         let (last, mut used) = self.tail(&an.output[0], x)?;
         used.extend([pre, e, a]);
-        Some((x.to_owned(), last, used))
+        Some((x.to_owned(), last, used, Kind::Unary(Opcode::GeluErf)))
     }
 
-    fn tanh(&self, t: usize) -> Option<(String, usize, Vec<usize>)> {
+    /// `p = x³` feeding only `consumer`: `Pow(x, 3)` or `x · (x · x)` in
+    /// any order. Returns the nodes used.
+    fn cube(&self, p: &str, x: &str, consumer: usize) -> Option<Vec<usize>> {
+        if let Some((pw, pn)) = self.feeding(p, "Pow", consumer) {
+            return (pn.input[0] == x && self.near(&pn.input[1], 3.0)).then(|| vec![pw]);
+        }
+        let (m2, n2) = self.feeding(p, "Mul", consumer)?;
+        let sq = if n2.input[0] == x {
+            &n2.input[1]
+        } else {
+            &n2.input[0]
+        };
+        let other = if n2.input[0] == x {
+            &n2.input[0]
+        } else {
+            &n2.input[1]
+        };
+        if other != x {
+            return None;
+        }
+        let (m1, n1) = self.feeding(sq, "Mul", m2)?;
+        (n1.input[0] == x && n1.input[1] == x).then(|| vec![m1, m2])
+    }
+
+    fn tanh(&self, t: usize) -> Option<Found> {
         let tn = &self.nodes[t];
         let k = (2.0 / std::f64::consts::PI).sqrt();
         let (m, mn) = self.feeding(&tn.input[0], "Mul", t)?;
@@ -178,20 +225,208 @@ impl<'g> View<'g> {
             let Some(p) = self.other_than_const(cn, 0.044715) else {
                 continue;
             };
-            let Some((pw, pn)) = self.feeding(p, "Pow", c) else {
+            let Some(cube) = self.cube(p, x, c) else {
                 continue;
             };
-            if &pn.input[0] != x || !self.near(&pn.input[1], 3.0) {
-                continue;
-            }
             let a = self.sole(&tn.output[0])?;
             let an = self.node(a, "Add")?;
             self.other_than_const(an, 1.0)?;
             let (last, mut used) = self.tail(&an.output[0], x)?;
-            used.extend([pw, c, s, m, t, a]);
-            return Some((x.clone(), last, used));
+            used.extend(cube);
+            used.extend([c, s, m, t, a]);
+            return Some((x.clone(), last, used, Kind::Unary(Opcode::GeluTanh)));
         }
         None
+    }
+}
+
+impl<'g> View<'g> {
+    /// `Sigmoid(x)` feeding only `x · s`.
+    fn silu(&self, sg: usize) -> Option<Found> {
+        let x = &self.nodes[sg].input[0];
+        let s = &self.nodes[sg].output[0];
+        let m = self.sole(s)?;
+        let mn = self.node(m, "Mul")?;
+        let other = if &mn.input[0] == s {
+            &mn.input[1]
+        } else {
+            &mn.input[0]
+        };
+        (other == x).then(|| (x.clone(), m, vec![sg, m], Kind::Unary(Opcode::Silu)))
+    }
+
+    /// A `ReduceMean` over the last axis only, keeping it.
+    fn mean_last(&self, i: usize, consumer: usize, of: &str) -> bool {
+        let n = &self.nodes[i];
+        if n.op_type() != "ReduceMean" || n.input.first().map(String::as_str) != Some(of) {
+            return false;
+        }
+        if self.sole(&n.output[0]) != Some(consumer) {
+            return false;
+        }
+        let keep = n
+            .attribute
+            .iter()
+            .find(|a| a.name() == "keepdims")
+            .and_then(|a| a.i)
+            .unwrap_or(1);
+        let axes: Option<Vec<i64>> = match n.input.get(1) {
+            Some(a) if !a.is_empty() => self.scalar(a).map(|v| vec![v as i64]),
+            _ => n
+                .attribute
+                .iter()
+                .find(|a| a.name() == "axes")
+                .map(|a| a.ints.clone()),
+        };
+        keep == 1 && axes.as_deref() == Some(&[-1])
+    }
+
+    /// `1 / sqrt(mean + eps)` ending at node `r` (a `Reciprocal` or a
+    /// `Div(1, ·)`), from `Pow(v, 2)`: returns `v`, eps, nodes used.
+    fn inv_rms(&self, r: usize) -> Option<(String, f64, Vec<usize>)> {
+        let rn = &self.nodes[r];
+        let sq_out = match rn.op_type() {
+            "Reciprocal" => &rn.input[0],
+            "Div" if rn.input.len() == 2 && self.near(&rn.input[0], 1.0) => &rn.input[1],
+            _ => return None,
+        };
+        let sq = *self.producer.get(sq_out.as_str())?;
+        let sqn = &self.nodes[sq];
+        if sqn.op_type() != "Sqrt" || self.sole(sq_out) != Some(r) {
+            return None;
+        }
+        let (a, an) = self.feeding(&sqn.input[0], "Add", sq)?;
+        let (mean_out, eps) = if let Some(e) = self.scalar(&an.input[1]) {
+            (&an.input[0], e)
+        } else {
+            (&an.input[1], self.scalar(&an.input[0])?)
+        };
+        let mean = *self.producer.get(mean_out.as_str())?;
+        let p_out = self.nodes[mean].input.first()?;
+        let (p, pn) = self.feeding(p_out, "Pow", mean)?;
+        if !self.near(&pn.input[1], 2.0) || !self.mean_last(mean, a, p_out) {
+            return None;
+        }
+        Some((pn.input[0].clone(), eps, vec![p, mean, a, sq, r]))
+    }
+
+    /// `x · inv_rms(x) [· w]` with the reciprocal at node `r`.
+    fn rms_norm(&self, r: usize) -> Option<Found> {
+        let (x, eps, mut used) = self.inv_rms(r)?;
+        let inv = &self.nodes[r].output[0];
+        let m = self.sole(inv)?;
+        let mn = self.node(m, "Mul")?;
+        let other = if &mn.input[0] == inv {
+            &mn.input[1]
+        } else {
+            &mn.input[0]
+        };
+        if *other != x {
+            return None;
+        }
+        used.push(m);
+        // An optional weight: a constant `[D]` product.
+        let weighted = self.sole(&mn.output[0]).and_then(|w| {
+            let wn = self.node(w, "Mul")?;
+            let o = if wn.input[0] == mn.output[0] {
+                &wn.input[1]
+            } else {
+                &wn.input[0]
+            };
+            self.is_vector(o).then(|| (w, o.clone()))
+        });
+        Some(match weighted {
+            Some((w, weight)) => {
+                used.push(w);
+                (
+                    x,
+                    w,
+                    used,
+                    Kind::RmsNorm {
+                        eps,
+                        weight: Some(weight),
+                    },
+                )
+            }
+            None => (x, m, used, Kind::RmsNorm { eps, weight: None }),
+        })
+    }
+
+    /// True if `name` is a constant of rank 1 (an initializer).
+    fn is_vector(&self, name: &str) -> bool {
+        self.values
+            .get(name)
+            .and_then(Value::as_const)
+            .is_some_and(|c| c.shape.len() == 1)
+    }
+
+    /// Layer norm from its first `ReduceMean` (`m0`): `d = x − m0`,
+    /// `d / sqrt(mean(d²) + eps) · w + b`.
+    fn layer_norm(&self, m0: usize) -> Option<Found> {
+        let x = self.nodes[m0].input.first()?.clone();
+        let mean_out = &self.nodes[m0].output[0];
+        let sub = self.sole(mean_out)?;
+        let sn = self.node(sub, "Sub")?;
+        if sn.input[0] != x || &sn.input[1] != mean_out || !self.mean_last(m0, sub, &x) {
+            return None;
+        }
+        let d = &sn.output[0];
+        // d feeds exactly the Pow and the Div.
+        let users = self.consumers.get(d.as_str())?;
+        if users.len() != 2 || self.outputs.contains(d.as_str()) {
+            return None;
+        }
+        let (pw, dv) = match (self.node(users[0], "Pow"), self.node(users[1], "Div")) {
+            (Some(_), Some(_)) => (users[0], users[1]),
+            _ => (
+                self.node(users[1], "Pow").map(|_| users[1])?,
+                self.node(users[0], "Div").map(|_| users[0])?,
+            ),
+        };
+        let dvn = &self.nodes[dv];
+        if &dvn.input[0] != d {
+            return None;
+        }
+        let sq = *self.producer.get(dvn.input[1].as_str())?;
+        if self.nodes[sq].op_type() != "Sqrt" || self.sole(&dvn.input[1]) != Some(dv) {
+            return None;
+        }
+        let (a, an) = self.feeding(&self.nodes[sq].input[0], "Add", sq)?;
+        let (m1_out, eps) = if let Some(e) = self.scalar(&an.input[1]) {
+            (&an.input[0], e)
+        } else {
+            (&an.input[1], self.scalar(&an.input[0])?)
+        };
+        let m1 = *self.producer.get(m1_out.as_str())?;
+        if !self.near(&self.nodes[pw].input[1], 2.0)
+            || !self.mean_last(m1, a, &self.nodes[pw].output[0])
+            || self.sole(&self.nodes[pw].output[0]) != Some(m1)
+        {
+            return None;
+        }
+        let w = self.sole(&dvn.output[0])?;
+        let wn = self.node(w, "Mul")?;
+        let weight = if wn.input[0] == dvn.output[0] {
+            &wn.input[1]
+        } else {
+            &wn.input[0]
+        };
+        let b = self.sole(&wn.output[0])?;
+        let bn = self.node(b, "Add")?;
+        let bias = if bn.input[0] == wn.output[0] {
+            &bn.input[1]
+        } else {
+            &bn.input[0]
+        };
+        if !self.is_vector(weight) || !self.is_vector(bias) {
+            return None;
+        }
+        let kind = Kind::LayerNorm {
+            eps,
+            weight: weight.clone(),
+            bias: bias.clone(),
+        };
+        Some((x, b, vec![m0, sub, pw, m1, a, sq, dv, w, b], kind))
     }
 }
 
@@ -215,11 +450,14 @@ pub(crate) fn find(g: &GraphProto, values: &HashMap<String, Value>) -> Plan {
     let mut plan = Plan::default();
     for (i, n) in g.node.iter().enumerate() {
         let found = match (n.op_type(), n.domain().is_empty(), n.input.len()) {
-            ("Erf", true, 1) => view.erf(i).map(|m| (m, Opcode::GeluErf)),
-            ("Tanh", true, 1) => view.tanh(i).map(|m| (m, Opcode::GeluTanh)),
+            ("Erf", true, 1) => view.erf(i),
+            ("Tanh", true, 1) => view.tanh(i),
+            ("Sigmoid", true, 1) => view.silu(i),
+            ("Reciprocal", true, 1) | ("Div", true, 2) => view.rms_norm(i),
+            ("ReduceMean", true, _) => view.layer_norm(i),
             _ => None,
         };
-        if let Some(((x, last, used), opcode)) = found {
+        if let Some((x, last, used, kind)) = found {
             if used.iter().any(|u| plan.covered.contains(u)) {
                 continue;
             }
@@ -229,7 +467,7 @@ pub(crate) fn find(g: &GraphProto, values: &HashMap<String, Value>) -> Plan {
                 Match {
                     input: x,
                     output: g.node[last].output[0].clone(),
-                    opcode,
+                    kind,
                 },
             );
         }
