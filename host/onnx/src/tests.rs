@@ -429,3 +429,193 @@ fn a_declared_output_shape_the_import_contradicts_is_an_error() {
         "{e}"
     );
 }
+
+/// Runs `g` on the f64 reference evaluator.
+fn eval(g: &Graph, inputs: &[(&str, &Tensor)]) -> Vec<(String, Tensor)> {
+    dvm_graph::reference::run(g, inputs, &dvm_sym::Bindings::new()).unwrap()
+}
+
+#[test]
+fn equal_and_where_on_shape_vectors_fold_as_pytorch_emits_them() {
+    // `x.expand(-1, 3, -1)` as the TorchScript exporter writes it:
+    // Where(Equal(shape, -1), ones, shape), then Expand.
+    let nodes = vec![
+        node("Shape", &["x"], &["s"], vec![]),
+        node("Gather", &["s", "i0"], &["n"], vec![]),
+        node("Unsqueeze", &["n", "ax0"], &["n1"], vec![]),
+        node(
+            "Concat",
+            &["n1", "three", "m1"],
+            &["want"],
+            vec![attr_i("axis", 0)],
+        ),
+        node("Equal", &["want", "m1s"], &["is_m1"], vec![]),
+        node("Where", &["is_m1", "ones", "want"], &["target"], vec![]),
+        node("Expand", &["x", "target"], &["y"], vec![]),
+        // A symbolic count as a float: the mean over the batch.
+        node(
+            "Cast",
+            &["n"],
+            &["nf"],
+            vec![attr_i("to", elem::FLOAT as i64)],
+        ),
+        node(
+            "ReduceSum",
+            &["x", "ax0"],
+            &["sum"],
+            vec![attr_i("keepdims", 0)],
+        ),
+        node("Div", &["sum", "nf"], &["mean"], vec![]),
+    ];
+    let inits = vec![
+        ints("i0", &[], &[0]),
+        ints("ax0", &[1], &[0]),
+        ints("three", &[1], &[3]),
+        ints("m1", &[1], &[-1]),
+        ints("m1s", &[], &[-1]),
+        ints("ones", &[3], &[1, 1, 1]),
+    ];
+    let bytes = model_bytes(
+        nodes,
+        vec![vi("x", elem::FLOAT, &["n", "1", "2"])],
+        vec![
+            vi("y", elem::FLOAT, &["n", "3", "2"]),
+            vi("mean", elem::FLOAT, &["1", "2"]),
+        ],
+        inits,
+        17,
+    );
+    let g = import(&bytes).unwrap();
+    assert_eq!(out_shape(&g, "y"), "[n, 3, 2]");
+    let x = Tensor::from_f32(&[2, 1, 2], &[1.0, 2.0, 5.0, 8.0]).unwrap();
+    let out = eval(&g, &[("x", &x)]);
+    assert_eq!(out[0].1.shape(), &[2, 3, 2]);
+    assert_eq!(
+        out[0].1.as_slice::<f32>().unwrap(),
+        [1.0, 2.0, 1.0, 2.0, 1.0, 2.0, 5.0, 8.0, 5.0, 8.0, 5.0, 8.0]
+    );
+    assert_eq!(out[1].1.as_slice::<f32>().unwrap(), [3.0, 5.0]);
+}
+
+#[test]
+fn split_reduce_axes_input_slice_and_gemm_compute_what_onnx_says() {
+    let nodes = vec![
+        // Split into sizes [1, 3] (input, opset 13+) and into 2 outputs.
+        node(
+            "Split",
+            &["x", "sizes"],
+            &["a", "b"],
+            vec![attr_i("axis", 1)],
+        ),
+        node(
+            "Split",
+            &["x"],
+            &["c", "d"],
+            vec![attr_i("axis", 1), attr_i("num_outputs", 2)],
+        ),
+        // ReduceMax with axes as an input (opset 18).
+        node(
+            "ReduceMax",
+            &["x", "ax1"],
+            &["mx"],
+            vec![attr_i("keepdims", 0)],
+        ),
+        // Slice with a symbolic end reaching the end of the axis.
+        node("Shape", &["x"], &["s"], vec![]),
+        node("Slice", &["s", "one", "two"], &["s1"], vec![]),
+        node("Slice", &["x", "one", "s1", "ax1"], &["tail"], vec![]),
+        // Gemm: alpha · x · wᵀ + beta · bias.
+        node(
+            "Gemm",
+            &["x", "w", "bias"],
+            &["gm"],
+            vec![
+                attr_i("transB", 1),
+                AttributeProto {
+                    name: Some("alpha".to_owned()),
+                    f: Some(2.0),
+                    r#type: Some(AttributeType::Float as i32),
+                    ..Default::default()
+                },
+            ],
+        ),
+    ];
+    let inits = vec![
+        ints("sizes", &[2], &[1, 3]),
+        ints("ax1", &[1], &[1]),
+        ints("one", &[1], &[1]),
+        ints("two", &[1], &[2]),
+        floats("w", &[1, 4], &[1.0, 0.0, 0.0, -1.0]),
+        floats("bias", &[1], &[0.5]),
+    ];
+    let bytes = model_bytes(
+        nodes,
+        vec![vi("x", elem::FLOAT, &["n", "4"])],
+        ["a", "b", "c", "d", "mx", "tail", "gm"]
+            .iter()
+            .map(|o| vi(o, elem::FLOAT, &[]))
+            .map(|mut v| {
+                v.r#type = None;
+                v
+            })
+            .collect(),
+        inits,
+        18,
+    );
+    let g = import(&bytes).unwrap();
+    let x = Tensor::from_f32(&[2, 4], &[1.0, 2.0, 3.0, 4.0, 8.0, 7.0, 6.0, 5.0]).unwrap();
+    let out = eval(&g, &[("x", &x)]);
+    let get = |n: &str| {
+        let (_, t) = out.iter().find(|(k, _)| k == n).unwrap();
+        (t.shape().to_vec(), t.as_slice::<f32>().unwrap().to_vec())
+    };
+    assert_eq!(get("a"), (vec![2, 1], vec![1.0, 8.0]));
+    assert_eq!(get("b"), (vec![2, 3], vec![2.0, 3.0, 4.0, 7.0, 6.0, 5.0]));
+    assert_eq!(get("c"), (vec![2, 2], vec![1.0, 2.0, 8.0, 7.0]));
+    assert_eq!(get("d"), (vec![2, 2], vec![3.0, 4.0, 6.0, 5.0]));
+    assert_eq!(get("mx"), (vec![2], vec![4.0, 8.0]));
+    assert_eq!(
+        get("tail"),
+        (vec![2, 3], vec![2.0, 3.0, 4.0, 7.0, 6.0, 5.0])
+    );
+    assert_eq!(
+        get("gm"),
+        (
+            vec![2, 1],
+            vec![2.0 * (1.0 - 4.0) + 0.5, 2.0 * (8.0 - 5.0) + 0.5]
+        )
+    );
+}
+
+#[test]
+fn a_symbolic_slice_end_short_of_the_extent_is_unsupported() {
+    // x[:, :n-1] on an axis of extent n: not "to the end", so refused
+    // rather than read as it.
+    let nodes = vec![
+        node("Shape", &["x"], &["s"], vec![]),
+        node("Gather", &["s", "i1"], &["n"], vec![]),
+        node("Sub", &["n", "one"], &["n1"], vec![]),
+        node("Unsqueeze", &["n1", "ax0"], &["end"], vec![]),
+        node("Slice", &["x", "zero", "end", "ax1"], &["y"], vec![]),
+    ];
+    let inits = vec![
+        ints("i1", &[], &[1]),
+        ints("one", &[], &[1]),
+        ints("ax0", &[1], &[0]),
+        ints("zero", &[1], &[0]),
+        ints("ax1", &[1], &[1]),
+    ];
+    let bytes = model_bytes(
+        nodes,
+        vec![vi("x", elem::FLOAT, &["b", "n"])],
+        vec![vi("y", elem::FLOAT, &["b", "?"])],
+        inits,
+        17,
+    );
+    let e = import(&bytes).unwrap_err();
+    let OnnxError::Unsupported { nodes, .. } = &e else {
+        panic!("{e}");
+    };
+    assert_eq!((nodes[0].index, nodes[0].op_type.as_str()), (4, "Slice"));
+    assert!(nodes[0].reason.contains("n-1"), "{e}");
+}

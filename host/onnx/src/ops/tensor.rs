@@ -268,22 +268,39 @@ pub(super) fn slice(imp: &mut Importer<'_>, cx: &NodeCx<'_>) -> R {
     let x = imp.req(cx, 0)?;
     let src = imp.shape_of(&x);
     let starts = const_ints(imp, cx, 1, "starts")?.ok_or_else(|| cx.err("no starts"))?;
-    // An end equal to a symbolic extent (`Shape` of the operand) means
-    // "to the end".
-    let ends: Vec<i64> = match imp.value(cx, 2)? {
+    // A symbolic end is accepted when it provably reaches the end of its
+    // axis (`Shape` of the operand, or more): "to the end".
+    let end_dims: Vec<Dim> = match imp.value(cx, 2)? {
         Some(v) => {
-            let (_, dims) = v
-                .ints()
-                .ok_or_else(|| cx.unsupported("ends computed at run time"))?;
-            dims.into_iter()
-                .map(|d| d.as_const().unwrap_or(i64::MAX))
-                .collect()
+            v.ints()
+                .ok_or_else(|| cx.unsupported("ends computed at run time"))?
+                .1
         }
-        None => cx.attr_ints("ends").ok_or_else(|| cx.err("no ends"))?,
+        None => cx
+            .attr_ints("ends")
+            .ok_or_else(|| cx.err("no ends"))?
+            .into_iter()
+            .map(Dim::from)
+            .collect(),
     };
     let axes =
         const_ints(imp, cx, 3, "axes")?.unwrap_or_else(|| (0..starts.len() as i64).collect());
     let steps = const_ints(imp, cx, 4, "steps")?.unwrap_or_else(|| vec![1; starts.len()]);
+    let mut ends = Vec::with_capacity(end_dims.len());
+    for (k, d) in end_dims.iter().enumerate() {
+        if let Some(v) = d.as_const() {
+            ends.push(v);
+            continue;
+        }
+        let axis = norm_axis(cx, *axes.get(k).unwrap_or(&0), src.len().max(1))?;
+        let extent = src.get(axis).cloned().unwrap_or(Dim::from(1));
+        if !imp.g.scope().prove_ge(d, &extent) {
+            return Err(cx.unsupported(format!(
+                "slice end `{d}` on axis {axis} of extent `{extent}` (a symbolic end must reach the end of its axis)"
+            )));
+        }
+        ends.push(i64::MAX);
+    }
     if starts.len() != ends.len() || axes.len() != starts.len() || steps.len() != starts.len() {
         return Err(cx.err("starts, ends, axes and steps differ in length"));
     }
@@ -318,7 +335,6 @@ pub(super) fn slice(imp: &mut Importer<'_>, cx: &NodeCx<'_>) -> R {
     let ranges: Vec<(i64, i64, i64, i64)> = (0..starts.len())
         .map(|i| (axes[i], starts[i], ends[i], steps[i]))
         .collect();
-    let _ = src;
     let id = imp.tensor(cx, 0)?;
     let y = imp.g.slice(id, &ranges).map_err(|e| cx.graph_err(e))?;
     Ok(runtime(imp, y, x.elem()))
