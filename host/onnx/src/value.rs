@@ -240,8 +240,11 @@ pub(crate) fn broadcast_shape(a: &[usize], b: &[usize]) -> Option<Vec<usize>> {
         .collect()
 }
 
+/// Largest result [`zip_broadcast`] computes, in elements.
+pub(crate) const FOLD_ELEMENTS: usize = 1 << 24;
+
 /// Element-wise `f` over constants with broadcasting; `None` if the shapes
-/// do not broadcast.
+/// do not broadcast or the result has more than [`FOLD_ELEMENTS`].
 pub(crate) fn zip_broadcast(
     inputs: &[&Const],
     out_elem: i32,
@@ -251,7 +254,12 @@ pub(crate) fn zip_broadcast(
     for c in inputs {
         shape = broadcast_shape(&shape, &c.shape)?;
     }
-    let count: usize = shape.iter().product();
+    // Folding is for small constants: a broadcast beyond the limit is
+    // left to the graph.
+    let count = shape
+        .iter()
+        .try_fold(1usize, |a, &d| a.checked_mul(d))
+        .filter(|&n| n <= FOLD_ELEMENTS)?;
     let rank = shape.len();
     let strides: Vec<Vec<usize>> = inputs
         .iter()

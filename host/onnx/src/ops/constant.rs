@@ -56,8 +56,8 @@ pub(super) fn constant_of_shape(imp: &mut Importer<'_>, cx: &NodeCx<'_>) -> R {
         .map(|d| d.as_const().and_then(|v| usize::try_from(v).ok()))
         .collect();
     if let Some(shape) = consts {
-        let n: usize = shape.iter().product();
-        if n <= FOLD_LIMIT {
+        let n = shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d));
+        if let Some(n) = n.filter(|&n| n <= FOLD_LIMIT) {
             return Ok(vec![Value::Const(Const {
                 elem: fill.elem,
                 shape,

@@ -139,13 +139,11 @@ fn binary(imp: &mut Importer<'_>, cx: &NodeCx<'_>, op: &Bin) -> R {
         let int = elem::is_int(ca.elem);
         let out = if op.compare { elem::BOOL } else { ca.elem };
         let f = op.fold;
-        let c = zip_broadcast(&[&ca, &cb], out, |v| f(v[0], v[1], int)).ok_or_else(|| {
-            cx.err(format!(
-                "shapes {:?} and {:?} do not broadcast",
-                ca.shape, cb.shape
-            ))
-        })?;
-        return Ok(vec![Value::Const(c)]);
+        // (Shapes that do not broadcast, or a result too large to fold,
+        // are left to the graph.)
+        if let Some(c) = zip_broadcast(&[&ca, &cb], out, |v| f(v[0], v[1], int)) {
+            return Ok(vec![Value::Const(c)]);
+        }
     }
     let out_elem = if op.compare {
         elem::BOOL
@@ -312,15 +310,16 @@ pub(super) fn where_(imp: &mut Importer<'_>, cx: &NodeCx<'_>) -> R {
             }
         }
         if let (Some(cx_), Some(cy)) = (x.as_const(), y.as_const()) {
-            let c = zip_broadcast(&[&cc, &cx_, &cy], cx_.elem, |v| {
+            let folded = zip_broadcast(&[&cc, &cx_, &cy], cx_.elem, |v| {
                 if v[0] != 0.0 {
                     v[1]
                 } else {
                     v[2]
                 }
-            })
-            .ok_or_else(|| cx.err("operands do not broadcast"))?;
-            return Ok(vec![Value::Const(c)]);
+            });
+            if let Some(c) = folded {
+                return Ok(vec![Value::Const(c)]);
+            }
         }
     }
     let cond = imp.tensor(cx, 0)?;

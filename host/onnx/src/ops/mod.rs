@@ -187,7 +187,11 @@ impl NodeCx<'_> {
 /// Normalises a possibly negative `axis` of a rank-`rank` tensor.
 pub(crate) fn norm_axis(cx: &NodeCx<'_>, axis: i64, rank: usize) -> Result<usize, OnnxError> {
     let r = rank as i64;
-    let a = if axis < 0 { axis + r } else { axis };
+    let a = if axis < 0 {
+        axis.saturating_add(r)
+    } else {
+        axis
+    };
     if (0..r).contains(&a) {
         Ok(a as usize)
     } else {

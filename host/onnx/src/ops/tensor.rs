@@ -43,7 +43,7 @@ pub(super) fn shape(imp: &mut Importer<'_>, cx: &NodeCx<'_>) -> R {
     let x = imp.req(cx, 0)?;
     let dims = imp.shape_of(&x);
     let r = dims.len() as i64;
-    let clamp = |v: i64| (if v < 0 { v + r } else { v }).clamp(0, r) as usize;
+    let clamp = |v: i64| (if v < 0 { v.saturating_add(r) } else { v }).clamp(0, r) as usize;
     let start = clamp(cx.attr_i("start", 0));
     let end = clamp(cx.attr_i("end", r));
     let dims = dims.get(start..end.max(start)).unwrap_or(&[]).to_vec();
@@ -102,7 +102,7 @@ fn reshape_to(imp: &mut Importer<'_>, cx: &NodeCx<'_>, x: &Value, target: Vec<Di
                 .iter()
                 .map(|d| d.as_const().unwrap_or(0) as usize)
                 .collect();
-            if shape.iter().product::<usize>() != c.data.len() {
+            if shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d)) != Some(c.data.len()) {
                 return Err(cx.err(format!("cannot reshape {:?} to {shape:?}", c.shape)));
             }
             return Ok(vec![Value::Const(Const { shape, ..c.clone() })]);
@@ -259,7 +259,13 @@ pub(super) fn unsqueeze(imp: &mut Importer<'_>, cx: &NodeCx<'_>) -> R {
 
 /// Python's slice bounds of one axis of extent `n`.
 fn bounds(n: i64, start: i64, end: i64) -> (i64, i64) {
-    let fix = |v: i64| if v < 0 { (v + n).max(0) } else { v.min(n) };
+    let fix = |v: i64| {
+        if v < 0 {
+            v.saturating_add(n).max(0)
+        } else {
+            v.min(n)
+        }
+    };
     (fix(start), fix(end))
 }
 
@@ -407,7 +413,8 @@ pub(super) fn split(imp: &mut Importer<'_>, cx: &NodeCx<'_>) -> R {
                 .collect()
         }
     };
-    if sizes.len() != n_out || sizes.iter().sum::<i64>() != extent || sizes.iter().any(|&s| s < 0) {
+    let total = sizes.iter().try_fold(0i64, |a, &s| a.checked_add(s));
+    if sizes.len() != n_out || total != Some(extent) || sizes.iter().any(|&s| s < 0) {
         return Err(cx.err(format!(
             "sizes {sizes:?} do not split extent {extent} into {n_out} outputs"
         )));
@@ -483,7 +490,7 @@ pub(super) fn gather(imp: &mut Importer<'_>, cx: &NodeCx<'_>) -> R {
             .iter()
             .map(|&i| {
                 let i = i as i64;
-                let k = if i < 0 { i + n } else { i };
+                let k = if i < 0 { i.saturating_add(n) } else { i };
                 dims.get(usize::try_from(k).ok()?).cloned()
             })
             .collect::<Option<Vec<Dim>>>()
@@ -507,7 +514,7 @@ pub(super) fn gather(imp: &mut Importer<'_>, cx: &NodeCx<'_>) -> R {
     for o in 0..outer {
         for &i in &ic.data {
             let i = i as i64;
-            let k = if i < 0 { i + n as i64 } else { i };
+            let k = if i < 0 { i.saturating_add(n as i64) } else { i };
             if !(0..n as i64).contains(&k) {
                 return Err(cx.err(format!("index {i} out of range for extent {n}")));
             }
