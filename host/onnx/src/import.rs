@@ -81,6 +81,7 @@ pub(crate) fn convert(model: &OnnxModel) -> Result<Graph, OnnxError> {
         };
         if let Some(m) = plan.root(index) {
             let y = imp.composite(&cx, m)?;
+            let _ = imp.g.rename(y, &symbols::node_name(&m.output));
             imp.set(
                 &m.output,
                 Value::Runtime {
@@ -90,6 +91,7 @@ pub(crate) fn convert(model: &OnnxModel) -> Result<Graph, OnnxError> {
             );
             continue;
         }
+        let first_new = imp.g.nodes().len();
         let map = ops::lookup(node.op_type()).ok_or_else(|| cx.unsupported("no mapping"))?;
         let outs = match map(&mut imp, &cx) {
             Ok(outs) => outs,
@@ -104,9 +106,18 @@ pub(crate) fn convert(model: &OnnxModel) -> Result<Graph, OnnxError> {
             Err(e) => return Err(e),
         };
         for (name, v) in node.output.iter().zip(outs) {
-            if !name.is_empty() {
-                imp.set(name, v.normalized());
+            if name.is_empty() {
+                continue;
             }
+            // The graph node computing an output value this ONNX node
+            // made takes the value's name (`dvm explain` and errors then
+            // speak the model's names); a name already taken is left.
+            if let Value::Runtime { id, .. } = v {
+                if id.0 >= first_new {
+                    let _ = imp.g.rename(id, &symbols::node_name(name));
+                }
+            }
+            imp.set(name, v.normalized());
         }
     }
     if !unsupported.is_empty() {
@@ -284,7 +295,11 @@ impl Importer<'_> {
         match v {
             Value::Runtime { id, .. } => Ok(id),
             other => {
+                let first_new = self.g.nodes().len();
                 let id = self.materialize(&other).map_err(|r| cx.err(r))?;
+                if id.0 >= first_new {
+                    let _ = self.g.rename(id, &symbols::node_name(name));
+                }
                 self.materialized.insert(name.to_owned(), id);
                 Ok(id)
             }
