@@ -619,3 +619,55 @@ fn a_symbolic_slice_end_short_of_the_extent_is_unsupported() {
     assert_eq!((nodes[0].index, nodes[0].op_type.as_str()), (4, "Slice"));
     assert!(nodes[0].reason.contains("n-1"), "{e}");
 }
+
+#[test]
+fn opset_23_rms_normalization_and_opset_20_gelu_map_to_composites() {
+    let nodes = vec![
+        node(
+            "RMSNormalization",
+            &["x", "w"],
+            &["n"],
+            vec![AttributeProto {
+                name: Some("epsilon".to_owned()),
+                f: Some(1e-6),
+                r#type: Some(AttributeType::Float as i32),
+                ..Default::default()
+            }],
+        ),
+        node(
+            "Gelu",
+            &["n"],
+            &["y"],
+            vec![AttributeProto {
+                name: Some("approximate".to_owned()),
+                s: Some(b"tanh".to_vec()),
+                r#type: Some(AttributeType::String as i32),
+                ..Default::default()
+            }],
+        ),
+    ];
+    let bytes = model_bytes(
+        nodes,
+        vec![vi("x", elem::FLOAT, &["s", "2"])],
+        vec![vi("y", elem::FLOAT, &["s", "2"])],
+        vec![floats("w", &[2], &[1.0, 2.0])],
+        23,
+    );
+    let g = import(&bytes).unwrap();
+    let names: Vec<&str> = g.nodes().iter().map(|n| n.op.name()).collect();
+    assert!(
+        names.contains(&"rms_norm") && names.contains(&"gelu_tanh"),
+        "{names:?}"
+    );
+    let x = Tensor::from_f32(&[1, 2], &[3.0, 4.0]).unwrap();
+    let out = eval(&g, &[("x", &x)]);
+    let rms = ((9.0f64 + 16.0) / 2.0 + 1e-6).sqrt();
+    let gelu = |v: f64| {
+        0.5 * v * (1.0 + ((2.0 / std::f64::consts::PI).sqrt() * (v + 0.044715 * v.powi(3))).tanh())
+    };
+    let want = [gelu(3.0 / rms), gelu(2.0 * 4.0 / rms)];
+    let got = out[0].1.as_slice::<f32>().unwrap();
+    for (g, w) in got.iter().zip(want) {
+        assert!((f64::from(*g) - w).abs() < 1e-5, "{got:?} vs {want:?}");
+    }
+}
