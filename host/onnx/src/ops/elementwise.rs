@@ -288,8 +288,15 @@ pub(super) fn where_(imp: &mut Importer<'_>, cx: &NodeCx<'_>) -> R {
     let y = imp.req(cx, 2)?;
     if let Some(cc) = c.as_const() {
         if let (Some((sx, dx)), Some((sy, dy))) = (x.ints(), y.ints()) {
-            if !cc.shape.is_empty() || sx || sy {
-                let n = cc.data.len().max(dx.len()).max(dy.len());
+            let n = cc.data.len().max(dx.len()).max(dy.len());
+            let fits = |len: usize| len == 1 || len == n;
+            let symbolic = matches!(x, Value::Ints { .. }) || matches!(y, Value::Ints { .. });
+            if symbolic
+                && cc.shape.len() <= 1
+                && fits(cc.data.len())
+                && fits(dx.len())
+                && fits(dy.len())
+            {
                 let pick = |v: &[Dim], i: usize| v.get(if v.len() == 1 { 0 } else { i }).cloned();
                 let dims = (0..n)
                     .map(|i| {

@@ -375,13 +375,17 @@ pub(super) fn concat(imp: &mut Importer<'_>, cx: &NodeCx<'_>) -> R {
     }
     let mut ids = Vec::with_capacity(vals.len());
     for (i, _) in &vals {
-        let id = imp.tensor(cx, *i)?;
-        // Empty operands add nothing.
-        let shape = &imp.g.nodes()[id.0].shape;
-        if shape.iter().any(|d| d.as_const() == Some(0)) && vals.len() > 1 {
-            continue;
-        }
-        ids.push(id);
+        ids.push(imp.tensor(cx, *i)?);
+    }
+    // Empty operands add nothing (unless all are empty).
+    let empty = |g: &dvm_graph::Graph, id: &dvm_graph::NodeId| {
+        g.nodes()[id.0]
+            .shape
+            .iter()
+            .any(|d| d.as_const() == Some(0))
+    };
+    if ids.iter().any(|id| !empty(&imp.g, id)) {
+        ids.retain(|id| !empty(&imp.g, id));
     }
     let dt = imp.g.nodes()[ids[0].0].dtype;
     for id in &mut ids {
