@@ -671,3 +671,22 @@ fn opset_23_rms_normalization_and_opset_20_gelu_map_to_composites() {
         assert!((f64::from(*g) - w).abs() < 1e-5, "{got:?} vs {want:?}");
     }
 }
+
+#[test]
+fn clip_with_constant_and_absent_bounds() {
+    let bytes = model_bytes(
+        vec![
+            node("Clip", &["x", "lo", "hi"], &["y"], vec![]),
+            node("Clip", &["x", "", "hi"], &["z"], vec![]),
+        ],
+        vec![vi("x", elem::FLOAT, &["n"])],
+        vec![vi("y", elem::FLOAT, &["n"]), vi("z", elem::FLOAT, &["n"])],
+        vec![floats("lo", &[], &[0.0]), floats("hi", &[], &[6.0])],
+        13,
+    );
+    let g = import(&bytes).unwrap();
+    let x = Tensor::from_f32(&[4], &[-1.0, 2.0, 7.0, 6.5]).unwrap();
+    let out = eval(&g, &[("x", &x)]);
+    assert_eq!(out[0].1.as_slice::<f32>().unwrap(), [0.0, 2.0, 6.0, 6.0]);
+    assert_eq!(out[1].1.as_slice::<f32>().unwrap(), [-1.0, 2.0, 6.0, 6.0]);
+}

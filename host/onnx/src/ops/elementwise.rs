@@ -375,3 +375,43 @@ pub(super) fn cast_like(imp: &mut Importer<'_>, cx: &NodeCx<'_>) -> R {
     let to = imp.req(cx, 1)?.elem();
     cast_to(imp, cx, to)
 }
+
+/// `Clip(x, min, max)` with optional bounds: `maxs` and `mins` for
+/// constant bounds, `max` and `min` for computed ones.
+pub(super) fn clip(imp: &mut Importer<'_>, cx: &NodeCx<'_>) -> R {
+    let x = imp.req(cx, 0)?;
+    if let Some(c) = x.as_const() {
+        let lo = imp.value(cx, 1)?.and_then(|v| v.as_const()?.single());
+        let hi = imp.value(cx, 2)?.and_then(|v| v.as_const()?.single());
+        let data = c
+            .data
+            .iter()
+            .map(|&v| {
+                let v = lo.map_or(v, |l| v.max(l));
+                hi.map_or(v, |h| v.min(h))
+            })
+            .collect();
+        return Ok(vec![Value::Const(Const { data, ..c })]);
+    }
+    let mut y = imp.tensor(cx, 0)?;
+    for (i, scalar, tensor) in [
+        (1, Opcode::MaxS, Opcode::Max),
+        (2, Opcode::MinS, Opcode::Min),
+    ] {
+        let Some(bound) = imp.value(cx, i)? else {
+            continue;
+        };
+        y = match bound.as_const().and_then(|c| c.single()) {
+            Some(b) => imp.g.scalar(scalar, y, b),
+            None => {
+                let b = imp.tensor(cx, i)?;
+                imp.g.binary(tensor, y, b)
+            }
+        }
+        .map_err(|e| cx.graph_err(e))?;
+    }
+    Ok(vec![Value::Runtime {
+        id: y,
+        elem: x.elem(),
+    }])
+}

@@ -41,6 +41,7 @@ pub(crate) const TABLE: &[(&str, MapFn)] = &[
     ("Ceil", elementwise::ceil),
     ("Round", elementwise::round),
     ("Gelu", elementwise::gelu),
+    ("Clip", elementwise::clip),
     // Element-wise binary and variadic.
     ("Add", elementwise::add),
     ("Sub", elementwise::sub),
