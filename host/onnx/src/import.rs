@@ -140,6 +140,7 @@ impl Importer<'_> {
         let ge = |e| cx.graph_err(e);
         match &m.kind {
             patterns::Kind::Unary(code) => self.g.unary(*code, x).map_err(ge),
+            patterns::Kind::Softmax { axis } => self.g.softmax(x, *axis).map_err(ge),
             patterns::Kind::RmsNorm { eps, weight } => {
                 let w = match weight {
                     Some(w) => self.tensor_named(cx, w)?,

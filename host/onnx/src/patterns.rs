@@ -8,13 +8,16 @@
 //! * SiLU: `x · sigmoid(x)` (the gate of SwiGLU);
 //! * RMS norm: `x · 1/sqrt(mean(x², last axis) + eps) [· w]`, the
 //!   reciprocal as `Reciprocal` or `1 / ·`;
+//! * softmax: `e = exp(x − max(x))` (or `exp(x)`), `e / sum(e)` over one
+//!   axis;
 //! * layer norm (exports before opset 17): `d = x − mean(x)`,
 //!   `d / sqrt(mean(d²) + eps) · w + b`, all over the last axis;
 //!
 //! with the final products in any order. Every intermediate value must
 //! feed only the next step of the pattern (and not be a graph output).
-//! From opset 17 `LayerNormalization`, and `Softmax` at every opset, are
-//! single ONNX ops and map to dvm's composites directly.
+//! PyTorch's exporters write `Softmax`, and from opset 17
+//! `LayerNormalization`, as single ONNX ops, which map to dvm's
+//! composites directly.
 
 use std::collections::{HashMap, HashSet};
 
@@ -38,6 +41,8 @@ pub(crate) struct Match {
 pub(crate) enum Kind {
     /// An element-wise unary opcode (GELU, SiLU).
     Unary(Opcode),
+    /// Softmax along `axis`.
+    Softmax { axis: i64 },
     /// RMS norm over the last axis, with the weight's value name if any.
     RmsNorm { eps: f64, weight: Option<String> },
     /// Layer norm over the last axis, with weight and bias value names.
@@ -255,6 +260,95 @@ impl<'g> View<'g> {
         (other == x).then(|| (x.clone(), m, vec![sg, m], Kind::Unary(Opcode::Silu)))
     }
 
+    /// The axes and `keepdims` of a reduction node (axes from the
+    /// attribute or a constant input).
+    fn reduce_axes(&self, n: &NodeProto) -> Option<(Vec<i64>, bool)> {
+        let keep = n
+            .attribute
+            .iter()
+            .find(|a| a.name() == "keepdims")
+            .and_then(|a| a.i)
+            .unwrap_or(1)
+            != 0;
+        let axes = match n.input.get(1) {
+            Some(a) if !a.is_empty() => {
+                let c = match self.values.get(a.as_str()) {
+                    Some(v) => v.as_const()?,
+                    None => {
+                        let p = &self.nodes[*self.producer.get(a.as_str())?];
+                        if p.op_type() != "Constant" {
+                            return None;
+                        }
+                        let t = p
+                            .attribute
+                            .iter()
+                            .find(|x| x.name() == "value")?
+                            .t
+                            .as_ref()?;
+                        tensor_data::decode(t, None).ok()?
+                    }
+                };
+                c.data.iter().map(|&v| v as i64).collect()
+            }
+            _ => n
+                .attribute
+                .iter()
+                .find(|a| a.name() == "axes")
+                .map(|a| a.ints.clone())?,
+        };
+        Some((axes, keep))
+    }
+
+    /// `Exp` at node `e` whose result is divided by its own sum over one
+    /// axis, the exponent optionally `x − max(x)` over that axis.
+    fn softmax(&self, e: usize) -> Option<Found> {
+        let en = &self.nodes[e];
+        let eo = en.output[0].as_str();
+        let users = self.consumers.get(eo)?;
+        if users.len() != 2 || self.outputs.contains(eo) {
+            return None;
+        }
+        let find = |op: &str| {
+            users
+                .iter()
+                .copied()
+                .find(|&u| self.nodes[u].op_type() == op)
+        };
+        let (sum, div) = (find("ReduceSum")?, find("Div")?);
+        let (sn, dn) = (&self.nodes[sum], &self.nodes[div]);
+        if sn.input[0] != eo
+            || dn.input.len() != 2
+            || dn.input[0] != eo
+            || dn.input[1] != sn.output[0]
+        {
+            return None;
+        }
+        if self.sole(&sn.output[0]) != Some(div) {
+            return None;
+        }
+        let (axes, keep) = self.reduce_axes(sn)?;
+        let [axis] = axes[..] else { return None };
+        if !keep {
+            return None;
+        }
+        let mut used = vec![e, sum, div];
+        // The max subtraction, if the exporter wrote it.
+        let mut x = en.input[0].clone();
+        if let Some((sb, sbn)) = self.feeding(&en.input[0], "Sub", e) {
+            let m = *self.producer.get(sbn.input[1].as_str())?;
+            let mn = &self.nodes[m];
+            if mn.op_type() == "ReduceMax"
+                && mn.input.first() == Some(&sbn.input[0])
+                && self.sole(&sbn.input[1]) == Some(sb)
+                && self.reduce_axes(mn) == Some((vec![axis], true))
+            {
+                x = sbn.input[0].clone();
+                used.extend([m, sb]);
+            }
+        }
+        Some((x, div, used, Kind::Softmax { axis }))
+    }
+
     /// A `ReduceMean` over the last axis only, keeping it.
     fn mean_last(&self, i: usize, consumer: usize, of: &str) -> bool {
         let n = &self.nodes[i];
@@ -455,6 +549,7 @@ pub(crate) fn find(g: &GraphProto, values: &HashMap<String, Value>) -> Plan {
             ("Sigmoid", true, 1) => view.silu(i),
             ("Reciprocal", true, 1) | ("Div", true, 2) => view.rms_norm(i),
             ("ReduceMean", true, _) => view.layer_norm(i),
+            ("Exp", true, 1) => view.softmax(i),
             _ => None,
         };
         if let Some((x, last, used, kind)) = found {

@@ -690,3 +690,49 @@ fn clip_with_constant_and_absent_bounds() {
     assert_eq!(out[0].1.as_slice::<f32>().unwrap(), [0.0, 2.0, 6.0, 6.0]);
     assert_eq!(out[1].1.as_slice::<f32>().unwrap(), [-1.0, 2.0, 6.0, 6.0]);
 }
+
+#[test]
+fn softmax_written_as_primitives_becomes_softmax() {
+    // With the max subtraction (axis 0) and without (axis -1).
+    let nodes = vec![
+        node("ReduceMax", &["x", "ax0"], &["m"], vec![]),
+        node("Sub", &["x", "m"], &["d"], vec![]),
+        node("Exp", &["d"], &["e"], vec![]),
+        node("ReduceSum", &["e", "ax0"], &["s"], vec![]),
+        node("Div", &["e", "s"], &["y"], vec![]),
+        node("Exp", &["x"], &["e2"], vec![]),
+        node("ReduceSum", &["e2", "axm1"], &["s2"], vec![]),
+        node("Div", &["e2", "s2"], &["z"], vec![]),
+    ];
+    let bytes = model_bytes(
+        nodes,
+        vec![vi("x", elem::FLOAT, &["2", "n"])],
+        vec![
+            vi("y", elem::FLOAT, &["2", "n"]),
+            vi("z", elem::FLOAT, &["2", "n"]),
+        ],
+        vec![ints("ax0", &[1], &[0]), ints("axm1", &[1], &[-1])],
+        18,
+    );
+    let g = import(&bytes).unwrap();
+    let ops: Vec<&Op> = g.nodes().iter().map(|n| &n.op).collect();
+    assert_eq!(
+        ops,
+        [
+            &Op::Input,
+            &Op::Softmax { axis: 0 },
+            &Op::Softmax { axis: 1 }
+        ]
+    );
+    let x = Tensor::from_f32(&[2, 2], &[0.0, 1.0, 2.0, 1.0]).unwrap();
+    let out = eval(&g, &[("x", &x)]);
+    let e2 = std::f32::consts::E.powi(2);
+    let y = out[0].1.as_slice::<f32>().unwrap();
+    assert!(
+        (y[0] - 1.0 / (1.0 + e2)).abs() < 1e-6 && (y[1] - 0.5).abs() < 1e-6,
+        "{y:?}"
+    );
+    let z = out[1].1.as_slice::<f32>().unwrap();
+    let e1 = std::f32::consts::E;
+    assert!((z[0] - 1.0 / (1.0 + e1)).abs() < 1e-6, "{z:?}");
+}
