@@ -736,3 +736,25 @@ fn softmax_written_as_primitives_becomes_softmax() {
     let e1 = std::f32::consts::E;
     assert!((z[0] - 1.0 / (1.0 + e1)).abs() < 1e-6, "{z:?}");
 }
+
+#[test]
+fn a_transposed_weight_folds() {
+    let bytes = model_bytes(
+        vec![
+            node("Transpose", &["w"], &["wt"], vec![]),
+            node("MatMul", &["x", "wt"], &["y"], vec![]),
+        ],
+        vec![vi("x", elem::FLOAT, &["n", "3"])],
+        vec![vi("y", elem::FLOAT, &["n", "2"])],
+        vec![floats("w", &[2, 3], &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0])],
+        17,
+    );
+    let g = import(&bytes).unwrap();
+    assert!(!g
+        .nodes()
+        .iter()
+        .any(|n| matches!(n.op, Op::Transpose { .. })));
+    let x = Tensor::from_f32(&[1, 3], &[1.0, 0.0, -1.0]).unwrap();
+    let out = eval(&g, &[("x", &x)]);
+    assert_eq!(out[0].1.as_slice::<f32>().unwrap(), [-2.0, -2.0]);
+}

@@ -188,9 +188,56 @@ pub(super) fn transpose(imp: &mut Importer<'_>, cx: &NodeCx<'_>) -> R {
     let perm = cx
         .attr_ints("perm")
         .unwrap_or_else(|| (0..rank).rev().collect());
+    if let Some(c) = x.as_const() {
+        if let Some(t) = transpose_const(&c, &perm) {
+            return Ok(vec![Value::Const(t)]);
+        }
+    }
     let id = imp.tensor(cx, 0)?;
     let y = imp.g.transpose(id, &perm).map_err(|e| cx.graph_err(e))?;
     Ok(runtime(imp, y, x.elem()))
+}
+
+/// `c` with its axes permuted (a weight an exporter transposes), or `None`
+/// for a bad permutation.
+fn transpose_const(c: &Const, perm: &[i64]) -> Option<Const> {
+    let rank = c.shape.len();
+    let perm: Vec<usize> = perm
+        .iter()
+        .map(|&p| usize::try_from(if p < 0 { p + rank as i64 } else { p }).ok())
+        .collect::<Option<_>>()?;
+    let mut seen = vec![false; rank];
+    for &p in &perm {
+        if p >= rank || std::mem::replace(&mut seen[p], true) {
+            return None;
+        }
+    }
+    if perm.len() != rank {
+        return None;
+    }
+    let mut strides = vec![1usize; rank];
+    for i in (0..rank.saturating_sub(1)).rev() {
+        strides[i] = strides[i + 1] * c.shape[i + 1];
+    }
+    let shape: Vec<usize> = perm.iter().map(|&p| c.shape[p]).collect();
+    let mut idx = vec![0usize; rank];
+    let mut data = Vec::with_capacity(c.data.len());
+    for _ in 0..c.data.len() {
+        let off: usize = (0..rank).map(|k| idx[k] * strides[perm[k]]).sum();
+        data.push(c.data[off]);
+        for ax in (0..rank).rev() {
+            idx[ax] += 1;
+            if idx[ax] < shape[ax] {
+                break;
+            }
+            idx[ax] = 0;
+        }
+    }
+    Some(Const {
+        elem: c.elem,
+        shape,
+        data,
+    })
 }
 
 pub(super) fn squeeze(imp: &mut Importer<'_>, cx: &NodeCx<'_>) -> R {
