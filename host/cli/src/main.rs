@@ -77,7 +77,7 @@ enum Command {
     },
     /// Compile a graph at the given bindings into a module of its kernels.
     Compile {
-        /// Graph file (JSON).
+        /// Graph file (JSON or ONNX).
         graph: PathBuf,
         /// A symbol value: `S=128` (every symbol must be bound).
         #[arg(long = "bind", value_name = "SYM=VALUE")]
