@@ -106,15 +106,22 @@ impl<'g> View<'g> {
     /// The only consumer of `name`, if it has exactly one and is not a
     /// graph output.
     fn sole(&self, name: &str) -> Option<usize> {
+        // (A node without outputs, malformed, never joins a pattern.)
         match self.consumers.get(name).map(Vec::as_slice) {
-            Some([one]) if !self.outputs.contains(name) => Some(*one),
+            Some([one]) if !self.outputs.contains(name) && !self.nodes[*one].output.is_empty() => {
+                Some(*one)
+            }
             _ => None,
         }
     }
 
     fn node(&self, i: usize, op: &str) -> Option<&'g NodeProto> {
         let n = &self.nodes[i];
-        (n.op_type() == op && n.domain().is_empty() && n.input.len() == 2).then_some(n)
+        let ok = n.op_type() == op
+            && n.domain().is_empty()
+            && n.input.len() == 2
+            && !n.output.is_empty();
+        ok.then_some(n)
     }
 
     /// For a binary node with one operand `≈ c`, the other operand.
@@ -312,7 +319,7 @@ impl<'g> View<'g> {
             users
                 .iter()
                 .copied()
-                .find(|&u| self.nodes[u].op_type() == op)
+                .find(|&u| self.nodes[u].op_type() == op && !self.nodes[u].output.is_empty())
         };
         let (sum, div) = (find("ReduceSum")?, find("Div")?);
         let (sn, dn) = (&self.nodes[sum], &self.nodes[div]);
@@ -543,6 +550,9 @@ pub(crate) fn find(g: &GraphProto, values: &HashMap<String, Value>) -> Plan {
     }
     let mut plan = Plan::default();
     for (i, n) in g.node.iter().enumerate() {
+        if n.output.is_empty() {
+            continue;
+        }
         let found = match (n.op_type(), n.domain().is_empty(), n.input.len()) {
             ("Erf", true, 1) => view.erf(i),
             ("Tanh", true, 1) => view.tanh(i),

@@ -758,3 +758,21 @@ fn a_transposed_weight_folds() {
     let out = eval(&g, &[("x", &x)]);
     assert_eq!(out[0].1.as_slice::<f32>().unwrap(), [-2.0, -2.0]);
 }
+
+#[test]
+fn nodes_without_outputs_are_errors_not_panics() {
+    // An Erf and an Exp with no outputs where patterns look for them.
+    let mut erf = node("Erf", &["d"], &["e"], vec![]);
+    erf.output.clear();
+    let mut exp = node("Exp", &["x"], &["q"], vec![]);
+    exp.output.clear();
+    let bytes = model_bytes(
+        vec![node("Div", &["x", "two"], &["d"], vec![]), erf, exp],
+        vec![vi("x", elem::FLOAT, &["n"])],
+        vec![vi("e", elem::FLOAT, &["n"])],
+        vec![floats("two", &[], &[std::f32::consts::SQRT_2])],
+        17,
+    );
+    let e = import(&bytes).unwrap_err();
+    assert!(matches!(&e, OnnxError::MissingOutput(n) if n == "e"), "{e}");
+}
