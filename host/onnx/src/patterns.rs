@@ -531,8 +531,25 @@ impl<'g> View<'g> {
     }
 }
 
-/// Finds the composites of `g`; `values` holds the initializers.
+/// True if `n` has the inputs and outputs the matchers index for its op
+/// type (the conversion reports a malformed node; the search must not
+/// trip over one first).
+fn well_formed(n: &NodeProto) -> bool {
+    let inputs = match n.op_type() {
+        "Erf" | "Tanh" | "Sigmoid" | "Sqrt" | "Reciprocal" | "Exp" => 1..=1,
+        "Add" | "Sub" | "Mul" | "Div" | "Pow" => 2..=2,
+        "ReduceMean" | "ReduceSum" | "ReduceMax" => 1..=2,
+        _ => 0..=usize::MAX,
+    };
+    !n.output.is_empty() && inputs.contains(&n.input.len())
+}
+
+/// Finds the composites of `g`; `values` holds the initializers. A graph
+/// with a malformed node gets no composites.
 pub(crate) fn find(g: &GraphProto, values: &HashMap<String, Value>) -> Plan {
+    if !g.node.iter().all(well_formed) {
+        return Plan::default();
+    }
     let mut view = View {
         nodes: &g.node,
         producer: HashMap::new(),

@@ -776,3 +776,75 @@ fn nodes_without_outputs_are_errors_not_panics() {
     let e = import(&bytes).unwrap_err();
     assert!(matches!(&e, OnnxError::MissingOutput(n) if n == "e"), "{e}");
 }
+
+/// Structural mutations of zoo models (inputs and outputs dropped,
+/// attributes cleared, op types swapped, nodes reordered, initializer
+/// dims and types changed) import or fail with an error, never a panic.
+#[test]
+fn structurally_mutated_models_are_errors_not_panics() {
+    let zoo = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/models");
+    let mut state = 0x2545_f491_4f6c_dd1du64;
+    let mut rnd = move |n: usize| {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        (state % n.max(1) as u64) as usize
+    };
+    let ops: Vec<&str> = crate::ops::TABLE.iter().map(|(n, _)| *n).collect();
+    for file in [
+        "encoder.ts17.onnx",
+        "llama_mlp.dynamo18.onnx",
+        "decoder_masked.ts17.onnx",
+    ] {
+        let bytes = std::fs::read(zoo.join(file)).unwrap();
+        let base = ModelProto::decode(bytes.as_slice()).unwrap();
+        for _ in 0..300 {
+            let mut m = base.clone();
+            let g = m.graph.as_mut().unwrap();
+            for _ in 0..1 + rnd(3) {
+                let k = rnd(g.node.len());
+                match rnd(7) {
+                    0 => {
+                        let n = &mut g.node[k];
+                        if !n.input.is_empty() {
+                            let i = rnd(n.input.len());
+                            n.input.remove(i);
+                        }
+                    }
+                    1 if rnd(2) == 0 => g.node[k].output.clear(),
+                    1 => {
+                        // An input rewired to another node's output.
+                        let j = rnd(g.node.len());
+                        let (o, n) = (g.node[j].output.clone(), &mut g.node[k]);
+                        if let (Some(src), false) = (o.first(), n.input.is_empty()) {
+                            let i = rnd(n.input.len());
+                            n.input[i] = src.clone();
+                        }
+                    }
+                    2 => g.node[k].attribute.clear(),
+                    3 => g.node[k].op_type = Some(ops[rnd(ops.len())].to_owned()),
+                    4 => {
+                        let j = rnd(g.node.len());
+                        g.node.swap(k, j);
+                    }
+                    5 if !g.initializer.is_empty() => {
+                        let t = rnd(g.initializer.len());
+                        let init = &mut g.initializer[t];
+                        if !init.dims.is_empty() {
+                            let d = rnd(init.dims.len());
+                            init.dims[d] = [0, 1, -1, 3, i64::MAX][rnd(5)];
+                        }
+                    }
+                    _ if !g.initializer.is_empty() => {
+                        let t = rnd(g.initializer.len());
+                        g.initializer[t].data_type = Some([1, 7, 9, 11, 8, 0][rnd(6)]);
+                    }
+                    _ => {}
+                }
+            }
+            if let Ok(model) = OnnxModel::from_bytes(&m.encode_to_vec(), None) {
+                let _ = model.to_graph();
+            }
+        }
+    }
+}
