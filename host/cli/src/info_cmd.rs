@@ -19,6 +19,9 @@ pub fn cmd_info(path: &Path) -> Result<(), Failure> {
     for v in &info.inputs {
         println!("  {}: {} {}", v.name, v.elem, v.shape);
     }
+    if !info.symbols.is_empty() {
+        println!("symbols: {}", info.symbols.join(", "));
+    }
     println!("outputs:");
     for v in &info.outputs {
         println!("  {}: {} {}", v.name, v.elem, v.shape);

@@ -76,6 +76,7 @@ fn info_lists_symbolic_shapes_op_counts_and_unsupported_nodes() {
     for want in [
         "opset: 17",
         "x: float [batch, seq, 64]",
+        "symbols: batch, seq",
         "y: float [batch, seq, 64]",
         "MatMul: 16",
         "supported: every node",

@@ -31,6 +31,8 @@ pub struct ModelInfo {
     pub inputs: Vec<ValueInfo>,
     /// Graph outputs.
     pub outputs: Vec<ValueInfo>,
+    /// The dvm symbols of the input shapes (when the model converts).
+    pub symbols: Vec<String>,
     /// Nodes per op type, sorted by op type.
     pub op_counts: Vec<(String, usize)>,
     /// Nodes the importer cannot map (empty when it converts).
@@ -86,6 +88,7 @@ pub(crate) fn describe(model: &OnnxModel) -> ModelInfo {
     info.outputs = gp.output.iter().map(declared).collect();
     match model.to_graph() {
         Ok(g) => {
+            info.symbols = g.scope().symbols().map(|s| s.name().to_owned()).collect();
             for (v, (_, id)) in info.outputs.iter_mut().zip(g.outputs()) {
                 v.shape = g.shape_string(*id);
             }
