@@ -18,6 +18,7 @@ use dvm_sym::Bindings;
 
 mod demo_cmd;
 mod graph_cmd;
+mod info_cmd;
 mod link_cmd;
 mod module_cmd;
 mod out_files;
@@ -50,12 +51,19 @@ enum Command {
         #[arg(long)]
         no_fuse: bool,
     },
-    /// Run a graph on input `.npy` files; write each output as `DIR/NAME.npy`.
+    /// Run a graph (JSON or ONNX) on input `.npy` files; write each output
+    /// as `DIR/NAME.npy`.
     Run(run_cmd::RunArgs),
+    /// Describe an ONNX model: inputs and outputs with symbolic shapes, op
+    /// counts by type, and the nodes dvm cannot run yet.
+    Info {
+        /// Model file (`.onnx`).
+        model: PathBuf,
+    },
     /// Print the fusion groups of a graph, why neighbours were not fused,
     /// and its kernels at the given bindings (kind, tiling, bytes moved).
     Explain {
-        /// Graph file (JSON).
+        /// Graph file (JSON or ONNX).
         graph: PathBuf,
         /// A symbol value: `S=128` (every symbol must be bound).
         #[arg(long = "bind", value_name = "SYM=VALUE")]
@@ -69,7 +77,7 @@ enum Command {
     },
     /// Compile a graph at the given bindings into a module of its kernels.
     Compile {
-        /// Graph file (JSON).
+        /// Graph file (JSON or ONNX).
         graph: PathBuf,
         /// A symbol value: `S=128` (every symbol must be bound).
         #[arg(long = "bind", value_name = "SYM=VALUE")]
@@ -134,8 +142,26 @@ fn all_cores() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())
 }
 
+/// Loads a graph file: an ONNX model (`.onnx`, or a file starting with
+/// ONNX's protobuf tag) is imported, anything else is read as dvm's JSON.
+/// The one place the CLI decides a file's format.
 fn load_graph(path: &Path) -> Result<Graph, Failure> {
+    if is_onnx_file(path) {
+        return dvm_onnx::import(path).map_err(|e| Failure(e.to_string(), 2));
+    }
     Graph::from_json_file(path).map_err(|e| Failure(e.to_string(), 2))
+}
+
+/// True if `path` is to be read as an ONNX model ([`dvm_onnx::is_onnx`]).
+fn is_onnx_file(path: &Path) -> bool {
+    use std::io::Read;
+    let mut first = [0u8; 1];
+    let byte = std::fs::File::open(path)
+        .and_then(|mut f| f.read(&mut first))
+        .ok()
+        .filter(|&n| n == 1)
+        .map(|_| first[0]);
+    dvm_onnx::is_onnx(path, byte)
 }
 
 /// Parses `SYM=VALUE` bindings, checking each against the graph's scope.
@@ -242,6 +268,7 @@ fn run(cli: Cli) -> Result<(), Failure> {
             no_fuse,
         } => demo_cmd::cmd_demo(lens, op_lens, cores, no_fuse),
         Command::Run(args) => run_cmd::cmd_run(args),
+        Command::Info { model } => info_cmd::cmd_info(&model),
         Command::Compile {
             graph,
             binds,

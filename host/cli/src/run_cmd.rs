@@ -2,6 +2,7 @@
 //! `DIR/NAME.npy`.
 
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 use dvm_graph::Graph;
 use dvm_runtime::device::{self, DeviceConfig};
@@ -17,7 +18,8 @@ use crate::{
 // The arguments of `dvm run` (its help is the `Run` variant's).
 #[derive(clap::Args)]
 pub struct RunArgs {
-    /// Graph file (JSON, see docs/graph-format.md).
+    /// Graph file: JSON (docs/graph-format.md) or an ONNX model
+    /// (docs/onnx.md).
     graph: PathBuf,
     /// An input: `NAME=FILE.npy` (repeat for each input).
     #[arg(long = "input", value_name = "NAME=FILE")]
@@ -46,6 +48,12 @@ pub struct RunArgs {
     /// One kernel per operator (no fusion), for comparison.
     #[arg(long)]
     no_fuse: bool,
+    /// Print to stderr the time to load and prepare the graph, and of two
+    /// calls at the inputs' shapes: the first compiles its kernels and
+    /// runs, the second runs with them cached; their difference is the
+    /// compile time.
+    #[arg(long)]
+    timings: bool,
 }
 
 /// Runs `dvm run`: every argument and input checked before anything runs,
@@ -61,8 +69,11 @@ pub fn cmd_run(args: RunArgs) -> Result<(), Failure> {
         firmware,
         firmware_log,
         no_fuse,
+        timings,
     } = args;
+    let t_load = Instant::now();
     let g = load_graph(&graph)?;
+    let load = t_load.elapsed();
     if g.outputs().is_empty() {
         return Err(Failure(
             format!(
@@ -89,11 +100,31 @@ pub fn cmd_run(args: RunArgs) -> Result<(), Failure> {
     // bindings) are user errors caught before anything runs.
     g.bind_tensors(&named, &bindings)
         .map_err(|e| Failure(e.to_string(), 2))?;
+    let t_prepare = Instant::now();
     let prepared = Prepared::with_options(&g, &fuse_options(no_fuse))
         .map_err(|e| Failure(e.to_string(), 2))?;
+    let prepare = t_prepare.elapsed();
+    let t_first = Instant::now();
     let outputs = dev
         .run_with_bindings(&prepared, &named, &bindings)
         .map_err(run_failure)?;
+    let first = t_first.elapsed();
+    if timings {
+        let t_second = Instant::now();
+        dev.run_with_bindings(&prepared, &named, &bindings)
+            .map_err(run_failure)?;
+        let second = t_second.elapsed();
+        let ms = |d: Duration| d.as_secs_f64() * 1e3;
+        eprintln!("timings: load {:.3} ms", ms(load));
+        eprintln!("timings: prepare (decompose, fuse) {:.3} ms", ms(prepare));
+        eprintln!("timings: call 1 (compile and run) {:.3} ms", ms(first));
+        eprintln!("timings: call 2 (run, kernels cached) {:.3} ms", ms(second));
+        eprintln!(
+            "timings: compile {:.3} ms, run {:.3} ms",
+            ms(first.saturating_sub(second)),
+            ms(second)
+        );
+    }
     write_outputs(&output_dir, outputs.as_slice())
 }
 

@@ -122,6 +122,32 @@ pub mod device {
     pub use dvm_runtime::{QemuDevice, QemuError, ReferenceDevice, Runtime};
 }
 
+/// ONNX import: [`onnx::import`] reads a `.onnx` model as a [`Graph`]
+/// with symbolic dimensions (see `docs/onnx.md`).
+///
+/// ```
+/// use dvm::prelude::*;
+///
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let path = std::path::Path::new("../../tests/models/encoder.dynamo18.onnx");
+/// let g = dvm::onnx::import(path)?; // x: [batch, seq, 64]
+/// let prepared = Prepared::new(&g)?;
+/// let rt = Runtime::with_cores(2);
+/// for (batch, seq) in [(1u64, 5u64), (2, 17)] {
+///     let x = Tensor::full(DType::F32, &[batch, seq, 64], 0.1)?;
+///     let out = rt.run(&prepared, &[("x", &x)])?;
+///     assert_eq!(out["y"].shape(), &[batch, seq, 64]);
+/// }
+/// # Ok(())
+/// # }
+/// ```
+pub mod onnx {
+    pub use dvm_onnx::{
+        import, is_onnx, ModelInfo, OnnxError, OnnxModel, UnsupportedNode, ValueInfo, MAX_OPSET,
+        MIN_OPSET,
+    };
+}
+
 /// NumPy `.npy` files: [`npy::read`] and [`npy::write`] a [`Tensor`].
 pub mod npy {
     pub use dvm_tensor::npy::{read, read_as, write, write_all, NpyError};
