@@ -27,7 +27,10 @@ pub struct Session {
 /// A command's answer, or the error to report.
 pub type Answer = Result<Value, String>;
 
-fn refs(inputs: &[(String, Tensor)]) -> Vec<(&str, &Tensor)> {
+/// Inputs by name, as `Runtime::run` takes them.
+type Named<'a> = Vec<(&'a str, &'a Tensor)>;
+
+fn refs(inputs: &[(String, Tensor)]) -> Named<'_> {
     inputs.iter().map(|(n, t)| (n.as_str(), t)).collect()
 }
 
@@ -71,7 +74,7 @@ impl Session {
             .ok_or_else(|| "no workload loaded (send `load` first)".to_string())
     }
 
-    fn kept(&self) -> Result<(&Loaded, Vec<(&str, &Tensor)>), String> {
+    fn kept(&self) -> Result<(&Loaded, Named<'_>), String> {
         let l = self.loaded()?;
         if self.inputs.is_empty() {
             return Err("no inputs (send `inputs` first)".into());
