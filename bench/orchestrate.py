@@ -95,12 +95,20 @@ class System:
             return {"ok": False, "error": f"{self.name}: unreadable answer {line[:200]!r}"}
 
     def close(self):
-        if self.proc and self.proc.poll() is None:
-            try:
+        """Ends the process: `quit`, then end of input, then a kill after 30 s."""
+        if self.proc:
+            if self.alive and self.proc.poll() is None:
                 self.ask({"cmd": "quit"}, timeout=30)
+            for pipe in (self.proc.stdin, self.proc.stdout):
+                try:
+                    pipe.close()
+                except OSError:
+                    pass
+            try:
                 self.proc.wait(timeout=30)
-            except (subprocess.TimeoutExpired, OSError):
+            except subprocess.TimeoutExpired:
                 self.proc.kill()
+                self.proc.wait()
         self.log.close()
 
 

@@ -25,6 +25,11 @@ pub const VENV: Step = Step {
     name: "venv",
     run: venv,
 };
+/// The suite's Python tests (`bench/test_*.py`).
+pub const SELFTEST: Step = Step {
+    name: "selftest",
+    run: selftest,
+};
 /// `bench/orchestrate.py` with the task's arguments.
 pub const SUITE: Step = Step {
     name: "suite",
@@ -86,6 +91,13 @@ fn runner_path(root: &Path) -> PathBuf {
         _ => root.join("target"),
     };
     target.join("release").join("dvm-bench")
+}
+
+fn selftest(ctx: &Ctx) -> Result {
+    let py = python(&venv_dir()?);
+    let dir = ctx.root.join("bench");
+    cmd!(ctx.sh, "{py} -m unittest discover -s {dir} -p test_*.py").run()?;
+    Ok(())
 }
 
 fn suite(ctx: &Ctx) -> Result {

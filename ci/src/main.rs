@@ -78,7 +78,7 @@ const TASKS: &[Task] = &[
     Task {
         name: "bench",
         about: "side by side with ONNX Runtime, PyTorch eager and Inductor (--quick, --smoke; bench/)",
-        steps: &[bench::RUNNER, bench::VENV, bench::SUITE],
+        steps: &[bench::RUNNER, bench::VENV, bench::SELFTEST, bench::SUITE],
     },
     Task {
         name: "micro-bench",
