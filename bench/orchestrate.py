@@ -37,6 +37,9 @@ import report
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 PEERS = ["ort", "eager", "inductor"]
+ONNX_SYSTEMS = ["dvm", "ort"]
+# Outputs are checked against the first of these that ran.
+REFERENCES = ["eager", "ort", "inductor", "dvm"]
 
 # An output passes when |out - ref| <= ATOL + RTOL * |ref| everywhere.
 ATOL = 1e-3
@@ -184,6 +187,7 @@ class Suite:
     def case(self, spec, s, threads, systems):
         where = f"{spec['name']} S={s} threads={threads}"
         print(f"- {where}", file=sys.stderr)
+        started = time.time()
         case = {"workload": spec["name"], "s": s, "threads": threads, "systems": {}}
         ok = self.each({"cmd": "inputs", "s": s, "seed": s}, systems, where)
         systems = [x for x in systems if x.name in ok]
@@ -218,6 +222,7 @@ class Suite:
                                       "calls": len(t), "first": first.get(n, {}).get("time")}
         if ratios:
             case["ratio"] = {"median": statistics.median(ratios), "min": min(ratios), "max": max(ratios)}
+        case["wall_s"] = time.time() - started
         self.cases.append(case)
 
     def check(self, systems, where):
@@ -231,7 +236,7 @@ class Suite:
                 self.note(where + " (output)", x, ans)
         if not paths:
             return {}
-        ref = "eager" if "eager" in paths else next(iter(paths))
+        ref = next(r for r in REFERENCES if r in paths)
         result = {"reference": ref}
         for n, p in paths.items():
             if n != ref:
@@ -246,6 +251,7 @@ class Suite:
     def sequence(self, spec, threads, systems):
         where = f"{spec['name']} sequence threads={threads}"
         print(f"- {where}", file=sys.stderr)
+        started = time.time()
         rng = random.Random(f"{spec['name']}/{threads}")
         lens = [rng.randint(1, self.m["seq_max"]) for _ in range(self.m["seq_calls"])]
         got = self.each({"cmd": "sequence", "lens": lens, "seed": 1000}, systems, where)
@@ -257,6 +263,7 @@ class Suite:
         if "dvm" in seq["systems"] and peers:
             for kind in ("cold", "warm"):
                 seq[f"ratio_{kind}"] = seq["systems"]["dvm"][kind] / min(p[kind] for p in peers)
+        seq["wall_s"] = time.time() - started
         self.sequences.append(seq)
 
 
@@ -266,7 +273,9 @@ def main():
     g = ap.add_mutually_exclusive_group()
     g.add_argument("--quick", action="store_true", help="fewer S, reps and one thread count (< 10 min)")
     g.add_argument("--smoke", action="store_true", help="S = 17 only, 3 single-call rounds: checks the suite runs")
-    ap.add_argument("--workloads", help="comma-separated workload names (default: all of workloads.json)")
+    ap.add_argument("--spec", default=os.path.join(HERE, "workloads.json"),
+                    help="the workload list (default: bench/workloads.json)")
+    ap.add_argument("--workloads", help="comma-separated workload names (default: all of --spec)")
     ap.add_argument("--systems", default="dvm," + ",".join(PEERS), help="comma-separated systems")
     ap.add_argument("--out", default=os.path.join(HERE, "results"), help="results directory")
     args = ap.parse_args()
@@ -274,8 +283,11 @@ def main():
     mode_name = "smoke" if args.smoke else "quick" if args.quick else "full"
     m = dict(MODES[mode_name])
     m["threads_list"] = m["threads"] or [min(2, os.cpu_count() or 1)]
-    with open(os.path.join(HERE, "workloads.json")) as f:
+    with open(args.spec) as f:
         workloads = json.load(f)["workloads"]
+    for w in workloads:  # .onnx paths are relative to the repository
+        if w.get("onnx"):
+            w["onnx"] = os.path.join(ROOT, w["onnx"])
     if args.workloads:
         wanted = args.workloads.split(",")
         unknown = [w for w in wanted if w not in {x["name"] for x in workloads}]
@@ -323,7 +335,9 @@ def main():
                                           f"gemm n={n} threads={threads}").items():
                     gem.setdefault(name, {})[str(n)] = a["gflops"]
             for spec in workloads:
-                loaded = suite.each({"cmd": "load", "workload": spec}, suite.live(),
+                # A workload defined by an .onnx file runs on dvm and ONNX Runtime only.
+                runs = [s for s in suite.live() if not spec.get("onnx") or s.name in ONNX_SYSTEMS]
+                loaded = suite.each({"cmd": "load", "workload": spec}, runs,
                                     f"{spec['name']} load threads={threads}")
                 systems_w = [s for s in suite.live() if s.name in loaded]
                 if not systems_w:

@@ -166,6 +166,9 @@ def plots(results, plot_dir):
                     ax.plot(xs, ys, marker="o", linestyle="-" if t == 1 else "--",
                             label=f"{LABELS[s]}, {t} thr")
         ax.set_xscale("log", base=2)
+        lens = sorted({c["s"] for c in cases})
+        ax.set_xticks(lens, [str(s) for s in lens])
+        ax.minorticks_off()
         ax.set_yscale("log")
         ax.set_xlabel("S")
         ax.set_ylabel("ms per call (median)")

@@ -132,6 +132,26 @@ class Models(unittest.TestCase):
                         **{k: torch.from_numpy(v) for k, v in feeds.items()}).numpy()
                 np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-3)
 
+    def test_onnx_file_workload(self):
+        try:
+            import onnx_models
+            import peers
+        except ImportError as e:
+            self.skipTest(f"peers not installed: {e}")
+        spec = dict(WORKLOADS[2])
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "m.onnx")
+            with open(path, "wb") as f:
+                f.write(onnx_models.model_bytes(spec, HERE))
+            file_spec = {"name": "file", "onnx": path, "inputs": spec["inputs"]}
+            server = peers.Server(peers.Ort())
+            server.handle({"cmd": "load", "workload": file_spec})
+            server.handle({"cmd": "inputs", "s": 4, "seed": 2})
+            out = os.path.join(d, "y.npy")
+            self.assertEqual(server.handle({"cmd": "dump", "path": out})["shape"], [4, 768])
+            with self.assertRaisesRegex(ValueError, "ONNX file"):
+                peers.Server(peers.Eager()).handle({"cmd": "load", "workload": file_spec})
+
 
 if __name__ == "__main__":
     unittest.main()

@@ -79,6 +79,8 @@ BUILDERS = {
 def function(spec):
     """The workload's function of its inputs (by name), or a ValueError."""
     builder = spec.get("builder")
+    if spec.get("onnx"):
+        raise ValueError(f"workload {spec['name']!r} is an ONNX file: dvm and ONNX Runtime run it")
     if builder not in BUILDERS:
         raise ValueError(f"workload {spec['name']!r}: no PyTorch definition for builder {builder!r}")
     f, p = BUILDERS[builder], spec.get("params", {})
