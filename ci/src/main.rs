@@ -6,6 +6,7 @@
 //! neighbours, wrap it in a `Step` constant and put it in a task's list below.
 #![forbid(unsafe_code)]
 
+mod bench;
 mod cross;
 mod host;
 mod qemu;
@@ -76,6 +77,11 @@ const TASKS: &[Task] = &[
     },
     Task {
         name: "bench",
+        about: "side by side with ONNX Runtime, PyTorch eager and Inductor (--quick, --smoke; bench/)",
+        steps: &[bench::RUNNER, bench::VENV, bench::SELFTEST, bench::SUITE],
+    },
+    Task {
+        name: "micro-bench",
         about: "cargo bench --workspace (extra arguments are passed on)",
         steps: &[host::BENCH],
     },

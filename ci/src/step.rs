@@ -12,7 +12,7 @@ use crate::Result;
 pub struct Ctx {
     pub sh: Shell,
     pub root: PathBuf,
-    /// Arguments after the task name, passed on by tasks that take them (`bench`).
+    /// Arguments after the task name, passed on by tasks that take them (`bench`, `micro-bench`).
     pub args: Vec<String>,
 }
 

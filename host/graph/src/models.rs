@@ -222,3 +222,120 @@ pub fn masked_layers(layers: usize) -> (Graph, NodeId, NodeId) {
     g.output("y", h).expect("fixed, valid inputs");
     (g, x, mask)
 }
+
+/// Adds the symbol `S` (1 to `max_len`) and an input `name: [S, width]`.
+fn rows_input(g: &mut Graph, name: &str, width: i64, max_len: i64) -> Result<NodeId, GraphError> {
+    let s = match g.scope().lookup("S") {
+        Some(s) => s,
+        None => g.symbol("S", 1, max_len)?,
+    };
+    g.input(name, DType::F32, &[s.into(), Dim::from(width)])
+}
+
+/// `y = gelu_tanh(x·w + b)` over `x: [S, hidden]`, `w: [hidden, hidden]`,
+/// `b: [hidden]`; `S` runs from 1 to `max_len`.
+///
+/// # Errors
+/// [`GraphError`] for a width or `max_len` the builder refuses (below 1).
+pub fn gelu_linear(hidden: i64, max_len: i64) -> Result<Graph, GraphError> {
+    linear_then(hidden, max_len, Opcode::GeluTanh)
+}
+
+/// `y = relu(x·w + b)`, with the inputs of [`gelu_linear`].
+///
+/// # Errors
+/// As [`gelu_linear`].
+pub fn matmul_bias_relu(hidden: i64, max_len: i64) -> Result<Graph, GraphError> {
+    linear_then(hidden, max_len, Opcode::Relu)
+}
+
+fn linear_then(hidden: i64, max_len: i64, act: Opcode) -> Result<Graph, GraphError> {
+    let mut g = Graph::new();
+    let x = rows_input(&mut g, "x", hidden, max_len)?;
+    let w = g.input("w", DType::F32, &[Dim::from(hidden), Dim::from(hidden)])?;
+    let b = g.input("b", DType::F32, &[Dim::from(hidden)])?;
+    let m = g.matmul(x, w, false, false)?;
+    let a = g.binary(Opcode::Add, m, b)?;
+    let y = g.unary(act, a)?;
+    g.output("y", y)?;
+    Ok(g)
+}
+
+/// `y = softmax(x)` over the last axis of `x: [S, hidden]`.
+///
+/// # Errors
+/// As [`gelu_linear`].
+pub fn softmax_rows(hidden: i64, max_len: i64) -> Result<Graph, GraphError> {
+    let mut g = Graph::new();
+    let x = rows_input(&mut g, "x", hidden, max_len)?;
+    let y = g.softmax(x, -1)?;
+    g.output("y", y)?;
+    Ok(g)
+}
+
+/// `y = layer_norm(x) · g + b` (ε = 1e-5) over the rows of `x: [S, hidden]`.
+///
+/// # Errors
+/// As [`gelu_linear`].
+pub fn layer_norm_rows(hidden: i64, max_len: i64) -> Result<Graph, GraphError> {
+    let mut g = Graph::new();
+    let x = rows_input(&mut g, "x", hidden, max_len)?;
+    let gm = g.input("g", DType::F32, &[Dim::from(hidden)])?;
+    let bt = g.input("b", DType::F32, &[Dim::from(hidden)])?;
+    let y = g.layer_norm(x, gm, bt, 1e-5)?;
+    g.output("y", y)?;
+    Ok(g)
+}
+
+/// `y = layer_norm(x + r) · g + b` (ε = 1e-5), a residual add and its norm,
+/// over `x, r: [S, hidden]`.
+///
+/// # Errors
+/// As [`gelu_linear`].
+pub fn add_layer_norm(hidden: i64, max_len: i64) -> Result<Graph, GraphError> {
+    let mut g = Graph::new();
+    let x = rows_input(&mut g, "x", hidden, max_len)?;
+    let r = rows_input(&mut g, "r", hidden, max_len)?;
+    let gm = g.input("g", DType::F32, &[Dim::from(hidden)])?;
+    let bt = g.input("b", DType::F32, &[Dim::from(hidden)])?;
+    let a = g.binary(Opcode::Add, x, r)?;
+    let y = g.layer_norm(a, gm, bt, 1e-5)?;
+    g.output("y", y)?;
+    Ok(g)
+}
+
+/// `y = Σ x` over the last axis of `x: [S, hidden]` (`y: [S]`).
+///
+/// # Errors
+/// As [`gelu_linear`].
+pub fn row_sum(hidden: i64, max_len: i64) -> Result<Graph, GraphError> {
+    let mut g = Graph::new();
+    let x = rows_input(&mut g, "x", hidden, max_len)?;
+    let y = g.sum(x, &[-1], false)?;
+    g.output("y", y)?;
+    Ok(g)
+}
+
+/// Attention `o = softmax(q·kᵀ / √head_dim)·v` over `q, k, v: [heads, S,
+/// head_dim]`.
+///
+/// # Errors
+/// As [`gelu_linear`].
+pub fn attention(heads: i64, head_dim: i64, max_len: i64) -> Result<Graph, GraphError> {
+    let mut g = Graph::new();
+    let s = g.symbol("S", 1, max_len)?;
+    let mut qkv = Vec::with_capacity(3);
+    for name in ["q", "k", "v"] {
+        qkv.push(g.input(
+            name,
+            DType::F32,
+            &[Dim::from(heads), s.into(), Dim::from(head_dim)],
+        )?);
+    }
+    let sc = g.matmul(qkv[0], qkv[1], false, true)?;
+    let sc = g.scalar(Opcode::MulS, sc, 1.0 / (head_dim as f64).sqrt())?;
+    let p = g.softmax(sc, -1)?;
+    let o = g.matmul(p, qkv[2], false, false)?;
+    g.output("o", o)?;
+    Ok(g)
+}

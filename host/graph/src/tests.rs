@@ -1255,3 +1255,58 @@ fn json_iota_trilu_sin() {
     );
     assert!(e.contains("axis"), "{e}");
 }
+
+/// The benchmark workloads of `models` run on the reference at S = 3 with
+/// the shapes and values their documentation states.
+#[test]
+fn benchmark_workloads() {
+    use crate::models;
+    use dvm_tensor::Tensor;
+    let t = |shape: &[u64]| {
+        let n: u64 = shape.iter().product();
+        let v: Vec<f32> = (0..n).map(|i| ((i * 7 % 11) as f32 - 5.0) / 8.0).collect();
+        Tensor::from_f32(shape, &v).unwrap()
+    };
+    let run = |g: &Graph, inputs: &[(&str, &[u64])]| {
+        let ts: Vec<(&str, Tensor)> = inputs.iter().map(|(n, s)| (*n, t(s))).collect();
+        let refs: Vec<(&str, &Tensor)> = ts.iter().map(|(n, t)| (*n, t)).collect();
+        let mut out = reference::run(g, &refs, &Bindings::new()).unwrap();
+        assert_eq!(out.len(), 1);
+        out.remove(0).1
+    };
+    let (h, sx) = (4, [3u64, 4]);
+    let lin = [("x", &sx[..]), ("w", &[4u64, 4][..]), ("b", &[4u64][..])];
+    for g in [models::gelu_linear(h, 64), models::matmul_bias_relu(h, 64)] {
+        assert_eq!(run(&g.unwrap(), &lin).shape(), &[3, 4]);
+    }
+    let relu = run(&models::matmul_bias_relu(h, 64).unwrap(), &lin);
+    assert!(relu.to_f64_vec().iter().all(|&v| v >= 0.0));
+    let sm = run(&models::softmax_rows(h, 64).unwrap(), &[("x", &sx)]);
+    for row in sm.to_f64_vec().chunks(4) {
+        assert!((row.iter().sum::<f64>() - 1.0).abs() < 1e-6);
+    }
+    let rs = run(&models::row_sum(h, 64).unwrap(), &[("x", &sx)]);
+    let x = t(&sx).to_f64_vec();
+    let want: Vec<f64> = x.chunks(4).map(|r| r.iter().sum()).collect();
+    assert_eq!(rs.shape(), &[3]);
+    for (a, b) in rs.to_f64_vec().iter().zip(&want) {
+        assert!((a - b).abs() < 1e-5, "{a} against {b}");
+    }
+    let v = [4u64];
+    let ln = run(
+        &models::layer_norm_rows(h, 64).unwrap(),
+        &[("x", &sx), ("g", &v), ("b", &v)],
+    );
+    let aln = run(
+        &models::add_layer_norm(h, 64).unwrap(),
+        &[("x", &sx), ("r", &sx), ("g", &v), ("b", &v)],
+    );
+    assert_eq!((ln.shape(), aln.shape()), (&[3u64, 4][..], &[3u64, 4][..]));
+    let qkv = [2u64, 3, 8];
+    let att = run(
+        &models::attention(2, 8, 64).unwrap(),
+        &[("q", &qkv), ("k", &qkv), ("v", &qkv)],
+    );
+    assert_eq!(att.shape(), &qkv);
+    assert!(models::softmax_rows(h, 0).is_err());
+}

@@ -28,13 +28,13 @@ use std::time::{Duration, Instant};
 use dvm_compile::codegen::{Group, GroupKind, Target, TileOp, View};
 use dvm_compile::kernel::build;
 use dvm_fuse::{FuseOptions, FusionPlan};
-use dvm_graph::models::{encoder_block, EncoderConfig};
-use dvm_graph::{decompose_with_spans, Graph, NodeId};
-use dvm_isa::{DType, Opcode};
+use dvm_graph::models::{self, encoder_block, EncoderConfig};
+use dvm_graph::{decompose_with_spans, Graph};
+use dvm_isa::DType;
 use dvm_runtime::eager::LazyTensor;
 use dvm_runtime::pool::RawBuf;
 use dvm_runtime::{Prepared, Runtime};
-use dvm_sym::{Bindings, Dim};
+use dvm_sym::Bindings;
 use dvm_tensor::sample_data as data;
 use dvm_tensor::Tensor;
 
@@ -43,6 +43,8 @@ mod windows;
 use windows::{window30, window30_primitive, window30_shift};
 
 const H: i64 = 768;
+/// Largest `S` of every workload graph.
+const MAX_LEN: i64 = 1 << 16;
 
 fn tensor(shape: &[u64], seed: u32, scale: f32) -> Tensor {
     let n: u64 = shape.iter().product();
@@ -61,19 +63,6 @@ struct Workload {
     lens: Vec<u64>,
 }
 
-fn c(v: i64) -> Dim {
-    Dim::from(v)
-}
-
-fn seq(g: &mut Graph, name: &str, width: i64) -> NodeId {
-    let s = match g.scope().lookup("S") {
-        Some(s) => s,
-        None => g.symbol("S", 1, 1 << 16).expect("symbol"),
-    };
-    g.input(name, DType::F32, &[s.into(), c(width)])
-        .expect("input")
-}
-
 fn workloads(quick: bool) -> Vec<Workload> {
     let lens: Vec<u64> = if quick {
         vec![17, 512]
@@ -86,14 +75,7 @@ fn workloads(quick: bool) -> Vec<Workload> {
     }
     let mut out = Vec::new();
 
-    let mut g = Graph::new();
-    let x = seq(&mut g, "x", H);
-    let w = g.input("w", DType::F32, &[c(H), c(H)]).expect("w");
-    let b = g.input("b", DType::F32, &[c(H)]).expect("b");
-    let m = g.matmul(x, w, false, false).expect("mm");
-    let a = g.binary(Opcode::Add, m, b).expect("add");
-    let y = g.unary(Opcode::GeluTanh, a).expect("gelu");
-    g.output("y", y).expect("out");
+    let g = models::gelu_linear(H, MAX_LEN).expect("workload graph");
     out.push(Workload {
         name: "gelu(x·w+b)",
         graph: g,
@@ -107,10 +89,7 @@ fn workloads(quick: bool) -> Vec<Workload> {
         lens: lens.clone(),
     });
 
-    let mut g = Graph::new();
-    let x = seq(&mut g, "x", H);
-    let y = g.softmax(x, -1).expect("softmax");
-    g.output("y", y).expect("out");
+    let g = models::softmax_rows(H, MAX_LEN).expect("workload graph");
     out.push(Workload {
         name: "softmax",
         graph: g,
@@ -118,12 +97,7 @@ fn workloads(quick: bool) -> Vec<Workload> {
         lens: long.clone(),
     });
 
-    let mut g = Graph::new();
-    let x = seq(&mut g, "x", H);
-    let gm = g.input("g", DType::F32, &[c(H)]).expect("g");
-    let bt = g.input("b", DType::F32, &[c(H)]).expect("b");
-    let y = g.layer_norm(x, gm, bt, 1e-5).expect("ln");
-    g.output("y", y).expect("out");
+    let g = models::layer_norm_rows(H, MAX_LEN).expect("workload graph");
     out.push(Workload {
         name: "layernorm",
         graph: g,
@@ -137,14 +111,7 @@ fn workloads(quick: bool) -> Vec<Workload> {
         lens: long.clone(),
     });
 
-    let mut g = Graph::new();
-    let x = seq(&mut g, "x", H);
-    let r = seq(&mut g, "r", H);
-    let gm = g.input("g", DType::F32, &[c(H)]).expect("g");
-    let bt = g.input("b", DType::F32, &[c(H)]).expect("b");
-    let a = g.binary(Opcode::Add, x, r).expect("add");
-    let y = g.layer_norm(a, gm, bt, 1e-5).expect("ln");
-    g.output("y", y).expect("out");
+    let g = models::add_layer_norm(H, MAX_LEN).expect("workload graph");
     out.push(Workload {
         name: "add+layernorm",
         graph: g,
@@ -159,10 +126,7 @@ fn workloads(quick: bool) -> Vec<Workload> {
         lens: long.clone(),
     });
 
-    let mut g = Graph::new();
-    let x = seq(&mut g, "x", H);
-    let y = g.sum(x, &[-1], false).expect("sum");
-    g.output("y", y).expect("out");
+    let g = models::row_sum(H, MAX_LEN).expect("workload graph");
     out.push(Workload {
         name: "row-sum",
         graph: g,
@@ -170,14 +134,7 @@ fn workloads(quick: bool) -> Vec<Workload> {
         lens: long,
     });
 
-    let mut g = Graph::new();
-    let x = seq(&mut g, "x", H);
-    let w = g.input("w", DType::F32, &[c(H), c(H)]).expect("w");
-    let b = g.input("b", DType::F32, &[c(H)]).expect("b");
-    let m = g.matmul(x, w, false, false).expect("mm");
-    let a = g.binary(Opcode::Add, m, b).expect("add");
-    let y = g.unary(Opcode::Relu, a).expect("relu");
-    g.output("y", y).expect("out");
+    let g = models::matmul_bias_relu(H, MAX_LEN).expect("workload graph");
     out.push(Workload {
         name: "matmul+bias+relu",
         graph: g,
@@ -192,20 +149,7 @@ fn workloads(quick: bool) -> Vec<Workload> {
     });
 
     // 12 heads of 64: q, k, v as [12, S, 64].
-    let mut g = Graph::new();
-    let s = g.symbol("S", 1, 1 << 16).expect("S");
-    let qkv: Vec<NodeId> = ["q", "k", "v"]
-        .iter()
-        .map(|n| {
-            g.input(n, DType::F32, &[c(12), s.into(), c(64)])
-                .expect("in")
-        })
-        .collect();
-    let sc = g.matmul(qkv[0], qkv[1], false, true).expect("qk");
-    let sc = g.scalar(Opcode::MulS, sc, 0.125).expect("scale");
-    let p = g.softmax(sc, -1).expect("softmax");
-    let o = g.matmul(p, qkv[2], false, false).expect("pv");
-    g.output("o", o).expect("out");
+    let g = models::attention(12, 64, MAX_LEN).expect("workload graph");
     out.push(Workload {
         name: "attention",
         graph: g,
