@@ -21,9 +21,9 @@ use dvm_isa::{DeviceLimits, KernelKind};
 use dvm_isa::GmPattern;
 
 use crate::gm::{
-    full_run, load_tile, load_tile_fused, load_tile_map, load_tile_map_rows, store_add_tile,
-    store_tile, store_tile_affine, store_tile_scaled, store_tile_streaming, BindError, GmBuf,
-    GmFault, KernelArgs, Prefetch, StoreMap,
+    full_run, gather_tile, load_tile, load_tile_fused, load_tile_map, load_tile_map_rows,
+    store_add_tile, store_tile, store_tile_affine, store_tile_scaled, store_tile_streaming,
+    BindError, GmBuf, GmFault, KernelArgs, Prefetch, StoreMap,
 };
 use crate::ops::{UbArgs, UbOp};
 use crate::plan::{BodyPlan, FusedLoad, Launched, LoadPair};
@@ -659,6 +659,10 @@ impl TileRun<'_, '_> {
                 VInstr::StoreAdd(pattern) => {
                     let buf = self.buf(pattern, i, t)?;
                     store_add_tile(pattern, c, buf, ub).map_err(|e| self.fault(i, t, e))?;
+                }
+                VInstr::Gather { table, idx, rows } => {
+                    let buf = self.buf(table, i, t)?;
+                    gather_tile(table, *idx, *rows, c, buf, ub).map_err(|e| self.fault(i, t, e))?;
                 }
                 VInstr::Barrier => {}
             }

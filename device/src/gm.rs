@@ -660,6 +660,121 @@ fn load_t<T: Bits>(g: &Geom, buf: &GmBuf<'_>, ub: &mut [u8], pad: Option<u32>) {
     }
 }
 
+/// Gathers tile `coord`'s rows from `buf` through `p`, the `gather`
+/// instruction's access (`p.rows` is the table's row count `extent`, the
+/// pattern's `ub` and `pitch` the UB box's): UB row `r` of `rows`, at
+/// `p.ub + r·p.pitch` elements, becomes table row `i`, where `i` is the
+/// i32 at UB byte `idx + 4r`, plus `extent` when negative, clamped to
+/// `0 ..= extent − 1`. Only the tile's valid columns are written.
+///
+/// # Errors
+/// A [`GmFault`] if the table leaves `buf`, or the indices or the box
+/// leave `ub` (never for a verified kernel under a checked
+/// [`KernelArgs`]); nothing is written then.
+#[inline]
+pub fn gather_tile(
+    p: &GmPattern,
+    idx: u32,
+    rows: u32,
+    coord: [u32; 3],
+    buf: &GmBuf<'_>,
+    ub: &mut [u8],
+) -> Result<(), GmFault> {
+    let size = p.dtype.size() as u64;
+    let (_, ce) = p.extent(coord);
+    let (extent, ce) = (p.rows as u64, ce as u64);
+    if extent == 0 || ce == 0 || rows == 0 {
+        return Ok(());
+    }
+    // UB: the indices and the whole `rows × pitch` box, no row longer than
+    // the pitch.
+    let ub_len = ub.len() as u64;
+    let idx_end = idx as u64 + rows as u64 * 4;
+    let box_end = (rows as u64 * p.pitch as u64)
+        .checked_mul(size)
+        .and_then(|b| b.checked_add(p.ub as u64));
+    if idx_end > ub_len || box_end.is_none_or(|e| e > ub_len) || ce > p.pitch as u64 {
+        return Err(GmFault::Ub);
+    }
+    // GM: the whole table, whose last element is the furthest any clamped
+    // index reaches (strides are non-negative).
+    let origin = p.origin(coord);
+    let last = (extent - 1)
+        .checked_mul(p.row_stride)
+        .and_then(|r| Some((r, (ce - 1).checked_mul(p.col_stride)?)))
+        .and_then(|(r, c)| origin.checked_add(r)?.checked_add(c))
+        .and_then(|l| l.checked_add(1)?.checked_mul(size));
+    if last.is_none_or(|e| e > buf.len as u64) {
+        return Err(GmFault::Gm);
+    }
+    // Every offset below is at most the table's last element, which fits
+    // in `usize` because it is below `buf.len`.
+    let g = Gather {
+        idx: idx as usize,
+        rows: rows as usize,
+        ub: p.ub as usize,
+        pitch: p.pitch as usize,
+        extent: extent as i64,
+        origin: origin as usize,
+        rs: p.row_stride as usize,
+        cs: if ce > 1 { p.col_stride as usize } else { 1 },
+        ce: ce as usize,
+    };
+    match size {
+        4 => gather_t::<u32>(&g, buf, ub),
+        2 => gather_t::<u16>(&g, buf, ub),
+        1 => gather_t::<u8>(&g, buf, ub),
+        _ => return Err(GmFault::Operand),
+    }
+    Ok(())
+}
+
+/// A gather's geometry, checked by [`gather_tile`].
+struct Gather {
+    idx: usize,
+    rows: usize,
+    ub: usize,
+    pitch: usize,
+    extent: i64,
+    origin: usize,
+    rs: usize,
+    cs: usize,
+    ce: usize,
+}
+
+#[inline(always)]
+fn gather_t<T: Bits>(g: &Gather, buf: &GmBuf<'_>, ub: &mut [u8]) {
+    let gm = buf.ptr.cast_const().cast::<T>();
+    let base = ub.as_mut_ptr();
+    for r in 0..g.rows {
+        // SAFETY: `gather_tile` checked that the `rows` indices lie inside
+        // `ub`; the read is unaligned.
+        let i = unsafe { base.add(g.idx + 4 * r).cast::<i32>().read_unaligned() } as i64;
+        let i = if i < 0 { i + g.extent } else { i }.clamp(0, g.extent - 1) as usize;
+        let src = g.origin + i * g.rs;
+        // SAFETY: `i < extent` and `k < ce`, so `src + k·cs` is at most the
+        // table's last element, which `gather_tile` checked lies inside
+        // `buf` (valid for reads by `GmBuf`'s contract). The UB offsets
+        // `r·pitch + k` with `k < ce ≤ pitch` and `r < rows` lie inside the
+        // checked box. GM and UB do not overlap (`ub` is an exclusive
+        // borrow and the GM contract excludes the UB); the indices may only
+        // overlap the box in an unverified kernel, which then reads indices
+        // it wrote, still clamped. Accesses are unaligned.
+        unsafe {
+            let dst = base.add(g.ub).cast::<T>().add(r * g.pitch);
+            if g.cs == 1 {
+                let bytes = g.ce * core::mem::size_of::<T>();
+                ptr::copy_nonoverlapping(gm.add(src).cast::<u8>(), dst.cast::<u8>(), bytes);
+            } else {
+                for k in 0..g.ce {
+                    dst.add(k)
+                        .write_unaligned(gm.add(src + k * g.cs).read_unaligned());
+                }
+            }
+        }
+    }
+}
+
 /// Loads the box of tile `coord` through `p` from `buf` by running
 /// `handler(ub, box, &[], args)` on its global-memory bytes, a load fused
 /// with the instruction after it ([`crate::loadfold`]), when the tile is

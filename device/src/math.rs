@@ -692,7 +692,8 @@ fn sin_quadrant(x: f32, odd: i64) -> f32 {
     // The range where the reduction is valid (see `reduce_half_pi`).
     const LIMIT: f32 = 1_125_899_906_842_624.0; // 2^50
     let (r, q) = reduce_half_pi(x);
-    let q = q + odd;
+    // `q` saturates for huge `x`, whose result is NaN below: wrap.
+    let q = q.wrapping_add(odd);
     let (s, c) = (sin_poly(r), cos_poly(r));
     let v = if q & 1 == 0 { s } else { c };
     let v = if q & 2 == 0 { v } else { -v };

@@ -234,7 +234,10 @@ impl BodyPlan {
                     StoreMap::Scale(_) => Some(FusedForm::ScaleStore),
                     StoreMap::Affine(_) => Some(FusedForm::NormTailStore),
                 },
-                VInstr::Load { .. } | VInstr::StoreAdd(_) | VInstr::Barrier => None,
+                VInstr::Load { .. }
+                | VInstr::Gather { .. }
+                | VInstr::StoreAdd(_)
+                | VInstr::Barrier => None,
             };
             if let Some(form) = form {
                 f.insert(form);

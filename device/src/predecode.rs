@@ -592,6 +592,12 @@ fn lower(instr: &Instr, params: &ParamSig) -> Lowered {
                     },
                 }),
                 (GmKind::Load, _) => Lowered::Unsupported,
+                (GmKind::Gather, Instr::Gather { idx, rows, .. }) => Lowered::V(VInstr::Gather {
+                    table: gm.pattern,
+                    idx: *idx,
+                    rows: *rows,
+                }),
+                (GmKind::Gather, _) => Lowered::Unsupported,
                 (GmKind::Store, _) => Lowered::V(VInstr::Store {
                     pattern: gm.pattern,
                     stream: params.required_bytes(gm.pattern.buf as usize) >= STREAM_MIN_BYTES,

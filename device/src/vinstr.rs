@@ -19,6 +19,16 @@ pub enum VInstr {
         /// `pad=fill`: the pad element's bits (see [`pad_bits`](crate::gm::pad_bits)).
         pad: Option<u32>,
     },
+    /// Global memory → UB by index ([`gather_tile`](crate::gm::gather_tile)).
+    Gather {
+        /// The tile's table, as the `gather` instruction's access (its
+        /// `rows` is the table's row count).
+        table: GmPattern,
+        /// UB byte offset of the `rows` i32 indices.
+        idx: u32,
+        /// Rows of the UB box.
+        rows: u32,
+    },
     /// UB → global memory.
     Store {
         /// The tile's box.
@@ -64,6 +74,12 @@ fn touches(v: &VInstr, t: (u32, u32)) -> Option<bool> {
             read.then_some(true)
         }
         VInstr::StoreAdd(pattern) => overlaps(boxed(pattern), t).then_some(true),
+        // It reads its indices; the columns past a tail are left as they
+        // were, so it never counts as overwriting a range.
+        VInstr::Gather { idx, rows, .. } => {
+            let end = (*idx as u64 + *rows as u64 * 4).min(u32::MAX as u64) as u32;
+            overlaps((*idx, end), t).then_some(true)
+        }
         VInstr::Barrier => None,
     }
 }

@@ -778,3 +778,152 @@ fn streaming_stores_for_large_outputs() {
     run_threads(&bytes, 0, &mut bufs, 2).unwrap();
     assert!(bufs[1].f32s() == a, "2-D streamed copy");
 }
+
+/// `gather` of a `v × d` table by `n` i32 indices in `tn × td` tiles
+/// (row and column tails), over `outer` tables one after the other: the
+/// module, its tile count and the expected output.
+fn gather_module(
+    outer: u32,
+    v: u32,
+    d: u32,
+    n: u32,
+    (tn, td): (u32, u32),
+    table: &[f32],
+    idx: &[i32],
+) -> (Vec<u8>, u32, Vec<f32>) {
+    let g = [outer, n.div_ceil(tn), d.div_ceil(td)];
+    let load_idx = GmBox::new(DType::I32, 1, tn, 1)
+        .ub(tn * td * 4)
+        .rows_tail(1, n)
+        .step([0, tn as u64, 0])
+        .strides(1, 1)
+        .load_fill(Scalar::i32(0));
+    let gather = dvm_isa::Instr::Gather {
+        dt: DType::F32,
+        buf: 0,
+        col_dim: dvm_isa::GridDim::Dim(2),
+        ub: 0,
+        idx: tn * td * 4,
+        pitch: td,
+        rows: tn,
+        cols: td,
+        extent: v,
+        col_total: d,
+        base: 0,
+        step0: (v * d) as u64,
+        step1: 0,
+        step2: td as u64,
+        row_stride: d as u64,
+        col_stride: 1,
+    };
+    let store = GmBox::new(DType::F32, 2, tn, td)
+        .rows_tail(1, n)
+        .cols_tail(2, d)
+        .step([(n * d) as u64, (tn * d) as u64, td as u64])
+        .strides(d as u64, 1)
+        .store();
+    let ub = (tn * td * 4 + tn * 4).next_multiple_of(64);
+    let bytes = build(vec![K::vector(
+        ub,
+        &[(DType::F32, R), (DType::I32, R), (DType::F32, W)],
+        g,
+        vec![load_idx, gather, store],
+    )]);
+    let mut want = Vec::new();
+    for o in 0..outer as usize * (v > 0) as usize {
+        for &i in idx {
+            let i = if i < 0 { i as i64 + v as i64 } else { i as i64 };
+            let i = i.clamp(0, v as i64 - 1) as usize;
+            let row = (o * v as usize + i) * d as usize;
+            want.extend_from_slice(&table[row..row + d as usize]);
+        }
+    }
+    (bytes, g[0] * g[1] * g[2], want)
+}
+
+#[test]
+fn gather_picks_rows_by_index_and_clamps_the_rest() {
+    let (outer, v, d) = (2u32, 10u32, 7u32);
+    let table = iota_f32((outer * v * d) as usize);
+    // In range, negative (from the end), and beyond both ends (clamped).
+    let idx = [3, 0, 9, -1, -10, 5, 5, 12, -11, i32::MIN, i32::MAX, 2, 7];
+    let n = idx.len() as u32;
+    for tile in [(4, 4), (1, 7), (13, 3), (8, 8)] {
+        let (bytes, tiles, want) = gather_module(outer, v, d, n, tile, &table, &idx);
+        let out = check_multi_block(
+            &bytes,
+            0,
+            &[
+                Buf::from_f32(&table),
+                Buf::from_i32(&idx),
+                Buf::zeroed(want.len() * 4),
+            ],
+            tiles,
+        );
+        assert_eq!(out[2].f32s(), want, "tile {tile:?}");
+    }
+}
+
+#[test]
+fn gather_needs_the_whole_table_and_refuses_an_empty_one() {
+    let (v, d) = (5u32, 3u32);
+    let table = iota_f32((v * d) as usize);
+    let (bytes, _, _) = gather_module(1, v, d, 2, (2, 3), &table, &[0, 1]);
+    let m = dvm_isa::Module::parse(&bytes).unwrap();
+    let vk = dvm_isa::verify_kernel(&m, 0, &dvm_isa::DeviceLimits::DEFAULT).unwrap();
+    // Every row an index can pick, whatever the indices are.
+    assert_eq!(vk.required_bytes(0), (v * d * 4) as u64);
+    let (bytes, _, _) = gather_module(1, 0, d, 2, (2, 3), &[], &[0, 1]);
+    let m = dvm_isa::Module::parse(&bytes).unwrap();
+    let e = dvm_isa::verify_kernel(&m, 0, &dvm_isa::DeviceLimits::DEFAULT).unwrap_err();
+    assert!(e.to_string().contains("extent"), "{e}");
+}
+
+#[test]
+fn gather_handler_refuses_a_table_or_box_outside_its_memory() {
+    use dvm_device::gm::gather_tile;
+    use dvm_device::{GmBuf, GmFault};
+    let (bytes, _, _) = gather_module(1, 4, 2, 2, (2, 2), &iota_f32(8), &[0, 3]);
+    let m = dvm_isa::Module::parse(&bytes).unwrap();
+    let vk = dvm_isa::verify_kernel(&m, 0, &dvm_isa::DeviceLimits::DEFAULT).unwrap();
+    let (_, _, gather) = vk.instrs(0).nth(1).unwrap();
+    let dvm_isa::Instr::Gather { idx, rows, .. } = gather else {
+        panic!("{gather:?}")
+    };
+    let table = gather.gm().unwrap().pattern;
+    let mut ub = vec![0u8; 64];
+    // A table one element short: refused before anything is written,
+    // whatever the indices.
+    let short = vec![0u8; 7 * 4];
+    let e = gather_tile(
+        &table,
+        idx,
+        rows,
+        [0; 3],
+        &GmBuf::from_slice(&short),
+        &mut ub,
+    );
+    assert_eq!(e, Err(GmFault::Gm));
+    assert!(ub.iter().all(|&b| b == 0));
+    let full = vec![0u8; 8 * 4];
+    let e = gather_tile(
+        &table,
+        idx,
+        rows,
+        [0; 3],
+        &GmBuf::from_slice(&full),
+        &mut ub[..20],
+    );
+    assert_eq!(e, Err(GmFault::Ub));
+    assert_eq!(
+        gather_tile(
+            &table,
+            idx,
+            rows,
+            [0; 3],
+            &GmBuf::from_slice(&full),
+            &mut ub
+        ),
+        Ok(())
+    );
+}

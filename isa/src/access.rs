@@ -82,6 +82,12 @@ impl UbAccesses {
 pub enum GmKind {
     /// Global memory → UB.
     Load,
+    /// Global memory → UB by index (`gather`): the pattern's box is the
+    /// tile's whole table (`rows` is its row count, the instruction's
+    /// `extent`), of which the index tile picks one row per UB row; its
+    /// `ub` and `pitch` are the UB box's, whose row count is the
+    /// instruction's own.
+    Gather,
     /// UB → global memory.
     Store,
     /// UB → global memory, adding into what is there (atomically per element).

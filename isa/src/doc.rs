@@ -366,21 +366,40 @@ fn write_opcode(s: &mut String, op: Opcode) -> core::fmt::Result {
     if let Some(kind) = op.gm_kind_name() {
         let what = match kind {
             "Load" => "reads the tile's box of parameter `buf` from global memory",
+            "Gather" => {
+                "reads, for each UB row, the row of parameter `buf`'s table its index \
+                 names; the verifier bounds the access by the tile's whole table \
+                 (`extent` rows), every row a clamped index can pick"
+            }
             "Store" => "writes the valid region of the tile's box into parameter `buf`",
             "StoreAdd" => {
                 "adds the valid region of the tile's box into parameter `buf`, atomically per element"
             }
             _ => "accesses parameter `buf`",
         };
-        writeln!(
-            s,
-            "Global memory ({kind}): {what}. At tile coordinates `(c0, c1, c2)` the \
-             box starts at element `base + c0·step0 + c1·step1 + c2·step2`; its element \
-             `(r, k)` is at `start + r·row_stride + k·col_stride` and at UB byte \
-             `ub + (r·pitch + k)·size`. When `row_dim` names grid dimension `d`, the \
-             tile's valid rows are `min(rows, row_total − c[d]·rows)` (columns likewise \
-             with `col_dim`); a stride of 0 broadcasts."
-        )?;
+        if kind == "Gather" {
+            writeln!(
+                s,
+                "Global memory ({kind}): {what}. At tile coordinates `(c0, c1, c2)` the \
+                 table starts at element `start = base + c0·step0 + c1·step1 + c2·step2`; \
+                 UB row `r` (of `rows`) picks table row `i` (the clamped `idx[r]`), whose \
+                 element `k` is at `start + i·row_stride + k·col_stride` and lands at UB \
+                 byte `ub + (r·pitch + k)·size`. When `col_dim` names grid dimension `d`, \
+                 the tile's valid columns are `min(cols, col_total − c[d]·cols)`; the rest \
+                 of each UB row is left as it was. Every row is gathered, tail rows \
+                 included: their indices are clamped like the others."
+            )?;
+        } else {
+            writeln!(
+                s,
+                "Global memory ({kind}): {what}. At tile coordinates `(c0, c1, c2)` the \
+                 box starts at element `base + c0·step0 + c1·step1 + c2·step2`; its element \
+                 `(r, k)` is at `start + r·row_stride + k·col_stride` and at UB byte \
+                 `ub + (r·pitch + k)·size`. When `row_dim` names grid dimension `d`, the \
+                 tile's valid rows are `min(rows, row_total − c[d]·rows)` (columns likewise \
+                 with `col_dim`); a stride of 0 broadcasts."
+            )?;
+        }
         writeln!(s)?;
     }
     Ok(())

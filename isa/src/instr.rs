@@ -306,6 +306,19 @@ define_isa! {
         ub [write(ub, box_elems(rows, pitch), dt)]
         gm [Load(pattern(dt, buf, row_dim, col_dim, ub, pitch, rows, cols, row_total, col_total,
                          base, [step0, step1, step2], row_stride, col_stride))];
+    /// Global memory → UB by index (an embedding lookup): row `r` of the
+    /// `rows × pitch` UB box at `ub` becomes row `i` of the tile's table in
+    /// parameter `buf`, where `i` is the i32 `idx[r]`, plus `extent` when
+    /// negative, clamped to `0 ..= extent − 1`; the table has `extent` rows.
+    0x91 Gather "gather" Load {
+        dt: DType, buf: u8, col_dim: GridDim,
+        ub: u32, idx: u32, pitch: u32, rows: u32, cols: u32, extent: u32, col_total: u32,
+        base: u64, step0: u64, step1: u64, step2: u64, row_stride: u64, col_stride: u64
+    }
+        dtypes [dt in ANY]
+        ub [read(idx, rows as u64, DType::I32), write(ub, box_elems(rows, pitch), dt)]
+        gm [Gather(pattern(dt, buf, GridDim::None, col_dim, ub, pitch, extent, cols, 0, col_total,
+                           base, [step0, step1, step2], row_stride, col_stride))];
     /// UB → global memory: the valid region of the tile's box.
     0x98 Store "store" Store {
         dt: DType, buf: u8, row_dim: GridDim, col_dim: GridDim,

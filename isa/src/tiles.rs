@@ -158,7 +158,7 @@ impl Tracker {
             }
         };
         match kind {
-            GmKind::Load => g.loads = true,
+            GmKind::Load | GmKind::Gather => g.loads = true,
             GmKind::Store => g.stores = true,
             GmKind::StoreAdd => g.adds = true,
         }

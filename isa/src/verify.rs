@@ -8,7 +8,7 @@
 //! the device's; ranges an element-wise instruction reads and writes are
 //! identical or disjoint (other instructions need them disjoint); wait flags
 //! name only other data pipes; its features are declared in the header;
-//! 2-D tile operations and matmuls have non-zero extents.
+//! 2-D tile operations, matmuls and gathers have non-zero extents.
 //! Loads and stores name an existing parameter of the same dtype with the
 //! right access, describe tails consistent with the grid, and their furthest
 //! element over the whole grid is computed here in checked `u64` arithmetic,
@@ -196,9 +196,10 @@ pub enum Rule {
     #[error("kernel has {0} parameters, at most 32 are supported")]
     TooManyParams(u32),
     /// A 2-D tile operation (reduce, broadcast, transpose) with zero rows or
-    /// columns, or a matmul with a zero `m`, `n` or `k`: their shapes must be
-    /// non-empty (a reduction of nothing has no value, and handlers may
-    /// split tiles into rows of `cols` elements).
+    /// columns, a matmul with a zero `m`, `n` or `k`, or a gather with zero
+    /// rows, columns or table rows (`extent`: no row to clamp an index
+    /// into): their shapes must be non-empty (a reduction of nothing has no
+    /// value, and handlers may split tiles into rows of `cols` elements).
     #[error("operand `{0}` is zero: the tile shape must be non-empty")]
     ZeroExtent(&'static str),
 }
@@ -684,6 +685,9 @@ fn zero_extent(instr: &Instr) -> Option<&'static str> {
         | Instr::BroadcastCol { rows, cols, .. }
         | Instr::Transpose { rows, cols, .. } => first_zero(&[("rows", rows), ("cols", cols)]),
         Instr::Matmul { m, n, k, .. } => first_zero(&[("m", m), ("n", n), ("k", k)]),
+        Instr::Gather {
+            rows, cols, extent, ..
+        } => first_zero(&[("rows", rows), ("cols", cols), ("extent", extent)]),
         _ => None,
     }
 }
@@ -694,7 +698,14 @@ fn is_elementwise(op: Opcode) -> bool {
     use Opcode::*;
     !matches!(
         op,
-        ReduceSum | ReduceMax | ReduceMin | BroadcastRow | BroadcastCol | Transpose | Matmul
+        ReduceSum
+            | ReduceMax
+            | ReduceMin
+            | BroadcastRow
+            | BroadcastCol
+            | Transpose
+            | Matmul
+            | Gather
     )
 }
 
@@ -720,7 +731,7 @@ fn check_gm(
         });
     }
     let access_ok = match gm.kind {
-        GmKind::Load => param.access.readable(),
+        GmKind::Load | GmKind::Gather => param.access.readable(),
         GmKind::Store | GmKind::StoreAdd => param.access.writable(),
     };
     if !access_ok {

@@ -111,7 +111,14 @@ fn in_bounds(v: &VerifiedKernel<'_>) {
                     (last + 1) * size <= v.required_bytes(p.buf as usize),
                     "{instr:?} at {c:?}"
                 );
-                let ub_last = p.ub as u64 + ((re as u64 - 1) * p.pitch as u64 + ce as u64) * size;
+                // A gather's UB box has the instruction's rows, not the
+                // table's (`re` is the table's row count).
+                let ub_rows = match instr {
+                    dvm_isa::Instr::Gather { rows, .. } => rows,
+                    _ => re,
+                };
+                let ub_last =
+                    p.ub as u64 + ((ub_rows as u64 - 1) * p.pitch as u64 + ce as u64) * size;
                 assert!(ub_last <= v.ub_bytes() as u64, "{instr:?} at {c:?}");
             }
         }

@@ -1,5 +1,6 @@
 //! Cases for the operators real models need: trigonometry (rotary
-//! embeddings), `iota` and `trilu` (positions, causal masks), …
+//! embeddings), `iota` and `trilu` (positions, causal masks), `gather`
+//! (embedding lookups), …
 
 use dvm_isa::DType;
 use dvm_sym::Dim;
@@ -10,6 +11,7 @@ use super::{Builder, Case, Domain, F32, R};
 pub(super) fn cases(out: &mut Vec<Case>) -> R<()> {
     trig(out)?;
     iota_trilu(out)?;
+    gather(out)?;
     Ok(())
 }
 
@@ -106,6 +108,127 @@ fn iota_trilu(out: &mut Vec<Case>) -> R<()> {
         let masked = b.g.where_(keep, x, ninf)?;
         let p = b.g.softmax(masked, -1)?;
         out.push(b.output(&[p])?);
+    }
+    Ok(())
+}
+
+/// An input of `dims` fed `vals` as a tensor of `shape` (indices the
+/// generated values would put out of range).
+fn input_with(
+    b: &mut Builder,
+    name: &str,
+    dtype: DType,
+    dims: &[Dim],
+    shape: &[u64],
+    vals: &[f64],
+) -> R<dvm_graph::NodeId> {
+    let id = b.g.input(name, dtype, dims)?;
+    let t =
+        dvm_tensor::Tensor::from_f64(dtype, shape, vals).map_err(|e| super::invalid(name, e))?;
+    b.inputs.push((name.to_string(), t));
+    Ok(id)
+}
+
+/// `n` indices into an axis of `extent`, negative ones (from the end)
+/// among them, all in range.
+fn indices(n: usize, extent: i64, seed: u32) -> Vec<f64> {
+    super::values(n, seed, Domain::Any, DType::I32)
+        .into_iter()
+        .map(|v| (v as i64).rem_euclid(2 * extent) as f64 - extent as f64)
+        .collect()
+}
+
+/// `gather`: embedding lookups of every element size, other axes, rows
+/// wider than a tile and more indices than a tile, a transposed table,
+/// strided and broadcast indices, and a GPT-style token plus position
+/// embedding at symbolic lengths (positions from an `iota`).
+fn gather(out: &mut Vec<Case>) -> R<()> {
+    let d = |v: u64| Dim::from(v as i64);
+    for dt in [
+        F32,
+        DType::F16,
+        DType::BF16,
+        DType::I32,
+        DType::I8,
+        DType::Bool,
+    ] {
+        let mut b = Builder::new(format!("gather/embedding-{}", dt.name())).tol(0.0, 0.0);
+        let w = b.input("w", dt, &[50, 67], Domain::Any)?;
+        let ids = input_with(
+            &mut b,
+            "ids",
+            DType::I32,
+            &[d(2), d(9)],
+            &[2, 9],
+            &indices(18, 50, 3),
+        )?;
+        let y = b.g.gather(w, ids, 0)?;
+        out.push(b.output(&[y])?);
+    }
+    // (table shape, index shape, axis)
+    let shapes: [(&[u64], &[u64], i64); 5] = [
+        (&[3, 11, 5], &[4], 1),
+        (&[6, 13], &[2, 3], -1),
+        (&[3, 5000], &[4], 0),
+        (&[20], &[9000], 0),
+        (&[7, 3], &[], 0),
+    ];
+    for (i, (xs, is, axis)) in shapes.iter().enumerate() {
+        let mut b = Builder::new(format!("gather/shape-{i}")).tol(0.0, 0.0);
+        let x = b.input("x", F32, xs, Domain::Any)?;
+        let extent = xs[axis.rem_euclid(xs.len() as i64) as usize] as i64;
+        let n = is.iter().product::<u64>() as usize;
+        let dims: Vec<Dim> = is.iter().map(|&v| d(v)).collect();
+        let ids = input_with(&mut b, "ids", DType::I32, &dims, is, &indices(n, extent, 5))?;
+        let y = b.g.gather(x, ids, *axis)?;
+        out.push(b.output(&[y])?);
+    }
+    // Views: a transposed table; every other index of a longer vector; a
+    // row of indices broadcast down two rows; a consumer fused after.
+    let mut b = Builder::new("gather/views").tol(1e-6, 1e-6);
+    let x = b.input("x", F32, &[16, 40], Domain::Any)?;
+    let xt = b.g.transpose(x, &[1, 0])?;
+    let ids = input_with(
+        &mut b,
+        "ids",
+        DType::I32,
+        &[d(10)],
+        &[10],
+        &indices(10, 16, 7),
+    )?;
+    let every_other = b.g.slice(ids, &[(0, 0, 10, 2)])?;
+    let y1 = b.g.gather(xt, every_other, 1)?;
+    let row = b.g.reshape(ids, &[d(1), d(10)])?;
+    let both = b.g.expand(row, &[d(2), d(10)])?;
+    let y2 = b.g.gather(x, both, 0)?;
+    let y3 = b.g.scalar(dvm_isa::Opcode::MulS, y2, 3.0)?;
+    out.push(b.output(&[y1, y3])?);
+    // Token and position embeddings, as a GPT's first layer computes them.
+    for (batch, s) in [(1u64, 1u64), (1, 7), (3, 33)] {
+        let mut b = Builder::new(format!("gather/gpt-embed-{batch}x{s}")).tol(1e-6, 1e-6);
+        let bsym = b.g.symbol("B", 1, 64)?;
+        let ssym = b.g.symbol("S", 1, 64)?;
+        let (bd, sd) = (Dim::from(bsym), Dim::from(ssym));
+        let wte = b.input("wte", F32, &[97, 24], Domain::Any)?;
+        let wpe = b.input("wpe", F32, &[64, 24], Domain::Any)?;
+        let n = (batch * s) as usize;
+        let vals: Vec<f64> = indices(n, 97, 11)
+            .iter()
+            .map(|v| v.rem_euclid(97.0))
+            .collect();
+        let tokens = input_with(
+            &mut b,
+            "tokens",
+            DType::I32,
+            &[bd, sd.clone()],
+            &[batch, s],
+            &vals,
+        )?;
+        let tok = b.g.gather(wte, tokens, 0)?;
+        let pos = b.g.iota(DType::I32, &[sd], 0)?;
+        let pe = b.g.gather(wpe, pos, 0)?;
+        let h = b.g.add(tok, pe)?;
+        out.push(b.output(&[h])?);
     }
     Ok(())
 }

@@ -854,6 +854,7 @@ pub fn resolve_with(instr: &Instr, simd: Simd) -> Option<UbOp> {
         ),
         // ---- GM and control: not UB-only (`crate::predecode` lowers them)
         I::Load { .. }
+        | I::Gather { .. }
         | I::Store { .. }
         | I::StoreAdd { .. }
         | I::Barrier { .. }

@@ -861,7 +861,12 @@ fn reference(instr: &Instr, ub: &[u8]) -> Out {
                 want,
             }
         }
-        I::Load { .. } | I::Store { .. } | I::StoreAdd { .. } | I::Barrier {} | I::End {} => {
+        I::Load { .. }
+        | I::Gather { .. }
+        | I::Store { .. }
+        | I::StoreAdd { .. }
+        | I::Barrier {}
+        | I::End {} => {
             unreachable!()
         }
     }
@@ -1023,6 +1028,7 @@ fn with_dtype(instr: Instr, dt: DType, to: DType) -> Instr {
         BroadcastCol,
         Transpose,
         Load,
+        Gather,
         Store,
         StoreAdd
     );

@@ -64,6 +64,12 @@ fn hash_group(group: &Group, h: &mut impl Hasher) {
             k,
             acc,
         } => (2u8, batch, m, n, k, acc).hash(h),
+        GroupKind::Gather {
+            outer,
+            extent,
+            n,
+            inner,
+        } => (3u8, outer, extent, n, inner).hash(h),
     }
     group.inputs.hash(h);
     for (node, dt) in &group.nodes {

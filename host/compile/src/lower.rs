@@ -904,6 +904,7 @@ fn lower_node(
         }
         Op::Squeeze { .. } | Op::Unsqueeze { .. } => ln.squeeze()?,
         Op::Concat { axis } => ln.concat(plan, *axis)?,
+        Op::Gather { axis } => ln.gather(plan, *axis)?,
         Op::Softmax { .. }
         | Op::LogSoftmax { .. }
         | Op::LayerNorm { .. }
@@ -1089,6 +1090,75 @@ impl NodeLowering<'_> {
                 strides,
             },
         })
+    }
+
+    /// `gather` along `axis`: one step of a [`GroupKind::Gather`] group
+    /// over the table viewed as `[outer, extent, inner]` and the indices
+    /// as `[n]` (each copied to a dense buffer first when its view does
+    /// not merge into that form), into a new dense buffer.
+    fn gather(&self, plan: &mut Plan, axis: usize) -> Result<Value, LowerError> {
+        let node = self.node;
+        let (mut x, mut idx) = (self.arg(0)?.clone(), self.arg(1)?.clone());
+        if idx.view.dtype != DType::I32 {
+            return Err(self.unsupported("gather indices must be i32 on a compiled device"));
+        }
+        let rank = x.view.shape.len();
+        if axis >= rank {
+            return Err(self.unsupported("gather axis out of range"));
+        }
+        let table = |v: &View| {
+            let (outer, so) = merged(&v.shape[..axis], &v.strides[..axis])?;
+            let (inner, si) = merged(&v.shape[axis + 1..], &v.strides[axis + 1..])?;
+            Some(View {
+                dtype: v.dtype,
+                offset: v.offset,
+                shape: vec![outer, v.shape[axis], inner],
+                strides: vec![so, v.strides[axis], si],
+            })
+        };
+        let tv = match table(&x.view) {
+            Some(tv) => tv,
+            None => {
+                x = copy(plan, &node.name, &x)?;
+                table(&x.view).ok_or_else(|| self.unsupported("gather table view"))?
+            }
+        };
+        let flat = |v: &View| {
+            let (n, s) = merged(&v.shape, &v.strides)?;
+            Some(View {
+                dtype: v.dtype,
+                offset: v.offset,
+                shape: vec![n],
+                strides: vec![s],
+            })
+        };
+        let iv = match flat(&idx.view) {
+            Some(iv) => iv,
+            None => {
+                idx = copy(plan, &format!("{}.indices", node.name), &idx)?;
+                flat(&idx.view).ok_or_else(|| self.unsupported("gather index view"))?
+            }
+        };
+        let (outer, extent, inner, n) = (tv.shape[0], tv.shape[1], tv.shape[2], iv.shape[0]);
+        let out = new_buf(plan, BufKind::Temp, node.dtype, self.shape);
+        let dt = node.dtype;
+        plan.steps.push(Step {
+            name: node.name.to_string(),
+            group: Group {
+                kind: GroupKind::Gather {
+                    outer,
+                    extent,
+                    n,
+                    inner,
+                },
+                inputs: vec![tv, iv],
+                nodes: vec![(TileOp::Input(0), dt)],
+                outputs: vec![(0, View::contiguous(dt, &[outer, n, inner]))],
+            },
+            args: vec![x.buf, idx.buf, out.buf],
+            nodes: Vec::new(),
+        });
+        Ok(out)
     }
 
     /// A new buffer holding the operands one after the other along
@@ -1303,6 +1373,25 @@ fn dense(dt: DType, shape: &[u64], offset: u64) -> View {
         shape: shape.to_vec(),
         strides: contiguous_strides(shape),
     }
+}
+
+/// The axes `shape` with `strides` as one axis: its extent and stride,
+/// when they nest (each stride the next one's times its extent; axes of
+/// extent 1 are skipped). No axes are one of extent 1.
+fn merged(shape: &[u64], strides: &[u64]) -> Option<(u64, u64)> {
+    let mut axes = shape.iter().zip(strides).filter(|(&e, _)| e != 1).rev();
+    let Some((&e0, &s0)) = axes.next() else {
+        return Some((1, 0));
+    };
+    let (mut extent, mut next) = (e0, s0.checked_mul(e0)?);
+    for (&e, &s) in axes {
+        if s != next {
+            return None;
+        }
+        extent = extent.checked_mul(e)?;
+        next = s.checked_mul(e)?;
+    }
+    Some((extent, s0))
 }
 
 /// True when the view is row-major dense (extent-1 axes may have any stride).

@@ -43,8 +43,15 @@ pub fn relink(code: &CodeWriter, map: &[u8]) -> Result<CodeWriter, CompileError>
         let (head, mut instr) = Instr::decode(&words[at..])
             .map_err(|e| CompileError::Malformed(format!("stacking: {e}")))?;
         match &mut instr {
-            Instr::Load { buf, .. } | Instr::Store { buf, .. } | Instr::StoreAdd { buf, .. } => {
-                remap(buf)?
+            Instr::Load { buf, .. }
+            | Instr::Gather { buf, .. }
+            | Instr::Store { buf, .. }
+            | Instr::StoreAdd { buf, .. } => remap(buf)?,
+            other if other.gm().is_some() => {
+                return Err(CompileError::Malformed(format!(
+                    "stacking: `{}` accesses a parameter relink does not map",
+                    other.opcode().mnemonic()
+                )))
             }
             _ => {}
         }

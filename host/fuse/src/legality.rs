@@ -685,7 +685,9 @@ pub fn role_of(g: &Graph, n: NodeId) -> Role {
         | Op::Expand
         | Op::Squeeze { .. }
         | Op::Unsqueeze { .. } => Role::Data,
+        // A gather is a kernel of its own (`dvm_compile::codegen::gather`).
         Op::Concat { .. }
+        | Op::Gather { .. }
         | Op::Softmax { .. }
         | Op::LogSoftmax { .. }
         | Op::LayerNorm { .. }

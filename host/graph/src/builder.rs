@@ -413,6 +413,23 @@ impl Graph {
         self.add_node(None, Op::Trilu { upper, k }, &[x], None, None)
     }
 
+    /// The slices of `x` along `axis` (negative counts from the end) that
+    /// `indices` selects, as ONNX `Gather`: an embedding lookup is
+    /// `gather(table, tokens, 0)`. The result has shape
+    /// `x.shape[..axis] ++ indices.shape ++ x.shape[axis+1..]` and `x`'s
+    /// dtype. A negative index counts from the end of the axis; the
+    /// reference evaluator refuses one outside `-n..n`, the compiled
+    /// devices clamp it into the axis.
+    ///
+    /// # Errors
+    ///
+    /// [`GraphError::Invalid`] for an axis out of range, a rank-0 `x` or
+    /// indices that are not `i32` or `i64`.
+    pub fn gather(&mut self, x: NodeId, indices: NodeId, axis: i64) -> Result<NodeId, GraphError> {
+        let axis = self.norm_axes("gather", &[axis], self.rank(x)?)?[0];
+        self.add_node(None, Op::Gather { axis }, &[x, indices], None, None)
+    }
+
     /// Broadcasts to `shape` (NumPy rules; `-1` keeps the operand's extent).
     ///
     /// # Errors

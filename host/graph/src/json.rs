@@ -536,6 +536,17 @@ impl Graph {
                     k: n.obj.opt("k")?.unwrap_or(0),
                 }
             }
+            "gather" => {
+                n.allowed.push("axis");
+                let axis: i64 = n.obj.opt("axis")?.unwrap_or(0);
+                let cx = Ctx {
+                    node: &n.name,
+                    op: "gather",
+                };
+                Op::Gather {
+                    axis: norm_axis(&cx, axis, n.rank(self, 0))?,
+                }
+            }
             other => self.parse_elementwise(&mut n, other)?,
         };
         let NodeText {
@@ -881,7 +892,10 @@ impl Graph {
                     put("axes", json!(axes));
                     put("keepdims", json!(keepdims));
                 }
-                Op::Softmax { axis } | Op::LogSoftmax { axis } | Op::Concat { axis } => put("axis", json!(axis)),
+                Op::Softmax { axis }
+                | Op::LogSoftmax { axis }
+                | Op::Concat { axis }
+                | Op::Gather { axis } => put("axis", json!(axis)),
                 Op::LayerNorm { eps } | Op::RmsNorm { eps } => put("eps", json!(eps)),
                 Op::MatMul { trans_a, trans_b } => {
                     put("trans_a", json!(trans_a));

@@ -132,6 +132,17 @@ pub enum Op {
         /// Diagonal offset: 0 is the main diagonal, > 0 above it.
         k: i64,
     },
+    /// Rows of the first operand selected along `axis` by the second, an
+    /// `i32` or `i64` index tensor computed at run time (ONNX `Gather`, an
+    /// embedding lookup): the result has shape
+    /// `x.shape[..axis] ++ idx.shape ++ x.shape[axis+1..]`. A negative
+    /// index counts from the end of the axis; one outside `-n..n` is an
+    /// error of the reference evaluator and is clamped into the axis on
+    /// the compiled devices (see the `gather` instruction).
+    Gather {
+        /// The axis of the first operand the indices select along.
+        axis: usize,
+    },
 }
 
 impl Op {
@@ -140,7 +151,7 @@ impl Op {
     /// otherwise `input`, `constant`, `where`, `cast`, `reduce_sum`,
     /// `reduce_mean`, `reduce_max`, `reduce_min`, `softmax`, `log_softmax`,
     /// `layer_norm`, `rms_norm`, `matmul`, `reshape`, `transpose`, `slice`,
-    /// `concat`, `expand`, `squeeze`, `unsqueeze`, `iota`, `trilu`.
+    /// `concat`, `expand`, `squeeze`, `unsqueeze`, `iota`, `trilu`, `gather`.
     pub fn name(&self) -> &'static str {
         match self {
             Op::Input => "input",
@@ -168,6 +179,7 @@ impl Op {
             Op::Unsqueeze { .. } => "unsqueeze",
             Op::Iota { .. } => "iota",
             Op::Trilu { .. } => "trilu",
+            Op::Gather { .. } => "gather",
         }
     }
 

@@ -567,7 +567,27 @@ fn infer_op(
             }
             Ok((Op::Trilu { upper, k }, a.dtype, Shape::from(a.shape)))
         }
+        Op::Gather { axis } => infer_gather(&r, axis),
     }
+}
+
+/// `gather`: a table of rank ≥ 1, an axis of it, `i32` or `i64` indices;
+/// the result is `x.shape[..axis] ++ idx.shape ++ x.shape[axis+1..]`.
+fn infer_gather(r: &Rule<'_>, axis: usize) -> Result<Inferred, GraphError> {
+    r.need(2, "2")?;
+    let (x, idx) = (&r.args[0], &r.args[1]);
+    sorted_axes(r.cx, &[axis], x.shape.len())?;
+    if !matches!(idx.dtype, DType::I32 | DType::I64) {
+        return Err(r.cx.invalid(format!(
+            "operand 1 (`{}`) is {}: gather indices are i32 or i64",
+            idx.name, idx.dtype
+        )));
+    }
+    let mut s = Shape::with_capacity(x.shape.len() + idx.shape.len() - 1);
+    s.extend(x.shape[..axis].iter().cloned());
+    s.extend(idx.shape.iter().cloned());
+    s.extend(x.shape[axis + 1..].iter().cloned());
+    Ok((Op::Gather { axis }, x.dtype, s))
 }
 
 /// `iota`: a numeric dtype, a declared shape, an axis of it.

@@ -1310,3 +1310,61 @@ fn benchmark_workloads() {
     assert_eq!(att.shape(), &qkv);
     assert!(models::softmax_rows(h, 0).is_err());
 }
+
+#[test]
+fn gather_shapes_json_and_errors() {
+    let mut g = Graph::new();
+    let b = g.symbol("B", 1, 64).unwrap();
+    let s = g.symbol("S", 1, 4096).unwrap();
+    let w = g.input("w", DType::F32, &[d(100), d(16)]).unwrap();
+    let t = g
+        .input("t", DType::I64, &[Dim::from(b), Dim::from(s)])
+        .unwrap();
+    let e = g.gather(w, t, 0).unwrap();
+    assert_eq!(g.shape_string(e), "[B, S, 16]");
+    assert_eq!(g[e].dtype, DType::F32);
+    let x = g.input("x", DType::I8, &[d(2), d(5), d(3)]).unwrap();
+    let one = g.input("one", DType::I32, &[]).unwrap();
+    let y = g.gather(x, one, -2).unwrap();
+    assert_eq!(g[y].op, Op::Gather { axis: 1 });
+    assert_eq!(g.shape_string(y), "[2, 3]");
+    assert_eq!(g[y].dtype, DType::I8);
+    // Errors: float indices, an axis out of range, a scalar table.
+    let f = g.input("f", DType::F32, &[d(2)]).unwrap();
+    let err = g.gather(w, f, 0).unwrap_err().to_string();
+    assert!(err.contains("i32 or i64"), "{err}");
+    let err = g.gather(w, t, 2).unwrap_err().to_string();
+    assert!(err.contains("out of range"), "{err}");
+    let err = g.gather(one, t, 0).unwrap_err().to_string();
+    assert!(err.contains("out of range"), "{err}");
+
+    let text = r#"{
+      "symbols": {"S": {"min": 1, "max": 64}},
+      "inputs": [{"name": "w", "dtype": "f32", "shape": [10, 4]},
+                 {"name": "ids", "dtype": "i32", "shape": [2, "S"]}],
+      "nodes": [
+        {"name": "e", "op": "gather", "inputs": ["w", "ids"]},
+        {"name": "c", "op": "gather", "inputs": ["w", "ids"], "axis": -1}
+      ],
+      "outputs": ["e", "c"]
+    }"#;
+    let g = Graph::from_json(text, Path::new(".")).unwrap();
+    let e = g.find("e").unwrap();
+    assert_eq!(g[e].op, Op::Gather { axis: 0 });
+    assert_eq!(g.shape_string(e), "[2, S, 4]");
+    let c = g.find("c").unwrap();
+    assert_eq!(g[c].op, Op::Gather { axis: 1 });
+    assert_eq!(g.shape_string(c), "[10, 2, S]");
+    let back = Graph::from_json(&g.to_json(), Path::new(".")).unwrap();
+    assert_same_graph(&g, &back);
+    let err = json_err(
+        r#"{"inputs": [{"name": "w", "dtype": "f32", "shape": [3]}],
+            "nodes": [{"name": "g", "op": "gather", "inputs": ["w", "w"]}], "outputs": ["g"]}"#,
+    );
+    assert!(err.contains("i32 or i64"), "{err}");
+    let err = json_err(
+        r#"{"inputs": [{"name": "w", "dtype": "f32", "shape": [3]}],
+            "nodes": [{"name": "g", "op": "gather", "inputs": ["w", "w"], "axes": [0]}], "outputs": ["g"]}"#,
+    );
+    assert!(err.contains("axes"), "{err}");
+}

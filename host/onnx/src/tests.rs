@@ -312,20 +312,36 @@ fn unsupported_ops_are_all_listed_with_index_name_and_opset() {
 }
 
 #[test]
-fn runtime_gather_is_unsupported_naming_the_node() {
+fn gather_with_runtime_indices_is_the_graphs_gather() {
+    // An embedding lookup of int64 ids, and a run-time tensor gathered by
+    // constant indices along its last axis.
+    let table: Vec<f32> = (0..8).map(|v| v as f32).collect();
     let bytes = model_bytes(
-        vec![node("Gather", &["table", "ids"], &["y"], vec![])],
+        vec![
+            node("Gather", &["table", "ids"], &["y"], vec![]),
+            node("Gather", &["y", "pick"], &["z"], vec![attr_i("axis", -1)]),
+        ],
         vec![vi("ids", elem::INT64, &["n"])],
-        vec![vi("y", elem::FLOAT, &["n", "4"])],
-        vec![floats("table", &[2, 4], &[0.0; 8])],
+        vec![
+            vi("y", elem::FLOAT, &["n", "4"]),
+            vi("z", elem::FLOAT, &["n"]),
+        ],
+        vec![floats("table", &[2, 4], &table), ints("pick", &[], &[-1])],
         17,
     );
-    let e = import(&bytes).unwrap_err();
-    let OnnxError::Unsupported { nodes, .. } = &e else {
-        panic!("{e}");
-    };
-    assert_eq!(nodes[0].op_type, "Gather");
-    assert!(nodes[0].reason.contains("gather"), "{e}");
+    let g = import(&bytes).unwrap();
+    let y = g.find("y").unwrap();
+    assert_eq!(g[y].op, dvm_graph::Op::Gather { axis: 0 });
+    assert_eq!(g.shape_string(y), "[n, 4]");
+    let ids_id = g.find("ids").unwrap();
+    assert_eq!(g[ids_id].dtype, dvm_isa::DType::I32);
+    let ids = Tensor::from_f64(dvm_isa::DType::I32, &[3], &[1.0, 0.0, -1.0]).unwrap();
+    let out = eval(&g, &[("ids", &ids)]);
+    assert_eq!(
+        out[0].1.to_f32_vec(),
+        [4.0, 5.0, 6.0, 7.0, 0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0]
+    );
+    assert_eq!(out[1].1.to_f32_vec(), [7.0, 3.0, 7.0]);
 }
 
 #[test]

@@ -1288,6 +1288,7 @@ fn signature(g: &Graph) -> (Vec<u64>, usize) {
             }
             Op::Iota { axis } => w.extend([22, *axis as u64]),
             Op::Trilu { upper, k } => w.extend([23, u64::from(*upper), *k as u64]),
+            Op::Gather { axis } => w.extend([24, *axis as u64]),
         }
         w.push(node.operands.len() as u64);
         w.extend(node.operands.iter().map(|o| o.0 as u64));

@@ -200,3 +200,78 @@ fn i64_graphs_are_refused_by_compiled_devices_by_name() {
     let e = rt.run(&prepared, &named).unwrap_err().to_string();
     assert!(e.contains("ids") && e.contains("i64"), "{e}");
 }
+
+#[test]
+fn gather_by_positions_and_tokens_matches_the_reference() {
+    for (with_tok, with_pos) in [(true, false), (false, true), (true, true)] {
+        let mut g = Graph::new();
+        let s = g.symbol("S", 1, 64).unwrap();
+        let wte = g.input("wte", DType::F32, &[c(97), c(24)]).unwrap();
+        let wpe = g.input("wpe", DType::F32, &[c(64), c(24)]).unwrap();
+        let tokens = g
+            .input("tokens", DType::I32, &[c(1), Dim::from(s)])
+            .unwrap();
+        let tok = g.gather(wte, tokens, 0).unwrap();
+        let pos = g.iota(DType::I32, &[Dim::from(s)], 0).unwrap();
+        let pe = g.gather(wpe, pos, 0).unwrap();
+        let y = match (with_tok, with_pos) {
+            (true, false) => tok,
+            (false, true) => pe,
+            _ => g.add(tok, pe).unwrap(),
+        };
+        g.output("y", y).unwrap();
+        let ids: Vec<f64> = (0..7).map(|i| ((i * 37) % 97) as f64).collect();
+        let inputs = vec![
+            ("wte", tensor(&[97, 24], 1)),
+            ("wpe", tensor(&[64, 24], 2)),
+            (
+                "tokens",
+                Tensor::from_f64(DType::I32, &[1, 7], &ids).unwrap(),
+            ),
+        ];
+        check(&g, &inputs, 1e-6, 1e-6);
+    }
+}
+
+#[test]
+fn gather_out_of_range_is_an_error_on_the_reference_and_clamped_on_the_cpu() {
+    let mut g = Graph::new();
+    let w = g.input("w", DType::F32, &[c(4), c(3)]).unwrap();
+    let ids = g.input("ids", DType::I32, &[c(6)]).unwrap();
+    let y = g.gather(w, ids, 0).unwrap();
+    g.output("y", y).unwrap();
+    let table: Vec<f32> = (0..12).map(|v| v as f32).collect();
+    let w_t = Tensor::from_f32(&[4, 3], &table).unwrap();
+    let ids_t = Tensor::from_f64(DType::I32, &[6], &[1.0, -1.0, 4.0, -5.0, 99.0, -99.0]).unwrap();
+    let named = [("w", &w_t), ("ids", &ids_t)];
+    let e = reference::run(&g, &named, &Bindings::new())
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("index 4") && e.contains("extent 4"), "{e}");
+    let rt = Runtime::new(2, 64);
+    let out = rt.run(&Prepared::new(&g).unwrap(), &named).unwrap();
+    // 1, the last row, then 4 and 99 clamped to the last row, -5 (−1
+    // after adding the extent) and -99 to the first.
+    let rows = [1usize, 3, 3, 0, 3, 0];
+    let want: Vec<f32> = rows
+        .iter()
+        .flat_map(|&r| table[r * 3..r * 3 + 3].to_vec())
+        .collect();
+    assert_eq!(out["y"].to_f32_vec(), want);
+    // i64 indices run on the reference; the compiled devices refuse them
+    // by name.
+    let mut g = Graph::new();
+    let w = g.input("w", DType::F32, &[c(4), c(3)]).unwrap();
+    let ids = g.input("ids", DType::I64, &[c(2)]).unwrap();
+    let y = g.gather(w, ids, 0).unwrap();
+    g.output("y", y).unwrap();
+    let ids_t = Tensor::from_f64(DType::I64, &[2], &[3.0, -4.0]).unwrap();
+    let named = [("w", &w_t), ("ids", &ids_t)];
+    let want = reference::run(&g, &named, &Bindings::new()).unwrap();
+    assert_eq!(want[0].1.to_f32_vec(), [9.0, 10.0, 11.0, 0.0, 1.0, 2.0]);
+    let e = rt
+        .run(&Prepared::new(&g).unwrap(), &named)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("ids") && e.contains("i64"), "{e}");
+}

@@ -12,7 +12,9 @@
 //!
 //! [`read`] infers the dtype from the file and refuses `<u2` (it cannot know
 //! the bits are bf16); [`read_as`] checks the file against an expected dtype
-//! and reads `<u2` as bf16 when bf16 is expected. Fortran-order files are
+//! and reads `<u2` as bf16 when bf16 is expected, and `<i8` as i32 when i32
+//! is expected (ONNX saves index tensors as int64; dvm computes them as
+//! i32), refusing a value outside i32. Fortran-order files are
 //! transposed into row-major order. Other dtypes (`<f8`, `<u4`, …) are
 //! refused with an error naming the file and the dtype. As NumPy's own
 //! reader does, a header whose dict has other keys than exactly `descr`,
@@ -100,6 +102,16 @@ pub enum NpyError {
         descr: String,
         /// The file's dtype as a tensor dtype, if it has one.
         found: Option<DType>,
+    },
+    /// An `<i8` file read as `i32` holds a value `i32` cannot.
+    #[error("{}: element {index} is {value}, outside i32 (the file is <i8, read as i32)", .path.display())]
+    Narrowing {
+        /// The file.
+        path: PathBuf,
+        /// Row-major index of the first such element.
+        index: usize,
+        /// Its value.
+        value: i64,
     },
     /// The data section is shorter or longer than the header's shape says.
     #[error("{}: shape {shape:?} of {dtype} needs {expected} data bytes, the file has {}", .path.display(), if *.more { format!("more (at least {found})") } else { found.to_string() })]
@@ -289,11 +301,14 @@ fn file_len(prefix: &[u8], path: &Path) -> Option<u64> {
 }
 
 /// Reads an `.npy` file that must hold `dtype` (`<u2` is read as bf16 bits
-/// when `dtype` is bf16).
+/// when `dtype` is bf16, `<i8` as i32 when `dtype` is i32 and every value
+/// fits).
 ///
 /// # Errors
 ///
-/// [`NpyError::DTypeMismatch`] naming both dtypes, and the errors of [`read`].
+/// [`NpyError::DTypeMismatch`] naming both dtypes,
+/// [`NpyError::Narrowing`] for an `<i8` value outside `i32`, and the
+/// errors of [`read`].
 pub fn read_as(path: &Path, dtype: DType) -> Result<Tensor, NpyError> {
     read_checked(path, Some(dtype))
 }
@@ -332,8 +347,12 @@ pub fn from_bytes(bytes: &[u8], path: &Path, expected: Option<DType>) -> Result<
         _ => None,
     };
     let is_u2 = matches!((ts.type_char(), ts.size_field()), (TypeChar::Uint, 2));
+    // An `<i8` file for an `i32` tensor (ONNX index tensors, which dvm
+    // computes as i32) is read as i64 and narrowed, each value checked.
+    let narrow = expected == Some(DType::I32) && natural == Some(DType::I64);
     let dtype = match (expected, natural) {
         (Some(DType::BF16), _) if is_u2 => DType::BF16,
+        _ if narrow => DType::I64,
         (Some(e), Some(n)) if e == n => n,
         (Some(e), found) => {
             return Err(NpyError::DTypeMismatch {
@@ -415,6 +434,10 @@ pub fn from_bytes(bytes: &[u8], path: &Path, expected: Option<DType>) -> Result<
     }
     if order == Order::Fortran && shape.len() > 1 {
         out = fortran_to_c(&out, &shape, dtype.size() as usize);
+    }
+    if narrow {
+        out = narrow_i64(&out, path)?;
+        return Tensor::new(DType::I32, shape, out).map_err(|e| not_npy(e.to_string()));
     }
     Tensor::new(dtype, shape, out).map_err(|e| not_npy(e.to_string()))
 }
@@ -708,6 +731,27 @@ pub fn write_all(files: &[(&Path, &Tensor)]) -> Result<(), NpyError> {
     staged.commit().map_err(io)
 }
 
+/// Little-endian i64 bytes as i32 bytes.
+///
+/// # Errors
+///
+/// [`NpyError::Narrowing`] naming the first value outside `i32`.
+fn narrow_i64(bytes: &[u8], path: &Path) -> Result<Vec<u8>, NpyError> {
+    let mut out = Vec::with_capacity(bytes.len() / 2);
+    for (index, c) in bytes.chunks_exact(8).enumerate() {
+        let mut b = [0u8; 8];
+        b.copy_from_slice(c);
+        let value = i64::from_le_bytes(b);
+        let v = i32::try_from(value).map_err(|_| NpyError::Narrowing {
+            path: path.to_owned(),
+            index,
+            value,
+        })?;
+        out.extend(v.to_le_bytes());
+    }
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -769,6 +813,32 @@ mod tests {
         assert!(text.contains("'descr': '<f4'"), "{text}");
         assert!(text.contains("'shape': (2, 3"), "{text}");
         assert_eq!((bytes.len() - 24) % 16, 0);
+    }
+
+    #[test]
+    fn i64_files_read_as_i32_when_every_value_fits() {
+        let d = dir();
+        let p = d.path().join("ids.npy");
+        let t = Tensor::from_f64(
+            DType::I64,
+            &[2, 2],
+            &[0.0, -3.0, 2147483647.0, -2147483648.0],
+        )
+        .unwrap();
+        write(&p, &t).unwrap();
+        let n = read_as(&p, DType::I32).unwrap();
+        assert_eq!(n.dtype(), DType::I32);
+        assert_eq!(n.shape(), &[2, 2]);
+        assert_eq!(n.to_f64_vec(), t.to_f64_vec());
+        assert_eq!(read_as(&p, DType::I64).unwrap(), t);
+        let big = Tensor::from_f64(DType::I64, &[3], &[1.0, 2147483648.0, 5.0]).unwrap();
+        write(&p, &big).unwrap();
+        let e = read_as(&p, DType::I32).unwrap_err().to_string();
+        assert!(
+            e.contains("element 1 is 2147483648") && e.contains("ids.npy"),
+            "{e}"
+        );
+        assert!(read_as(&p, DType::I8).is_err());
     }
 
     #[test]

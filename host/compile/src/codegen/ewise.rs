@@ -61,8 +61,11 @@ pub(super) fn spreads(group: &Group, t: &Tiled, out: &mut Vec<Option<Spread>>) {
 /// # Errors
 /// [`CompileError`] when the group is malformed or does not fit in UB.
 pub fn compile(group: &Group, name: &str, target: &Target) -> Result<Compiled, CompileError> {
-    if matches!(group.kind, GroupKind::Matmul { .. }) {
-        return Err(malformed("matmul group in ewise"));
+    if matches!(
+        group.kind,
+        GroupKind::Matmul { .. } | GroupKind::Gather { .. }
+    ) {
+        return Err(malformed("matmul or gather group in ewise"));
     }
     super::compile(group, name, target)
 }
@@ -76,7 +79,9 @@ pub(super) fn compile_into(
     let (shape, axis) = match &group.kind {
         GroupKind::Elementwise { shape } => (shape.as_slice(), None),
         GroupKind::Reduce { shape, axis } => (shape.as_slice(), Some(*axis)),
-        GroupKind::Matmul { .. } => return Err(malformed("matmul group in ewise")),
+        GroupKind::Matmul { .. } | GroupKind::Gather { .. } => {
+            return Err(malformed("matmul or gather group in ewise"))
+        }
     };
     if axis.is_some_and(|a| a >= shape.len()) {
         return Err(malformed("reduce axis out of range"));

@@ -86,6 +86,21 @@ pub enum GroupKind {
         /// Dtype of the products' accumulator output (the `Matmul` node's dtype).
         acc: DType,
     },
+    /// `out[o, j, i] = table[o, idx[j], i]` over `[outer, n, inner]`, the
+    /// index clamped into the table as the `gather` instruction does.
+    /// Input 0 is the table (shape `[outer, extent, inner]`), input 1 the
+    /// `i32` indices (shape `[n]`); the one node is `Input(0)`, stored
+    /// through the one output of shape `[outer, n, inner]`.
+    Gather {
+        /// Tables (the axes before the gathered one).
+        outer: u64,
+        /// Rows of each table (the gathered axis).
+        extent: u64,
+        /// Indices.
+        n: u64,
+        /// Elements of a row (the axes after the gathered one).
+        inner: u64,
+    },
 }
 
 /// One kernel's worth of computation at concrete shapes.

@@ -7,9 +7,11 @@
 //!   and (for spaces of more than five dimensions) several bodies.
 //! - [`ewise`]: code generation for element-wise and reduce groups.
 //! - [`matmul`]: code generation for matmul groups (cube + epilogue).
+//! - [`gather`]: code generation for gather groups (rows picked by index).
 //! - [`ub_alloc`]: UB buffer allocation inside a tile body.
 
 pub mod ewise;
+pub mod gather;
 pub mod group;
 pub mod matmul;
 pub mod space;
@@ -234,6 +236,7 @@ pub fn compile_into(
             ewise::compile_into(group, target, scratch)
         }
         GroupKind::Matmul { .. } => matmul::compile_into(group, target, scratch),
+        GroupKind::Gather { .. } => gather::compile_into(group, target, scratch),
     }
 }
 

@@ -514,6 +514,7 @@ fn eval_node(
         Op::Concat { axis } => concat(args, *axis, shape).ok_or_else(bad_shape),
         Op::Expand => bcast(args[0]),
         Op::Iota { axis } => Ok(iota_values(shape, *axis, out)),
+        Op::Gather { axis } => gather_rows(node, args[0], args[1], *axis),
         Op::Softmax { .. }
         | Op::LogSoftmax { .. }
         | Op::LayerNorm { .. }
@@ -569,6 +570,30 @@ fn iota_values(shape: &[usize], axis: usize, out: DType) -> Vec<f64> {
     (0..n)
         .map(|i| convert(out, ((i / inner.max(1)) % extent.max(1)) as f64))
         .collect()
+}
+
+/// `gather`: the slices of `x` along `axis` that `idx` selects, a
+/// negative index counting from the end; one outside `-n..n` is an error
+/// naming the index and the extent.
+fn gather_rows(node: &Node, x: &Value, idx: &Value, axis: usize) -> Result<Vec<f64>, GraphError> {
+    let outer: usize = x.shape[..axis].iter().product();
+    let n = x.shape[axis];
+    let inner: usize = x.shape[axis + 1..].iter().product();
+    let mut out = Vec::with_capacity(outer * idx.data.len() * inner);
+    for o in 0..outer {
+        for &i in &idx.data {
+            let k = if i < 0.0 { i + n as f64 } else { i };
+            if !(0.0..n as f64).contains(&k) {
+                return Err(eval_error(
+                    node,
+                    format!("index {i} is out of range for an axis of extent {n}"),
+                ));
+            }
+            let start = (o * n + k as usize) * inner;
+            out.extend_from_slice(&x.data[start..start + inner]);
+        }
+    }
+    Ok(out)
 }
 
 /// `cast`: int → int wraps, otherwise [`convert`].

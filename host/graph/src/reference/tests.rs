@@ -937,3 +937,42 @@ fn i64_arithmetic_and_casts() {
     });
     assert_eq!(vals(&s), [(big + 4) as f64]);
 }
+
+#[test]
+fn gather_hand_values() {
+    let x = f32t(&[2, 3, 2], &(0..12).map(|v| v as f32).collect::<Vec<_>>());
+    let ids = Tensor::from_f64(DType::I32, &[2, 2], &[2.0, 0.0, -1.0, 1.0]).unwrap();
+    let rows = eval1(&[x.clone(), ids.clone()], |g, i| {
+        g.gather(i[0], i[1], 1).unwrap()
+    });
+    assert_eq!(rows.shape(), &[2, 2, 2, 2]);
+    #[rustfmt::skip]
+    let want = [4.0, 5.0, 0.0, 1.0, 4.0, 5.0, 2.0, 3.0,
+                10.0, 11.0, 6.0, 7.0, 10.0, 11.0, 8.0, 9.0];
+    assert_eq!(vals(&rows), want);
+    // Rank-0 indices drop the axis; i64 indices work as i32 ones.
+    let one = Tensor::from_f64(DType::I64, &[], &[-2.0]).unwrap();
+    let last = eval1(&[x.clone(), one], |g, i| g.gather(i[0], i[1], -1).unwrap());
+    assert_eq!(last.shape(), &[2, 3]);
+    assert_eq!(vals(&last), [0.0, 2.0, 4.0, 6.0, 8.0, 10.0]);
+}
+
+#[test]
+fn gather_out_of_range_names_the_index() {
+    let mut g = Graph::new();
+    let x = g.input("x", DType::F32, &[d(3)]).unwrap();
+    let i = g.input("i", DType::I32, &[d(2)]).unwrap();
+    let y = g.gather(x, i, 0).unwrap();
+    g.output("y", y).unwrap();
+    let xt = f32t(&[3], &[1.0, 2.0, 3.0]);
+    for bad in [3.0, -4.0] {
+        let it = Tensor::from_f64(DType::I32, &[2], &[0.0, bad]).unwrap();
+        let e = run(&g, &[("x", &xt), ("i", &it)], &Bindings::new())
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains(&format!("index {bad}")) && e.contains("extent 3"),
+            "{e}"
+        );
+    }
+}

@@ -525,16 +525,19 @@ pub(super) fn expand(imp: &mut Importer<'_>, cx: &NodeCx<'_>) -> R {
     Ok(runtime(imp, y, x.elem()))
 }
 
-/// `Gather` of constants or shape vectors with constant indices; on a
-/// runtime tensor it needs the engine's gather.
+/// `Gather`: of constants or shape vectors with constant indices it folds;
+/// with run-time indices or of a run-time tensor it is the graph's
+/// `gather` (an embedding lookup; a constant table becomes a graph
+/// constant).
 pub(super) fn gather(imp: &mut Importer<'_>, cx: &NodeCx<'_>) -> R {
     let x = imp.req(cx, 0)?;
     let idx = imp.req(cx, 1)?;
-    let Some(ic) = idx.as_const() else {
-        return Err(cx.unsupported("gather with run-time indices needs the engine's gather"));
-    };
     let axis = cx.attr_i("axis", 0);
-    if let (Value::Ints { dims, .. }, 0) = (&x, axis) {
+    let ic = match idx.as_const() {
+        Some(ic) if x.as_const().is_some() || matches!(x, Value::Ints { .. }) => ic,
+        _ => return graph_gather(imp, cx, &x, axis),
+    };
+    if let (Value::Ints { dims, .. }, 0 | -1) = (&x, axis) {
         let n = dims.len() as i64;
         let picked = ic
             .data
@@ -547,7 +550,7 @@ pub(super) fn gather(imp: &mut Importer<'_>, cx: &NodeCx<'_>) -> R {
             .collect::<Option<Vec<Dim>>>()
             .ok_or_else(|| cx.err(format!("index out of range for {n} elements")))?;
         if ic.shape.len() > 1 {
-            return Err(cx.unsupported("gather of a shape vector with multi-axis indices"));
+            return graph_gather(imp, cx, &x, axis);
         }
         return Ok(vec![Value::Ints {
             scalar: ic.shape.is_empty(),
@@ -555,7 +558,7 @@ pub(super) fn gather(imp: &mut Importer<'_>, cx: &NodeCx<'_>) -> R {
         }]);
     }
     let Some(c) = x.as_const() else {
-        return Err(cx.unsupported("gather from a run-time tensor needs the engine's gather"));
+        return graph_gather(imp, cx, &x, axis);
     };
     let axis = norm_axis(cx, axis, c.shape.len())?;
     let outer: usize = c.shape[..axis].iter().product();
@@ -581,6 +584,13 @@ pub(super) fn gather(imp: &mut Importer<'_>, cx: &NodeCx<'_>) -> R {
         shape,
         data,
     })])
+}
+
+/// The graph's `gather` of the node's two inputs along `axis`.
+fn graph_gather(imp: &mut Importer<'_>, cx: &NodeCx<'_>, x: &Value, axis: i64) -> R {
+    let (xid, iid) = (imp.tensor(cx, 0)?, imp.tensor(cx, 1)?);
+    let y = imp.g.gather(xid, iid, axis).map_err(|e| cx.graph_err(e))?;
+    Ok(runtime(imp, y, x.elem()))
 }
 
 /// `Trilu`: the upper or lower triangle of the last two axes, with the
