@@ -6,6 +6,8 @@
 //!
 //! - [`Tensor`]: a dtype, a shape and little-endian bytes, with conversions
 //!   between dtypes (`convert`) and element counts (`numel`).
+//! - [`BufferPool`]: recycled tensor memory for a runtime's outputs and
+//!   temporaries.
 //! - [`npy`]: reading and writing NumPy `.npy` files, with every header field
 //!   checked.
 //! - [`input`]: bounded reads of user files (graphs, firmware, `.npy`).
@@ -14,7 +16,9 @@
 
 pub mod input;
 pub mod npy;
+mod recycle;
 pub mod staged;
 mod tensor;
 
+pub use recycle::{BufferPool, POISON};
 pub use tensor::*;

@@ -12,6 +12,7 @@
 //! even, for floats; truncation with saturation and NaN → 0 for float → int
 //! conversions; two's complement wrap-around for integer arithmetic).
 
+use crate::recycle::Home;
 use dvm_isa::DType;
 use half::{bf16, f16};
 use zerocopy::{FromBytes, FromZeros, Immutable, IntoBytes, KnownLayout};
@@ -79,14 +80,51 @@ pub struct Tensor {
 }
 
 /// Element bytes in 8-byte aligned memory: `len` bytes at the start of
-/// `words`, the bytes after them zero.
-#[derive(Clone, PartialEq, Eq)]
-struct Storage {
+/// `words`, the bytes after them zero; memory from a
+/// [`crate::BufferPool`] goes back to it (`home`) when dropped.
+pub(crate) struct Storage {
     words: Vec<u64>,
     len: usize,
+    home: Option<Home>,
+}
+
+impl Clone for Storage {
+    /// A copy in memory of its own (not the pool's).
+    fn clone(&self) -> Storage {
+        Storage {
+            words: self.words.clone(),
+            len: self.len,
+            home: None,
+        }
+    }
+}
+
+impl PartialEq for Storage {
+    fn eq(&self, other: &Storage) -> bool {
+        self.bytes() == other.bytes()
+    }
+}
+
+impl Eq for Storage {}
+
+impl Drop for Storage {
+    fn drop(&mut self) {
+        if let Some(pool) = self.home.take().and_then(|h| h.upgrade()) {
+            pool.give(std::mem::take(&mut self.words));
+        }
+    }
 }
 
 impl Storage {
+    /// `words` holding `len` bytes, given back to `home` when dropped.
+    pub(crate) fn pooled(words: Vec<u64>, len: usize, home: Home) -> Storage {
+        Storage {
+            words,
+            len,
+            home: Some(home),
+        }
+    }
+
     /// `len` zero bytes (zeroed memory straight from the allocator), or
     /// [`TensorError::TooLarge`] if they cannot be allocated.
     fn zeroed(shape: &[u64], len: usize) -> Result<Storage, TensorError> {
@@ -95,7 +133,11 @@ impl Storage {
                 shape: shape.to_vec(),
             }
         })?;
-        Ok(Storage { words, len })
+        Ok(Storage {
+            words,
+            len,
+            home: None,
+        })
     }
 
     fn bytes(&self) -> &[u8] {
@@ -167,13 +209,18 @@ pub fn byte_size(dtype: DType, shape: &[u64]) -> Option<(usize, usize)> {
     (bytes <= isize::MAX as usize).then_some((n, bytes))
 }
 
-fn byte_len(dtype: DType, shape: &[u64]) -> Result<(usize, usize), TensorError> {
+pub(crate) fn byte_len(dtype: DType, shape: &[u64]) -> Result<(usize, usize), TensorError> {
     byte_size(dtype, shape).ok_or_else(|| TensorError::TooLarge {
         shape: shape.to_vec(),
     })
 }
 
 impl Tensor {
+    /// A tensor over `data`, which holds exactly the bytes of `shape`.
+    pub(crate) fn from_storage(dtype: DType, shape: Vec<u64>, data: Storage) -> Tensor {
+        Tensor { dtype, shape, data }
+    }
+
     /// A tensor from its little-endian element bytes (copied into aligned
     /// memory; [`Tensor::zeros`] and [`Tensor::bytes_mut`] fill a tensor
     /// without the copy).

@@ -10,10 +10,10 @@ use dvm_compile::codegen::Target;
 use dvm_compile::kernel::ReadyKernel;
 use dvm_compile::lower::{Buf, BufKind, LowerError, Plan};
 use dvm_graph::Graph;
-use dvm_isa::DType;
 use dvm_sym::Bindings;
+use dvm_tensor::BufferPool;
 use dvm_tensor::Tensor;
-use zerocopy::FromZeros;
+use zerocopy::IntoBytes;
 
 use super::{Capabilities, Device, DeviceConfig, DeviceEntry, DeviceError};
 use crate::pool::{CpuPool, RawBuf};
@@ -23,40 +23,26 @@ use crate::{Compiler, Outputs, Prepared, RunError};
 pub struct Runtime {
     compiler: Compiler,
     pool: CpuPool,
-    /// Device buffers of earlier calls, reused so that a steady state does
-    /// not allocate (and fault in) fresh memory on every call.
-    spare: std::sync::Mutex<Vec<DevBuf>>,
+    /// The memory of temporaries and of the output tensors `run` returns:
+    /// buffers of earlier calls (and outputs the caller has dropped) are
+    /// reused, so that a steady state does not allocate (and fault in)
+    /// fresh memory on every call.
+    buffers: BufferPool,
 }
 
-/// Most bytes of spare buffers a runtime keeps between calls.
+/// Most bytes of free buffers a runtime keeps between calls.
 const SPARE_BYTES: usize = 1 << 30;
 
-/// A dense, 8-byte aligned device buffer.
+/// A dense, 8-byte aligned device buffer of the runtime's
+/// [`BufferPool`]: its words and the bytes in use.
 struct DevBuf(Vec<u64>, usize);
 
-/// `vec![0; n]` (zeroed memory straight from the allocator, so a large
-/// buffer is fresh pages that are not written here), or `None` when the
-/// allocation fails where `vec!` would abort the process.
-fn try_zeroed<T: FromZeros>(n: usize) -> Option<Vec<T>> {
-    T::new_vec_zeroed(n).ok()
-}
-
 impl DevBuf {
-    /// A zeroed buffer of `bytes` bytes, or `None` if it cannot be
-    /// allocated.
-    fn new(bytes: usize) -> Option<DevBuf> {
-        Some(DevBuf(try_zeroed(bytes.div_ceil(8).max(1))?, bytes))
-    }
     fn bytes_mut(&mut self) -> &mut [u8] {
-        let n = self.1;
-        &mut bytemuck_bytes(&mut self.0)[..n]
+        &mut self.0.as_mut_bytes()[..self.1]
     }
     fn bytes(&self) -> &[u8] {
-        let n = self.1;
-        // SAFETY: u64 storage viewed as bytes; every bit pattern is a valid u8.
-        let all =
-            unsafe { std::slice::from_raw_parts(self.0.as_ptr().cast::<u8>(), self.0.len() * 8) };
-        &all[..n]
+        &self.0.as_bytes()[..self.1]
     }
 }
 
@@ -108,14 +94,13 @@ impl Mem<'_> {
     }
 }
 
-/// A zeroed output tensor, its pages already faulted in (a large
-/// allocation is fresh memory from the OS; faulting it page by page inside
-/// a kernel would stall the kernel's stores); `None` if it cannot be
-/// allocated.
-fn fresh_output(dtype: DType, shape: &[u64]) -> Option<Tensor> {
+/// Prepares a freshly allocated (zeroed) buffer of the runtime's pool: a
+/// large one is fresh memory from the OS, which is backed by huge pages
+/// where possible and faulted in here (faulting it page by page inside a
+/// kernel would stall the kernel's stores).
+fn fault_in(words: &mut [u64]) {
     const PAGE: usize = 4096;
-    let mut t = Tensor::zeros(dtype, shape).ok()?;
-    let v = t.bytes_mut();
+    let v = words.as_mut_bytes();
     let bytes = v.len();
     if bytes >= 256 * PAGE {
         huge_pages(v);
@@ -125,7 +110,6 @@ fn fresh_output(dtype: DType, shape: &[u64]) -> Option<Tensor> {
             unsafe { std::ptr::write_volatile(v.as_mut_ptr().add(i), 0) };
         }
     }
-    Some(t)
 }
 
 /// Asks the kernel to back the 2 MiB-aligned part of `v` with transparent
@@ -158,12 +142,6 @@ fn aligned(bytes: &[u8]) -> bool {
     bytes.as_ptr().align_offset(8) == 0
 }
 
-fn bytemuck_bytes(v: &mut [u64]) -> &mut [u8] {
-    // SAFETY: u64 storage viewed as bytes; every bit pattern is a valid u8
-    // and u8 has alignment 1; the length covers exactly the same memory.
-    unsafe { std::slice::from_raw_parts_mut(v.as_mut_ptr().cast::<u8>(), v.len() * 8) }
-}
-
 impl Runtime {
     /// A runtime on `cores` cores (clamped to `1..=`[`crate::pool::MAX_CORES`])
     /// with a cache of `cache_capacity` kernels.
@@ -185,7 +163,7 @@ impl Runtime {
         Runtime {
             compiler: Compiler::new(target, cache_capacity),
             pool,
-            spare: std::sync::Mutex::new(Vec::new()),
+            buffers: BufferPool::with_fresh_hook(SPARE_BYTES, fault_in),
         }
     }
 
@@ -195,42 +173,19 @@ impl Runtime {
         Runtime::new(cores, crate::DEFAULT_CACHE_CAPACITY)
     }
 
-    /// A buffer of `bytes`: a spare one of at least that size (and at most
-    /// twice), else a new one. Its contents are unspecified: every buffer
-    /// of a plan is written (inputs and constants copied, temporaries
-    /// stored by their kernel) before it is read.
+    /// A buffer of `bytes` from the runtime's pool. Its contents are
+    /// unspecified: every buffer of a plan is written (inputs and
+    /// constants copied, temporaries stored by their kernel) before it is
+    /// read.
     fn take_buf(&self, bytes: usize) -> Option<DevBuf> {
-        let words = bytes.div_ceil(8).max(1);
-        let mut spare = self.spare.lock().unwrap_or_else(|p| p.into_inner());
-        let best = spare
-            .iter()
-            .enumerate()
-            .filter(|(_, b)| b.0.len() >= words && b.0.len() <= 2 * words)
-            .min_by_key(|(_, b)| b.0.len())
-            .map(|(i, _)| i);
-        match best {
-            Some(i) => {
-                let mut b = spare.swap_remove(i);
-                b.1 = bytes;
-                Some(b)
-            }
-            None => DevBuf::new(bytes),
-        }
+        let words = self.buffers.take(bytes.div_ceil(8).max(1))?;
+        Some(DevBuf(words, bytes))
     }
 
-    /// Returns buffers for reuse, keeping at most [`SPARE_BYTES`].
+    /// Returns buffers to the runtime's pool for reuse.
     fn give_bufs(&self, bufs: Vec<DevBuf>) {
-        let mut spare = self.spare.lock().unwrap_or_else(|p| p.into_inner());
-        spare.extend(bufs);
-        let mut total: usize = spare.iter().map(|b| b.0.len() * 8).sum();
-        if total > SPARE_BYTES {
-            spare.sort_by_key(|b| std::cmp::Reverse(b.0.len()));
-            while total > SPARE_BYTES {
-                match spare.pop() {
-                    Some(b) => total -= b.0.len() * 8,
-                    None => break,
-                }
-            }
+        for b in bufs {
+            self.buffers.give(b.0);
         }
     }
 
@@ -464,7 +419,9 @@ impl Runtime {
                     }
                 } else {
                     let (_, _, dt, shape) = &plan.outputs[k];
-                    let t = fresh_output(*dt, shape).ok_or_else(no_memory)?;
+                    // Memory of the pool: its bytes are whatever they were;
+                    // the plan's kernels write every byte of an output.
+                    let t = self.buffers.tensor(*dt, shape).map_err(|_| no_memory())?;
                     if aligned(t.bytes()) && t.bytes().len() == bytes {
                         mems.push(Mem::Output(t));
                         continue;
