@@ -4,6 +4,7 @@
 use dvm_graph::models::EncoderConfig;
 use dvm_runtime::{demo, Runtime};
 
+use crate::say::{out, outln};
 use crate::{all_cores, fuse_options, Failure};
 
 /// Runs `dvm demo` at `lens` (the encoder sweep) and `op_lens` (the
@@ -27,23 +28,23 @@ pub fn cmd_demo(
     };
     let rt = Runtime::new(cores.unwrap_or_else(all_cores), 1024);
     let cfg = EncoderConfig::default();
-    println!(
+    outln!(
         "dvm demo 1/2: transformer encoder block (hidden {}, {} heads, ffn {}), symbolic length S, {} core(s), fusion {}",
         cfg.hidden,
         cfg.heads,
         cfg.ffn,
         rt.pool().cores(),
         if no_fuse { "off" } else { "on" }
-    );
+    )?;
     let enc = demo::run_encoder_with(&cfg, &lens, &rt, &fuse_options(no_fuse))
         .map_err(|e| Failure(e, 1))?;
-    print!("{}", demo::encoder_table(&enc));
-    println!(
+    out!("{}", demo::encoder_table(&enc))?;
+    outln!(
         "\ndvm demo 2/2: single operators at hidden {}, one kernel per shape",
         demo::HIDDEN
-    );
+    )?;
     let rows = demo::run(&op_lens, rt.pool()).map_err(|e| Failure(e, 1))?;
-    print!("{}", demo::table(&rows));
+    out!("{}", demo::table(&rows))?;
     if rows.iter().any(|r| r.max_err > r.tol) || enc.iter().any(|r| r.max_err > demo::ENCODER_TOL) {
         return Err(Failure("some results exceed the tolerance".into(), 1));
     }

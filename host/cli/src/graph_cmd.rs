@@ -7,6 +7,7 @@ use dvm_isa::builder::ModuleBuilder;
 use dvm_runtime::{Prepared, Runtime};
 
 use crate::out_files::write_atomic;
+use crate::say::{out, outln};
 use crate::{all_cores, complete_binds, fuse_options, load_graph, run_failure, Failure};
 
 /// Runs `dvm compile`: the graph's kernels at `binds`, one per launch
@@ -34,7 +35,7 @@ pub fn cmd_compile(graph: &Path, binds: &[String], output: &Path) -> Result<(), 
             .map_err(|e| Failure(e.to_string(), 2))?;
     }
     write_atomic(output, &builder.finish(), &[graph])?;
-    println!("{}: {} kernel(s)", output.display(), kernels.len());
+    outln!("{}: {} kernel(s)", output.display(), kernels.len())?;
     Ok(())
 }
 
@@ -51,6 +52,6 @@ pub fn cmd_explain(
     let rt = Runtime::new(cores.unwrap_or_else(all_cores), 1024);
     let text = dvm_runtime::explain::explain(&g, &complete, &fuse_options(no_fuse), &rt)
         .map_err(run_failure)?;
-    print!("{text}");
+    out!("{text}")?;
     Ok(())
 }

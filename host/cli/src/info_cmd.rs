@@ -2,6 +2,7 @@
 
 use std::path::Path;
 
+use crate::say::outln;
 use crate::Failure;
 
 /// Prints the model's inputs and outputs (symbolic shapes), its op counts
@@ -10,38 +11,38 @@ use crate::Failure;
 pub fn cmd_info(path: &Path) -> Result<(), Failure> {
     let model = dvm_onnx::OnnxModel::read(path).map_err(|e| Failure(e.to_string(), 2))?;
     let info = model.info();
-    println!("model: {}", path.display());
-    println!("opset: {}", info.opset);
+    outln!("model: {}", path.display())?;
+    outln!("opset: {}", info.opset)?;
     if !info.producer.is_empty() {
-        println!("producer: {}", info.producer);
+        outln!("producer: {}", info.producer)?;
     }
-    println!("inputs:");
+    outln!("inputs:")?;
     for v in &info.inputs {
-        println!("  {}: {} {}", v.name, v.elem, v.shape);
+        outln!("  {}: {} {}", v.name, v.elem, v.shape)?;
     }
     if !info.symbols.is_empty() {
-        println!("symbols: {}", info.symbols.join(", "));
+        outln!("symbols: {}", info.symbols.join(", "))?;
     }
-    println!("outputs:");
+    outln!("outputs:")?;
     for v in &info.outputs {
-        println!("  {}: {} {}", v.name, v.elem, v.shape);
+        outln!("  {}: {} {}", v.name, v.elem, v.shape)?;
     }
     let total: usize = info.op_counts.iter().map(|(_, n)| n).sum();
-    println!("ops ({total} nodes):");
+    outln!("ops ({total} nodes):")?;
     for (op, n) in &info.op_counts {
-        println!("  {op}: {n}");
+        outln!("  {op}: {n}")?;
     }
     if info.unsupported.is_empty() && info.error.is_none() {
-        println!("supported: every node");
+        outln!("supported: every node")?;
     }
     if !info.unsupported.is_empty() {
-        println!("unsupported ({} nodes):", info.unsupported.len());
+        outln!("unsupported ({} nodes):", info.unsupported.len())?;
         for u in &info.unsupported {
-            println!("  {u}");
+            outln!("  {u}")?;
         }
     }
     if let Some(e) = &info.error {
-        println!("does not import: {e}");
+        outln!("does not import: {e}")?;
     }
     Ok(())
 }

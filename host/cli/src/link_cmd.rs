@@ -8,6 +8,7 @@ use clap::{Subcommand, ValueEnum};
 use dvm_linker::{layout, objdump, Arch, DeviceDesc, LinkError, Linker};
 
 use crate::out_files::{write_all_atomic, MadeDir};
+use crate::say::{out, outln};
 use crate::{read, Failure};
 
 /// Architecture of the ELF object `dvm link` writes.
@@ -97,7 +98,7 @@ impl LinkCommand {
                 let bytes = read(&object)?;
                 let obj = dvm_linker::read_object(&bytes)
                     .map_err(|e| Failure(format!("{}: {e}", object.display()), 2))?;
-                print!("{}", objdump::describe(&obj, disasm));
+                out!("{}", objdump::describe(&obj, disasm))?;
                 Ok(())
             }
             LinkCommand::MemoryX {
@@ -150,13 +151,13 @@ fn link(
     }
     let ins: Vec<&Path> = inputs.iter().map(PathBuf::as_path).collect();
     write_all_atomic(&files, &ins)?;
-    println!(
+    outln!(
         "{}: {} kernel(s) from {} module(s), image {} bytes, {arch}",
         output.display(),
         linker.kernel_count(),
         inputs.len(),
         linked.len()
-    );
+    )?;
     Ok(())
 }
 
@@ -174,6 +175,6 @@ fn memory_x(desc: &DeviceDesc, dir: &Path) -> Result<(), Failure> {
         &[],
     )
     .inspect_err(|_| made.undo())?;
-    println!("{}\n{}", memory.display(), link.display());
+    outln!("{}\n{}", memory.display(), link.display())?;
     Ok(())
 }

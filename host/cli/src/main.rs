@@ -23,6 +23,7 @@ mod link_cmd;
 mod module_cmd;
 mod out_files;
 mod run_cmd;
+mod say;
 
 /// dvm: a bytecode virtual machine for dynamic-shape tensor programs.
 #[derive(Parser)]
@@ -301,7 +302,7 @@ fn main() -> ExitCode {
     match run(Cli::parse()) {
         Ok(()) => ExitCode::SUCCESS,
         Err(Failure(msg, code)) => {
-            eprintln!("dvm: error: {msg}");
+            say::report(&msg);
             ExitCode::from(code)
         }
     }

@@ -6,13 +6,14 @@ use std::path::Path;
 use dvm_isa::DeviceLimits;
 
 use crate::out_files::write_atomic;
+use crate::say::{out, outln};
 use crate::{parse, read, Failure};
 
 /// Runs `dvm disasm`: the module as text assembly on standard output.
 pub fn cmd_disasm(module: &Path) -> Result<(), Failure> {
     let bytes = read(module)?;
     let m = parse(module, &bytes)?;
-    print!("{}", dvm_isa::asm::disassemble_lossy(&m));
+    out!("{}", dvm_isa::asm::disassemble_lossy(&m))?;
     Ok(())
 }
 
@@ -30,18 +31,18 @@ pub fn cmd_verify(module: &Path) -> Result<(), Failure> {
             one_core.push((i, why));
         }
     }
-    println!(
+    outln!(
         "{}: {} kernel(s) verified",
         module.display(),
         m.kernel_count()
-    );
+    )?;
     let names = m.meta().ok().map(|meta| meta.kernels);
     for (i, why) in one_core {
         let name = names
             .as_ref()
             .and_then(|n| n.get(i))
             .map_or(String::new(), |k| format!(" {:?}", k.name));
-        println!("  kernel {i}{name}: runs on one core ({why})");
+        outln!("  kernel {i}{name}: runs on one core ({why})")?;
     }
     Ok(())
 }

@@ -11,6 +11,7 @@ use dvm_tensor::npy;
 use dvm_tensor::Tensor;
 
 use crate::out_files::{check_dir, write_all_atomic, MadeDir};
+use crate::say::{errln, outln};
 use crate::{
     cores_parser, device_parser, fuse_options, load_graph, parse_binds, run_failure, Failure,
 };
@@ -115,15 +116,15 @@ pub fn cmd_run(args: RunArgs) -> Result<(), Failure> {
             .map_err(run_failure)?;
         let second = t_second.elapsed();
         let ms = |d: Duration| d.as_secs_f64() * 1e3;
-        eprintln!("timings: load {:.3} ms", ms(load));
-        eprintln!("timings: prepare (decompose, fuse) {:.3} ms", ms(prepare));
-        eprintln!("timings: call 1 (compile and run) {:.3} ms", ms(first));
-        eprintln!("timings: call 2 (run, kernels cached) {:.3} ms", ms(second));
-        eprintln!(
+        errln!("timings: load {:.3} ms", ms(load))?;
+        errln!("timings: prepare (decompose, fuse) {:.3} ms", ms(prepare))?;
+        errln!("timings: call 1 (compile and run) {:.3} ms", ms(first))?;
+        errln!("timings: call 2 (run, kernels cached) {:.3} ms", ms(second))?;
+        errln!(
             "timings: compile {:.3} ms, run {:.3} ms",
             ms(first.saturating_sub(second)),
             ms(second)
-        );
+        )?;
     }
     write_outputs(&output_dir, outputs.as_slice())
 }
@@ -178,7 +179,7 @@ fn write_outputs(output_dir: &Path, outputs: &[(String, Tensor)]) -> Result<(), 
     // feeding a run's result back is a workflow, not a slip.
     write_all_atomic(&files, &[]).inspect_err(|_| made.undo())?;
     for p in &paths {
-        println!("{}", p.display());
+        outln!("{}", p.display())?;
     }
     Ok(())
 }
