@@ -67,13 +67,10 @@ fn spatial(imp: &Importer<'_>, cx: &NodeCx<'_>, x: &Value) -> Result<[usize; 2],
     Ok(hw)
 }
 
-/// Strides, pads (top, left, bottom, right) and dilations of a window of
-/// `kernel` over `hw`, from `strides`, `dilations`, `pads` and `auto_pad`.
-fn window(
-    cx: &NodeCx<'_>,
-    hw: [usize; 2],
-    kernel: [usize; 2],
-) -> Result<([usize; 2], [usize; 4], [usize; 2]), OnnxError> {
+/// The window of `kernel` over `hw`: strides, pads (top, left, bottom,
+/// right) and dilations from `strides`, `dilations`, `pads` and
+/// `auto_pad`.
+fn window(cx: &NodeCx<'_>, hw: [usize; 2], kernel: [usize; 2]) -> Result<Pool2d, OnnxError> {
     let strides = ints(cx, "strides", Some([1, 1]), 1)?;
     let dilations = ints(cx, "dilations", Some([1, 1]), 1)?;
     let auto = cx.attr_s("auto_pad").unwrap_or_else(|| "NOTSET".to_owned());
@@ -123,7 +120,12 @@ fn window(
         )
         .map_err(|m| cx.err(format!("along {}: {m}", ["H", "W"][i])))?;
     }
-    Ok((strides, pads, dilations))
+    Ok(Pool2d {
+        kernel,
+        strides,
+        pads,
+        dilations,
+    })
 }
 
 /// `Conv`: `X [N, C, H, W]`, `W [O, C/group, KH, KW]`, optional `B [O]`.
@@ -166,7 +168,12 @@ pub(super) fn conv(imp: &mut Importer<'_>, cx: &NodeCx<'_>) -> R {
         .ok()
         .filter(|&g| g >= 1)
         .ok_or_else(|| cx.err(format!("attribute `group` is {group}: expected at least 1")))?;
-    let (strides, pads, dilations) = window(cx, hw, kernel)?;
+    let Pool2d {
+        strides,
+        pads,
+        dilations,
+        ..
+    } = window(cx, hw, kernel)?;
     let x = imp.tensor(cx, 0)?;
     let w = imp.tensor(cx, 1)?;
     let b = match imp.value(cx, 2)? {
@@ -191,12 +198,12 @@ pub(super) fn conv(imp: &mut Importer<'_>, cx: &NodeCx<'_>) -> R {
 fn pool_window(imp: &Importer<'_>, cx: &NodeCx<'_>, x: &Value) -> Result<Pool2d, OnnxError> {
     let hw = spatial(imp, cx, x)?;
     let kernel = ints(cx, "kernel_shape", None, 1)?;
-    let (strides, pads, dilations) = window(cx, hw, kernel)?;
+    let p = window(cx, hw, kernel)?;
     if cx.attr_i("ceil_mode", 0) != 0 {
         // ⌈·⌉ and ⌊·⌋ agree when the stride divides what the kernel leaves.
         let exact = (0..2).all(|i| {
-            let span = dilations[i] * (kernel[i] - 1) + 1;
-            (hw[i] + pads[i] + pads[i + 2] - span) % strides[i] == 0
+            let span = p.dilations[i] * (kernel[i] - 1) + 1;
+            (hw[i] + p.pads[i] + p.pads[i + 2] - span) % p.strides[i] == 0
         });
         if !exact {
             return Err(cx.unsupported(
@@ -204,12 +211,7 @@ fn pool_window(imp: &Importer<'_>, cx: &NodeCx<'_>, x: &Value) -> Result<Pool2d,
             ));
         }
     }
-    Ok(Pool2d {
-        kernel,
-        strides,
-        pads,
-        dilations,
-    })
+    Ok(p)
 }
 
 /// `MaxPool` without the `Indices` output.
