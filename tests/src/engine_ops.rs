@@ -12,6 +12,7 @@ pub(super) fn cases(out: &mut Vec<Case>) -> R<()> {
     trig(out)?;
     iota_trilu(out)?;
     gather(out)?;
+    windows(out)?;
     Ok(())
 }
 
@@ -229,6 +230,198 @@ fn gather(out: &mut Vec<Case>) -> R<()> {
         let pe = b.g.gather(wpe, pos, 0)?;
         let h = b.g.add(tok, pe)?;
         out.push(b.output(&[h])?);
+    }
+    Ok(())
+}
+
+/// `conv2d` with strides, padding, dilations, groups and a bias, at a
+/// symbolic batch; max and average pooling (padding counted and not);
+/// and a small CNN (conv, ReLU, max pool, conv, ReLU, global mean,
+/// linear), against the reference's direct definitions.
+fn windows(out: &mut Vec<Case>) -> R<()> {
+    use dvm_graph::{Conv2d, Pool2d};
+    // (name, C, O, groups, kernel, strides, pads, dilations, H, W, bias)
+    type Conv = (
+        &'static str,
+        u64,
+        u64,
+        usize,
+        [u64; 2],
+        [usize; 2],
+        [usize; 4],
+        [usize; 2],
+        u64,
+        u64,
+        bool,
+    );
+    let convs: [Conv; 7] = [
+        (
+            "3x3-pad1-bias",
+            3,
+            8,
+            1,
+            [3, 3],
+            [1, 1],
+            [1, 1, 1, 1],
+            [1, 1],
+            16,
+            16,
+            true,
+        ),
+        ("1x1", 8, 4, 1, [1, 1], [1, 1], [0; 4], [1, 1], 5, 7, false),
+        (
+            "stride2-asym-pad",
+            4,
+            6,
+            1,
+            [3, 2],
+            [2, 1],
+            [1, 0, 2, 1],
+            [1, 1],
+            9,
+            8,
+            true,
+        ),
+        (
+            "dilation2",
+            3,
+            5,
+            1,
+            [3, 3],
+            [1, 1],
+            [2, 2, 2, 2],
+            [2, 2],
+            10,
+            9,
+            true,
+        ),
+        (
+            "groups2",
+            4,
+            6,
+            2,
+            [3, 3],
+            [1, 2],
+            [1, 1, 1, 1],
+            [1, 1],
+            7,
+            7,
+            true,
+        ),
+        (
+            "depthwise",
+            6,
+            6,
+            6,
+            [3, 3],
+            [1, 1],
+            [1, 1, 1, 1],
+            [1, 1],
+            8,
+            8,
+            false,
+        ),
+        (
+            "kernel-covers-input",
+            2,
+            3,
+            1,
+            [4, 4],
+            [1, 1],
+            [0; 4],
+            [1, 1],
+            4,
+            4,
+            true,
+        ),
+    ];
+    for (name, c, o, groups, k, strides, pads, dilations, h, w, bias) in convs {
+        for n in [1u64, 3] {
+            let mut b = Builder::new(format!("conv2d/{name}-N={n}")).tol(1e-5, 1e-4);
+            let sym = b.g.symbol("N", 1, 64)?;
+            let xd = [
+                Dim::from(sym),
+                Dim::from(c as i64),
+                Dim::from(h as i64),
+                Dim::from(w as i64),
+            ];
+            let x = b.input_dims("x", F32, &xd, &[n, c, h, w], Domain::Any)?;
+            let wt = b.input("w", F32, &[o, c / groups as u64, k[0], k[1]], Domain::Any)?;
+            let bi = if bias {
+                Some(b.input("b", F32, &[o], Domain::Any)?)
+            } else {
+                None
+            };
+            let attrs = Conv2d {
+                strides,
+                pads,
+                dilations,
+                groups,
+            };
+            let y = b.g.conv2d(x, wt, bi, &attrs)?;
+            let y = b.g.relu(y)?;
+            out.push(b.output(&[y])?);
+        }
+    }
+    let pools = [
+        ("2x2", Pool2d::new([2, 2]), [2, 2]),
+        ("3x3-s2-pad1", Pool2d::new([3, 3]), [2, 2]),
+        ("2x3-dilated", Pool2d::new([2, 3]), [1, 2]),
+    ];
+    for (name, p, strides) in pools {
+        let mut p = Pool2d { strides, ..p };
+        if name.contains("pad1") {
+            p.pads = [1, 1, 1, 1];
+        }
+        if name.contains("dilated") {
+            p.dilations = [2, 1];
+            p.pads = [1, 1, 0, 1];
+        }
+        for kind in ["max", "avg", "avg-include-pad"] {
+            let mut b = Builder::new(format!("pool2d/{kind}-{name}")).tol(1e-5, 1e-6);
+            let x = b.input("x", F32, &[2, 3, 9, 8], Domain::Any)?;
+            let y = match kind {
+                "max" => b.g.max_pool2d(x, &p)?,
+                k => b.g.avg_pool2d(x, &p, k.ends_with("pad"))?,
+            };
+            out.push(b.output(&[y])?);
+        }
+    }
+    for n in [1u64, 4] {
+        let mut b = Builder::new(format!("cnn/small-N={n}")).tol(1e-5, 1e-4);
+        let sym = b.g.symbol("N", 1, 64)?;
+        let xd = [Dim::from(sym), Dim::from(3), Dim::from(16), Dim::from(16)];
+        let x = b.input_dims("x", F32, &xd, &[n, 3, 16, 16], Domain::Any)?;
+        let consts = |b: &mut Builder, shape: &[i64], scale: f64| -> R<_> {
+            let count = shape.iter().product::<i64>() as usize;
+            let v: Vec<f64> = super::values(count, count as u32, Domain::Any, F32)
+                .into_iter()
+                .map(|v| v * scale)
+                .collect();
+            let dims: Vec<Dim> = shape.iter().map(|&d| Dim::from(d)).collect();
+            Ok(b.g.constant(F32, &dims, &v)?)
+        };
+        let pad1 = Conv2d {
+            pads: [1, 1, 1, 1],
+            ..Conv2d::default()
+        };
+        let w1 = consts(&mut b, &[8, 3, 3, 3], 0.2)?;
+        let b1 = consts(&mut b, &[8], 0.1)?;
+        let h = b.g.conv2d(x, w1, Some(b1), &pad1)?;
+        let h = b.g.relu(h)?;
+        let pool = Pool2d {
+            strides: [2, 2],
+            ..Pool2d::new([2, 2])
+        };
+        let h = b.g.max_pool2d(h, &pool)?;
+        let w2 = consts(&mut b, &[16, 8, 3, 3], 0.1)?;
+        let b2 = consts(&mut b, &[16], 0.1)?;
+        let h = b.g.conv2d(h, w2, Some(b2), &pad1)?;
+        let h = b.g.relu(h)?;
+        let h = b.g.mean(h, &[2, 3], false)?;
+        let wf = consts(&mut b, &[16, 10], 0.3)?;
+        let y = b.g.matmul(h, wf, false, false)?;
+        out.push(b.output(&[y])?);
     }
     Ok(())
 }

@@ -909,7 +909,10 @@ fn lower_node(
         | Op::LogSoftmax { .. }
         | Op::LayerNorm { .. }
         | Op::RmsNorm { .. }
-        | Op::Trilu { .. } => {
+        | Op::Trilu { .. }
+        | Op::Conv2d(_)
+        | Op::MaxPool2d(_)
+        | Op::AvgPool2d { .. } => {
             return Err(ln.unsupported("composites must be decomposed before lowering"))
         }
     };

@@ -21,7 +21,7 @@ const ATOL: f32 = 2e-5;
 const RTOL: f32 = 2e-4;
 
 /// Model name and an op type the import must report unsupported.
-const EXPECTED_UNSUPPORTED: &[(&str, &str)] = &[("cnn", "Conv")];
+const EXPECTED_UNSUPPORTED: &[(&str, &str)] = &[];
 
 /// The dvm composites each runnable model's graph must hold, whichever
 /// exporter wrote it (single ONNX ops or primitives recognised).
@@ -38,6 +38,7 @@ const COMPOSITES: &[(&str, &[&str])] = &[
         "gpt",
         &["gather", "layer_norm", "softmax", "gelu_tanh", "trilu"],
     ),
+    ("cnn", &["conv2d", "max_pool2d", "reduce_mean"]),
 ];
 
 fn zoo() -> PathBuf {

@@ -692,7 +692,10 @@ pub fn role_of(g: &Graph, n: NodeId) -> Role {
         | Op::LogSoftmax { .. }
         | Op::LayerNorm { .. }
         | Op::RmsNorm { .. }
-        | Op::Trilu { .. } => Role::Opaque,
+        | Op::Trilu { .. }
+        | Op::Conv2d(_)
+        | Op::MaxPool2d(_)
+        | Op::AvgPool2d { .. } => Role::Opaque,
     }
 }
 

@@ -413,6 +413,80 @@ impl Graph {
         self.add_node(None, Op::Trilu { upper, k }, &[x], None, None)
     }
 
+    /// 2-D convolution of `x` `[N, C, H, W]` with `weight`
+    /// `[O, C/groups, KH, KW]` plus an optional `bias` `[O]`, as PyTorch's
+    /// `conv2d` and ONNX `Conv` (cross-correlation, zero padding):
+    /// `y[n, o, i, j] = bias[o] + Σ x[n, c, i·sh − pt + a·dh, j·sw − pl + b·dw] ·
+    /// weight[o, c′, a, b]` over the channels `c` of `o`'s group. The result
+    /// is `[N, O, OH, OW]` with
+    /// `OH = ⌊(H + pad_top + pad_bottom − dh·(KH−1) − 1) / sh⌋ + 1` (and so
+    /// for W). The batch `N` may be symbolic; C, H, W and the weight's
+    /// extents must be constants. It decomposes into im2col and a matmul
+    /// (see [`decompose`](crate::decompose)).
+    ///
+    /// # Errors
+    ///
+    /// [`GraphError::Invalid`] for operands that are not rank 4 (bias rank
+    /// 1 of extent O), symbolic C, H, W or weight extents, channels that do
+    /// not split into `groups`, a stride, dilation or group count of 0, a
+    /// kernel larger than the padded input or of more than 1024 taps;
+    /// [`GraphError::DType`] for a dtype that is not a float, and
+    /// [`GraphError::DTypeMismatch`] for operands of different dtypes.
+    pub fn conv2d(
+        &mut self,
+        x: NodeId,
+        weight: NodeId,
+        bias: Option<NodeId>,
+        attrs: &crate::Conv2d,
+    ) -> Result<NodeId, GraphError> {
+        let op = Op::Conv2d(Box::new(attrs.clone()));
+        match bias {
+            Some(b) => self.add_node(None, op, &[x, weight, b], None, None),
+            None => self.add_node(None, op, &[x, weight], None, None),
+        }
+    }
+
+    /// 2-D max pooling of `x` `[N, C, H, W]` over `pool`'s window, padded
+    /// positions never chosen (ONNX `MaxPool`, PyTorch `max_pool2d`
+    /// without `ceil_mode`): the result is `[N, C, OH, OW]` with OH, OW as
+    /// for [`conv2d`](Graph::conv2d). H and W must be constants.
+    ///
+    /// # Errors
+    ///
+    /// [`GraphError::Invalid`] for a rank other than 4, symbolic H or W, a
+    /// kernel, stride or dilation of 0, a kernel larger than the padded
+    /// input or of more than 1024 taps, or padding so wide that a window
+    /// holds no element of the input; [`GraphError::DType`] for a dtype that
+    /// is not a float.
+    pub fn max_pool2d(&mut self, x: NodeId, pool: &crate::Pool2d) -> Result<NodeId, GraphError> {
+        let op = Op::MaxPool2d(Box::new(pool.clone()));
+        self.add_node(None, op, &[x], None, None)
+    }
+
+    /// 2-D average pooling of `x` `[N, C, H, W]` over `pool`'s window (ONNX
+    /// `AveragePool`, PyTorch `avg_pool2d` without `ceil_mode`): each
+    /// window's sum divided by the kernel's size when
+    /// `count_include_pad`, else by the number of its taps inside the
+    /// input. The result's shape is as for
+    /// [`max_pool2d`](Graph::max_pool2d). Global average pooling is
+    /// [`mean`](Graph::mean) over axes 2 and 3.
+    ///
+    /// # Errors
+    ///
+    /// As [`max_pool2d`](Graph::max_pool2d).
+    pub fn avg_pool2d(
+        &mut self,
+        x: NodeId,
+        pool: &crate::Pool2d,
+        count_include_pad: bool,
+    ) -> Result<NodeId, GraphError> {
+        let op = Op::AvgPool2d {
+            pool: Box::new(pool.clone()),
+            count_include_pad,
+        };
+        self.add_node(None, op, &[x], None, None)
+    }
+
     /// The slices of `x` along `axis` (negative counts from the end) that
     /// `indices` selects, as ONNX `Gather`: an embedding lookup is
     /// `gather(table, tokens, 0)`. The result has shape

@@ -8,6 +8,9 @@
 //! | `layer_norm(x, g, b, ε)` | `μ = mean(x)`, `d = x − μ`, `v = mean(d·d)` (biased), `d · rsqrt(v + ε) · g + b` |
 //! | `rms_norm(x, g, ε)` | `x · rsqrt(mean(x·x) + ε) · g` |
 //! | `trilu(x, upper, k)` | `i, j = iota(i32, [N, M])`, `where(j − i ≥ k, x, 0)` (upper; `≤` for lower) |
+//! | `conv2d(x, w, b)` | im2col: `x` padded with zeros (`concat` with constants), one strided `slice` `[N, C, OH, OW]` per kernel tap, `unsqueeze`d and `concat`enated to `[N, C, KH·KW, OH, OW]`, `reshape`d to `[N, C·KH·KW, OH·OW]` (`[N, G, C/G·KH·KW, OH·OW]` with G groups); `matmul` with the weight reshaped to `[O, C·KH·KW]` (`[G, O/G, C/G·KH·KW]`); `add` of the bias as `[O, 1]`; `reshape` to `[N, O, OH, OW]` |
+//! | `max_pool2d(x)` | `x` padded with −∞, `max` over the strided slices of the kernel taps |
+//! | `avg_pool2d(x)` | `x` padded with zeros, `add` over the strided slices of the kernel taps, `divs` by KH·KW (or `div` by a constant `[OH, OW]` of the taps inside the input, without `count_include_pad`) |
 //!
 //! Reductions inside composites keep their axes (`keepdims`) so the
 //! following element-wise ops broadcast. Intermediate nodes are named after
@@ -36,6 +39,9 @@ use dvm_sym::Dim;
 /// | `layer_norm(x, g, b, ε)` | `μ = mean(x)`, `d = x − μ`, `v = mean(d·d)` (biased), `d · rsqrt(v + ε) · g + b` |
 /// | `rms_norm(x, g, ε)` | `x · rsqrt(mean(x·x) + ε) · g` |
 /// | `trilu(x, upper, k)` | `i, j = iota(i32, [N, M])`, `where(j − i ≥ k, x, 0)` (upper; `≤` for lower) |
+/// | `conv2d(x, w, b)` | im2col: `x` padded with zeros (`concat` with constants), one strided `slice` `[N, C, OH, OW]` per kernel tap, `unsqueeze`d and `concat`enated to `[N, C, KH·KW, OH, OW]`, `reshape`d to `[N, C·KH·KW, OH·OW]` (`[N, G, C/G·KH·KW, OH·OW]` with G groups); `matmul` with the weight reshaped to `[O, C·KH·KW]` (`[G, O/G, C/G·KH·KW]`); `add` of the bias as `[O, 1]`; `reshape` to `[N, O, OH, OW]` |
+/// | `max_pool2d(x)` | `x` padded with −∞, `max` over the strided slices of the kernel taps |
+/// | `avg_pool2d(x)` | `x` padded with zeros, `add` over the strided slices of the kernel taps, `divs` by KH·KW (or `div` by a constant `[OH, OW]` of the taps inside the input, without `count_include_pad`) |
 ///
 /// Reductions inside composites keep their axes so that the following
 /// element-wise ops broadcast; intermediate nodes are named after the
@@ -58,6 +64,21 @@ pub fn decompose(graph: &Graph) -> Result<Graph, GraphError> {
 ///
 /// As [`decompose`].
 pub fn decompose_with_spans(graph: &Graph) -> Result<(Graph, Vec<Range<usize>>), GraphError> {
+    decompose_but(graph, |_| false)
+}
+
+/// [`decompose`] leaving the convolutions and poolings whole: the
+/// reference evaluator computes those by their definitions.
+pub(crate) fn decompose_keeping_windows(graph: &Graph) -> Result<Graph, GraphError> {
+    let keep = |op: &Op| matches!(op, Op::Conv2d(_) | Op::MaxPool2d(_) | Op::AvgPool2d { .. });
+    decompose_but(graph, keep).map(|(g, _)| g)
+}
+
+/// [`decompose_with_spans`] of every composite but those `keep` names.
+fn decompose_but(
+    graph: &Graph,
+    keep: fn(&Op) -> bool,
+) -> Result<(Graph, Vec<Range<usize>>), GraphError> {
     let mut spans = Vec::new();
     let mut out = Graph {
         scope: graph.scope.clone(),
@@ -75,7 +96,7 @@ pub fn decompose_with_spans(graph: &Graph) -> Result<(Graph, Vec<Range<usize>>),
     let dotless = graph.nodes.iter().all(|n| !n.name.contains('.'));
     for node in &graph.nodes {
         let operands: Operands = node.operands.iter().map(|o| map[o.0]).collect();
-        let id = if node.op.is_composite() {
+        let id = if node.op.is_composite() && !keep(&node.op) {
             let lo = out.nodes.len();
             let id = Rewriter::new(&mut out, Some(graph), &node.name, dotless, &operands)
                 .composite(node, &operands)?;
@@ -114,6 +135,8 @@ pub fn decomposed_len(op: &Op) -> Option<usize> {
         Op::RmsNorm { .. } => Some(7),
         // Two iotas, sub, a comparison, a zero and where.
         Op::Trilu { .. } => Some(6),
+        // As many as the kernel has taps, and more: not one unit.
+        Op::Conv2d(_) | Op::MaxPool2d(_) | Op::AvgPool2d { .. } => None,
         // A mean: sum and division.
         op if op.is_composite() => Some(2),
         _ => None,
@@ -463,6 +486,270 @@ impl Rewriter<'_> {
         self.g.add_named(name, op, &[], Some(dtype), Some(shape))
     }
 
+    /// A node of declared `shape` (a reshape) named after the composite,
+    /// or the final node (`suffix` `None`) that takes its name.
+    fn shaped(
+        &mut self,
+        suffix: Option<&str>,
+        op: Op,
+        operands: &[NodeId],
+        shape: &[Dim],
+    ) -> Result<NodeId, GraphError> {
+        let name = match suffix {
+            None => self.name.clone(),
+            Some(suffix) => self.fresh(suffix)?,
+        };
+        self.g.add_named(name, op, operands, None, Some(shape))
+    }
+
+    /// A generated name: the composite's with `suffix`, checked.
+    fn fresh(&self, suffix: &str) -> Result<CompactString, GraphError> {
+        let mut name = self.name.clone();
+        name.push_str(suffix);
+        let name = if self.dotless {
+            name
+        } else {
+            self.unclashed(name)
+        };
+        check_name("node", &name)?;
+        Ok(name)
+    }
+
+    /// The constant extent of `d` (checked when the composite was added).
+    fn extent(&self, d: &Dim) -> Result<usize, GraphError> {
+        d.as_const()
+            .and_then(|c| usize::try_from(c).ok())
+            .ok_or_else(|| GraphError::Invalid {
+                node: self.name.to_string(),
+                op: "decompose",
+                msg: format!("extent {d} is not a constant"),
+            })
+    }
+
+    /// `x` `[N, C, H, W]` padded by `pads` (top, left, bottom, right) with
+    /// `fill`: concatenations with constants along H, then W.
+    fn pad2d(&mut self, x: NodeId, pads: [usize; 4], fill: f64) -> Result<NodeId, GraphError> {
+        let dt = self.g[x].dtype;
+        let mut cur = x;
+        for (axis, lo, hi, tag) in [(2, pads[0], pads[2], "h"), (3, pads[1], pads[3], "w")] {
+            if lo == 0 && hi == 0 {
+                continue;
+            }
+            let shape = self.g[cur].shape.to_vec();
+            let side = |this: &mut Self, p: usize, which: &str| {
+                let mut s = shape.clone();
+                s[axis] = Dim::val(p as i64);
+                let suffix = format!(".pad_{tag}{which}");
+                this.leaf(&suffix, Op::Constant(vec![fill]), dt, &s)
+            };
+            let mut parts = Vec::with_capacity(3);
+            if lo > 0 {
+                parts.push(side(self, lo, "lo")?);
+            }
+            parts.push(cur);
+            if hi > 0 {
+                parts.push(side(self, hi, "hi")?);
+            }
+            cur = self.node(&format!(".pad_{tag}"), Op::Concat { axis }, &parts)?;
+        }
+        Ok(cur)
+    }
+
+    /// The strided slices `[N, C, OH, OW]` of the padded `xp`, one per
+    /// kernel tap in row-major order (`a·KW + b` for tap `(a, b)`); a slice
+    /// that would be all of `xp` is `xp` itself.
+    fn taps(
+        &mut self,
+        xp: NodeId,
+        kernel: [usize; 2],
+        strides: [usize; 2],
+        dilations: [usize; 2],
+        out: [usize; 2],
+    ) -> Result<Vec<NodeId>, GraphError> {
+        let hw = [
+            self.extent(&self.g[xp].shape[2])?,
+            self.extent(&self.g[xp].shape[3])?,
+        ];
+        let mut taps = Vec::with_capacity(kernel[0] * kernel[1]);
+        for a in 0..kernel[0] {
+            for b in 0..kernel[1] {
+                let mut ranges = Vec::with_capacity(2);
+                for (i, k) in [a, b].into_iter().enumerate() {
+                    let start = k * dilations[i];
+                    let end = start + (out[i] - 1) * strides[i] + 1;
+                    if start != 0 || end != hw[i] || (strides[i] != 1 && out[i] > 1) {
+                        ranges.push((i + 2, start as i64, end as i64, strides[i] as i64));
+                    }
+                }
+                if ranges.is_empty() {
+                    taps.push(xp);
+                } else {
+                    let t = self.node(&format!(".tap{a}_{b}"), Op::Slice { ranges }, &[xp])?;
+                    taps.push(t);
+                }
+            }
+        }
+        Ok(taps)
+    }
+
+    /// `conv2d(x, w[, b])` as im2col and a matmul (see the table above).
+    fn conv2d(mut self, x: &[NodeId], a: &super::op::Conv2d) -> Result<NodeId, GraphError> {
+        self.settled = false;
+        let (xs, ws) = (self.g[x[0]].shape.clone(), self.g[x[1]].shape.clone());
+        let n = xs[0].clone();
+        let c = self.extent(&xs[1])?;
+        let mut wd = [0usize; 4];
+        for (i, d) in wd.iter_mut().enumerate() {
+            *d = self.extent(&ws[i])?;
+        }
+        let [o, cg, kh, kw] = wd;
+        let (h, w) = (self.extent(&xs[2])?, self.extent(&xs[3])?);
+        let extent = |i: usize, e: usize, k: usize| {
+            super::op::window_extent(e, a.pads[i], a.pads[i + 2], k, a.strides[i], a.dilations[i])
+                .map_err(|m| GraphError::Invalid {
+                    node: self.name.to_string(),
+                    op: "conv2d",
+                    msg: m,
+                })
+        };
+        let (oh, ow) = (extent(0, h, kh)?, extent(1, w, kw)?);
+        let (g, kk, l) = (a.groups, kh * kw, oh * ow);
+        let d = |v: usize| Dim::val(v as i64);
+        let xp = self.pad2d(x[0], a.pads, 0.0)?;
+        let taps = self.taps(xp, [kh, kw], a.strides, a.dilations, [oh, ow])?;
+        let stacked = if taps.len() == 1 {
+            taps[0]
+        } else {
+            let mut cols = Vec::with_capacity(taps.len());
+            for (i, &t) in taps.iter().enumerate() {
+                let u = Op::Unsqueeze { axes: vec![2] };
+                cols.push(self.node(&format!(".col{i}"), u, &[t])?);
+            }
+            self.node(".cols", Op::Concat { axis: 2 }, &cols)?
+        };
+        let (cols_shape, w_shape) = if g == 1 {
+            (vec![n.clone(), d(c * kk), d(l)], vec![d(o), d(c * kk)])
+        } else {
+            (
+                vec![n.clone(), d(g), d(cg * kk), d(l)],
+                vec![d(g), d(o / g), d(cg * kk)],
+            )
+        };
+        let cols = self.shaped(Some(".im2col"), Op::Reshape, &[stacked], &cols_shape)?;
+        let wm = self.shaped(Some(".wmat"), Op::Reshape, &[x[1]], &w_shape)?;
+        let mm = Op::MatMul {
+            trans_a: false,
+            trans_b: false,
+        };
+        let mut y = self.node(".mm", mm, &[wm, cols])?;
+        if g > 1 {
+            let s = [n.clone(), d(o), d(l)];
+            y = self.shaped(Some(".ungroup"), Op::Reshape, &[y], &s)?;
+        }
+        if let Some(&b) = x.get(2) {
+            let bc = self.shaped(Some(".bias"), Op::Reshape, &[b], &[d(o), d(1)])?;
+            y = self.node(".add", Op::Binary(Opcode::Add), &[y, bc])?;
+        }
+        self.shaped(None, Op::Reshape, &[y], &[n, d(o), d(oh), d(ow)])
+    }
+
+    /// The window's output extents over `x`.
+    fn pool_out(&self, x: NodeId, p: &super::op::Pool2d) -> Result<[usize; 2], GraphError> {
+        let s = &self.g[x].shape;
+        let mut out = [0; 2];
+        for i in 0..2 {
+            let e = self.extent(&s[i + 2])?;
+            out[i] = super::op::window_extent(
+                e,
+                p.pads[i],
+                p.pads[i + 2],
+                p.kernel[i],
+                p.strides[i],
+                p.dilations[i],
+            )
+            .map_err(|m| GraphError::Invalid {
+                node: self.name.to_string(),
+                op: "pool2d",
+                msg: m,
+            })?;
+        }
+        Ok(out)
+    }
+
+    /// `op` folded over `taps` left to right (intermediate nodes).
+    fn fold(&mut self, taps: &[NodeId], op: Opcode, tag: &str) -> Result<NodeId, GraphError> {
+        let mut acc = taps[0];
+        for (i, &t) in taps.iter().enumerate().skip(1) {
+            acc = self.node(&format!(".{tag}{i}"), Op::Binary(op), &[acc, t])?;
+        }
+        Ok(acc)
+    }
+
+    /// `max_pool2d(x)`: −∞ padding and `max` over the taps.
+    fn max_pool2d(mut self, x: NodeId, p: &super::op::Pool2d) -> Result<NodeId, GraphError> {
+        self.settled = false;
+        let out = self.pool_out(x, p)?;
+        let xp = self.pad2d(x, p.pads, f64::NEG_INFINITY)?;
+        let taps = self.taps(xp, p.kernel, p.strides, p.dilations, out)?;
+        let (last, rest) = taps.split_last().expect("a kernel has a tap");
+        if rest.is_empty() {
+            let s = self.g[*last].shape.to_vec();
+            return self.shaped(None, Op::Reshape, &[*last], &s);
+        }
+        let acc = self.fold(rest, Opcode::Max, "max")?;
+        self.add(
+            self.name.clone(),
+            Op::Binary(Opcode::Max),
+            &[acc, *last],
+            None,
+        )
+    }
+
+    /// `avg_pool2d(x)`: zero padding, `add` over the taps, and a division
+    /// by the kernel's size or by the taps inside the input.
+    fn avg_pool2d(
+        mut self,
+        x: NodeId,
+        p: &super::op::Pool2d,
+        count_include_pad: bool,
+    ) -> Result<NodeId, GraphError> {
+        self.settled = false;
+        let out = self.pool_out(x, p)?;
+        let s = &self.g[x].shape;
+        let hw = [self.extent(&s[2])?, self.extent(&s[3])?];
+        let xp = self.pad2d(x, p.pads, 0.0)?;
+        let taps = self.taps(xp, p.kernel, p.strides, p.dilations, out)?;
+        let sum = self.fold(&taps, Opcode::Add, "sum")?;
+        let kk = p.kernel[0] * p.kernel[1];
+        // Taps inside the input of each output position along H and W.
+        let inside = |i: usize| -> Vec<usize> {
+            (0..out[i])
+                .map(|o| {
+                    (0..p.kernel[i])
+                        .map(|k| o * p.strides[i] + k * p.dilations[i])
+                        .filter(|&t| t >= p.pads[i] && t < p.pads[i] + hw[i])
+                        .count()
+                })
+                .collect()
+        };
+        let counts: Vec<f64> = if count_include_pad {
+            Vec::new()
+        } else {
+            let (ch, cw) = (inside(0), inside(1));
+            ch.iter()
+                .flat_map(|&a| cw.iter().map(move |&b| (a * b) as f64))
+                .collect()
+        };
+        if counts.iter().all(|&c| c == kk as f64) {
+            let div = Op::Scalar(Opcode::DivS, kk as f64);
+            return self.add(self.name.clone(), div, &[sum], Some(sum));
+        }
+        let dt = self.g[x].dtype;
+        let shape = [Dim::val(out[0] as i64), Dim::val(out[1] as i64)];
+        let k = self.leaf(".count", Op::Constant(counts), dt, &shape)?;
+        self.add(self.name.clone(), Op::Binary(Opcode::Div), &[sum, k], None)
+    }
+
     fn composite(mut self, node: &Node, x: &[NodeId]) -> Result<NodeId, GraphError> {
         use Opcode::{Add, Exp, Log, Mul, Recip, Rsqrt, Sub};
         match node.op {
@@ -513,6 +800,12 @@ impl Rewriter<'_> {
                 self.last_like(Op::Binary(Mul), &[n, x[1]], n)
             }
             Op::Trilu { upper, k } => self.trilu(x[0], upper, k),
+            Op::Conv2d(ref a) => self.conv2d(x, a),
+            Op::MaxPool2d(ref p) => self.max_pool2d(x[0], p),
+            Op::AvgPool2d {
+                ref pool,
+                count_include_pad,
+            } => self.avg_pool2d(x[0], pool, count_include_pad),
             _ => {
                 let id = self.g.push(Node {
                     operands: Operands::from(x),

@@ -547,6 +547,7 @@ impl Graph {
                     axis: norm_axis(&cx, axis, n.rank(self, 0))?,
                 }
             }
+            "conv2d" | "max_pool2d" | "avg_pool2d" => parse_window(&mut n, &op_name)?,
             other => self.parse_elementwise(&mut n, other)?,
         };
         let NodeText {
@@ -922,6 +923,24 @@ impl Graph {
                     put("upper", json!(upper));
                     put("k", json!(k));
                 }
+                Op::Conv2d(a) => {
+                    put("strides", json!(a.strides));
+                    put("pads", json!(a.pads));
+                    put("dilations", json!(a.dilations));
+                    put("groups", json!(a.groups));
+                }
+                Op::MaxPool2d(p) | Op::AvgPool2d { pool: p, .. } => {
+                    put("kernel", json!(p.kernel));
+                    put("strides", json!(p.strides));
+                    put("pads", json!(p.pads));
+                    put("dilations", json!(p.dilations));
+                    if let Op::AvgPool2d {
+                        count_include_pad, ..
+                    } = &n.op
+                    {
+                        put("count_include_pad", json!(count_include_pad));
+                    }
+                }
             }
             nodes.push(Value::Object(o));
         }
@@ -945,4 +964,75 @@ impl Graph {
         });
         serde_json::to_string_pretty(&doc).unwrap_or_default()
     }
+}
+
+/// Field `key` of `n`: `K` integers of at least `min`, or `default` when
+/// absent.
+fn window_ints<const K: usize>(
+    n: &mut NodeText,
+    key: &'static str,
+    default: Option<[usize; K]>,
+    min: i64,
+) -> Result<[usize; K], GraphError> {
+    let v: Option<Vec<i64>> = n.obj.opt(key)?;
+    let Some(v) = v else {
+        return default.ok_or_else(|| err(&n.at, Some(key), "missing required field"));
+    };
+    let bad = || {
+        err(
+            &n.at,
+            Some(key),
+            format!("expected {K} integers of at least {min}, got {v:?}"),
+        )
+    };
+    if v.len() != K || v.iter().any(|&x| x < min) {
+        return Err(bad());
+    }
+    let mut out = [0usize; K];
+    for (o, &x) in out.iter_mut().zip(&v) {
+        *o = usize::try_from(x).map_err(|_| bad())?;
+    }
+    Ok(out)
+}
+
+/// `conv2d` (`strides`, `pads`, `dilations`, `groups`), `max_pool2d` and
+/// `avg_pool2d` (`kernel`, `strides`, `pads`, `dilations`, and
+/// `count_include_pad` for the average).
+fn parse_window(n: &mut NodeText, op_name: &str) -> Result<Op, GraphError> {
+    n.allowed.extend(["strides", "pads", "dilations"]);
+    let strides = window_ints(n, "strides", Some([1, 1]), 1)?;
+    let pads = window_ints(n, "pads", Some([0; 4]), 0)?;
+    let dilations = window_ints(n, "dilations", Some([1, 1]), 1)?;
+    if op_name == "conv2d" {
+        n.allowed.push("groups");
+        let g: i64 = n.obj.opt("groups")?.unwrap_or(1);
+        let groups = usize::try_from(g).ok().filter(|&g| g >= 1).ok_or_else(|| {
+            err(
+                &n.at,
+                Some("groups"),
+                format!("expected at least 1, got {g}"),
+            )
+        })?;
+        return Ok(Op::Conv2d(Box::new(crate::Conv2d {
+            strides,
+            pads,
+            dilations,
+            groups,
+        })));
+    }
+    n.allowed.push("kernel");
+    let pool = Box::new(crate::Pool2d {
+        kernel: window_ints(n, "kernel", None, 1)?,
+        strides,
+        pads,
+        dilations,
+    });
+    if op_name == "max_pool2d" {
+        return Ok(Op::MaxPool2d(pool));
+    }
+    n.allowed.push("count_include_pad");
+    Ok(Op::AvgPool2d {
+        pool,
+        count_include_pad: n.obj.opt("count_include_pad")?.unwrap_or(false),
+    })
 }

@@ -77,7 +77,10 @@ pub use bind::ConcreteShapes;
 pub use compact_str::CompactString;
 pub use decompose::{decompose, decompose_owned, decompose_with_spans, decomposed_len};
 pub use error::{DimsDisplay, GraphError, ShapeDisplay};
-pub use op::{is_comparison, opcode_dtypes, opcode_kind, result_dtype, Op, OpcodeKind, ReduceOp};
+pub use op::{
+    is_comparison, opcode_dtypes, opcode_kind, result_dtype, window_extent, Conv2d, Op, OpcodeKind,
+    Pool2d, ReduceOp,
+};
 
 use dvm_sym::{Dim, Symbol, SymbolScope};
 

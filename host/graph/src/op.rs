@@ -143,6 +143,122 @@ pub enum Op {
         /// The axis of the first operand the indices select along.
         axis: usize,
     },
+    /// 2-D convolution (ONNX `Conv`, PyTorch `conv2d`): operands x
+    /// `[N, C, H, W]`, weight `[O, C/groups, KH, KW]` and an optional bias
+    /// `[O]`; the result is `[N, O, OH, OW]` with
+    /// `OH = ⌊(H + pad_top + pad_bottom − dh·(KH−1) − 1) / sh⌋ + 1` (and so
+    /// for W). Composite: im2col (zero padding, one strided slice per
+    /// kernel tap, stacked) and a matmul with the reshaped weight.
+    Conv2d(Box<Conv2d>),
+    /// 2-D max pooling over the last two axes of `[N, C, H, W]`, padding
+    /// counting as −∞ (ONNX `MaxPool`). Composite: `max` over the strided
+    /// slices of each kernel tap.
+    MaxPool2d(Box<Pool2d>),
+    /// 2-D average pooling over the last two axes of `[N, C, H, W]` (ONNX
+    /// `AveragePool`): the sum over the window divided by the kernel's
+    /// size when `count_include_pad`, else by the number of taps inside
+    /// the input. Composite: `add` over the strided slices of each tap and
+    /// a division.
+    AvgPool2d {
+        /// The window.
+        pool: Box<Pool2d>,
+        /// Padded positions count in the divisor.
+        count_include_pad: bool,
+    },
+}
+
+/// The attributes of [`Op::Conv2d`]; the kernel's extents are the
+/// weight's last two.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Conv2d {
+    /// Strides along H and W (≥ 1).
+    pub strides: [usize; 2],
+    /// Zero padding: top, left, bottom, right.
+    pub pads: [usize; 4],
+    /// Dilations along H and W (≥ 1): the taps of the kernel are this far
+    /// apart.
+    pub dilations: [usize; 2],
+    /// Channel groups (≥ 1): input channels `C` and output channels `O`
+    /// are split into `groups` equal parts, part `g` of the output
+    /// computed from part `g` of the input.
+    pub groups: usize,
+}
+
+impl Default for Conv2d {
+    /// Stride 1, no padding, no dilation, one group.
+    fn default() -> Conv2d {
+        Conv2d {
+            strides: [1, 1],
+            pads: [0; 4],
+            dilations: [1, 1],
+            groups: 1,
+        }
+    }
+}
+
+/// The window of [`Op::MaxPool2d`] and [`Op::AvgPool2d`].
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Pool2d {
+    /// Kernel extents along H and W (≥ 1).
+    pub kernel: [usize; 2],
+    /// Strides along H and W (≥ 1).
+    pub strides: [usize; 2],
+    /// Padding: top, left, bottom, right.
+    pub pads: [usize; 4],
+    /// Dilations along H and W (≥ 1).
+    pub dilations: [usize; 2],
+}
+
+impl Pool2d {
+    /// A `kernel` window with stride 1, no padding and no dilation.
+    pub fn new(kernel: [usize; 2]) -> Pool2d {
+        Pool2d {
+            kernel,
+            strides: [1, 1],
+            pads: [0; 4],
+            dilations: [1, 1],
+        }
+    }
+}
+
+/// The output extent of a window sliding over an axis of extent `input`
+/// padded by `pad_lo` and `pad_hi`:
+/// `⌊(input + pad_lo + pad_hi − dilation·(kernel−1) − 1) / stride⌋ + 1`.
+///
+/// # Errors
+///
+/// A message when `kernel`, `stride` or `dilation` is 0, when the
+/// arithmetic overflows, or when the dilated kernel is larger than the
+/// padded input.
+pub fn window_extent(
+    input: usize,
+    pad_lo: usize,
+    pad_hi: usize,
+    kernel: usize,
+    stride: usize,
+    dilation: usize,
+) -> Result<usize, String> {
+    if kernel == 0 || stride == 0 || dilation == 0 {
+        return Err(format!(
+            "kernel {kernel}, stride {stride} and dilation {dilation} must all be at least 1"
+        ));
+    }
+    let too_big = || "window arithmetic overflows".to_owned();
+    let span = dilation
+        .checked_mul(kernel - 1)
+        .and_then(|s| s.checked_add(1))
+        .ok_or_else(too_big)?;
+    let padded = input
+        .checked_add(pad_lo)
+        .and_then(|p| p.checked_add(pad_hi))
+        .ok_or_else(too_big)?;
+    if span > padded {
+        return Err(format!(
+            "the kernel spans {span} (kernel {kernel}, dilation {dilation}), more than the \
+             padded input's {padded} ({input} + padding {pad_lo} + {pad_hi})"
+        ));
+    }
+    Ok((padded - span) / stride + 1)
 }
 
 impl Op {
@@ -151,7 +267,8 @@ impl Op {
     /// otherwise `input`, `constant`, `where`, `cast`, `reduce_sum`,
     /// `reduce_mean`, `reduce_max`, `reduce_min`, `softmax`, `log_softmax`,
     /// `layer_norm`, `rms_norm`, `matmul`, `reshape`, `transpose`, `slice`,
-    /// `concat`, `expand`, `squeeze`, `unsqueeze`, `iota`, `trilu`, `gather`.
+    /// `concat`, `expand`, `squeeze`, `unsqueeze`, `iota`, `trilu`, `gather`,
+    /// `conv2d`, `max_pool2d`, `avg_pool2d`.
     pub fn name(&self) -> &'static str {
         match self {
             Op::Input => "input",
@@ -180,16 +297,22 @@ impl Op {
             Op::Iota { .. } => "iota",
             Op::Trilu { .. } => "trilu",
             Op::Gather { .. } => "gather",
+            Op::Conv2d(_) => "conv2d",
+            Op::MaxPool2d(_) => "max_pool2d",
+            Op::AvgPool2d { .. } => "avg_pool2d",
         }
     }
 
     /// True for composites that [`decompose`](crate::decompose)
     /// rewrites into primitives: softmax, log-softmax, layer norm, RMS norm,
-    /// mean reductions and trilu.
+    /// mean reductions, trilu, and the 2-D convolution and poolings.
     pub fn is_composite(&self) -> bool {
         matches!(
             self,
             Op::Softmax { .. }
+                | Op::Conv2d(_)
+                | Op::MaxPool2d(_)
+                | Op::AvgPool2d { .. }
                 | Op::LogSoftmax { .. }
                 | Op::LayerNorm { .. }
                 | Op::RmsNorm { .. }

@@ -568,6 +568,8 @@ fn infer_op(
             Ok((Op::Trilu { upper, k }, a.dtype, Shape::from(a.shape)))
         }
         Op::Gather { axis } => infer_gather(&r, axis),
+        Op::Conv2d(attrs) => infer_conv2d(&r, attrs),
+        op @ (Op::MaxPool2d(_) | Op::AvgPool2d { .. }) => infer_pool2d(&r, op),
     }
 }
 
@@ -1215,4 +1217,175 @@ fn expand(
         out.push(t);
     }
     Ok(out)
+}
+
+/// Taps of one window at most: the decompositions of `conv2d` and the
+/// poolings have one slice per tap.
+pub(crate) const MAX_WINDOW_TAPS: usize = 1024;
+
+/// The extent of `axis` of operand `index`, which must be a constant:
+/// the window operators slice at offsets fixed when the node is built.
+fn concrete_axis(cx: &Ctx<'_>, index: usize, a: &Arg, axis: usize) -> Result<usize, GraphError> {
+    a.shape[axis]
+        .as_const()
+        .and_then(|c| usize::try_from(c).ok())
+        .ok_or_else(|| {
+            cx.invalid(format!(
+                "operand {index} (`{}`) has shape {}: axis {axis} must be a constant extent \
+                 ({} slices its input at offsets fixed when the graph is built; only the \
+                 batch axis may be symbolic)",
+                a.name,
+                super::ShapeDisplay(a.shape),
+                cx.op
+            ))
+        })
+}
+
+/// Operand `index` has rank 4 (`[N, C, H, W]` or `[O, C, KH, KW]`).
+fn rank4(cx: &Ctx<'_>, index: usize, a: &Arg, layout: &str) -> Result<(), GraphError> {
+    if a.shape.len() == 4 {
+        Ok(())
+    } else {
+        Err(cx.invalid(format!(
+            "operand {index} (`{}`) has shape {}: {} needs rank 4 ({layout})",
+            a.name,
+            super::ShapeDisplay(a.shape),
+            cx.op
+        )))
+    }
+}
+
+/// The output extents (OH, OW) of a window over `[H, W]`, with the
+/// window's parameters checked.
+fn window_out(
+    cx: &Ctx<'_>,
+    hw: [usize; 2],
+    kernel: [usize; 2],
+    strides: [usize; 2],
+    pads: [usize; 4],
+    dilations: [usize; 2],
+) -> Result<[usize; 2], GraphError> {
+    let taps = kernel[0].saturating_mul(kernel[1]);
+    if taps > MAX_WINDOW_TAPS {
+        return Err(cx.invalid(format!(
+            "kernel {}x{} has {taps} taps, more than the {MAX_WINDOW_TAPS} supported",
+            kernel[0], kernel[1]
+        )));
+    }
+    let mut out = [0; 2];
+    for (i, axis) in ["H", "W"].iter().enumerate() {
+        out[i] = super::op::window_extent(
+            hw[i],
+            pads[i],
+            pads[i + 2],
+            kernel[i],
+            strides[i],
+            dilations[i],
+        )
+        .map_err(|m| cx.invalid(format!("along {axis}: {m}")))?;
+    }
+    Ok(out)
+}
+
+/// `conv2d`: x `[N, C, H, W]`, weight `[O, C/groups, KH, KW]`, an optional
+/// bias `[O]`, all of one float dtype; C, H, W and the weight's extents
+/// constant.
+fn infer_conv2d(r: &Rule<'_>, attrs: Box<super::op::Conv2d>) -> Result<Inferred, GraphError> {
+    let cx = r.cx;
+    if !matches!(r.args.len(), 2 | 3) {
+        return Err(cx.arity("2 or 3", r.args.len()));
+    }
+    let (x, w) = (&r.args[0], &r.args[1]);
+    float_only(cx, 0, x)?;
+    same_dtype(cx, x, w)?;
+    rank4(cx, 0, x, "[N, C, H, W]")?;
+    rank4(cx, 1, w, "[O, C/groups, KH, KW]")?;
+    let c = concrete_axis(cx, 0, x, 1)?;
+    let hw = [concrete_axis(cx, 0, x, 2)?, concrete_axis(cx, 0, x, 3)?];
+    let mut wd = [0usize; 4];
+    for (i, d) in wd.iter_mut().enumerate() {
+        *d = concrete_axis(cx, 1, w, i)?;
+    }
+    let [o, cg, kh, kw] = wd;
+    let g = attrs.groups;
+    if g == 0 {
+        return Err(cx.invalid("groups must be at least 1"));
+    }
+    if c % g != 0 || o % g != 0 || cg.checked_mul(g) != Some(c) {
+        return Err(cx.invalid(format!(
+            "operand 0 (`{}`) has {c} channels and operand 1 (`{}`) has shape {}: with \
+             {g} group(s) the channels must be a multiple of the groups and the weight \
+             [O, C/groups, KH, KW] with O a multiple of the groups",
+            x.name,
+            w.name,
+            super::ShapeDisplay(w.shape)
+        )));
+    }
+    if o == 0 || cg == 0 {
+        return Err(cx.invalid(format!(
+            "operand 1 (`{}`) has shape {}: no channels",
+            w.name,
+            super::ShapeDisplay(w.shape)
+        )));
+    }
+    if let Some(b) = r.args.get(2) {
+        same_dtype(cx, x, b)?;
+        if b.shape.len() != 1 || b.shape[0].as_const() != Some(o as i64) {
+            return Err(cx.invalid(format!(
+                "operand 2 (`{}`) has shape {}: the bias must be [{o}]",
+                b.name,
+                super::ShapeDisplay(b.shape)
+            )));
+        }
+    }
+    let [oh, ow] = window_out(cx, hw, [kh, kw], attrs.strides, attrs.pads, attrs.dilations)?;
+    let mut s = Shape::with_capacity(4);
+    s.extend([
+        x.shape[0].clone(),
+        Dim::val(o as i64),
+        Dim::val(oh as i64),
+        Dim::val(ow as i64),
+    ]);
+    Ok((Op::Conv2d(attrs), x.dtype, s))
+}
+
+/// `max_pool2d` and `avg_pool2d`: x `[N, C, H, W]` of a float dtype with
+/// H, W constant; every window holds at least one element of the input.
+fn infer_pool2d(r: &Rule<'_>, op: Op) -> Result<Inferred, GraphError> {
+    let cx = r.cx;
+    r.need(1, "1")?;
+    let p = match &op {
+        Op::MaxPool2d(p) | Op::AvgPool2d { pool: p, .. } => p,
+        _ => return Err(cx.invalid("not a pooling")),
+    };
+    let x = &r.args[0];
+    float_only(cx, 0, x)?;
+    rank4(cx, 0, x, "[N, C, H, W]")?;
+    let hw = [concrete_axis(cx, 0, x, 2)?, concrete_axis(cx, 0, x, 3)?];
+    let out = window_out(cx, hw, p.kernel, p.strides, p.pads, p.dilations)?;
+    for (i, axis) in ["H", "W"].iter().enumerate() {
+        // The first and the last window are the ones that reach furthest
+        // into the padding.
+        for o in [0, out[i] - 1] {
+            let start = o * p.strides[i];
+            let inside = (0..p.kernel[i])
+                .map(|k| start + k * p.dilations[i])
+                .any(|t| t >= p.pads[i] && t < p.pads[i] + hw[i]);
+            if !inside {
+                return Err(cx.invalid(format!(
+                    "along {axis}: window {o} lies entirely in the padding (pads {} and {} \
+                     against kernel {} with dilation {})",
+                    p.pads[i],
+                    p.pads[i + 2],
+                    p.kernel[i],
+                    p.dilations[i]
+                )));
+            }
+        }
+    }
+    let mut s = Shape::from(x.shape);
+    s[2] = Dim::val(out[0] as i64);
+    s[3] = Dim::val(out[1] as i64);
+    let dt = x.dtype;
+    Ok((op, dt, s))
 }

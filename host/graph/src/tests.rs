@@ -1368,3 +1368,73 @@ fn gather_shapes_json_and_errors() {
     );
     assert!(err.contains("axes"), "{err}");
 }
+
+#[test]
+fn json_conv2d_and_pools() {
+    let text = r#"{
+      "symbols": {"N": {"min": 1, "max": 64}},
+      "inputs": [{"name": "x", "dtype": "f32", "shape": ["N", 4, 9, 8]}],
+      "nodes": [
+        {"name": "w", "op": "constant", "dtype": "f32", "shape": [6, 2, 3, 3], "values": [0.5]},
+        {"name": "b", "op": "constant", "dtype": "f32", "shape": [6], "values": [1]},
+        {"name": "c", "op": "conv2d", "inputs": ["x", "w", "b"], "strides": [2, 1],
+         "pads": [1, 1, 1, 1], "groups": 2},
+        {"name": "m", "op": "max_pool2d", "inputs": ["c"], "kernel": [2, 2], "strides": [2, 2]},
+        {"name": "a", "op": "avg_pool2d", "inputs": ["x"], "kernel": [3, 3], "pads": [1, 1, 1, 1],
+         "dilations": [1, 2], "count_include_pad": true}
+      ],
+      "outputs": ["m", "a"]
+    }"#;
+    let g = Graph::from_json(text, Path::new(".")).unwrap();
+    let c = g.find("c").unwrap();
+    assert_eq!(
+        g[c].op,
+        Op::Conv2d(Box::new(crate::Conv2d {
+            strides: [2, 1],
+            pads: [1, 1, 1, 1],
+            dilations: [1, 1],
+            groups: 2,
+        }))
+    );
+    assert_eq!(g.shape_string(c), "[N, 6, 5, 8]");
+    assert_eq!(g.shape_string(g.find("m").unwrap()), "[N, 6, 2, 4]");
+    assert_eq!(g.shape_string(g.find("a").unwrap()), "[N, 4, 9, 6]");
+    let back = Graph::from_json(&g.to_json(), Path::new(".")).unwrap();
+    assert_same_graph(&g, &back);
+    let dg = decompose(&g).unwrap();
+    assert!(dg.nodes().iter().all(|n| !n.op.is_composite()));
+    let back = Graph::from_json(&dg.to_json(), Path::new(".")).unwrap();
+    assert_same_graph(&dg, &back);
+    for (node, want) in [
+        (
+            r#"{"name": "p", "op": "max_pool2d", "inputs": ["x"], "kernel": [2]}"#,
+            "kernel",
+        ),
+        (
+            r#"{"name": "p", "op": "max_pool2d", "inputs": ["x"]}"#,
+            "kernel",
+        ),
+        (
+            r#"{"name": "p", "op": "avg_pool2d", "inputs": ["x"], "kernel": [2, 2], "pads": [0, -1, 0, 0]}"#,
+            "pads",
+        ),
+        (
+            r#"{"name": "p", "op": "max_pool2d", "inputs": ["x"], "kernel": [2, 2], "strides": [0, 1]}"#,
+            "strides",
+        ),
+        (
+            r#"{"name": "p", "op": "conv2d", "inputs": ["x", "x"], "groups": 0}"#,
+            "groups",
+        ),
+        (
+            r#"{"name": "p", "op": "max_pool2d", "inputs": ["x"], "kernel": [2, 2], "groups": 1}"#,
+            "groups",
+        ),
+    ] {
+        let text = format!(
+            r#"{{"inputs": [{{"name": "x", "dtype": "f32", "shape": [1, 1, 4, 4]}}], "nodes": [{node}], "outputs": ["p"]}}"#
+        );
+        let e = json_err(&text);
+        assert!(e.contains(want), "{want}: {e}");
+    }
+}

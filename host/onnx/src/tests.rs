@@ -286,8 +286,8 @@ fn unsupported_ops_are_all_listed_with_index_name_and_opset() {
     let bytes = model_bytes(
         vec![
             node("Relu", &["x"], &["a"], vec![]),
-            node("MaxPool", &["a"], &["b"], vec![]),
-            node("Conv", &["b", "w"], &["y"], vec![]),
+            node("LpPool", &["a"], &["b"], vec![]),
+            node("GatherElements", &["b", "w"], &["y"], vec![]),
         ],
         vec![vi("x", elem::FLOAT, &["n", "3", "8", "8"])],
         vec![vi("y", elem::FLOAT, &["n", "3", "8", "8"])],
@@ -303,10 +303,16 @@ fn unsupported_ops_are_all_listed_with_index_name_and_opset() {
         .iter()
         .map(|n| (n.index, n.name.as_str(), n.op_type.as_str()))
         .collect();
-    assert_eq!(found, [(1, "MaxPool_b", "MaxPool"), (2, "Conv_y", "Conv")]);
+    assert_eq!(
+        found,
+        [
+            (1, "LpPool_b", "LpPool"),
+            (2, "GatherElements_y", "GatherElements")
+        ]
+    );
     let text = e.to_string();
     assert!(
-        text.contains("opset 18") && text.contains("node 1 `MaxPool_b` (MaxPool)"),
+        text.contains("opset 18") && text.contains("node 1 `LpPool_b` (LpPool)"),
         "{text}"
     );
 }
@@ -924,4 +930,287 @@ fn range_with_a_run_time_limit_is_unsupported() {
         e.to_string().contains("limit is computed at run time"),
         "{e}"
     );
+}
+
+fn attr_ints(name: &str, v: &[i64]) -> AttributeProto {
+    AttributeProto {
+        name: Some(name.to_owned()),
+        ints: v.to_vec(),
+        r#type: Some(AttributeType::Ints as i32),
+        ..Default::default()
+    }
+}
+
+fn attr_s(name: &str, v: &str) -> AttributeProto {
+    AttributeProto {
+        name: Some(name.to_owned()),
+        s: Some(v.as_bytes().to_vec()),
+        r#type: Some(AttributeType::String as i32),
+        ..Default::default()
+    }
+}
+
+/// A model of one `op` node over `x` `[n, 2, 5, 5]` (and a weight `w`
+/// `[4, 1, 3, 3]` and bias `b` `[4]` for `Conv`, inputs `inputs`).
+fn window_model(op: &str, inputs: &[&str], attrs: Vec<AttributeProto>, opset: i64) -> Vec<u8> {
+    let w: Vec<f32> = (0..36).map(|v| (v % 5) as f32 - 2.0).collect();
+    model_bytes(
+        vec![node(op, inputs, &["y"], attrs)],
+        vec![vi("x", elem::FLOAT, &["n", "2", "5", "5"])],
+        vec![vi("y", elem::FLOAT, &["n", "?", "?", "?"])],
+        vec![
+            floats("w", &[4, 1, 3, 3], &w),
+            floats("b", &[4], &[0.5, -0.5, 1.0, 0.0]),
+        ],
+        opset,
+    )
+}
+
+#[test]
+fn conv_and_pools_import_with_their_attributes() {
+    let x: Vec<f32> = (0..100).map(|v| ((v * 7) % 13) as f32 - 6.0).collect();
+    let x = Tensor::from_f32(&[2, 2, 5, 5], &x).unwrap();
+    // Grouped, strided, padded, dilated conv with a bias.
+    let conv = window_model(
+        "Conv",
+        &["x", "w", "b"],
+        vec![
+            attr_i("group", 2),
+            attr_ints("kernel_shape", &[3, 3]),
+            attr_ints("strides", &[2, 1]),
+            attr_ints("pads", &[1, 2, 1, 0]),
+            attr_ints("dilations", &[1, 2]),
+        ],
+        17,
+    );
+    let g = import(&conv).unwrap();
+    let y = g.find("y").unwrap();
+    let Op::Conv2d(a) = &g[y].op else {
+        panic!("{:?}", g[y].op)
+    };
+    assert_eq!(
+        (a.groups, a.strides, a.pads, a.dilations),
+        (2, [2, 1], [1, 2, 1, 0], [1, 2])
+    );
+    assert_eq!(out_shape(&g, "y"), "[n, 4, 3, 3]");
+    assert_eq!(eval(&g, &[("x", &x)])[0].1.shape(), &[2, 4, 3, 3]);
+    // auto_pad: SAME_UPPER keeps H, W at stride 1; SAME_LOWER puts the
+    // odd pad first; VALID pads nothing. No bias.
+    for (mode, stride, pads, shape) in [
+        ("SAME_UPPER", 1, [1, 1, 1, 1], "[n, 4, 5, 5]"),
+        ("SAME_LOWER", 2, [1, 1, 1, 1], "[n, 4, 3, 3]"),
+        ("VALID", 1, [0, 0, 0, 0], "[n, 4, 3, 3]"),
+    ] {
+        let m = window_model(
+            "Conv",
+            &["x", "w"],
+            vec![
+                attr_i("group", 2),
+                attr_s("auto_pad", mode),
+                attr_ints("strides", &[stride, stride]),
+            ],
+            18,
+        );
+        let g = import(&m).unwrap();
+        let y = g.find("y").unwrap();
+        let Op::Conv2d(a) = &g[y].op else {
+            panic!("{:?}", g[y].op)
+        };
+        assert_eq!(a.pads, pads, "{mode}");
+        assert_eq!(out_shape(&g, "y"), shape, "{mode}");
+    }
+    // SAME_LOWER with an even kernel: the extra pad before.
+    let m = window_model(
+        "MaxPool",
+        &["x"],
+        vec![
+            attr_ints("kernel_shape", &[2, 2]),
+            attr_s("auto_pad", "SAME_LOWER"),
+        ],
+        18,
+    );
+    let g = import(&m).unwrap();
+    let y = g.find("y").unwrap();
+    let Op::MaxPool2d(p) = &g[y].op else {
+        panic!("{:?}", g[y].op)
+    };
+    assert_eq!(p.pads, [1, 1, 0, 0]);
+    // Pools: MaxPool with dilations, AveragePool both ways, global.
+    let m = window_model(
+        "MaxPool",
+        &["x"],
+        vec![
+            attr_ints("kernel_shape", &[2, 2]),
+            attr_ints("dilations", &[2, 1]),
+            attr_ints("strides", &[1, 2]),
+            attr_i("storage_order", 0),
+        ],
+        18,
+    );
+    let g = import(&m).unwrap();
+    assert_eq!(out_shape(&g, "y"), "[n, 2, 3, 2]");
+    for include in [0, 1] {
+        let m = window_model(
+            "AveragePool",
+            &["x"],
+            vec![
+                attr_ints("kernel_shape", &[3, 3]),
+                attr_ints("pads", &[1, 1, 1, 1]),
+                attr_i("count_include_pad", include),
+            ],
+            17,
+        );
+        let g = import(&m).unwrap();
+        let y = g.find("y").unwrap();
+        assert!(
+            matches!(&g[y].op, Op::AvgPool2d { count_include_pad, .. } if *count_include_pad == (include == 1)),
+            "{:?}",
+            g[y].op
+        );
+        let out = eval(&g, &[("x", &x)]);
+        // The corner: 4 taps inside the input.
+        let xs = x.to_f32_vec();
+        let corner = (xs[0] + xs[1] + xs[5] + xs[6]) / if include == 1 { 9.0 } else { 4.0 };
+        assert!((out[0].1.to_f32_vec()[0] - corner).abs() < 1e-5);
+    }
+    // ceil_mode where it changes nothing is accepted.
+    let m = window_model(
+        "MaxPool",
+        &["x"],
+        vec![
+            attr_ints("kernel_shape", &[3, 3]),
+            attr_ints("strides", &[2, 2]),
+            attr_i("ceil_mode", 1),
+        ],
+        18,
+    );
+    assert_eq!(out_shape(&import(&m).unwrap(), "y"), "[n, 2, 2, 2]");
+    let m = window_model("GlobalAveragePool", &["x"], vec![], 17);
+    let g = import(&m).unwrap();
+    assert_eq!(out_shape(&g, "y"), "[n, 2, 1, 1]");
+    let out = eval(&g, &[("x", &x)]);
+    let xs = x.to_f32_vec();
+    let mean0 = xs[..25].iter().sum::<f32>() / 25.0;
+    assert!((out[0].1.to_f32_vec()[0] - mean0).abs() < 1e-5);
+}
+
+#[test]
+fn bad_window_attributes_are_errors_naming_the_node() {
+    let node_err = |op: &str, inputs: &[&str], attrs: Vec<AttributeProto>| {
+        let e = import(&window_model(op, inputs, attrs, 18)).unwrap_err();
+        let text = e.to_string();
+        assert!(
+            text.contains(&format!("({op})")) && text.contains("opset 18"),
+            "{text}"
+        );
+        (e, text)
+    };
+    let k3 = || attr_ints("kernel_shape", &[3, 3]);
+    for (op, attrs, want) in [
+        ("Conv", vec![attr_ints("strides", &[0, 1])], "strides"),
+        ("Conv", vec![attr_ints("strides", &[1, 1, 1])], "strides"),
+        ("Conv", vec![attr_ints("pads", &[-1, 0, 0, 0])], "pads"),
+        ("Conv", vec![attr_ints("dilations", &[0, 1])], "dilations"),
+        ("Conv", vec![attr_i("group", 0)], "group"),
+        ("Conv", vec![attr_i("group", 3)], "group"),
+        (
+            "Conv",
+            vec![attr_ints("kernel_shape", &[2, 2])],
+            "kernel_shape",
+        ),
+        ("Conv", vec![attr_s("auto_pad", "SAME")], "auto_pad"),
+        (
+            "Conv",
+            vec![
+                attr_s("auto_pad", "VALID"),
+                attr_ints("pads", &[0, 0, 0, 0]),
+            ],
+            "exclusive",
+        ),
+        (
+            "Conv",
+            vec![attr_ints("dilations", &[3, 3])],
+            "padded input",
+        ),
+        ("MaxPool", vec![], "kernel_shape"),
+        (
+            "MaxPool",
+            vec![attr_ints("kernel_shape", &[0, 2])],
+            "kernel_shape",
+        ),
+        (
+            "MaxPool",
+            vec![attr_ints("kernel_shape", &[6, 6])],
+            "padded input",
+        ),
+        (
+            "AveragePool",
+            vec![k3(), attr_ints("pads", &[3, 0, 0, 0])],
+            "padding",
+        ),
+    ] {
+        let inputs: &[&str] = if op == "Conv" {
+            &["x", "w", "b"]
+        } else {
+            &["x"]
+        };
+        let (e, text) = node_err(op, inputs, attrs);
+        assert!(matches!(e, OnnxError::Node { .. }), "{text}");
+        assert!(text.contains(want), "{want}: {text}");
+    }
+    for (attrs, want) in [
+        (vec![k3(), attr_i("storage_order", 1)], "storage_order"),
+        (
+            vec![k3(), attr_i("ceil_mode", 1), attr_ints("strides", &[3, 3])],
+            "ceil_mode",
+        ),
+    ] {
+        let (e, text) = node_err("MaxPool", &["x"], attrs);
+        assert!(matches!(e, OnnxError::Unsupported { .. }), "{text}");
+        assert!(text.contains(want), "{want}: {text}");
+    }
+    // The Indices output.
+    let m = model_bytes(
+        vec![node(
+            "MaxPool",
+            &["x"],
+            &["y", "idx"],
+            vec![attr_ints("kernel_shape", &[2, 2])],
+        )],
+        vec![vi("x", elem::FLOAT, &["n", "2", "5", "5"])],
+        vec![vi("y", elem::FLOAT, &["n", "2", "4", "4"])],
+        vec![],
+        18,
+    );
+    let e = import(&m).unwrap_err();
+    assert!(e.to_string().contains("Indices"), "{e}");
+    // A 1-D convolution and a symbolic spatial extent.
+    let m = model_bytes(
+        vec![node(
+            "MaxPool",
+            &["x"],
+            &["y"],
+            vec![attr_ints("kernel_shape", &[2])],
+        )],
+        vec![vi("x", elem::FLOAT, &["n", "2", "5"])],
+        vec![vi("y", elem::FLOAT, &["n", "2", "4"])],
+        vec![],
+        18,
+    );
+    let e = import(&m).unwrap_err();
+    assert!(e.to_string().contains("rank-3"), "{e}");
+    let m = model_bytes(
+        vec![node(
+            "MaxPool",
+            &["x"],
+            &["y"],
+            vec![attr_ints("kernel_shape", &[2, 2])],
+        )],
+        vec![vi("x", elem::FLOAT, &["n", "2", "h", "5"])],
+        vec![vi("y", elem::FLOAT, &["n", "2", "?", "4"])],
+        vec![],
+        18,
+    );
+    let e = import(&m).unwrap_err();
+    assert!(e.to_string().contains("symbolic spatial extent h"), "{e}");
 }

@@ -1289,6 +1289,27 @@ fn signature(g: &Graph) -> (Vec<u64>, usize) {
             Op::Iota { axis } => w.extend([22, *axis as u64]),
             Op::Trilu { upper, k } => w.extend([23, u64::from(*upper), *k as u64]),
             Op::Gather { axis } => w.extend([24, *axis as u64]),
+            Op::Conv2d(a) => {
+                w.extend([25, a.groups as u64]);
+                w.extend(
+                    a.strides
+                        .iter()
+                        .chain(&a.pads)
+                        .chain(&a.dilations)
+                        .map(|&v| v as u64),
+                );
+            }
+            Op::MaxPool2d(p) | Op::AvgPool2d { pool: p, .. } => {
+                let avg = match &node.op {
+                    Op::AvgPool2d {
+                        count_include_pad, ..
+                    } => 1 + u64::from(*count_include_pad),
+                    _ => 0,
+                };
+                w.extend([26, avg]);
+                let window = p.kernel.iter().chain(&p.strides).chain(&p.pads);
+                w.extend(window.chain(&p.dilations).map(|&v| v as u64));
+            }
         }
         w.push(node.operands.len() as u64);
         w.extend(node.operands.iter().map(|o| o.0 as u64));

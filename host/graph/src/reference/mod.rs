@@ -1,7 +1,9 @@
 //! The reference device: a plain evaluator of graphs, the oracle in tests.
 //!
-//! [`run`] binds the symbols from the input shapes, [`decompose`]s the
-//! composites (so the decomposition itself is what gets checked) and
+//! [`run`] binds the symbols from the input shapes, [`decompose`](crate::decompose)s the
+//! composites but the convolution and the poolings (so the decomposition
+//! itself is what gets checked, and those are computed by their
+//! definitions) and
 //! evaluates, in order and at the concrete shapes, every primitive node the
 //! outputs depend on.
 //!
@@ -18,7 +20,10 @@
 //! * Scalar immediates are what the instruction would carry: rounded to
 //!   `f32` for float tensors, truncated and saturated to `i32` for integer
 //!   tensors.
-//! * Composites run as their decomposition, so every intermediate (the max,
+//! * `conv2d`, `max_pool2d` and `avg_pool2d` are evaluated by their
+//!   definitions (nested loops, `f64` sums rounded once), not by the
+//!   im2col decomposition the devices run: the comparison checks it.
+//! * Other composites run as their decomposition, so every intermediate (the max,
 //!   the exponentials, the sum, …) is rounded to the node's dtype like any
 //!   other op: f16 softmax is computed in f16 steps, not internally in f32.
 //! * Reductions and matmul **accumulate in `f64`** (integers in `i64`) and
@@ -39,7 +44,7 @@ use std::thread;
 
 use dvm_isa::{DType, Opcode};
 
-use crate::{decompose, Graph, GraphError, Node, Op, ReduceOp};
+use crate::{Graph, GraphError, Node, Op, ReduceOp};
 use dvm_sym::Bindings;
 use dvm_tensor::{convert, numel, round_float, wrap_int, Tensor};
 
@@ -59,7 +64,9 @@ pub fn run(
     explicit: &Bindings,
 ) -> Result<Vec<(String, Tensor)>, GraphError> {
     let bindings = graph.bind_tensors(inputs, explicit)?;
-    let g = decompose(graph)?;
+    // Convolutions and poolings are evaluated by their definitions, not
+    // by the decomposition the compiled path runs (module `window`).
+    let g = crate::decompose::decompose_keeping_windows(graph)?;
     let mut values = eval(&g, &bindings, inputs, false)?;
     let mut out = Vec::with_capacity(g.outputs().len());
     for (name, id) in g.outputs() {
@@ -73,7 +80,7 @@ pub fn run(
 }
 
 /// Evaluates every node of `graph` (not only those the outputs need), which
-/// must contain no composites (call [`decompose`] first), at `bindings` (from
+/// must contain no composites but `conv2d` and the poolings (call [`decompose`](crate::decompose) first), at `bindings` (from
 /// [`Graph::bind_tensors`]).
 /// Returns one tensor per node, indexed by node id.
 ///
@@ -515,6 +522,14 @@ fn eval_node(
         Op::Expand => bcast(args[0]),
         Op::Iota { axis } => Ok(iota_values(shape, *axis, out)),
         Op::Gather { axis } => gather_rows(node, args[0], args[1], *axis),
+        Op::Conv2d(a) => window::conv2d(args[0], args[1], args.get(2).copied(), a, shape, out)
+            .ok_or_else(bad_shape),
+        Op::MaxPool2d(p) => window::pool2d(args[0], p, None, shape, out).ok_or_else(bad_shape),
+        Op::AvgPool2d {
+            pool,
+            count_include_pad,
+        } => window::pool2d(args[0], pool, Some(*count_include_pad), shape, out)
+            .ok_or_else(bad_shape),
         Op::Softmax { .. }
         | Op::LogSoftmax { .. }
         | Op::LayerNorm { .. }
@@ -809,3 +824,4 @@ fn matmul(
 
 #[cfg(test)]
 mod tests;
+mod window;

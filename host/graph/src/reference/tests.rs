@@ -976,3 +976,228 @@ fn gather_out_of_range_names_the_index() {
         );
     }
 }
+
+/// `g`'s outputs computed by the reference (conv and pools by their
+/// definitions) and by its decomposition (im2col, slices), evaluated node
+/// by node: they must agree.
+fn definition_vs_decomposition(g: &Graph, feeds: &[(&str, &Tensor)], tol: f64) -> Vec<f64> {
+    let want = run(g, feeds, &Bindings::new()).unwrap();
+    let dg = crate::decompose(g).unwrap();
+    assert!(dg.nodes().iter().all(|n| !n.op.is_composite()));
+    let b = g.bind_tensors(feeds, &Bindings::new()).unwrap();
+    let all = evaluate_nodes(&dg, &b, feeds).unwrap();
+    for ((name, w), (_, id)) in want.iter().zip(dg.outputs()) {
+        let got = &all[id.0];
+        assert_eq!(got.shape(), w.shape(), "{name}");
+        close(&vals(got), &vals(w), tol);
+    }
+    vals(&want[0].1)
+}
+
+fn ramp(n: usize, scale: f32) -> Vec<f32> {
+    (0..n)
+        .map(|i| ((i * 7 % 11) as f32 - 5.0) * scale)
+        .collect()
+}
+
+#[test]
+fn conv2d_hand_values() {
+    // 1×1×3×3 input, 2×2 kernel of ones, no padding: window sums.
+    let x = f32t(
+        &[1, 1, 3, 3],
+        &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0],
+    );
+    let w = f32t(&[1, 1, 2, 2], &[1.0; 4]);
+    let y = eval1(&[x.clone(), w.clone()], |g, i| {
+        g.conv2d(i[0], i[1], None, &crate::Conv2d::default())
+            .unwrap()
+    });
+    assert_eq!(y.shape(), &[1, 1, 2, 2]);
+    assert_eq!(vals(&y), [12.0, 16.0, 24.0, 28.0]);
+    // Padding 1, stride 2, bias 10: corners of the padded input.
+    let b = f32t(&[1], &[10.0]);
+    let attrs = crate::Conv2d {
+        strides: [2, 2],
+        pads: [1, 1, 1, 1],
+        ..crate::Conv2d::default()
+    };
+    let y = eval1(&[x, w, b], |g, i| {
+        g.conv2d(i[0], i[1], Some(i[2]), &attrs).unwrap()
+    });
+    assert_eq!(y.shape(), &[1, 1, 2, 2]);
+    assert_eq!(vals(&y), [11.0, 15.0, 21.0, 38.0]);
+}
+
+#[test]
+fn pool2d_hand_values() {
+    let x = f32t(
+        &[1, 1, 3, 3],
+        &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0],
+    );
+    let p = crate::Pool2d::new([2, 2]);
+    let y = eval1(std::slice::from_ref(&x), |g, i| {
+        g.max_pool2d(i[0], &p).unwrap()
+    });
+    assert_eq!(vals(&y), [5.0, 6.0, 8.0, 9.0]);
+    let padded = crate::Pool2d {
+        strides: [2, 2],
+        pads: [1, 1, 1, 1],
+        ..crate::Pool2d::new([2, 2])
+    };
+    let y = eval1(std::slice::from_ref(&x), |g, i| {
+        g.max_pool2d(i[0], &padded).unwrap()
+    });
+    assert_eq!(vals(&y), [1.0, 3.0, 7.0, 9.0]);
+    let y = eval1(std::slice::from_ref(&x), |g, i| {
+        g.avg_pool2d(i[0], &padded, false).unwrap()
+    });
+    assert_eq!(vals(&y), [1.0, 2.5, 5.5, 7.0]);
+    let y = eval1(std::slice::from_ref(&x), |g, i| {
+        g.avg_pool2d(i[0], &padded, true).unwrap()
+    });
+    assert_eq!(vals(&y), [0.25, 1.25, 2.75, 7.0]);
+}
+
+#[test]
+fn conv2d_decomposition_matches_definition() {
+    // (C, O, groups, kernel, strides, pads, dilations, H, W)
+    type Case = (
+        u64,
+        u64,
+        usize,
+        [u64; 2],
+        [usize; 2],
+        [usize; 4],
+        [usize; 2],
+        u64,
+        u64,
+    );
+    let cases: [Case; 7] = [
+        (3, 4, 1, [3, 3], [1, 1], [1, 1, 1, 1], [1, 1], 6, 5),
+        (2, 3, 1, [1, 1], [1, 1], [0; 4], [1, 1], 4, 4),
+        (4, 6, 2, [3, 2], [2, 1], [1, 0, 2, 1], [1, 1], 7, 6),
+        (4, 4, 4, [3, 3], [1, 1], [1, 1, 1, 1], [1, 1], 5, 5),
+        (3, 2, 1, [3, 3], [1, 2], [2, 2, 2, 2], [2, 2], 6, 7),
+        (2, 2, 1, [2, 2], [3, 3], [0; 4], [1, 1], 8, 8),
+        (1, 2, 1, [5, 5], [1, 1], [0, 0, 0, 0], [1, 1], 5, 5),
+    ];
+    for (c, o, groups, k, strides, pads, dilations, h, w) in cases {
+        let n = 2;
+        let cg = c / groups as u64;
+        let xs = [n, c, h, w];
+        let ws = [o, cg, k[0], k[1]];
+        let x = f32t(&xs, &ramp((n * c * h * w) as usize, 0.25));
+        let wt = f32t(&ws, &ramp((o * cg * k[0] * k[1]) as usize, 0.125));
+        let bt = f32t(&[o], &ramp(o as usize, 0.5));
+        let attrs = crate::Conv2d {
+            strides,
+            pads,
+            dilations,
+            groups,
+        };
+        for bias in [false, true] {
+            let mut g = Graph::new();
+            let xi = g.input("x", DType::F32, &dims(&xs)).unwrap();
+            let wi = g.input("w", DType::F32, &dims(&ws)).unwrap();
+            let bi = g.input("b", DType::F32, &[d(o as i64)]).unwrap();
+            let y = g.conv2d(xi, wi, bias.then_some(bi), &attrs).unwrap();
+            g.output("y", y).unwrap();
+            let feeds = [("x", &x), ("w", &wt), ("b", &bt)];
+            definition_vs_decomposition(&g, &feeds, 1e-6);
+        }
+    }
+}
+
+#[test]
+fn pool2d_decomposition_matches_definition() {
+    let pools = [
+        crate::Pool2d::new([2, 2]),
+        crate::Pool2d {
+            strides: [2, 2],
+            ..crate::Pool2d::new([2, 2])
+        },
+        crate::Pool2d {
+            strides: [2, 1],
+            pads: [1, 1, 1, 0],
+            ..crate::Pool2d::new([3, 3])
+        },
+        crate::Pool2d {
+            strides: [1, 2],
+            pads: [1, 1, 1, 1],
+            dilations: [2, 1],
+            ..crate::Pool2d::new([2, 3])
+        },
+        crate::Pool2d::new([1, 1]),
+    ];
+    let x = f32t(&[2, 3, 7, 6], &ramp(2 * 3 * 7 * 6, 0.3));
+    for p in &pools {
+        for kind in 0..3 {
+            let mut g = Graph::new();
+            let xi = g.input("x", DType::F32, &dims(&[2, 3, 7, 6])).unwrap();
+            let y = match kind {
+                0 => g.max_pool2d(xi, p).unwrap(),
+                k => g.avg_pool2d(xi, p, k == 2).unwrap(),
+            };
+            g.output("y", y).unwrap();
+            definition_vs_decomposition(&g, &[("x", &x)], 1e-6);
+        }
+    }
+}
+
+#[test]
+fn window_ops_refuse_bad_parameters() {
+    let mut g = Graph::new();
+    let s = g.symbol("N", 1, 64).unwrap();
+    let x = g
+        .input("x", DType::F32, &[s.into(), d(4), d(5), d(5)])
+        .unwrap();
+    let w = g.input("w", DType::F32, &dims(&[6, 2, 3, 3])).unwrap();
+    let err = |r: Result<NodeId, GraphError>| r.unwrap_err().to_string();
+    let conv = |strides, pads, dilations, groups| crate::Conv2d {
+        strides,
+        pads,
+        dilations,
+        groups,
+    };
+    // Two groups: C = 4 = 2·2, O = 6. Symbolic batch is fine.
+    let y = g
+        .conv2d(x, w, None, &conv([1, 1], [0; 4], [1, 1], 2))
+        .unwrap();
+    assert_eq!(g.shape_string(y), "[N, 6, 3, 3]");
+    let e = err(g.conv2d(x, w, None, &conv([1, 1], [0; 4], [1, 1], 1)));
+    assert!(e.contains("group"), "{e}");
+    let e = err(g.conv2d(x, w, None, &conv([0, 1], [0; 4], [1, 1], 2)));
+    assert!(e.contains("at least 1"), "{e}");
+    let e = err(g.conv2d(x, w, None, &conv([1, 1], [0; 4], [3, 3], 2)));
+    assert!(e.contains("padded input"), "{e}");
+    let e = err(g.conv2d(x, w, None, &conv([1, 1], [0; 4], [1, 1], 0)));
+    assert!(e.contains("groups"), "{e}");
+    let b = g.input("b", DType::F32, &[d(5)]).unwrap();
+    let e = err(g.conv2d(x, w, Some(b), &conv([1, 1], [0; 4], [1, 1], 2)));
+    assert!(e.contains("bias"), "{e}");
+    let t = g.symbol("H", 1, 64).unwrap();
+    let xs = g
+        .input("xs", DType::F32, &[d(1), d(4), t.into(), d(5)])
+        .unwrap();
+    let e = err(g.conv2d(xs, w, None, &conv([1, 1], [0; 4], [1, 1], 2)));
+    assert!(e.contains("constant extent"), "{e}");
+    let e = err(g.max_pool2d(xs, &crate::Pool2d::new([2, 2])));
+    assert!(e.contains("constant extent"), "{e}");
+    let e = err(g.max_pool2d(x, &crate::Pool2d::new([6, 2])));
+    assert!(e.contains("padded input"), "{e}");
+    let e = err(g.max_pool2d(x, &crate::Pool2d::new([0, 2])));
+    assert!(e.contains("at least 1"), "{e}");
+    let wide = crate::Pool2d {
+        pads: [2, 0, 0, 0],
+        ..crate::Pool2d::new([2, 2])
+    };
+    let e = err(g.avg_pool2d(x, &wide, false));
+    assert!(e.contains("entirely in the padding"), "{e}");
+    let e = err(g.max_pool2d(x, &crate::Pool2d::new([64, 64])));
+    assert!(e.contains("taps"), "{e}");
+    let i = g.input("i", DType::I32, &dims(&[1, 1, 4, 4])).unwrap();
+    assert!(g.max_pool2d(i, &crate::Pool2d::new([2, 2])).is_err());
+    let v = g.input("v", DType::F32, &dims(&[4, 4])).unwrap();
+    let e = err(g.max_pool2d(v, &crate::Pool2d::new([2, 2])));
+    assert!(e.contains("rank 4"), "{e}");
+}

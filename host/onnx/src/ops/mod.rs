@@ -2,6 +2,7 @@
 //! in the submodules. Adding an operator is one row of [`TABLE`].
 
 mod constant;
+mod conv;
 mod elementwise;
 mod linalg;
 mod reduce;
@@ -74,6 +75,11 @@ pub(crate) const TABLE: &[(&str, MapFn)] = &[
     ("LogSoftmax", reduce::log_softmax),
     ("LayerNormalization", reduce::layer_norm),
     ("RMSNormalization", reduce::rms_norm),
+    // Convolution and pooling (2-D).
+    ("Conv", conv::conv),
+    ("MaxPool", conv::max_pool),
+    ("AveragePool", conv::average_pool),
+    ("GlobalAveragePool", conv::global_average_pool),
     // Shapes and data movement.
     ("Shape", tensor::shape),
     ("Size", tensor::size),
@@ -97,13 +103,7 @@ pub(crate) const TABLE: &[(&str, MapFn)] = &[
 ];
 
 /// Op types that need engine operators dvm does not have yet, and which.
-const PENDING: &[(&str, &str)] = &[
-    ("Conv", "needs the engine's conv2d"),
-    ("MaxPool", "needs the engine's pooling"),
-    ("AveragePool", "needs the engine's pooling"),
-    ("GlobalAveragePool", "needs the engine's pooling"),
-    ("GatherElements", "needs the engine's gather"),
-];
+const PENDING: &[(&str, &str)] = &[("GatherElements", "needs the engine's gather")];
 
 /// The mapping of `op_type`.
 pub(crate) fn lookup(op_type: &str) -> Option<MapFn> {
