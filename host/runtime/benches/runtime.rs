@@ -7,7 +7,10 @@
 //! process's first compile. Timings are minimum and median over
 //! repetitions, printed as a table; then divan measures compile time per
 //! op instance at three lengths and the cache hit (`DVM_BENCH_SUMMARY_ONLY`
-//! skips divan).
+//! skips divan). `DVM_BENCH_CORES=n` sizes the pool (default: the
+//! available parallelism), e.g. 2 under `taskset -c 0` to time a launcher
+//! and a worker that share one CPU; then a table of small calls times
+//! each call (median, p90) instead of the best of 5.
 
 use std::time::Instant;
 
@@ -39,7 +42,10 @@ fn preemptions() -> u64 {
 }
 
 fn main() {
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let cores = std::env::var("DVM_BENCH_CORES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
     // What a user creates first: the runtime (its pool, its target; it
     // warms the compile path on this thread, see `dvm_host::warm`).
     let runtime = Runtime::new(cores, 64);
@@ -154,19 +160,27 @@ fn main() {
     }
     let (mn, md, _) = stats(times);
     println!("launch, 1-tile kernel: min {mn:.2} µs, median {md:.2} µs");
-    // A kernel with one tile per core, to include waking the workers.
-    let n = 4096 * pool.cores() as u64 * 4;
-    let v = View::contiguous(DType::F32, &[n]);
-    let wide = Group {
-        kind: GroupKind::Elementwise { shape: vec![n] },
-        inputs: vec![v.clone()],
-        nodes: vec![
-            (TileOp::Input(0), DType::F32),
-            (TileOp::Unary(Opcode::Neg, 0), DType::F32),
-        ],
-        outputs: vec![(1, v)],
+    // A kernel with a tile per core at least, to include the workers: the
+    // smallest power-of-two length from 4096 · 4 per core that tiles so.
+    let neg = |n: u64| {
+        let v = View::contiguous(DType::F32, &[n]);
+        let wide = Group {
+            kind: GroupKind::Elementwise { shape: vec![n] },
+            inputs: vec![v.clone()],
+            nodes: vec![
+                (TileOp::Input(0), DType::F32),
+                (TileOp::Unary(Opcode::Neg, 0), DType::F32),
+            ],
+            outputs: vec![(1, v)],
+        };
+        build(&wide, "wide", &target).expect("builds")
     };
-    let k = build(&wide, "wide", &target).expect("builds");
+    let mut n = 4096 * pool.cores() as u64 * 4;
+    let mut k = neg(n);
+    while k.info.tiles < pool.cores() as u64 && n < 1 << 26 {
+        n *= 2;
+        k = neg(n);
+    }
     let x = vec![1f32; n as usize];
     let mut y = vec![0f32; n as usize];
     let bufs = [RawBuf::input(&x[..]), RawBuf::output(&mut y[..])];
@@ -243,6 +257,54 @@ fn main() {
             "{s:>6} {:>10.3} {:>10.3} {:>10.3} {:>12.3}",
             row[0], row[1], row[2], row[3]
         );
+    }
+    // Small calls one after the other, each timed: what a run of small
+    // kernels pays per launch (the best of 5 above hides a slow median).
+    println!(
+        "\nsmall calls, µs per launch over 2000 back to back (median / p90, tiles), hidden 768, {} cores:",
+        pool.cores()
+    );
+    println!(
+        "{:>6} {:>20} {:>20} {:>20}",
+        "S", "add", "softmax", "layernorm"
+    );
+    for s in [17u64, 128] {
+        let mut row = Vec::new();
+        for (name, g) in groups(s).into_iter().take(3) {
+            let k = build(&g, name, &target).expect("builds");
+            let ins: Vec<Vec<f32>> = g
+                .inputs
+                .iter()
+                .map(|v| {
+                    data(
+                        if v.strides.contains(&0) {
+                            768
+                        } else {
+                            v.numel() as usize
+                        },
+                        1,
+                    )
+                })
+                .collect();
+            let mut out = vec![0f32; (s * 768) as usize];
+            let mut bufs: Vec<RawBuf> = ins.iter().map(|v| RawBuf::input(v.as_slice())).collect();
+            bufs.push(RawBuf::output(out.as_mut_slice()));
+            let mut times = Vec::with_capacity(2000);
+            for _ in 0..2000 {
+                let t = Instant::now();
+                // SAFETY: buffers are live and untouched during the launch.
+                unsafe { pool.launch(&k.program, &bufs) }.expect("runs");
+                times.push(t.elapsed().as_secs_f64() * 1e6);
+            }
+            times.sort_by(f64::total_cmp);
+            row.push(format!(
+                "{:.1} / {:.1} ({}t)",
+                times[times.len() / 2],
+                times[times.len() * 9 / 10],
+                k.info.tiles
+            ));
+        }
+        println!("{s:>6} {:>20} {:>20} {:>20}", row[0], row[1], row[2]);
     }
     if std::env::var_os("DVM_BENCH_SUMMARY_ONLY").is_none() {
         println!();

@@ -2,15 +2,29 @@
 //! with its own UB, running `dvm-device` blocks.
 //!
 //! A launch publishes a job (the predecoded program and raw buffer
-//! descriptors), wakes the workers, runs block 0 on the calling thread and
-//! waits for the rest. With several tiles per participant (and no stages),
-//! the participants claim chunks of tiles as they come free instead of a
-//! block each, so that a core that runs slower, taken by another process
-//! on a shared machine, delays the launch by one chunk, not by the rest of
-//! its block. Workers spin briefly after each job before parking,
-//! so back-to-back launches do not pay a wake-up each time; a new worker
-//! parks until its first job.
-
+//! descriptors), wakes the parked workers and runs its share on the
+//! calling thread.
+//!
+//! - **Claimed tiles** (every kernel kind but sequence): the participants
+//!   claim chunks of tiles as they come free ([`chunk_for`]), so a core
+//!   that runs slower, taken by another process on a shared machine,
+//!   delays the launch by one chunk at most. The job has a seat per helper
+//!   ([`Shared::seats`]): a worker that takes a seat runs chunks until none
+//!   is left; one that finds no seat leaves the job alone. Once every tile
+//!   is claimed the launcher closes the seats and waits only for the
+//!   helpers that took one, so a launch never waits for a worker that was
+//!   not running: when the worker shares the launcher's CPU, the launcher
+//!   runs every tile itself.
+//! - **Blocks** (sequence kernels, whose stages need barriers between
+//!   them): every participant runs its block, and the launcher waits for
+//!   every helper.
+//!
+//! Waits that could hold a CPU another thread needs (the launcher's wait
+//! for its helpers, a worker's idle window after a job) spin for a few
+//! microseconds, then yield ([`SPIN`]), so that a thread runnable on the
+//! same CPU runs instead. An idle worker stays awake for [`IDLE`] after a
+//! job, so back-to-back launches do not pay a wake-up each time, then
+//! parks; a new worker parks until its first job.
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
@@ -55,10 +69,13 @@ impl RawBuf {
 struct Shared {
     /// Incremented for every job; workers compare with the last they ran.
     generation: AtomicU64,
-    /// Workers still running the current job.
-    pending: AtomicUsize,
-    /// The current job.
-    job: Mutex<Option<JobSlot>>,
+    /// The current job's seats: open seats (helpers that may still join)
+    /// in the high half, active helpers (joined and not yet done) in the
+    /// low half ([`seats`]). A claimed-tile job opens a seat per helper;
+    /// a job by blocks opens none and counts every helper active.
+    seats: AtomicU64,
+    /// The current job and the parked workers.
+    board: Mutex<Board>,
     wake: Condvar,
     /// First error of the current job, as text (blocks report the first).
     error: Mutex<Option<ExecError>>,
@@ -70,6 +87,33 @@ struct Shared {
     /// The first tile not yet claimed, when the current job's tiles are
     /// claimed in chunks ([`JobSlot::chunk`]).
     next_tile: AtomicU64,
+}
+
+/// What the launcher and the workers share under [`Shared::board`].
+struct Board {
+    /// The current job, while its launch runs.
+    job: Option<JobSlot>,
+    /// Workers waiting on [`Shared::wake`]: a launch notifies only when
+    /// some are.
+    parked: usize,
+}
+
+/// The halves of [`Shared::seats`].
+mod seats {
+    /// One open seat.
+    pub const SEAT: u64 = 1 << 32;
+    /// The active helpers' half.
+    pub const ACTIVE: u64 = SEAT - 1;
+
+    /// Open seats of `word`.
+    pub fn open(word: u64) -> u64 {
+        word >> 32
+    }
+
+    /// Active helpers of `word`.
+    pub fn active(word: u64) -> u64 {
+        word & ACTIVE
+    }
 }
 
 #[derive(Clone, Copy)]
@@ -91,23 +135,37 @@ struct JobSlot {
 /// nothing next to the tiles.
 const CLAIMS_PER_PARTICIPANT: u64 = 16;
 
-/// Fewest tiles per participant for which a launch claims chunks: below,
-/// every participant runs its block (its tile range) as before, and a
-/// launch of a few tiles pays no claims.
+/// Fewest tiles per participant for which a launch claims
+/// [`CLAIMS_PER_PARTICIPANT`] chunks each: below, a chunk is a
+/// participant's share (`tiles / participants`, rounded up), so a launch
+/// of a few tiles pays a claim or two per participant.
 const MIN_TILES_PER_PARTICIPANT: u64 = 4;
 
 /// Tiles per claim for `program`'s `tiles` tiles on `block_dim`
-/// participants, or 0 for a launch by blocks: one participant, a sequence
-/// kernel (its stages need the barriers between them) or few tiles.
+/// participants, or 0 for a launch by blocks: one participant, or a
+/// sequence kernel (its stages need the barriers between them).
 fn chunk_for(program: &Program, tiles: u64, block_dim: u32) -> u64 {
     let parts = block_dim as u64;
-    if parts < 2
-        || program.kind() == KernelKind::Sequence
-        || tiles < MIN_TILES_PER_PARTICIPANT * parts
-    {
+    if parts < 2 || program.kind() == KernelKind::Sequence {
         return 0;
     }
+    if tiles < MIN_TILES_PER_PARTICIPANT * parts {
+        return tiles.div_ceil(parts).max(1);
+    }
     (tiles / (parts * CLAIMS_PER_PARTICIPANT)).max(1)
+}
+
+/// Waits until `done` holds: spins for [`SPIN`], then yields, so that a
+/// thread runnable on this CPU (the one waited for, say) runs meanwhile.
+fn wait_until(mut done: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !done() {
+        if start.elapsed() < SPIN {
+            std::hint::spin_loop();
+        } else {
+            std::thread::yield_now();
+        }
+    }
 }
 
 /// A barrier over `n` participants that spins, then yields (stages are
@@ -164,14 +222,20 @@ pub struct CpuPool {
 /// would spawn threads to no purpose (or fail to).
 pub const MAX_CORES: usize = 1024;
 
-/// How long an idle worker spins after a job before parking, so that the
-/// next launch of a run finds it awake. A new worker parks at once
-/// instead: what follows a pool's creation is host work (the eager API's
-/// first window is recorded and its fusion decided), and a spinning
-/// worker slows the caller's thread (on a shared or virtual machine it
-/// takes the caller's core, or its sibling's resources): the first
-/// launch pays one wake-up instead.
-const SPIN: Duration = Duration::from_micros(200);
+/// How long a wait spins before it yields ([`wait_until`], a worker's
+/// idle window): long enough to see a helper finish, or the next launch of
+/// a run come, without a system call; short enough that a thread waiting
+/// for this CPU loses next to nothing.
+const SPIN: Duration = Duration::from_micros(4);
+
+/// How long an idle worker stays awake after a job (spinning for [`SPIN`],
+/// then yielding) before parking, so that the next launch of a run finds
+/// it awake. A new worker parks at once instead: what follows a pool's
+/// creation is host work (the eager API's first window is recorded and
+/// its fusion decided), and a worker awake beside it slows the caller's
+/// thread (on a shared or virtual machine it takes the caller's core, or
+/// its sibling's resources): the first launch pays one wake-up instead.
+const IDLE: Duration = Duration::from_micros(200);
 
 impl CpuPool {
     /// A pool of `cores` participants: the calling thread plus `cores − 1`
@@ -183,8 +247,11 @@ impl CpuPool {
         let cores = cores.clamp(1, MAX_CORES);
         let shared = Arc::new(Shared {
             generation: AtomicU64::new(0),
-            pending: AtomicUsize::new(0),
-            job: Mutex::new(None),
+            seats: AtomicU64::new(0),
+            board: Mutex::new(Board {
+                job: None,
+                parked: 0,
+            }),
             wake: Condvar::new(),
             error: Mutex::new(None),
             stats_tiles: AtomicU64::new(0),
@@ -232,13 +299,14 @@ impl CpuPool {
         self.workers.len() + 1
     }
 
-    /// Runs `program` over `bufs` on up to [`CpuPool::cores`] blocks, or on
-    /// the caller alone when its tiles are not proven independent
-    /// ([`Program::tiles_independent`]). A
-    /// launch of several tiles per participant (any kind but sequence)
-    /// hands its tiles out in chunks to whichever participant is free, so
-    /// a participant whose core runs slower does not hold up the others
-    /// ([`dvm_device::exec::run_tile_ranges`]; the result is the same).
+    /// Runs `program` over `bufs` on up to [`CpuPool::cores`]
+    /// participants, or on the caller alone when its tiles are not proven
+    /// independent ([`Program::tiles_independent`]). A launch of any kind
+    /// but sequence hands its tiles out in chunks to whichever participant
+    /// is running, so a participant whose core runs slower, or is not
+    /// running at all, does not hold up the others
+    /// ([`dvm_device::exec::run_tile_ranges`]; each tile runs once, the
+    /// result is the same); a sequence kernel runs a block per participant.
     ///
     /// # Errors
     /// The first [`ExecError`] any block reported (binding errors included).
@@ -248,6 +316,20 @@ impl CpuPool {
     /// `writable`) for the duration of the call, accessed by nothing else
     /// meanwhile; written buffers must not overlap any other buffer.
     pub unsafe fn launch(&self, program: &Program, bufs: &[RawBuf]) -> Result<RunStats, ExecError> {
+        // SAFETY: the caller's contract, passed on.
+        unsafe { self.launch_as(program, bufs, Mode::Normal) }
+    }
+
+    /// [`CpuPool::launch`] in `mode`.
+    ///
+    /// # Safety
+    /// As [`CpuPool::launch`].
+    unsafe fn launch_as(
+        &self,
+        program: &Program,
+        bufs: &[RawBuf],
+        mode: Mode,
+    ) -> Result<RunStats, ExecError> {
         let _serial = self.launch_lock.lock().unwrap_or_else(|p| p.into_inner());
         let tiles = program.total_tiles();
         // Tiles not proven apart (a kernel from elsewhere than the
@@ -271,17 +353,27 @@ impl CpuPool {
             );
         }
         let barrier = SpinBarrier::new(block_dim);
-        let helpers = block_dim as usize - 1;
+        let helpers = u64::from(block_dim - 1);
         *self.shared.error.lock().unwrap_or_else(|p| p.into_inner()) = None;
         self.shared.stats_tiles.store(0, Ordering::Relaxed);
         self.shared.stats_instrs.store(0, Ordering::Relaxed);
-        self.shared.pending.store(helpers, Ordering::Release);
         let chunk = chunk_for(program, tiles, block_dim);
-        // Published with the job: the generation's increment below orders it.
+        // Claimed tiles: a seat per helper, none active yet. By blocks:
+        // every helper must run its block, so all count as active.
+        let seats = match mode {
+            _ if chunk == 0 => helpers,
+            Mode::Normal => helpers * seats::SEAT,
+            #[cfg(test)]
+            Mode::NoSeats => 0,
+            #[cfg(test)]
+            Mode::HelpersOnly => helpers * seats::SEAT,
+        };
+        // Published with the job: the board's lock orders it.
         self.shared.next_tile.store(0, Ordering::Relaxed);
-        {
-            let mut slot = self.shared.job.lock().unwrap_or_else(|p| p.into_inner());
-            *slot = Some(JobSlot {
+        let parked = {
+            let mut board = self.shared.board.lock().unwrap_or_else(|p| p.into_inner());
+            self.shared.seats.store(seats, Ordering::Relaxed);
+            board.job = Some(JobSlot {
                 program: program as *const Program as usize,
                 bufs: bufs.as_ptr() as usize,
                 nbufs: bufs.len(),
@@ -290,28 +382,37 @@ impl CpuPool {
                 chunk,
             });
             self.shared.generation.fetch_add(1, Ordering::AcqRel);
+            board.parked
+        };
+        // A worker about to park checks the generation under the board's
+        // lock first: one not counted here sees this job without a wake-up.
+        if parked > 0 {
+            self.shared.wake.notify_all();
         }
-        self.shared.wake.notify_all();
         let claim = (chunk > 0).then_some((&self.shared.next_tile, chunk));
-        let mine = run_one(
-            program,
-            bufs,
-            0,
-            block_dim,
-            ub.as_mut_slice(),
-            &barrier,
-            claim,
-        );
-        // Wait for the helpers: spin, then yield.
-        let start = Instant::now();
-        while self.shared.pending.load(Ordering::Acquire) != 0 {
-            if start.elapsed() < SPIN {
-                std::hint::spin_loop();
-            } else {
-                std::thread::yield_now();
-            }
-        }
-        *self.shared.job.lock().unwrap_or_else(|p| p.into_inner()) = None;
+        let mine = if mode.launcher_runs() {
+            run_one(
+                program,
+                bufs,
+                0,
+                block_dim,
+                ub.as_mut_slice(),
+                &barrier,
+                claim,
+            )
+        } else {
+            wait_until(|| seats::open(self.shared.seats.load(Ordering::Acquire)) == 0);
+            Ok(RunStats::default())
+        };
+        // Every tile is claimed (or every block run): no helper joins from
+        // here on, and only those that did are waited for.
+        self.shared.seats.fetch_and(seats::ACTIVE, Ordering::AcqRel);
+        wait_until(|| seats::active(self.shared.seats.load(Ordering::Acquire)) == 0);
+        self.shared
+            .board
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .job = None;
         let mut stats = mine?;
         if let Some(e) = self
             .shared
@@ -325,6 +426,35 @@ impl CpuPool {
         stats.tiles += self.shared.stats_tiles.load(Ordering::Relaxed);
         stats.instrs += self.shared.stats_instrs.load(Ordering::Relaxed);
         Ok(stats)
+    }
+}
+
+/// How a launch runs: [`Mode::Normal`] but in the pool's own tests, which
+/// make the interleavings a busy machine produces happen every time.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    /// The launcher claims tiles beside whichever helpers join.
+    Normal,
+    /// No seat opens: the launcher runs every tile, as when its helpers
+    /// are not running until the launch ends.
+    #[cfg(test)]
+    NoSeats,
+    /// The launcher waits until every seat is taken and runs no tile: the
+    /// helpers run them all (claimed-tile launches only).
+    #[cfg(test)]
+    HelpersOnly,
+}
+
+impl Mode {
+    /// Whether the launcher runs tiles (or its block) itself.
+    fn launcher_runs(self) -> bool {
+        match self {
+            Mode::Normal => true,
+            #[cfg(test)]
+            Mode::NoSeats => true,
+            #[cfg(test)]
+            Mode::HelpersOnly => false,
+        }
     }
 }
 
@@ -376,7 +506,7 @@ fn run_claimed(
 ) -> Result<RunStats, ExecError> {
     let total = program.total_tiles();
     // Only the claims need to be atomic: the results are published when
-    // the launch joins its participants (`pending`).
+    // the launch joins its participants (`Shared::seats`).
     let claim = || {
         let start = next.fetch_add(chunk, Ordering::Relaxed);
         (start < total).then(|| (start, start.saturating_add(chunk)))
@@ -390,10 +520,10 @@ fn worker(shared: Arc<Shared>, idx: u32) {
     shared.ready.fetch_add(1, Ordering::Release);
     let mut seen = 0u64;
     loop {
-        // Spin for a while on the generation, then park on the condvar;
-        // before the first job, park at once (see `SPIN`).
+        // Stay awake for a while on the generation (see `IDLE`), then park
+        // on the condvar; before the first job, park at once.
         let start = Instant::now();
-        let spin = if seen == 0 { Duration::ZERO } else { SPIN };
+        let idle = if seen == 0 { Duration::ZERO } else { IDLE };
         loop {
             if shared.shutdown.load(Ordering::Acquire) != 0 {
                 return;
@@ -401,34 +531,51 @@ fn worker(shared: Arc<Shared>, idx: u32) {
             if shared.generation.load(Ordering::Acquire) != seen {
                 break;
             }
-            if start.elapsed() < spin {
+            let waited = start.elapsed();
+            if waited < idle.min(SPIN) {
                 std::hint::spin_loop();
                 continue;
             }
-            let guard = shared.job.lock().unwrap_or_else(|p| p.into_inner());
+            if waited < idle {
+                std::thread::yield_now();
+                continue;
+            }
+            let mut board = shared.board.lock().unwrap_or_else(|p| p.into_inner());
             if shared.generation.load(Ordering::Acquire) == seen
                 && shared.shutdown.load(Ordering::Acquire) == 0
             {
-                drop(
-                    shared
-                        .wake
-                        .wait_timeout(guard, Duration::from_millis(50))
-                        .unwrap_or_else(|p| p.into_inner()),
-                );
+                board.parked += 1;
+                board = shared
+                    .wake
+                    .wait_timeout(board, Duration::from_millis(50))
+                    .unwrap_or_else(|p| p.into_inner())
+                    .0;
+                board.parked -= 1;
             }
         }
-        let (gen, slot) = {
-            let guard = shared.job.lock().unwrap_or_else(|p| p.into_inner());
-            (shared.generation.load(Ordering::Acquire), *guard)
+        let (gen, job) = {
+            let board = shared.board.lock().unwrap_or_else(|p| p.into_inner());
+            let gen = shared.generation.load(Ordering::Acquire);
+            // Joining under the lock under which the slot was read: the
+            // launcher replaces the slot only under this lock, and opens a
+            // job's seats with it, so the seats taken here are this job's,
+            // not those of a later job published between the read and the
+            // join. A job by blocks has no seats: every helper below its
+            // block count runs its block.
+            let job = board.job.filter(|job| {
+                if job.chunk == 0 {
+                    idx < job.block_dim
+                } else {
+                    take_seat(&shared.seats)
+                }
+            });
+            (gen, job)
         };
         seen = gen;
-        let Some(job) = slot else { continue };
-        if idx >= job.block_dim {
-            continue;
-        }
+        let Some(job) = job else { continue };
         // SAFETY: the launcher keeps the program, the buffer list and the
-        // barrier alive until `pending` reaches zero, which happens only
-        // after this block finished with them.
+        // barrier alive until no helper is active, which happens only after
+        // this one (counted active above) finished with them.
         let (program, bufs, barrier) = unsafe {
             (
                 &*(job.program as *const Program),
@@ -455,16 +602,221 @@ fn worker(shared: Arc<Shared>, idx: u32) {
                 slot.get_or_insert(e);
             }
         }
-        shared.pending.fetch_sub(1, Ordering::AcqRel);
+        // Publishes the results (and the stats) to the launcher.
+        shared.seats.fetch_sub(1, Ordering::AcqRel);
     }
+}
+
+/// Takes an open seat of `seats` and counts its helper active; false when
+/// no seat is open (the job's launcher has claimed every tile, or its
+/// other helpers took them all).
+fn take_seat(seats: &AtomicU64) -> bool {
+    seats
+        .fetch_update(Ordering::AcqRel, Ordering::Acquire, |word| {
+            (seats::open(word) > 0).then(|| word - seats::SEAT + 1)
+        })
+        .is_ok()
 }
 
 impl Drop for CpuPool {
     fn drop(&mut self) {
-        self.shared.shutdown.store(1, Ordering::Release);
+        {
+            // Under the board's lock: a worker about to park either sees
+            // the flag or is parked when the notification comes.
+            let _board = self.shared.board.lock().unwrap_or_else(|p| p.into_inner());
+            self.shared.shutdown.store(1, Ordering::Release);
+        }
         self.shared.wake.notify_all();
         for w in self.workers.drain(..) {
             let _ = w.join();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use dvm_compile::codegen::{compile, Group, GroupKind, Target, TileOp, View};
+    use dvm_compile::kernel::{build, ready, ReadyKernel};
+    use dvm_compile::stack::combine;
+    use dvm_device::exec::ExecError;
+    use dvm_isa::{DType, KernelKind, Opcode};
+    use dvm_tensor::sample_data as data;
+
+    use super::{CpuPool, Mode, RawBuf};
+
+    /// `y = op(x)` over `n` elements.
+    fn unary(n: u64, op: Opcode) -> Group {
+        let v = View::contiguous(DType::F32, &[n]);
+        Group {
+            kind: GroupKind::Elementwise { shape: vec![n] },
+            inputs: vec![v.clone()],
+            nodes: vec![
+                (TileOp::Input(0), DType::F32),
+                (TileOp::Unary(op, 0), DType::F32),
+            ],
+            outputs: vec![(1, v)],
+        }
+    }
+
+    fn target() -> Target {
+        Target {
+            cores: 3,
+            ..Target::default()
+        }
+    }
+
+    /// `exp(x)` over `n` elements, tiled for three cores.
+    fn exp(n: u64) -> Arc<ReadyKernel> {
+        build(&unary(n, Opcode::Exp), "exp", &target()).expect("builds")
+    }
+
+    /// The output bits and the tiles run of `k` over `x` on `pool` in
+    /// `mode`, or the error.
+    fn run(
+        pool: &CpuPool,
+        k: &ReadyKernel,
+        x: &[f32],
+        out_len: usize,
+        mode: Mode,
+    ) -> Result<(Vec<u32>, u64), ExecError> {
+        let mut y = vec![0f32; out_len];
+        let bufs = [RawBuf::input(x), RawBuf::output(&mut y)];
+        // SAFETY: both buffers are live vectors owned here, untouched
+        // during the launch; only `y` is written.
+        let stats = unsafe { pool.launch_as(&k.program, &bufs, mode) }?;
+        Ok((y.iter().map(|v| v.to_bits()).collect(), stats.tiles))
+    }
+
+    /// A launch whose helpers get no seat (not running until every tile
+    /// is claimed) runs every tile on the launcher, in claimed chunks,
+    /// with the bytes and the tile count of a one-participant pool; the
+    /// next launch still uses the helpers.
+    #[test]
+    fn a_launch_without_helpers_runs_every_tile_on_the_launcher() {
+        let solo = CpuPool::new(1);
+        // 2, 3, 7 and 22 tiles.
+        for n in [1u64 << 16, 100_000, 300_000, 1 << 20] {
+            let k = exp(n);
+            assert!(k.program.total_tiles() >= 2, "{n}: one tile");
+            let x = data(n as usize, 7);
+            let want = run(&solo, &k, &x, n as usize, Mode::Normal).unwrap();
+            assert_eq!(want.1, k.program.total_tiles());
+            for cores in [2, 3] {
+                let pool = CpuPool::new(cores);
+                for _ in 0..20 {
+                    assert!(run(&pool, &k, &x, n as usize, Mode::NoSeats).unwrap() == want);
+                    assert!(run(&pool, &k, &x, n as usize, Mode::Normal).unwrap() == want);
+                }
+            }
+        }
+    }
+
+    /// A launch whose launcher runs no tile: the helpers that joined run
+    /// them all, and their bytes and counts reach the caller.
+    #[test]
+    fn helpers_that_join_run_tiles_and_report_them() {
+        let solo = CpuPool::new(1);
+        for n in [1u64 << 16, 300_000, 1 << 20] {
+            let k = exp(n);
+            assert!(k.program.total_tiles() >= 2, "{n}: one tile");
+            let x = data(n as usize, 8);
+            let want = run(&solo, &k, &x, n as usize, Mode::Normal).unwrap();
+            for cores in [2, 3] {
+                let pool = CpuPool::new(cores);
+                for _ in 0..20 {
+                    assert!(run(&pool, &k, &x, n as usize, Mode::HelpersOnly).unwrap() == want);
+                }
+            }
+        }
+    }
+
+    /// The error of a helper that joined is the launch's error, also when
+    /// the launcher itself ran nothing.
+    #[test]
+    fn errors_of_a_joined_helper_are_reported() {
+        let k = exp(300_000);
+        assert!(k.program.total_tiles() >= 3);
+        let x = data(300_000, 9);
+        for cores in [2, 3] {
+            let pool = CpuPool::new(cores);
+            for mode in [Mode::HelpersOnly, Mode::Normal] {
+                // The output is too short: binding fails.
+                let e = run(&pool, &k, &x, 200_000, mode).unwrap_err();
+                assert!(matches!(e, ExecError::Bind(_)), "{e}");
+                // The next launch succeeds: the error was the last one's.
+                run(&pool, &k, &x, 300_000, mode).unwrap();
+            }
+        }
+    }
+
+    /// Launches of different kernels (a few tiles, many, one) back to back
+    /// on a fresh pool, its worker not started yet for the first: each
+    /// gives the one-participant bytes, whoever runs its tiles.
+    #[test]
+    fn back_to_back_launches_of_different_kernels() {
+        let solo = CpuPool::new(1);
+        let ks: Vec<(Arc<ReadyKernel>, Vec<f32>)> = [1u64 << 16, 1 << 20, 16, 100_000, 300_000, 8]
+            .iter()
+            .enumerate()
+            .map(|(i, &n)| (exp(n), data(n as usize, i as u32)))
+            .collect();
+        let want: Vec<_> = ks
+            .iter()
+            .map(|(k, x)| run(&solo, k, x, x.len(), Mode::Normal).unwrap())
+            .collect();
+        for cores in [2, 3] {
+            for _ in 0..4 {
+                let pool = CpuPool::new(cores);
+                for round in 0..100 {
+                    for (i, (k, x)) in ks.iter().enumerate() {
+                        let got = run(&pool, k, x, x.len(), Mode::Normal).unwrap();
+                        assert!(got == want[i], "kernel {i}, round {round}, {cores} cores");
+                    }
+                }
+            }
+        }
+    }
+
+    /// A sequence kernel (stage b reads what stage a stored) runs a block
+    /// per participant with barriers between the stages: the same bytes
+    /// on every pool, launch after launch.
+    #[test]
+    fn sequence_kernels_run_by_blocks() {
+        let t = target();
+        let n = 1 << 16;
+        let a = compile(&unary(n, Opcode::Exp), "a", &t).unwrap();
+        let b = compile(&unary(n, Opcode::Neg), "b", &t).unwrap();
+        // a reads buffer 0 and writes 1; b reads 1 and writes 2.
+        let maps = vec![vec![0u8, 1], vec![1u8, 2]];
+        let s = combine(KernelKind::Sequence, "ab", &[a, b], &maps).unwrap();
+        let k = ready(s, &t).unwrap();
+        assert_eq!(k.program.kind(), KernelKind::Sequence);
+        assert!(k.program.tiles_independent());
+        let x = data(n as usize, 10);
+        let go = |pool: &CpuPool| {
+            let mut mid = vec![0f32; n as usize];
+            let mut y = vec![0f32; n as usize];
+            let bufs = [
+                RawBuf::input(&x),
+                RawBuf::output(&mut mid),
+                RawBuf::output(&mut y),
+            ];
+            // SAFETY: the buffers are live vectors owned here, untouched
+            // during the launch and apart from each other.
+            unsafe { pool.launch(&k.program, &bufs) }.expect("runs");
+            y.iter().map(|v| v.to_bits()).collect::<Vec<u32>>()
+        };
+        let want = go(&CpuPool::new(1));
+        // Stage b negates what stage a stored: exp(x) > 0, where an
+        // unwritten `mid` would give −0.
+        assert!(want.iter().all(|&y| f32::from_bits(y) < 0.0));
+        for cores in [2, 3] {
+            let pool = CpuPool::new(cores);
+            for _ in 0..50 {
+                assert!(go(&pool) == want, "{cores} participants differ");
+            }
         }
     }
 }
