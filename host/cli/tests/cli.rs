@@ -940,3 +940,30 @@ fn a_closed_output_pipe_ends_quietly() {
     assert!(!stderr.contains("panicked"), "{stderr}");
     assert_ne!(out.status.code(), Some(101), "{stderr}");
 }
+
+/// A full standard output or error is an error of the command (exit code
+/// 1 or the command's own), named on standard error when it can be, never
+/// a panic (exit code 101).
+#[cfg(target_os = "linux")]
+#[test]
+fn a_full_output_stream_is_an_error_not_a_panic() {
+    let full = || std::fs::OpenOptions::new().write(true).open("/dev/full");
+    let Ok(out) = full() else {
+        return; // no /dev/full in this sandbox
+    };
+    let explain = dvm()
+        .args(["explain", example().to_str().unwrap(), "--bind", "S=17"])
+        .stdout(out)
+        .output()
+        .unwrap();
+    assert_eq!(explain.status.code(), Some(1), "{explain:?}");
+    let err = String::from_utf8_lossy(&explain.stderr);
+    assert!(err.contains("cannot write to standard output"), "{err}");
+    // The error message itself cannot be written: the exit code says it.
+    let verify = dvm()
+        .args(["verify", "/dev/null"])
+        .stderr(full().unwrap())
+        .output()
+        .unwrap();
+    assert_eq!(verify.status.code(), Some(2), "{verify:?}");
+}

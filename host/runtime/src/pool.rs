@@ -6,10 +6,10 @@
 //! calling thread.
 //!
 //! - **Claimed tiles** (every kernel kind but sequence): the participants
-//!   claim chunks of tiles as they come free ([`chunk_for`]), so a core
+//!   claim chunks of tiles as they come free (`chunk_for`), so a core
 //!   that runs slower, taken by another process on a shared machine,
 //!   delays the launch by one chunk at most. The job has a seat per helper
-//!   ([`Shared::seats`]): a worker that takes a seat runs chunks until none
+//!   (`Shared::seats`): a worker that takes a seat runs chunks until none
 //!   is left; one that finds no seat leaves the job alone. Once every tile
 //!   is claimed the launcher closes the seats and waits only for the
 //!   helpers that took one, so a launch never waits for a worker that was
@@ -21,10 +21,11 @@
 //!
 //! Waits that could hold a CPU another thread needs (the launcher's wait
 //! for its helpers, a worker's idle window after a job) spin for a few
-//! microseconds, then yield ([`SPIN`]), so that a thread runnable on the
-//! same CPU runs instead. An idle worker stays awake for [`IDLE`] after a
+//! microseconds, then yield (`SPIN`), so that a thread runnable on the
+//! same CPU runs instead. An idle worker stays awake for `IDLE` after a
 //! job, so back-to-back launches do not pay a wake-up each time, then
 //! parks; a new worker parks until its first job.
+
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
