@@ -34,9 +34,9 @@ pub fn cmd_compile(graph: &Path, binds: &[String], output: &Path) -> Result<(), 
             .add_kernel(def)
             .map_err(|e| Failure(e.to_string(), 2))?;
     }
-    write_atomic(output, &builder.finish(), &[graph])?;
-    outln!("{}: {} kernel(s)", output.display(), kernels.len())?;
-    Ok(())
+    write_atomic(output, &builder.finish(), &[graph], || {
+        outln!("{}: {} kernel(s)", output.display(), kernels.len())
+    })
 }
 
 /// Runs `dvm explain`: the fusion groups, why neighbours were not fused,

@@ -150,15 +150,15 @@ fn link(
         files.push((path, &linked));
     }
     let ins: Vec<&Path> = inputs.iter().map(PathBuf::as_path).collect();
-    write_all_atomic(&files, &ins)?;
-    outln!(
-        "{}: {} kernel(s) from {} module(s), image {} bytes, {arch}",
-        output.display(),
-        linker.kernel_count(),
-        inputs.len(),
-        linked.len()
-    )?;
-    Ok(())
+    write_all_atomic(&files, &ins, || {
+        outln!(
+            "{}: {} kernel(s) from {} module(s), image {} bytes, {arch}",
+            output.display(),
+            linker.kernel_count(),
+            inputs.len(),
+            linked.len()
+        )
+    })
 }
 
 fn memory_x(desc: &DeviceDesc, dir: &Path) -> Result<(), Failure> {
@@ -173,8 +173,7 @@ fn memory_x(desc: &DeviceDesc, dir: &Path) -> Result<(), Failure> {
             (&link, link_text.as_bytes()),
         ],
         &[],
+        || outln!("{}\n{}", memory.display(), link.display()),
     )
-    .inspect_err(|_| made.undo())?;
-    outln!("{}\n{}", memory.display(), link.display())?;
-    Ok(())
+    .inspect_err(|_| made.undo())
 }

@@ -12,8 +12,13 @@ use crate::Failure;
 /// # Errors
 ///
 /// As [`write_all_atomic`].
-pub(crate) fn write_atomic(path: &Path, bytes: &[u8], inputs: &[&Path]) -> Result<(), Failure> {
-    write_all_atomic(&[(path, bytes)], inputs)
+pub(crate) fn write_atomic(
+    path: &Path,
+    bytes: &[u8],
+    inputs: &[&Path],
+    announce: impl FnOnce() -> Result<(), Failure>,
+) -> Result<(), Failure> {
+    write_all_atomic(&[(path, bytes)], inputs, announce)
 }
 
 /// How one file of [`write_all_atomic`] reaches its destination.
@@ -95,6 +100,11 @@ fn file_key(path: &Path) -> PathBuf {
 /// regular file (`/dev/null`, a FIFO) is written in place, after the
 /// temporaries, as a rename would replace the device itself.
 ///
+/// `announce` prints what the command reports of its files; it runs once
+/// every file is written and before any is renamed into place, so a
+/// report that cannot be printed (a full or closed standard output)
+/// fails the command with nothing left behind.
+///
 /// # Errors
 ///
 /// Exit code 2 when a destination is a directory or a dangling symbolic
@@ -102,8 +112,12 @@ fn file_key(path: &Path) -> PathBuf {
 /// (the same file under any name, as a compiler refuses `cc -o x.c x.c`:
 /// the input was read whole, but the user's source would be gone);
 /// nothing is written then. 1 when a file cannot be written or renamed,
-/// naming it.
-pub(crate) fn write_all_atomic(files: &[(&Path, &[u8])], inputs: &[&Path]) -> Result<(), Failure> {
+/// naming it. Whatever `announce` returns.
+pub(crate) fn write_all_atomic(
+    files: &[(&Path, &[u8])],
+    inputs: &[&Path],
+    announce: impl FnOnce() -> Result<(), Failure>,
+) -> Result<(), Failure> {
     let fail = |path: &Path, e: std::io::Error| {
         Failure(format!("cannot write {}: {e}", path.display()), 1)
     };
@@ -159,6 +173,7 @@ pub(crate) fn write_all_atomic(files: &[(&Path, &[u8])], inputs: &[&Path]) -> Re
             std::fs::write(path, bytes).map_err(|e| fail(path, e))?;
         }
     }
+    announce()?;
     staged.commit().map_err(|e| fail(&e.path, e.source))
 }
 

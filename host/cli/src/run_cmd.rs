@@ -177,9 +177,8 @@ fn write_outputs(output_dir: &Path, outputs: &[(String, Tensor)]) -> Result<(), 
     let made = MadeDir::create(output_dir)?;
     // An output may replace an input `.npy` (read whole before):
     // feeding a run's result back is a workflow, not a slip.
-    write_all_atomic(&files, &[]).inspect_err(|_| made.undo())?;
-    for p in &paths {
-        outln!("{}", p.display())?;
-    }
-    Ok(())
+    write_all_atomic(&files, &[], || {
+        paths.iter().try_for_each(|p| outln!("{}", p.display()))
+    })
+    .inspect_err(|_| made.undo())
 }

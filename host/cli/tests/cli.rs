@@ -967,3 +967,37 @@ fn a_full_output_stream_is_an_error_not_a_panic() {
         .unwrap();
     assert_eq!(verify.status.code(), Some(2), "{verify:?}");
 }
+
+/// A command whose report of the files it wrote cannot be printed fails,
+/// and leaves none of those files (nor a directory it made) behind.
+#[cfg(target_os = "linux")]
+#[test]
+fn an_unprintable_report_leaves_no_output_files() {
+    let full = || std::fs::OpenOptions::new().write(true).open("/dev/full");
+    if full().is_err() {
+        return; // no /dev/full in this sandbox
+    }
+    let tmp = scratch("full-report");
+    let module = tmp.path().join("m.dvmb");
+    let compile = dvm()
+        .arg("compile")
+        .arg(example())
+        .args(["--bind", "S=17", "-o"])
+        .arg(&module)
+        .stdout(full().unwrap())
+        .output()
+        .unwrap();
+    assert_eq!(compile.status.code(), Some(1), "{compile:?}");
+    assert!(!module.exists(), "compile left {}", module.display());
+    let layout = tmp.path().join("layout");
+    let memx = dvm()
+        .args(["memory-x", "--cores", "2", "-o"])
+        .arg(&layout)
+        .stdout(full().unwrap())
+        .output()
+        .unwrap();
+    assert_eq!(memx.status.code(), Some(1), "{memx:?}");
+    assert!(!layout.exists(), "memory-x left {}", layout.display());
+    let left: Vec<_> = std::fs::read_dir(tmp.path()).unwrap().collect();
+    assert!(left.is_empty(), "files left behind: {left:?}");
+}
