@@ -341,9 +341,7 @@ fn copy_module(n: u32, tiles: u32) -> Vec<u8> {
 }
 
 fn limits(ub: usize) -> DeviceLimits {
-    DeviceLimits {
-        ub_bytes: ub as u32,
-    }
+    DeviceLimits::with_ub_bytes(ub as u32)
 }
 
 /// A zeroed, 64-byte aligned UB of `N` bytes on the heap.

@@ -184,7 +184,7 @@ fn check<const N: usize, const B: usize>(
     block_dim: u32,
     ub: &[u8],
 ) -> Result<(), ExecError> {
-    check_block(block_idx, block_dim)?;
+    check_block(program, block_idx, block_dim)?;
     let need = program.ub_bytes();
     let align = 1usize << (ub.as_ptr() as usize).trailing_zeros().min(12);
     if ub.len() < need as usize || align < UB_ALIGN {
@@ -199,8 +199,13 @@ fn check<const N: usize, const B: usize>(
     Ok(())
 }
 
-fn check_block(block_idx: u32, block_dim: u32) -> Result<(), ExecError> {
-    if block_dim == 0 || block_idx >= block_dim {
+fn check_block<const N: usize, const B: usize>(
+    program: &Program<N, B>,
+    block_idx: u32,
+    block_dim: u32,
+) -> Result<(), ExecError> {
+    dvm_isa::verify::check_blocks(block_dim, program.max_blocks())?;
+    if block_idx >= block_dim {
         return Err(LaunchError::Block {
             idx: block_idx,
             dim: block_dim,
@@ -233,7 +238,7 @@ pub fn run_block<const N: usize, const B: usize>(
     barrier: &dyn Barrier,
 ) -> Result<RunStats, ExecError> {
     if program.kind() == KernelKind::Sequence {
-        check_block(block_idx, block_dim)?;
+        check_block(program, block_idx, block_dim)?;
         let mut result = check(program, launch, block_idx, block_dim, ub);
         let mut stats = RunStats::default();
         let stages = program.body_count();
@@ -284,7 +289,7 @@ pub fn run_blocks_strided<const N: usize, const B: usize>(
     let blocks = || (first..block_dim).step_by(step.max(1) as usize);
     let mut stats = RunStats::default();
     if program.kind() == KernelKind::Sequence {
-        check_block(0, block_dim)?;
+        check_block(program, 0, block_dim)?;
         let mut result = check(program, launch, 0, block_dim, ub);
         if result.is_err() {
             barrier.abort();

@@ -175,6 +175,9 @@ pub struct Program<const N: usize = DEFAULT_INSTRS, const B: usize = DEFAULT_BOD
     ub_bytes: u32,
     params: ParamSig,
     independent: bool,
+    /// Most blocks a launch may have ([`DeviceLimits::max_blocks`] of the
+    /// limits the kernel was verified against).
+    max_blocks: u32,
     bodies: heapless::Vec<BodyInfo, B>,
     code: heapless::Vec<VInstr, N>,
 }
@@ -195,6 +198,7 @@ impl<const N: usize, const B: usize> Program<N, B> {
             ub_bytes: 0,
             params: ParamSig::EMPTY,
             independent: false,
+            max_blocks: 0,
             bodies: heapless::Vec::new(),
             code: heapless::Vec::new(),
         }
@@ -214,6 +218,7 @@ impl<const N: usize, const B: usize> Program<N, B> {
             core::ptr::addr_of_mut!((*p).ub_bytes).write(0);
             core::ptr::addr_of_mut!((*p).params).write(ParamSig::EMPTY);
             core::ptr::addr_of_mut!((*p).independent).write(false);
+            core::ptr::addr_of_mut!((*p).max_blocks).write(0);
             core::ptr::addr_of_mut!((*p).bodies).write(heapless::Vec::new());
             core::ptr::addr_of_mut!((*p).code).write(heapless::Vec::new());
             slot.assume_init_mut()
@@ -370,6 +375,7 @@ impl<const N: usize, const B: usize> Program<N, B> {
         self.ub_bytes = kernel.ub_bytes();
         self.params = ParamSig::of(kernel);
         self.independent = kernel.tiles_independent().is_ok();
+        self.max_blocks = kernel.limits().max_blocks;
         let params = self.params;
         for v in self.code.iter_mut() {
             if let VInstr::Store {
@@ -459,6 +465,11 @@ impl<const N: usize, const B: usize> Program<N, B> {
     /// runs any other kernel on one core.
     pub fn tiles_independent(&self) -> bool {
         self.independent
+    }
+
+    /// Most blocks one launch of this program may have.
+    pub fn max_blocks(&self) -> u32 {
+        self.max_blocks
     }
 
     /// Number of bodies.

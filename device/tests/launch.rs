@@ -205,6 +205,15 @@ fn run_checks_are_typed_and_write_nothing() {
         assert_eq!(e, ExecError::Launch(LaunchError::Block { idx: 0, dim: 0 }));
         let e = run_all_blocks_sequentially(&p0, &launch, 0, ub.as_mut_slice()).unwrap_err();
         assert_eq!(e, ExecError::Launch(LaunchError::Block { idx: 0, dim: 0 }));
+        // More blocks than the device allows: refused before any runs.
+        let e = run_all_blocks_sequentially(&p0, &launch, u32::MAX, ub.as_mut_slice()).unwrap_err();
+        assert_eq!(
+            e,
+            ExecError::Launch(LaunchError::TooManyBlocks {
+                dim: u32::MAX,
+                max: DeviceLimits::DEFAULT.max_blocks
+            })
+        );
         // UB too small.
         let e = run_block(
             &p0,
@@ -270,7 +279,7 @@ fn verify_and_predecode_matches_the_two_passes() {
         assert_eq!(vk1.required_bytes(1), vk.required_bytes(1));
     }
     // Verification errors come first and are the verifier's.
-    let small = DeviceLimits { ub_bytes: 512 };
+    let small = DeviceLimits::with_ub_bytes(512);
     let want = verify_kernel(&m, 0, &small).unwrap_err();
     let mut p: Program = Program::empty();
     p.verify_and_predecode(&m, 0, &DeviceLimits::DEFAULT)

@@ -45,18 +45,50 @@ pub const MAX_PARAMS: usize = 32;
 /// Required alignment of the UB base address in bytes.
 pub const UB_ALIGN: usize = 64;
 
-/// What the device offers; the verifier checks kernels against it.
+/// What the device offers; the verifier checks kernels against it, and the
+/// launch check a launch's block count.
+///
+/// The three work limits bound what one launch of a verified kernel can
+/// make the device do: at most [`DeviceLimits::max_launch_instrs`]
+/// instructions (each over at most the kernel's UB), spread over at most
+/// [`DeviceLimits::max_blocks`] blocks, so a launch ends in bounded time
+/// whatever bytecode it was given.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct DeviceLimits {
     /// UB bytes per core.
     pub ub_bytes: u32,
+    /// Most blocks one launch may have (the launch check).
+    pub max_blocks: u32,
+    /// Most instructions one kernel may have, over all its bodies.
+    pub max_kernel_instrs: u32,
+    /// Most tiles one launch may run, over all the kernel's bodies.
+    pub max_tiles: u64,
+    /// The instruction budget: most instructions one launch may execute,
+    /// the sum over bodies of tiles × instructions per tile.
+    pub max_launch_instrs: u64,
 }
 
 impl DeviceLimits {
-    /// An Ascend 910B-sized UB: 192 KiB.
+    /// An Ascend 910B-sized UB (192 KiB); 65 535 blocks per launch (the
+    /// NPU's largest block dimension); 65 536 instructions per kernel;
+    /// 2^24 tiles and 2^32 executed instructions per launch (far above
+    /// what the compiler emits: a 1 GiB element-wise operand is 2^16
+    /// tiles of a few instructions).
     pub const DEFAULT: DeviceLimits = DeviceLimits {
         ub_bytes: 192 * 1024,
+        max_blocks: 65_535,
+        max_kernel_instrs: 1 << 16,
+        max_tiles: 1 << 24,
+        max_launch_instrs: 1 << 32,
     };
+
+    /// The default limits with a UB of `ub_bytes` per core.
+    pub const fn with_ub_bytes(ub_bytes: u32) -> DeviceLimits {
+        DeviceLimits {
+            ub_bytes,
+            ..DeviceLimits::DEFAULT
+        }
+    }
 }
 
 impl Default for DeviceLimits {
@@ -192,6 +224,31 @@ pub enum Rule {
     /// The kernel kind does not match its bodies or the pipes it uses.
     #[error("{0}")]
     Kind(&'static str),
+    /// More instructions than [`DeviceLimits::max_kernel_instrs`].
+    #[error("kernel has {count} instructions, the device runs at most {max} per kernel")]
+    TooManyInstrs {
+        /// Instructions over all bodies.
+        count: u64,
+        /// The device's limit.
+        max: u32,
+    },
+    /// More tiles than [`DeviceLimits::max_tiles`].
+    #[error("kernel has {tiles} tiles over its bodies, the device runs at most {max} per launch")]
+    TooManyTiles {
+        /// Tiles over all bodies.
+        tiles: u64,
+        /// The device's limit.
+        max: u64,
+    },
+    /// A launch would execute more instructions than
+    /// [`DeviceLimits::max_launch_instrs`].
+    #[error("a launch would execute {executed} instructions (tiles x instructions per body), over the device's budget of {max}")]
+    InstrBudget {
+        /// Instructions one launch executes.
+        executed: u64,
+        /// The device's budget.
+        max: u64,
+    },
     /// More parameters than [`MAX_PARAMS`].
     #[error("kernel has {0} parameters, at most 32 are supported")]
     TooManyParams(u32),
@@ -297,6 +354,14 @@ pub enum LaunchError {
         /// Count.
         dim: u32,
     },
+    /// More blocks than the device's [`DeviceLimits::max_blocks`].
+    #[error("a launch of {dim} blocks exceeds the device's {max}")]
+    TooManyBlocks {
+        /// Blocks asked for.
+        dim: u32,
+        /// The device's limit.
+        max: u32,
+    },
     /// A range of tiles of a sequence kernel, whose stages need the
     /// barriers between them: it runs by blocks.
     #[error("a sequence kernel runs by blocks (its stages need barriers), not by ranges of tiles")]
@@ -311,6 +376,8 @@ pub struct VerifiedKernel<'m> {
     need: [u64; MAX_PARAMS],
     /// Whether the tiles may run concurrently ([`crate::tiles`]).
     tiles: Result<(), TileConflict>,
+    /// The limits it was verified against.
+    limits: DeviceLimits,
 }
 
 impl<'m> VerifiedKernel<'m> {
@@ -348,6 +415,20 @@ impl<'m> VerifiedKernel<'m> {
     /// Number of parameters.
     pub fn param_count(&self) -> usize {
         self.kernel.param_count()
+    }
+
+    /// The device limits the kernel was verified against.
+    pub fn limits(&self) -> &DeviceLimits {
+        &self.limits
+    }
+
+    /// Checks a launch's block count against the device's limit.
+    ///
+    /// # Errors
+    /// [`LaunchError::Block`] for zero blocks,
+    /// [`LaunchError::TooManyBlocks`] above [`DeviceLimits::max_blocks`].
+    pub fn check_blocks(&self, blocks: u32) -> Result<(), LaunchError> {
+        check_blocks(blocks, self.limits.max_blocks)
     }
 
     /// Parameter `i`.
@@ -416,6 +497,21 @@ impl<'m> VerifiedKernel<'m> {
     }
 }
 
+/// Checks a launch of `blocks` blocks against a limit of `max`.
+///
+/// # Errors
+/// [`LaunchError::Block`] for zero blocks, [`LaunchError::TooManyBlocks`]
+/// above `max`.
+pub fn check_blocks(blocks: u32, max: u32) -> Result<(), LaunchError> {
+    if blocks == 0 {
+        return Err(LaunchError::Block { idx: 0, dim: 0 });
+    }
+    if blocks > max {
+        return Err(LaunchError::TooManyBlocks { dim: blocks, max });
+    }
+    Ok(())
+}
+
 /// Iterator over a verified body's instructions: `(word offset, head, instr)`.
 #[derive(Clone, Debug)]
 pub struct Instrs<'m> {
@@ -481,6 +577,7 @@ pub fn verify_kernel_visit<'m>(
     };
     let err = |body: usize, word: u32, rule: Rule| at(Site::Word, body, word, rule);
     let entry = |rule: Rule| at(Site::Entry, 0, 0, rule);
+    let body_err = |body: usize, rule: Rule| at(Site::Body, body, 0, rule);
     let kernel = module
         .kernel(index)
         .ok_or(entry(Rule::Kind("no such kernel")))?;
@@ -507,18 +604,32 @@ pub fn verify_kernel_visit<'m>(
         kernel,
         need: [0; MAX_PARAMS],
         tiles: Ok(()),
+        limits: *limits,
     };
+    let (mut instrs, mut tiles_total, mut executed) = (0u64, 0u64, 0u64);
     let mut tiles = Tracker::new();
     let staged = kernel.kind == KernelKind::Sequence;
     let (mut vector, mut cube) = (false, false);
     for b in 0..nbodies {
         let grid = kernel.bodies[b].grid();
-        grid.iter()
+        let body_tiles = grid
+            .iter()
             .try_fold(
                 1u32,
                 |acc, g| if *g == 0 { None } else { acc.checked_mul(*g) },
             )
-            .ok_or(at(Site::Body, b, 0, Rule::BadGrid(grid)))?;
+            .ok_or(body_err(b, Rule::BadGrid(grid)))?;
+        tiles_total += u64::from(body_tiles);
+        if tiles_total > limits.max_tiles {
+            return Err(body_err(
+                b,
+                Rule::TooManyTiles {
+                    tiles: tiles_total,
+                    max: limits.max_tiles,
+                },
+            ));
+        }
+        let mut body_instrs = 0u64;
         let code = kernel.body_code(b).unwrap_or(&[]);
         let mut at = 0usize;
         let mut ended = false;
@@ -529,6 +640,18 @@ pub fn verify_kernel_visit<'m>(
             }
             let (head, instr) =
                 Instr::decode(&code[at..]).map_err(|e| err(b, word, Rule::Decode(e)))?;
+            body_instrs += 1;
+            instrs += 1;
+            if instrs > u64::from(limits.max_kernel_instrs) {
+                return Err(err(
+                    b,
+                    word,
+                    Rule::TooManyInstrs {
+                        count: instrs,
+                        max: limits.max_kernel_instrs,
+                    },
+                ));
+            }
             let gm = check_instr(&head, &instr, &kernel, module.features(), grid, &mut v.need)
                 .map_err(|r| err(b, word, r))?;
             if let Some((gm, last)) = gm {
@@ -545,6 +668,18 @@ pub fn verify_kernel_visit<'m>(
         }
         if !ended {
             return Err(err(b, code.len() as u32, Rule::MissingEnd));
+        }
+        // At most 2^32 tiles times 2^32 instructions: no overflow in u64
+        // per body, saturating over bodies.
+        executed = executed.saturating_add(u64::from(body_tiles) * body_instrs);
+        if executed > limits.max_launch_instrs {
+            return Err(body_err(
+                b,
+                Rule::InstrBudget {
+                    executed,
+                    max: limits.max_launch_instrs,
+                },
+            ));
         }
         if staged {
             tiles.close_stage();

@@ -1023,7 +1023,7 @@ fn kernel_ub_larger_than_the_device_ub() {
     let bytes = assemble(&kernel_text("none", "vector", "    end")).unwrap();
     let m = Module::parse(&bytes).unwrap();
     assert_eq!(
-        verify_kernel(&m, 0, &DeviceLimits { ub_bytes: 4095 })
+        verify_kernel(&m, 0, &DeviceLimits::with_ub_bytes(4095))
             .unwrap_err()
             .rule,
         Rule::KernelUb {
@@ -1645,8 +1645,16 @@ fn bad_grid() {
         );
         assert_eq!(verify_text(&text), at_site(Site::Body, Rule::BadGrid(grid)));
     }
+    // 2^32 − 1 tiles is a grid (the default work limits refuse it:
+    // `work_limits`).
     let text = kernel_text("none", "vector", "    end").replace("grid=4,1,1", "grid=65535,65537,1");
-    verify_text(&text).unwrap();
+    let bytes = assemble(&text).unwrap();
+    let roomy = DeviceLimits {
+        max_tiles: u64::MAX,
+        max_launch_instrs: u64::MAX,
+        ..DeviceLimits::DEFAULT
+    };
+    verify_kernel(&Module::parse(&bytes).unwrap(), 0, &roomy).unwrap();
 }
 
 #[test]
@@ -2163,4 +2171,70 @@ proptest! {
             (Ok(_), None) => prop_assert!(false, "verified a pattern with an empty tile: {:?}", p),
         }
     }
+}
+
+/// The work limits: instructions per kernel, tiles per launch, and the
+/// instruction budget (tiles × instructions), each at its bound and one
+/// past it; the defaults accept a grid of 2^32 − 1 tiles of one `end` only
+/// when the budget allows it.
+#[test]
+fn work_limits() {
+    let body = "    add dt=f32 dst=0 a=0 b=0 n=1\n    add dt=f32 dst=0 a=0 b=0 n=1\n    end";
+    // 4 tiles × 3 instructions.
+    let bytes = assemble(&kernel_text("none", "vector", body)).unwrap();
+    let m = Module::parse(&bytes).unwrap();
+    let limits = |instrs: u32, tiles: u64, budget: u64| DeviceLimits {
+        max_kernel_instrs: instrs,
+        max_tiles: tiles,
+        max_launch_instrs: budget,
+        ..DeviceLimits::DEFAULT
+    };
+    let rule = |l: DeviceLimits| verify_kernel(&m, 0, &l).map(|_| ()).map_err(|e| e.rule);
+    assert_eq!(rule(limits(3, 4, 12)), Ok(()));
+    assert_eq!(
+        rule(limits(2, 4, 12)),
+        Err(Rule::TooManyInstrs { count: 3, max: 2 })
+    );
+    assert_eq!(
+        rule(limits(3, 3, 12)),
+        Err(Rule::TooManyTiles { tiles: 4, max: 3 })
+    );
+    assert_eq!(
+        rule(limits(3, 4, 11)),
+        Err(Rule::InstrBudget {
+            executed: 12,
+            max: 11
+        })
+    );
+    let e = verify_kernel(&m, 0, &limits(3, 4, 11)).unwrap_err();
+    assert_eq!((e.site, e.body, e.word), (Site::Body, 0, 0));
+    assert!(e.to_string().contains("budget of 11"), "{e}");
+    // A grid of 2^32 − 1 tiles: over the default tile limit.
+    let huge = kernel_text("none", "vector", "    end").replace("grid=4,1,1", "grid=65535,65537,1");
+    assert_eq!(
+        verify_text(&huge).unwrap_err().rule,
+        Rule::TooManyTiles {
+            tiles: u64::from(u32::MAX),
+            max: DeviceLimits::DEFAULT.max_tiles
+        }
+    );
+}
+
+/// The launch check's block count: zero, the limit, one past it.
+#[test]
+fn block_limit() {
+    use dvm_isa::LaunchError;
+    let bytes = assemble(&kernel_text("none", "vector", "    end")).unwrap();
+    let m = Module::parse(&bytes).unwrap();
+    let v = verify_kernel(&m, 0, &DeviceLimits::DEFAULT).unwrap();
+    let max = DeviceLimits::DEFAULT.max_blocks;
+    assert_eq!(v.check_blocks(max), Ok(()));
+    assert_eq!(
+        v.check_blocks(0),
+        Err(LaunchError::Block { idx: 0, dim: 0 })
+    );
+    assert_eq!(
+        v.check_blocks(u32::MAX),
+        Err(LaunchError::TooManyBlocks { dim: u32::MAX, max })
+    );
 }

@@ -40,7 +40,7 @@ fn exercise(bytes: &[u8]) {
     assert_eq!(end, bytes.len());
     let _ = verify_module(&m, &DeviceLimits::DEFAULT);
     for k in 0..m.kernel_count() {
-        if let Ok(v) = verify_kernel(&m, k, &DeviceLimits { ub_bytes: u32::MAX }) {
+        if let Ok(v) = verify_kernel(&m, k, &DeviceLimits::with_ub_bytes(u32::MAX)) {
             // Iterating a verified kernel decodes every instruction.
             for b in 0..v.body_count() {
                 let words: usize = v.instrs(b).map(|(_, h, _)| h.len as usize).sum();

@@ -209,7 +209,7 @@ fn bad_inputs_are_named() {
         "{e}"
     );
     // ...which a device with a larger UB accepts.
-    let mut roomy = Linker::with_limits(DeviceLimits { ub_bytes: 1 << 20 });
+    let mut roomy = Linker::with_limits(DeviceLimits::with_ub_bytes(1 << 20));
     roomy.add_bytes("big.dvmb", &big).unwrap();
     assert_eq!(roomy.finish().unwrap(), big);
     assert_eq!(l.kernel_count(), 0);

@@ -145,6 +145,17 @@ fn a_buffer_too_small_is_reported() {
 
 #[test]
 #[ignore = "needs the firmware and QEMU: run `cargo ci qemu`"]
+fn a_launch_of_too_many_blocks_is_refused_before_it_runs() {
+    let mut j = JobBuilder::new();
+    let m = j.module(&add_module());
+    let a = j.buffer(f32_bytes((0..1024).map(|i| i as f32)), false);
+    let o = j.buffer(vec![0; 4096], true);
+    j.launch(m, 0, &[a, a, o], u32::MAX);
+    assert_eq!(status_of(&j.finish()), (Status::BadJob, Some(0)));
+}
+
+#[test]
+#[ignore = "needs the firmware and QEMU: run `cargo ci qemu`"]
 fn a_missing_kernel_is_reported() {
     let mut j = JobBuilder::new();
     let m = j.module(&add_module());

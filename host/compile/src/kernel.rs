@@ -307,9 +307,7 @@ fn finish(
     bytes_moved: u64,
 ) -> Result<Arc<ReadyKernel>, BuildError> {
     let parsed = Module::parse(&module)?;
-    let limits = DeviceLimits {
-        ub_bytes: target.ub_bytes,
-    };
+    let limits = DeviceLimits::with_ub_bytes(target.ub_bytes);
     // One pass over the code: the verifier decodes each instruction and
     // hands it to the predecoder, which keeps the program only if the whole
     // kernel verifies.
@@ -362,9 +360,7 @@ pub(crate) fn paths_agree(group: &Group, name: &str, target: &Target) -> bool {
     // The one-pass verify + predecode gives the program the separate
     // passes give.
     let parsed = Module::parse(&fast.module).expect("parses");
-    let limits = DeviceLimits {
-        ub_bytes: target.ub_bytes,
-    };
+    let limits = DeviceLimits::with_ub_bytes(target.ub_bytes);
     let verified = dvm_isa::verify_kernel(&parsed, 0, &limits).expect("verifies");
     let mut slot = Box::<Program>::new_uninit();
     Program::init(&mut slot)

@@ -162,9 +162,7 @@ fn launch(
         return Err(fail(Status::MissingKernel, k as u64));
     }
     let (ub_start, ub_end) = layout::ub(0);
-    let limits = DeviceLimits {
-        ub_bytes: (ub_end - ub_start) as u32,
-    };
+    let limits = DeviceLimits::with_ub_bytes((ub_end - ub_start) as u32);
     let kernel = verify_kernel(&module, k, &limits).map_err(|e| {
         defmt::error!("verify: {}", defmt::Display2Format(&e));
         fail(Status::Verify, e.word as u64)
@@ -198,6 +196,12 @@ fn launch(
     })?;
     let program = &*program;
     let blocks = l.blocks.get();
+    // The block count against the device's limit, before any core starts
+    // (the executor checks it again per block).
+    kernel.check_blocks(blocks).map_err(|e| {
+        defmt::error!("launch: {}", e);
+        fail(Status::BadJob, u64::from(blocks))
+    })?;
     let distinct = args.iter().enumerate().all(|(i, a)| !args[..i].contains(a));
     // Several cores only pay off with a tile for more than one of them.
     let result = if smp::cores() > 1

@@ -17,9 +17,7 @@ fn run(group: &Group, inputs: &[Vec<f32>], blocks: u32, target: &Target) -> Vec<
     b.add_kernel(compiled.kernel).expect("unique kernel name");
     let bytes = b.finish();
     let module = Module::parse(&bytes).expect("parses");
-    let limits = DeviceLimits {
-        ub_bytes: target.ub_bytes,
-    };
+    let limits = DeviceLimits::with_ub_bytes(target.ub_bytes);
     let kernel = verify_kernel(&module, 0, &limits).expect("verifies");
     let program: Program = Program::new(&kernel).expect("predecodes");
     let ins: Vec<Vec<u8>> = inputs
