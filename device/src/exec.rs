@@ -550,7 +550,15 @@ struct Shares {
 }
 
 impl TileRun<'_, '_> {
+    /// A tile's box left its buffer or the UB: never for a verified
+    /// kernel, so with the `extra-checks` feature a panic (a verifier gap).
     fn fault(&self, instr: usize, tile: u32, fault: GmFault) -> ExecError {
+        if cfg!(feature = "extra-checks") {
+            panic!(
+                "verifier gap: body {} instruction {instr} tile {tile}: {fault}",
+                self.body
+            );
+        }
         ExecError::Fault {
             body: self.body as u32,
             instr: instr as u32,

@@ -4,7 +4,9 @@
 //! around the destination ([`Split`]) so that sources are shared borrows and
 //! the destination a mutable one, and views each as a typed slice with
 //! `zerocopy` (length and alignment checked once). Any failure (cannot
-//! happen after verification) makes the handler do nothing.
+//! happen after verification) makes the handler do nothing, or, with the
+//! `extra-checks` feature, panics ([`gap`]): a verifier gap shows as a
+//! crash to the fuzzers instead of a silently skipped instruction.
 //!
 //! [`Elem`] is a UB element type with the type its arithmetic runs in:
 //! `f32` and `i32` compute in place; `f16`/`bf16` compute in `f32` and round
@@ -182,12 +184,26 @@ impl Elem for Bool {
     }
 }
 
+/// A handler's operand failed a check that verification guarantees:
+/// `None` (the handler does nothing), or with the `extra-checks` feature a
+/// panic naming `what`.
+#[cold]
+#[inline(never)]
+pub(crate) fn gap<T>(what: &str) -> Option<T> {
+    if cfg!(feature = "extra-checks") {
+        panic!("verifier gap: {what}");
+    }
+    None
+}
+
 /// Byte range of `n` elements of `size` bytes at byte offset `off`.
 #[inline(always)]
 pub(crate) fn range(off: u32, n: usize, size: usize) -> Option<Range<usize>> {
     let start = off as usize;
-    let end = start.checked_add(n.checked_mul(size)?)?;
-    Some(start..end)
+    match n.checked_mul(size).and_then(|b| start.checked_add(b)) {
+        Some(end) => Some(start..end),
+        None => gap("a UB range overflows"),
+    }
 }
 
 /// Two disjoint byte ranges of `ub` as two mutable views, in the order
@@ -199,7 +215,7 @@ pub(crate) fn two_mut(
     q: Range<usize>,
 ) -> Option<(&mut [u8], &mut [u8])> {
     if p.start > p.end || q.start > q.end || p.end.max(q.end) > ub.len() {
-        return None;
+        return gap("a UB range leaves the UB");
     }
     if p.end <= q.start {
         let (lo, hi) = ub.split_at_mut(q.start);
@@ -208,7 +224,7 @@ pub(crate) fn two_mut(
         let (lo, hi) = ub.split_at_mut(p.start);
         Some((hi.get_mut(..p.end - p.start)?, lo.get_mut(q)?))
     } else {
-        None
+        gap("two UB ranges that must be disjoint overlap")
     }
 }
 
@@ -221,13 +237,18 @@ pub(crate) fn range_of<T>(off: u32, n: usize) -> Option<Range<usize>> {
 /// `bytes` as a `[T]` (None when misaligned or not a whole number of `T`).
 #[inline(always)]
 pub(crate) fn view<T: Pod>(bytes: &[u8]) -> Option<&[T]> {
-    <[T]>::ref_from_bytes(bytes).ok()
+    <[T]>::ref_from_bytes(bytes)
+        .ok()
+        .or_else(|| gap("a UB operand is misaligned"))
 }
 
 /// `bytes` as a `&mut [T]` (None when misaligned or not a whole number of `T`).
 #[inline(always)]
 pub(crate) fn view_mut<T: Pod>(bytes: &mut [u8]) -> Option<&mut [T]> {
-    <[T]>::mut_from_bytes(bytes).ok()
+    match <[T]>::mut_from_bytes(bytes) {
+        Ok(v) => Some(v),
+        Err(_) => gap("a UB operand is misaligned"),
+    }
 }
 
 /// A source operand relative to the destination.
@@ -255,7 +276,7 @@ impl<'a> Split<'a> {
     #[inline(always)]
     pub fn new(ub: &'a mut [u8], r: Range<usize>) -> Option<Split<'a>> {
         if r.start > r.end || r.end > ub.len() {
-            return None;
+            return gap("a UB destination leaves the UB");
         }
         let (pre, rest) = ub.split_at_mut(r.start);
         let (dst, post) = rest.split_at_mut(r.end - r.start);
@@ -272,7 +293,7 @@ impl<'a> Split<'a> {
     /// before or after it. None when it partially overlaps or leaves UB.
     #[inline(always)]
     pub fn src(&self, r: Range<usize>) -> Option<Src<'a>> {
-        if r.start == self.start && r.end == self.end {
+        let src = if r.start == self.start && r.end == self.end {
             Some(Src::Alias)
         } else if r.end <= self.start {
             self.pre.get(r).map(Src::Bytes)
@@ -282,7 +303,8 @@ impl<'a> Split<'a> {
                 .map(Src::Bytes)
         } else {
             None
-        }
+        };
+        src.or_else(|| gap("a UB source overlaps its destination in part or leaves the UB"))
     }
 
     /// A source that must be disjoint from the destination.
@@ -291,7 +313,7 @@ impl<'a> Split<'a> {
         match self.src(r)? {
             // An empty range "identical" to an empty destination is fine.
             Src::Alias if self.start == self.end => Some(&[]),
-            Src::Alias => None,
+            Src::Alias => gap("a UB source that must be disjoint is the destination"),
             Src::Bytes(b) => view(b),
         }
     }

@@ -199,7 +199,7 @@ fn launch(
     // The block count against the device's limit, before any core starts
     // (the executor checks it again per block).
     kernel.check_blocks(blocks).map_err(|e| {
-        defmt::error!("launch: {}", e);
+        defmt::error!("launch: {}", defmt::Display2Format(&e));
         fail(Status::BadJob, u64::from(blocks))
     })?;
     let distinct = args.iter().enumerate().all(|(i, a)| !args[..i].contains(a));
