@@ -8,6 +8,7 @@
 
 mod bench;
 mod cross;
+mod fuzz;
 mod host;
 mod qemu;
 mod setup;
@@ -32,7 +33,7 @@ struct Task {
 const TASKS: &[Task] = &[
     Task {
         name: "test",
-        about: "everything CI checks: setup, fmt, clippy, docs, host tests, aarch64 build, firmware, aarch64 unit tests, QEMU conformance",
+        about: "everything CI checks: setup, fmt, clippy, docs, host tests, aarch64 build, firmware, aarch64 unit tests, QEMU conformance, a short fuzz pass",
         steps: &[
             setup::SETUP,
             host::FMT,
@@ -43,7 +44,15 @@ const TASKS: &[Task] = &[
             qemu::FIRMWARE,
             cross::UNIT_AARCH64,
             qemu::CONFORMANCE,
+            fuzz::BUILD,
+            fuzz::SEEDS,
+            fuzz::RUN,
         ],
+    },
+    Task {
+        name: "fuzz",
+        about: "build the fuzz targets (libFuzzer, ASan) and run each (--seconds N, default 8; target names)",
+        steps: &[fuzz::BUILD, fuzz::SEEDS, fuzz::RUN],
     },
     Task {
         name: "qemu",
