@@ -1349,6 +1349,37 @@ mod tests {
         );
     }
 
+    /// The decision cache is bounded: windows of more distinct structures
+    /// than it holds (chains of nine adds and multiplies, the pattern
+    /// spelling the window's number in binary) never make it hold more
+    /// than [`DECISIONS`] entries, and the context keeps computing right
+    /// values after it forgot.
+    #[test]
+    fn the_decision_cache_stays_bounded() {
+        let cx = Eager::new(1);
+        let mut most = 0;
+        for n in 0..(DECISIONS as u32 + 40) {
+            let mut y = cx.tensor(Tensor::from_f32(&[2, 3], &[1.0; 6]).unwrap());
+            for bit in 0..9 {
+                let op = if n >> bit & 1 == 1 {
+                    Opcode::AddS
+                } else {
+                    Opcode::MulS
+                };
+                y = y.scalar(op, 1.0).unwrap();
+            }
+            let want = 1.0 + n.count_ones() as f32;
+            assert_eq!(y.to_f32_vec().unwrap(), vec![want; 6], "window {n}");
+            let len = cx.inner.borrow().decisions.len;
+            assert!(len <= DECISIONS, "window {n}: {len} decisions kept");
+            most = most.max(len);
+        }
+        assert!(
+            most > DECISIONS / 2,
+            "the windows were meant to fill it: {most}"
+        );
+    }
+
     /// [`symbolic_decision`]'s claim: a window's decision, its spaces
     /// rewritten in the symbols of the copy of another window of its
     /// class, is the copy's own decision.
