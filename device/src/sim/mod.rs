@@ -23,3 +23,6 @@ pub use engine::{
 };
 pub use lower::{SimBody, SimInstr, SimLowerError, SimOp, SimProgram};
 pub use spec::{DeviceSpec, SpecError, VectorClass, MAX_SIM_CORES};
+
+#[cfg(test)]
+mod tests;
