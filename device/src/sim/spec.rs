@@ -178,10 +178,10 @@ impl DeviceSpec {
     /// lists each figure, its source, and which are estimates.
     pub const ASCEND_910B: DeviceSpec = DeviceSpec {
         cores: 24,
-        clock_hz: 1.8e9,
+        clock_hz: 1.6e9,
         ub_bytes: 192 * 1024,
-        // 1.6 TB/s of HBM at 1.8 GHz.
-        gm_bytes_per_cycle: 1.6e12 / 1.8e9,
+        // 1.6 TB/s of HBM at 1.6 GHz.
+        gm_bytes_per_cycle: 1.6e12 / 1.6e9,
         core_gm_bytes_per_cycle: 128.0,
         gm_latency: 500,
         transfer_setup: 30,

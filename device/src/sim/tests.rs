@@ -130,7 +130,7 @@ fn more_cores_are_not_slower_and_share_the_bandwidth() {
         assert!(s.cycles <= last, "{cores} cores: {} after {last}", s.cycles);
         last = s.cycles;
         if cores == 24 {
-            // 24 cores at 128 B/cycle ask for more than the shared 889.
+            // 24 cores at 128 B/cycle ask for more than the shared 1000.
             assert!(s.stalls.bandwidth > 0);
             assert_eq!(s.critical_pipe(), Pipe::Load);
         }

@@ -14,13 +14,13 @@
 
 use std::time::Duration;
 
-use dvm_device::sim::DeviceSpec;
+use dvm_device::sim::{DeviceSpec, NoSink, SimProgram, Simulator};
 use dvm_graph::Graph;
 use dvm_isa::DType;
 use dvm_sym::Bindings;
 use dvm_tensor::Tensor;
 
-use super::{SimDevice, SimSpec};
+use super::{lower, SimDevice, SimSpec, SIM_INSTRS_CAP};
 use crate::{Prepared, RunError, Runtime};
 
 /// Any failure of a calibration step, as its message.
@@ -256,29 +256,26 @@ pub fn calibrate(rt: &Runtime, repeats: usize) -> Result<Calibration, Error> {
     let cores = rt.pool().cores() as u32;
     let work = micro_kernels()?;
     let mut measured = Vec::with_capacity(work.len());
+    let mut programs = Vec::with_capacity(work.len());
     for w in &work {
         measured.push(measure(rt, w, repeats.max(1))? * 1e9);
+        programs.push(kernels(rt, w)?);
     }
     // Each parameter's cycles per unit, by simulating with it alone.
+    let mut sim = Box::new(Simulator::new());
     let unit = 1000.0;
     let zero = [0.0; PARAMS];
-    let sim_cycles = |theta: &[f64; PARAMS], w: &Workload| -> Result<f64, Error> {
-        let spec = SimSpec {
-            name: "probe".into(),
-            spec: apply(cores, theta),
-        };
-        Ok(simulate(&spec, w)? * spec.spec.clock_hz)
-    };
     let mut base = Vec::with_capacity(work.len());
     let mut features = vec![[0.0; PARAMS]; work.len()];
-    for w in &work {
-        base.push(sim_cycles(&zero, w)?);
+    for p in &programs {
+        base.push(cycles(&mut sim, &apply(cores, &zero), p)? as f64);
     }
     for j in 0..PARAMS {
         let mut theta = zero;
         theta[j] = unit;
-        for (i, w) in work.iter().enumerate() {
-            features[i][j] = ((sim_cycles(&theta, w)? - base[i]) / unit).max(0.0);
+        let spec = apply(cores, &theta);
+        for (i, p) in programs.iter().enumerate() {
+            features[i][j] = ((cycles(&mut sim, &spec, p)? as f64 - base[i]) / unit).max(0.0);
         }
     }
     let theta = nnls_relative(&features, &base, &measured);
@@ -287,14 +284,40 @@ pub fn calibrate(rt: &Runtime, repeats: usize) -> Result<Calibration, Error> {
         spec: apply(cores, &theta),
     };
     let mut points = Vec::with_capacity(work.len());
-    for (w, m) in work.iter().zip(&measured) {
+    for ((w, m), p) in work.iter().zip(&measured).zip(&programs) {
         points.push(Point {
             name: w.name.clone(),
             measured: m / 1e9,
-            simulated: simulate(&spec, w)?,
+            simulated: spec.spec.seconds(cycles(&mut sim, &spec.spec, p)?),
         });
     }
     Ok(Calibration { spec, points })
+}
+
+/// The kernels `rt` compiles for `w`, lowered for the simulator.
+fn kernels(rt: &Runtime, w: &Workload) -> Result<Vec<Box<SimProgram<SIM_INSTRS_CAP>>>, Error> {
+    let prepared = Prepared::new(&w.graph)?;
+    let named: Vec<(&str, &Tensor)> = w.inputs.iter().map(|(n, t)| (n.as_str(), t)).collect();
+    let bindings = prepared.graph().bind_tensors(&named, &Bindings::new())?;
+    let (_, ready) = rt.plan(&prepared, &bindings)?;
+    let ub = rt.target().ub_bytes;
+    Ok(ready
+        .iter()
+        .map(|k| lower(k, ub))
+        .collect::<Result<Vec<_>, String>>()?)
+}
+
+/// Cycles of `programs` launched one after the other on `spec`.
+fn cycles(
+    sim: &mut Simulator,
+    spec: &DeviceSpec,
+    programs: &[Box<SimProgram<SIM_INSTRS_CAP>>],
+) -> Result<u64, Error> {
+    let mut total = 0;
+    for p in programs {
+        total += sim.launch(spec, p, &mut NoSink)?.cycles;
+    }
+    Ok(total)
 }
 
 /// Non-negative `theta` minimising `Σ ((base_i + f_i·theta − y_i) / y_i)²`,

@@ -169,8 +169,7 @@ impl SimDevice {
         };
         let verified =
             dvm_isa::verify_kernel(&module, 0, &limits).map_err(|e| fail(e.to_string()))?;
-        let program: Box<SimProgram<SIM_INSTRS>> =
-            Box::new(SimProgram::new(&verified).map_err(|e| fail(e.to_string()))?);
+        let program = lower(kernel, self.spec.spec.ub_bytes).map_err(fail)?;
         let mut sim = lock(&self.sim);
         let mut st = lock(&self.state);
         let stats = match st.timeline.as_mut() {
@@ -242,6 +241,23 @@ impl Device for SimDevice {
         self.rt.run_bound(prepared, inputs, &bindings)
     }
 }
+
+/// `kernel` verified against a UB of `ub_bytes` and lowered for the
+/// simulator.
+///
+/// # Errors
+/// The verifier's or the lowering's message.
+pub fn lower(kernel: &ReadyKernel, ub_bytes: u32) -> Result<Box<SimProgram<SIM_INSTRS>>, String> {
+    let module = Module::parse(&kernel.module).map_err(|e| e.to_string())?;
+    let verified = dvm_isa::verify_kernel(&module, 0, &DeviceLimits { ub_bytes })
+        .map_err(|e| e.to_string())?;
+    Ok(Box::new(
+        SimProgram::new(&verified).map_err(|e| e.to_string())?,
+    ))
+}
+
+/// Instruction capacity of a kernel lowered by [`lower`].
+pub const SIM_INSTRS_CAP: usize = SIM_INSTRS;
 
 /// A spec's cores and UB as the compile target.
 pub fn target(spec: &DeviceSpec) -> Target {

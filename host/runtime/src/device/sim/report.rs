@@ -63,12 +63,8 @@ fn launch(out: &mut String, spec: &SimSpec, i: usize, r: &LaunchReport) {
     );
     let _ = writeln!(
         out,
-        "  tiles: {} cycles each, shortest to longest {}..{}; {} instructions",
-        if s.tiles > 0 {
-            format!("{:.0} on average", per_tile(s))
-        } else {
-            "none".into()
-        },
+        "  tiles: {:.0} core-cycles each on average, one tile's span {}..{} cycles; {} instructions",
+        per_tile(s),
         s.tile_cycles.0,
         s.tile_cycles.1,
         s.instrs
