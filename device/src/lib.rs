@@ -23,6 +23,8 @@
 //!   [`Program::fused_forms`]).
 //! - [`predecode`]: verified kernel → [`Program`] of virtual instructions.
 //! - [`exec`]: the tile loop ([`run_block`]), block partition, UB storage.
+//! - [`sim`]: the instruction-level simulator: a verified kernel's
+//!   instructions through a cycle model of the pipes ([`sim::DeviceSpec`]).
 #![no_std]
 #![warn(missing_docs)]
 
@@ -41,6 +43,7 @@ pub mod ops;
 pub mod peephole;
 pub mod plan;
 pub mod predecode;
+pub mod sim;
 pub mod vinstr;
 
 pub use exec::{

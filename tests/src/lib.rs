@@ -3,8 +3,9 @@
 //!
 //! `tests/conformance.rs` makes one test per case per device: `cpu::NAME`
 //! (the CPU device against the f64 reference device, within each case's
-//! tolerance) and `qemu::NAME` (the QEMU device, the aarch64 firmware,
-//! against the CPU device bit for bit; run by `cargo ci qemu`).
+//! tolerance), `qemu::NAME` (the QEMU device, the aarch64 firmware,
+//! against the CPU device bit for bit; run by `cargo ci qemu`) and
+//! `sim::NAME` (the simulator device against the CPU device bit for bit).
 //! `cargo test -p dvm-tests -- NAME` runs one case; `tests/qemu.rs` checks
 //! the firmware's answers to bad jobs.
 //!

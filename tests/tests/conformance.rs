@@ -6,6 +6,10 @@
 //!   device, bit for bit. They need the firmware, named by `DVM_FIRMWARE`
 //!   (`cargo ci qemu` builds it and sets it); without it they are listed as
 //!   ignored.
+//! - `sim::NAME`: the simulator device (the 910B-class preset, tiled for
+//!   the suite's 2 cores) against the CPU device, bit for bit: its values
+//!   come from the same kernels and handlers, and every launch is timed
+//!   on the way.
 //!
 //! `NAME` is the case's name with every character other than a letter or a
 //! digit replaced by `_` (`softmax/128x1000` → `softmax_128x1000`), so
@@ -26,10 +30,10 @@ use dvm_tests::{bitwise, cases, within, Case};
 use libtest_mimic::{Arguments, Failed, Trial};
 
 /// The devices a case runs on: each one's tests are `NAME::case`.
-const DEVICES: &[&str] = &["cpu", "qemu"];
+const DEVICES: &[&str] = &["cpu", "qemu", "sim"];
 
-/// The configuration every device is opened with: 2 cores, so the CPU and
-/// QEMU devices compile the same kernels.
+/// The configuration every device is opened with: 2 cores, so the CPU,
+/// QEMU and simulator devices compile the same kernels.
 fn config() -> DeviceConfig {
     DeviceConfig {
         cores: Some(2),
@@ -106,13 +110,13 @@ fn check(devices: &Devices, device: &str, case: &Case) -> Result<(), Failed> {
                 (_, Err(e)) => Err(format!("cpu failed: {e}")),
             }
         }
-        "qemu" => {
+        "qemu" | "sim" => {
             let cpu = devices.get("cpu")?.run(&prepared, &named);
-            let qemu = devices.get("qemu")?.run(&prepared, &named);
-            match (cpu, qemu) {
+            let other = devices.get(device)?.run(&prepared, &named);
+            match (cpu, other) {
                 (Ok(c), Ok(q)) => bitwise(c.as_slice(), q.as_slice()),
                 (Err(e), _) => Err(format!("cpu failed: {e}")),
-                (_, Err(e)) => Err(format!("qemu failed: {e}")),
+                (_, Err(e)) => Err(format!("{device} failed: {e}")),
             }
         }
         other => Err(format!("no oracle for device `{other}`")),

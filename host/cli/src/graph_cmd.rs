@@ -6,8 +6,9 @@ use std::path::Path;
 use dvm_isa::builder::ModuleBuilder;
 use dvm_runtime::{Prepared, Runtime};
 
-use crate::out_files::write_atomic;
+use crate::out_files::{write_all_atomic, write_atomic};
 use crate::say::{out, outln};
+use crate::sim_cmd::{print_report, SimArgs};
 use crate::{all_cores, complete_binds, fuse_options, load_graph, run_failure, Failure};
 
 /// Runs `dvm compile`: the graph's kernels at `binds`, one per launch
@@ -41,17 +42,39 @@ pub fn cmd_compile(graph: &Path, binds: &[String], output: &Path) -> Result<(), 
 
 /// Runs `dvm explain`: the fusion groups, why neighbours were not fused,
 /// and the kernels at `binds` tiled for `cores`.
+///
+/// With `sim` (`--sim`), the kernels are then timed on the simulator
+/// (tiled for its spec; no values) and its report follows.
 pub fn cmd_explain(
     graph: &Path,
     binds: &[String],
     no_fuse: bool,
     cores: Option<usize>,
+    sim: Option<&SimArgs>,
 ) -> Result<(), Failure> {
     let g = load_graph(graph)?;
     let complete = complete_binds(&g, binds)?;
+    let dev = sim.map(|s| s.open(cores)).transpose()?;
     let rt = Runtime::new(cores.unwrap_or_else(all_cores), 1024);
     let text = dvm_runtime::explain::explain(&g, &complete, &fuse_options(no_fuse), &rt)
         .map_err(run_failure)?;
     out!("{text}")?;
+    if let (Some(dev), Some(args)) = (dev, sim) {
+        let prepared = Prepared::with_options(&g, &fuse_options(no_fuse))
+            .map_err(|e| Failure(e.to_string(), 2))?;
+        dev.simulate(&prepared, &complete).map_err(run_failure)?;
+        out!("\n")?;
+        print_report(&dev, true)?;
+        let files = args.files(&dev);
+        let refs: Vec<(&Path, &[u8])> = files
+            .iter()
+            .map(|(p, b)| (p.as_path(), b.as_slice()))
+            .collect();
+        write_all_atomic(&refs, &[graph], || {
+            files
+                .iter()
+                .try_for_each(|(p, _)| outln!("{}", p.display()))
+        })?;
+    }
     Ok(())
 }

@@ -24,6 +24,7 @@ mod module_cmd;
 mod out_files;
 mod run_cmd;
 mod say;
+mod sim_cmd;
 
 /// dvm: a bytecode virtual machine for dynamic-shape tensor programs.
 #[derive(Parser)]
@@ -72,9 +73,30 @@ enum Command {
         /// Explain the unfused plan instead.
         #[arg(long)]
         no_fuse: bool,
-        /// Cores the kernels are tiled for, 1 to 1024 (default: all).
+        /// Cores the kernels are tiled for, 1 to 1024 (default: all; with
+        /// `--sim`, the spec's cores).
         #[arg(long, value_parser = cores_parser())]
         cores: Option<usize>,
+        /// Also time the kernels on the instruction-level simulator (no
+        /// values) and print its report per launch.
+        #[arg(long)]
+        sim: bool,
+        /// The simulator's flags (with `--sim`).
+        #[command(flatten)]
+        sim_args: sim_cmd::SimArgs,
+    },
+    /// Fit a simulator spec to this machine: time micro-kernels on the CPU
+    /// device and write the spec that `--spec FILE` loads.
+    Calibrate {
+        /// The spec file to write (JSON).
+        #[arg(short, long)]
+        output: PathBuf,
+        /// Worker cores of the CPU device measured, 1 to 1024 (default: all).
+        #[arg(long, value_parser = cores_parser())]
+        cores: Option<usize>,
+        /// Timed calls per micro-kernel (the median counts).
+        #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..=1000))]
+        repeats: u64,
     },
     /// Compile a graph at the given bindings into a module of its kernels.
     Compile {
@@ -223,6 +245,7 @@ fn run_failure(e: RunError) -> Failure {
             _ => 2,
         },
         RunError::Build { error, .. } => build_code(error),
+        RunError::Sim { .. } => 2,
         RunError::Qemu(q) => match **q {
             QemuError::TooLarge(_) => 2,
             _ => 1,
@@ -280,7 +303,22 @@ fn run(cli: Cli) -> Result<(), Failure> {
             binds,
             no_fuse,
             cores,
-        } => graph_cmd::cmd_explain(&graph, &binds, no_fuse, cores),
+            sim,
+            sim_args,
+        } => {
+            if !sim && sim_args.any() {
+                return Err(Failure(
+                    "--spec, --trace and --timeline need --sim".into(),
+                    2,
+                ));
+            }
+            graph_cmd::cmd_explain(&graph, &binds, no_fuse, cores, sim.then_some(&sim_args))
+        }
+        Command::Calibrate {
+            output,
+            cores,
+            repeats,
+        } => sim_cmd::cmd_calibrate(&output, cores, repeats as usize),
         Command::Disasm { module } => module_cmd::cmd_disasm(&module),
         Command::Verify { module } => module_cmd::cmd_verify(&module),
         Command::Asm { input, output } => module_cmd::cmd_asm(&input, &output),

@@ -12,6 +12,7 @@ use dvm_tensor::Tensor;
 
 use crate::out_files::{check_dir, write_all_atomic, MadeDir};
 use crate::say::{errln, outln};
+use crate::sim_cmd::{print_report, SimArgs};
 use crate::{
     cores_parser, device_parser, fuse_options, load_graph, parse_binds, run_failure, Failure,
 };
@@ -55,6 +56,9 @@ pub struct RunArgs {
     /// compile time.
     #[arg(long)]
     timings: bool,
+    /// The simulator's flags (`--device sim` only).
+    #[command(flatten)]
+    sim: SimArgs,
 }
 
 /// Runs `dvm run`: every argument and input checked before anything runs,
@@ -71,6 +75,7 @@ pub fn cmd_run(args: RunArgs) -> Result<(), Failure> {
         firmware_log,
         no_fuse,
         timings,
+        sim,
     } = args;
     let t_load = Instant::now();
     let g = load_graph(&graph)?;
@@ -93,7 +98,26 @@ pub fn cmd_run(args: RunArgs) -> Result<(), Failure> {
         firmware_log,
         ..DeviceConfig::default()
     };
-    let dev = device::open(&device, &config).map_err(|e| Failure(e.to_string(), 2))?;
+    if device != "sim" && sim.any() {
+        return Err(Failure(
+            "--spec, --trace and --timeline need --device sim".into(),
+            2,
+        ));
+    }
+    let simulator = if device == "sim" {
+        Some(sim.open(cores)?)
+    } else {
+        None
+    };
+    let opened = match simulator {
+        Some(_) => None,
+        None => Some(device::open(&device, &config).map_err(|e| Failure(e.to_string(), 2))?),
+    };
+    let dev: &dyn device::Device = match (&simulator, &opened) {
+        (Some(s), _) => s,
+        (None, Some(d)) => d.as_ref(),
+        (None, None) => return Err(Failure("internal error: no device".into(), 1)),
+    };
     let bindings = parse_binds(&g, &binds)?;
     let tensors = read_inputs(&g, &inputs)?;
     let named: Vec<(&str, &Tensor)> = tensors.iter().map(|(n, t)| (n.as_str(), t)).collect();
@@ -126,7 +150,12 @@ pub fn cmd_run(args: RunArgs) -> Result<(), Failure> {
             ms(second)
         )?;
     }
-    write_outputs(&output_dir, outputs.as_slice())
+    let mut extra = Vec::new();
+    if let Some(s) = &simulator {
+        print_report(s, false)?;
+        extra = sim.files(s);
+    }
+    write_outputs(&output_dir, outputs.as_slice(), &extra)
 }
 
 /// The `--input NAME=FILE.npy` tensors, each read as its graph input's
@@ -155,10 +184,15 @@ fn read_inputs(g: &Graph, inputs: &[String]) -> Result<Vec<(String, Tensor)>, Fa
     Ok(tensors)
 }
 
-/// Writes each output as `output_dir/NAME.npy`, all or none (the
+/// Writes each output as `output_dir/NAME.npy`, and the `extra` files
+/// (the simulator's trace and timeline), all or none (the
 /// directories made for them removed again on failure), and prints the
 /// paths.
-fn write_outputs(output_dir: &Path, outputs: &[(String, Tensor)]) -> Result<(), Failure> {
+fn write_outputs(
+    output_dir: &Path,
+    outputs: &[(String, Tensor)],
+    extra: &[(PathBuf, Vec<u8>)],
+) -> Result<(), Failure> {
     let paths: Vec<PathBuf> = outputs
         .iter()
         .map(|(n, _)| output_dir.join(format!("{n}.npy")))
@@ -173,12 +207,16 @@ fn write_outputs(output_dir: &Path, outputs: &[(String, Tensor)]) -> Result<(), 
         .iter()
         .zip(&bytes)
         .map(|(p, b)| (p.as_path(), b.as_slice()))
+        .chain(extra.iter().map(|(p, b)| (p.as_path(), b.as_slice())))
         .collect();
     let made = MadeDir::create(output_dir)?;
     // An output may replace an input `.npy` (read whole before):
     // feeding a run's result back is a workflow, not a slip.
     write_all_atomic(&files, &[], || {
-        paths.iter().try_for_each(|p| outln!("{}", p.display()))
+        paths
+            .iter()
+            .chain(extra.iter().map(|e| &e.0))
+            .try_for_each(|p| outln!("{}", p.display()))
     })
     .inspect_err(|_| made.undo())
 }

@@ -35,6 +35,15 @@ pub enum RunError {
         /// The failure.
         error: dvm_device::exec::ExecError,
     },
+    /// The simulator refused a launch (its spec, or a kernel larger than
+    /// the spec's UB).
+    #[error("kernel `{step}` on the simulator: {error}")]
+    Sim {
+        /// Step name.
+        step: String,
+        /// The failure.
+        error: String,
+    },
     /// A buffer of the plan could not be allocated (the shapes at these
     /// bindings need more memory than the system gives).
     #[error("cannot allocate {bytes} bytes for {what}")]

@@ -153,11 +153,19 @@ impl Runtime {
     /// [`DEFAULT_CACHE_CAPACITY`](crate::DEFAULT_CACHE_CAPACITY) kernels;
     /// [`Runtime::with_cores`] sets only the cores.
     pub fn new(cores: usize, cache_capacity: usize) -> Runtime {
+        Runtime::with_target(cores, cache_capacity, None)
+    }
+
+    /// [`Runtime::new`] compiling for `target` (the UB bytes and the cores
+    /// a launch is tiled for) instead of this pool's cores and the default
+    /// UB: the simulator's runtime tiles for the modelled device and runs
+    /// those kernels on the pool.
+    pub fn with_target(cores: usize, cache_capacity: usize, target: Option<Target>) -> Runtime {
         let pool = CpuPool::new(cores);
-        let target = Target {
+        let target = target.unwrap_or(Target {
             cores: pool.cores() as u32,
             ..Target::default()
-        };
+        });
         pool.wait_ready(std::time::Duration::from_millis(100));
         dvm_compile::warm::warm_up(&target);
         Runtime {

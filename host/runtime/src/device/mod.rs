@@ -41,6 +41,7 @@
 mod cpu;
 pub mod qemu;
 mod reference;
+pub mod sim;
 
 use std::path::PathBuf;
 
@@ -71,7 +72,7 @@ pub struct Capabilities {
 /// Implementations are `Send + Sync`: one device serves calls from several
 /// threads.
 pub trait Device: Send + Sync {
-    /// The name the registry knows it by (`cpu`, `reference`, `qemu`).
+    /// The name the registry knows it by (`cpu`, `reference`, `qemu`, `sim`).
     fn name(&self) -> &'static str;
 
     /// What the device can do.
@@ -114,6 +115,9 @@ pub struct DeviceConfig {
     pub firmware: Option<PathBuf>,
     /// Where QEMU writes the firmware's log.
     pub firmware_log: Option<PathBuf>,
+    /// The simulator's device: a preset name or a spec file
+    /// ([`sim::SimSpec::resolve`]; default: the 910B-class preset).
+    pub sim_spec: Option<String>,
 }
 
 impl Default for DeviceConfig {
@@ -123,6 +127,7 @@ impl Default for DeviceConfig {
             cache_capacity: crate::DEFAULT_CACHE_CAPACITY,
             firmware: None,
             firmware_log: None,
+            sim_spec: None,
         }
     }
 }
@@ -166,7 +171,7 @@ pub struct DeviceEntry {
 }
 
 /// Every device, in the order `--help` lists them.
-pub const DEVICES: &[DeviceEntry] = &[cpu::ENTRY, reference::ENTRY, qemu::ENTRY];
+pub const DEVICES: &[DeviceEntry] = &[cpu::ENTRY, reference::ENTRY, qemu::ENTRY, sim::ENTRY];
 
 /// The registry entry of `name`.
 ///
