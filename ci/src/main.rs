@@ -77,7 +77,7 @@ const TASKS: &[Task] = &[
     },
     Task {
         name: "bench",
-        about: "side by side with ONNX Runtime, PyTorch eager and Inductor (--quick, --smoke; bench/)",
+        about: "side by side with ONNX Runtime, PyTorch eager and Inductor (--quick, --smoke, --zoo; bench/)",
         steps: &[bench::RUNNER, bench::VENV, bench::SELFTEST, bench::SUITE],
     },
     Task {
