@@ -8,7 +8,7 @@
 //! | `layer_norm(x, g, b, ε)` | `μ = mean(x)`, `d = x − μ`, `v = mean(d·d)` (biased), `d · rsqrt(v + ε) · g + b` |
 //! | `rms_norm(x, g, ε)` | `x · rsqrt(mean(x·x) + ε) · g` |
 //! | `trilu(x, upper, k)` | `i, j = iota(i32, [N, M])`, `where(j − i ≥ k, x, 0)` (upper; `≤` for lower) |
-//! | `conv2d(x, w, b)` | im2col: `x` padded with zeros (`concat` with constants), one strided `slice` `[N, C, OH, OW]` per kernel tap, `unsqueeze`d and `concat`enated to `[N, C, KH·KW, OH, OW]`, `reshape`d to `[N, C·KH·KW, OH·OW]` (`[N, G, C/G·KH·KW, OH·OW]` with G groups); `matmul` with the weight reshaped to `[O, C·KH·KW]` (`[G, O/G, C/G·KH·KW]`); `add` of the bias as `[O, 1]`; `reshape` to `[N, O, OH, OW]` |
+//! | `conv2d(x, w, b)` | im2col: `x` `reshape`d to `[N, C·H·W]` (with padding, a zero `concat`enated: `[N, C·H·W + 1]`), one `gather` along axis 1 by a constant `i32` index per column element (a tap in the padding picks the zero), up to 2^20 of them; beyond, `x` padded with zeros (`concat` with constants), one strided `slice` `[N, C, OH, OW]` per kernel tap, `unsqueeze`d and `concat`enated; either `reshape`d to `[N, C·KH·KW, OH·OW]` (`[N, G, C/G·KH·KW, OH·OW]` with G groups); `matmul` with the weight reshaped to `[O, C·KH·KW]` (`[G, O/G, C/G·KH·KW]`); `add` of the bias as `[O, 1]`; `reshape` to `[N, O, OH, OW]` |
 //! | `max_pool2d(x)` | `x` padded with −∞, `max` over the strided slices of the kernel taps |
 //! | `avg_pool2d(x)` | `x` padded with zeros, `add` over the strided slices of the kernel taps, `divs` by KH·KW (or `div` by a constant `[OH, OW]` of the taps inside the input, without `count_include_pad`) |
 //!
@@ -16,6 +16,14 @@
 //! following element-wise ops broadcast. Intermediate nodes are named after
 //! the composite (`y.max`, `y.exp`, …); the last one keeps its name, so
 //! outputs and later references are unchanged.
+//!
+//! A one-operand element-wise operator (`unary`, or with a scalar) that is
+//! a convolution's only user moves above the convolution's final
+//! `reshape`: `relu(conv2d(x, w, b))` becomes the matmul, the bias `add`,
+//! the `relu` (named `conv.act`) over `[N, O, OH·OW]` and the `reshape`
+//! (named as the `relu`), so that the fuser takes it into the matmul's
+//! epilogue as it does after a plain matmul. A chain of such operators
+//! moves one by one.
 
 use std::ops::Range;
 use std::sync::OnceLock;
@@ -39,7 +47,7 @@ use dvm_sym::Dim;
 /// | `layer_norm(x, g, b, ε)` | `μ = mean(x)`, `d = x − μ`, `v = mean(d·d)` (biased), `d · rsqrt(v + ε) · g + b` |
 /// | `rms_norm(x, g, ε)` | `x · rsqrt(mean(x·x) + ε) · g` |
 /// | `trilu(x, upper, k)` | `i, j = iota(i32, [N, M])`, `where(j − i ≥ k, x, 0)` (upper; `≤` for lower) |
-/// | `conv2d(x, w, b)` | im2col: `x` padded with zeros (`concat` with constants), one strided `slice` `[N, C, OH, OW]` per kernel tap, `unsqueeze`d and `concat`enated to `[N, C, KH·KW, OH, OW]`, `reshape`d to `[N, C·KH·KW, OH·OW]` (`[N, G, C/G·KH·KW, OH·OW]` with G groups); `matmul` with the weight reshaped to `[O, C·KH·KW]` (`[G, O/G, C/G·KH·KW]`); `add` of the bias as `[O, 1]`; `reshape` to `[N, O, OH, OW]` |
+/// | `conv2d(x, w, b)` | im2col: `x` `reshape`d to `[N, C·H·W]` (with padding, a zero `concat`enated: `[N, C·H·W + 1]`), one `gather` along axis 1 by a constant `i32` index per column element (a tap in the padding picks the zero), up to 2^20 of them; beyond, `x` padded with zeros (`concat` with constants), one strided `slice` `[N, C, OH, OW]` per kernel tap, `unsqueeze`d and `concat`enated; either `reshape`d to `[N, C·KH·KW, OH·OW]` (`[N, G, C/G·KH·KW, OH·OW]` with G groups); `matmul` with the weight reshaped to `[O, C·KH·KW]` (`[G, O/G, C/G·KH·KW]`); `add` of the bias as `[O, 1]`; `reshape` to `[N, O, OH, OW]` |
 /// | `max_pool2d(x)` | `x` padded with −∞, `max` over the strided slices of the kernel taps |
 /// | `avg_pool2d(x)` | `x` padded with zeros, `add` over the strided slices of the kernel taps, `divs` by KH·KW (or `div` by a constant `[OH, OW]` of the taps inside the input, without `count_include_pad`) |
 ///
@@ -94,13 +102,25 @@ fn decompose_but(
     // distinct and without dots: when no name of the graph has a dot, they
     // clash with nothing and need no lookup.
     let dotless = graph.nodes.iter().all(|n| !n.name.contains('.'));
-    for node in &graph.nodes {
+    let convs_decomposed = graph
+        .nodes
+        .iter()
+        .any(|n| matches!(n.op, Op::Conv2d(_)) && !keep(&n.op));
+    let mut sink = Sink::new(&graph.nodes, &graph.outputs, convs_decomposed);
+    // With dots in names a generated name may clash: look names up then.
+    let lookup = (!dotless).then_some(graph);
+    for (i, node) in graph.nodes.iter().enumerate() {
         let operands: Operands = node.operands.iter().map(|o| map[o.0]).collect();
         let id = if node.op.is_composite() && !keep(&node.op) {
             let lo = out.nodes.len();
             let id = Rewriter::new(&mut out, Some(graph), &node.name, dotless, &operands)
                 .composite(node, &operands)?;
             spans.push(lo..out.nodes.len());
+            sink.produced(i, node);
+            id
+        } else if let Some(id) =
+            sink.try_move(&mut out, lookup, i, node, node.operands.first(), &operands)
+        {
             id
         } else {
             out.push(Node {
@@ -169,7 +189,9 @@ pub fn decompose_owned(mut graph: Graph) -> Result<(Graph, Vec<Range<usize>>), G
     };
     out.nodes.reserve(nodes.len() + 11 * composites);
     let mut map: Vec<NodeId> = Vec::with_capacity(nodes.len());
-    for mut node in nodes {
+    let mut sink = Sink::new(&nodes, &graph.outputs, true);
+    for (i, mut node) in nodes.into_iter().enumerate() {
+        let first = node.operands.first().copied();
         for o in node.operands.iter_mut() {
             *o = map[o.0];
         }
@@ -179,6 +201,11 @@ pub fn decompose_owned(mut graph: Graph) -> Result<(Graph, Vec<Range<usize>>), G
             let id = Rewriter::new(&mut out, None, &node.name, true, &operands)
                 .composite(&node, &operands)?;
             spans.push(lo..out.nodes.len());
+            sink.produced(i, &node);
+            id
+        } else if let Some(id) =
+            sink.try_move(&mut out, None, i, &node, first.as_ref(), &node.operands)
+        {
             id
         } else {
             out.push(node)
@@ -190,6 +217,123 @@ pub fn decompose_owned(mut graph: Graph) -> Result<(Graph, Vec<Range<usize>>), G
         *id = map[id.0];
     }
     Ok((out, spans))
+}
+
+/// Most index elements (`C·KH·KW·OH·OW`) of a convolution whose im2col is
+/// one `gather` ([`Rewriter::im2col_gather`]); a larger one takes a strided
+/// slice per kernel tap, whose memory does not grow with the index.
+const MAX_IM2COL_INDICES: usize = 1 << 20;
+
+/// Moves one-operand element-wise operators above the final `reshape` of
+/// a convolution they alone use (see the module documentation).
+struct Sink {
+    /// Off: no convolution, or convolutions kept whole.
+    on: bool,
+    /// Users of each node of the graph being decomposed, an output
+    /// counting as one.
+    users: Vec<u32>,
+    /// The node of that graph became a `reshape` of a result of its shape
+    /// `[N, O, OH·OW]` that nothing else uses.
+    movable: Vec<bool>,
+}
+
+impl Sink {
+    fn new(nodes: &[Node], outputs: &[(String, NodeId)], allowed: bool) -> Sink {
+        let on = allowed && nodes.iter().any(|n| matches!(n.op, Op::Conv2d(_)));
+        if !on {
+            return Sink {
+                on,
+                users: Vec::new(),
+                movable: Vec::new(),
+            };
+        }
+        let mut users = vec![0u32; nodes.len()];
+        for n in nodes {
+            for o in n.operands.iter() {
+                users[o.0] += 1;
+            }
+        }
+        for (_, id) in outputs {
+            users[id.0] += 1;
+        }
+        Sink {
+            on,
+            users,
+            movable: vec![false; nodes.len()],
+        }
+    }
+
+    /// Composite `i` (`node`) was decomposed.
+    fn produced(&mut self, i: usize, node: &Node) {
+        if self.on && matches!(node.op, Op::Conv2d(_)) {
+            self.movable[i] = true;
+        }
+    }
+
+    /// If `node` (number `i`, first operand `old` in the graph being
+    /// decomposed, `operands` in `out`) is a one-operand element-wise
+    /// operator whose operand is a movable `reshape` that only it uses,
+    /// turns that `reshape` into the operator over the reshape's operand
+    /// (named `….act` after the reshape, or `….act_1`, … when `lookup`,
+    /// the graph being decomposed, or `out` has that name) and pushes the
+    /// `reshape` of it under `node`'s name; returns that new `reshape`.
+    fn try_move(
+        &mut self,
+        out: &mut Graph,
+        lookup: Option<&Graph>,
+        i: usize,
+        node: &Node,
+        old: Option<&NodeId>,
+        operands: &[NodeId],
+    ) -> Option<NodeId> {
+        if !self.on || !matches!(node.op, Op::Unary(_) | Op::Scalar(..)) {
+            return None;
+        }
+        let ([r], Some(old)) = (operands, old) else {
+            return None;
+        };
+        if !self.movable[old.0] || self.users[old.0] != 1 {
+            return None;
+        }
+        let reshape = &out.nodes[r.0];
+        if reshape.op != Op::Reshape {
+            return None;
+        }
+        let inner = reshape.operands[0];
+        let mut name = reshape.name.clone();
+        name.push_str(".act");
+        if let Some(orig) = lookup {
+            let taken = |n: &str| out.find(n).is_some() || orig.find(n).is_some();
+            if taken(&name) {
+                name = (1..)
+                    .map(|k| compact_str::format_compact!("{name}_{k}"))
+                    .find(|n| !taken(n))?;
+            }
+        }
+        if name.len() > super::MAX_NAME_LEN {
+            return None;
+        }
+        if out.names.get().is_some() {
+            // Keeps the name index right; the name is valid and unused.
+            out.rename(*r, &name).ok()?;
+        } else {
+            out.nodes[r.0].name = name;
+        }
+        let inner_shape = out.nodes[inner.0].shape.clone();
+        let moved = &mut out.nodes[r.0];
+        moved.op = node.op.clone();
+        moved.dtype = node.dtype;
+        moved.shape = inner_shape;
+        let id = out.push(Node {
+            op: Op::Reshape,
+            operands: std::iter::once(*r).collect(),
+            name: node.name.clone(),
+            dtype: node.dtype,
+            shape: node.shape.clone(),
+        });
+        self.movable[i] = true;
+        Some(id)
+    }
 }
 
 struct Rewriter<'a> {
@@ -615,17 +759,21 @@ impl Rewriter<'_> {
         let (oh, ow) = (extent(0, h, kh)?, extent(1, w, kw)?);
         let (g, kk, l) = (a.groups, kh * kw, oh * ow);
         let d = |v: usize| Dim::val(v as i64);
-        let xp = self.pad2d(x[0], a.pads, 0.0)?;
-        let taps = self.taps(xp, [kh, kw], a.strides, a.dilations, [oh, ow])?;
-        let stacked = if taps.len() == 1 {
-            taps[0]
+        let stacked = if kk > 1 && c * kk * l <= MAX_IM2COL_INDICES {
+            self.im2col_gather(x[0], a, [c, h, w], [kh, kw], [oh, ow])?
         } else {
-            let mut cols = Vec::with_capacity(taps.len());
-            for (i, &t) in taps.iter().enumerate() {
-                let u = Op::Unsqueeze { axes: vec![2] };
-                cols.push(self.node(&format!(".col{i}"), u, &[t])?);
+            let xp = self.pad2d(x[0], a.pads, 0.0)?;
+            let taps = self.taps(xp, [kh, kw], a.strides, a.dilations, [oh, ow])?;
+            if taps.len() == 1 {
+                taps[0]
+            } else {
+                let mut cols = Vec::with_capacity(taps.len());
+                for (i, &t) in taps.iter().enumerate() {
+                    let u = Op::Unsqueeze { axes: vec![2] };
+                    cols.push(self.node(&format!(".col{i}"), u, &[t])?);
+                }
+                self.node(".cols", Op::Concat { axis: 2 }, &cols)?
             }
-            self.node(".cols", Op::Concat { axis: 2 }, &cols)?
         };
         let (cols_shape, w_shape) = if g == 1 {
             (vec![n.clone(), d(c * kk), d(l)], vec![d(o), d(c * kk)])
@@ -651,6 +799,59 @@ impl Rewriter<'_> {
             y = self.node(".add", Op::Binary(Opcode::Add), &[y, bc])?;
         }
         self.shaped(None, Op::Reshape, &[y], &[n, d(o), d(oh), d(ow)])
+    }
+
+    /// The im2col columns of `x` `[N, C, H, W]` as one `gather` along the
+    /// flattened `[N, C·H·W]` (with a zero appended, `[N, C·H·W + 1]`, when
+    /// there is padding) by a constant `i32` index per column element, in
+    /// the order `(c, kernel row, kernel column, oh, ow)`; a tap in the
+    /// padding picks the appended zero. The result is `[N, C·KH·KW·OH·OW]`:
+    /// one launch (two with padding) where the strided slices need one per
+    /// tap and a concatenation.
+    fn im2col_gather(
+        &mut self,
+        x: NodeId,
+        a: &super::op::Conv2d,
+        [c, h, w]: [usize; 3],
+        [kh, kw]: [usize; 2],
+        [oh, ow]: [usize; 2],
+    ) -> Result<NodeId, GraphError> {
+        let n = self.g[x].shape[0].clone();
+        let dt = self.g[x].dtype;
+        let d = |v: usize| Dim::val(v as i64);
+        let chw = c * h * w;
+        let flat = self.shaped(Some(".flat"), Op::Reshape, &[x], &[n.clone(), d(chw)])?;
+        let padded = a.pads.iter().any(|&p| p > 0);
+        let table = if padded {
+            let zero = self.leaf(".zero", Op::Constant(vec![0.0]), dt, &[n, d(1)])?;
+            self.node(".zpad", Op::Concat { axis: 1 }, &[flat, zero])?
+        } else {
+            flat
+        };
+        let mut idx = Vec::with_capacity(c * kh * kw * oh * ow);
+        for ci in 0..c {
+            for ka in 0..kh {
+                for kb in 0..kw {
+                    for y in 0..oh {
+                        let hh = (y * a.strides[0] + ka * a.dilations[0]).checked_sub(a.pads[0]);
+                        for xo in 0..ow {
+                            let ww =
+                                (xo * a.strides[1] + kb * a.dilations[1]).checked_sub(a.pads[1]);
+                            let at = match (hh, ww) {
+                                (Some(hh), Some(ww)) if hh < h && ww < w => {
+                                    ci * h * w + hh * w + ww
+                                }
+                                _ => chw,
+                            };
+                            idx.push(at as f64);
+                        }
+                    }
+                }
+            }
+        }
+        let len = idx.len();
+        let idx = self.leaf(".taps", Op::Constant(idx), DType::I32, &[d(len)])?;
+        self.node(".gather", Op::Gather { axis: 1 }, &[table, idx])
     }
 
     /// The window's output extents over `x`.
