@@ -8,7 +8,7 @@
 //! | `layer_norm(x, g, b, ε)` | `μ = mean(x)`, `d = x − μ`, `v = mean(d·d)` (biased), `d · rsqrt(v + ε) · g + b` |
 //! | `rms_norm(x, g, ε)` | `x · rsqrt(mean(x·x) + ε) · g` |
 //! | `trilu(x, upper, k)` | `i, j = iota(i32, [N, M])`, `where(j − i ≥ k, x, 0)` (upper; `≤` for lower) |
-//! | `conv2d(x, w, b)` | im2col: `x` `reshape`d to `[N, C·H·W]` (with padding, a zero `concat`enated: `[N, C·H·W + 1]`), one `gather` along axis 1 by a constant `i32` index per column element (a tap in the padding picks the zero), up to 2^20 of them; beyond, `x` padded with zeros (`concat` with constants), one strided `slice` `[N, C, OH, OW]` per kernel tap, `unsqueeze`d and `concat`enated; either `reshape`d to `[N, C·KH·KW, OH·OW]` (`[N, G, C/G·KH·KW, OH·OW]` with G groups); `matmul` with the weight reshaped to `[O, C·KH·KW]` (`[G, O/G, C/G·KH·KW]`); `add` of the bias as `[O, 1]`; `reshape` to `[N, O, OH, OW]` |
+//! | `conv2d(x, w, b)` | im2col: `x` padded with zeros (`concat` with constants), one strided `slice` `[N, C, OH, OW]` per kernel tap, `unsqueeze`d and `concat`enated to `[N, C, KH·KW, OH, OW]`, `reshape`d to `[N, C·KH·KW, OH·OW]` (`[N, G, C/G·KH·KW, OH·OW]` with G groups); `matmul` with the weight reshaped to `[O, C·KH·KW]` (`[G, O/G, C/G·KH·KW]`); `add` of the bias as `[O, 1]`; `reshape` to `[N, O, OH, OW]` |
 //! | `max_pool2d(x)` | `x` padded with −∞, `max` over the strided slices of the kernel taps |
 //! | `avg_pool2d(x)` | `x` padded with zeros, `add` over the strided slices of the kernel taps, `divs` by KH·KW (or `div` by a constant `[OH, OW]` of the taps inside the input, without `count_include_pad`) |
 //!
@@ -47,7 +47,7 @@ use dvm_sym::Dim;
 /// | `layer_norm(x, g, b, ε)` | `μ = mean(x)`, `d = x − μ`, `v = mean(d·d)` (biased), `d · rsqrt(v + ε) · g + b` |
 /// | `rms_norm(x, g, ε)` | `x · rsqrt(mean(x·x) + ε) · g` |
 /// | `trilu(x, upper, k)` | `i, j = iota(i32, [N, M])`, `where(j − i ≥ k, x, 0)` (upper; `≤` for lower) |
-/// | `conv2d(x, w, b)` | im2col: `x` `reshape`d to `[N, C·H·W]` (with padding, a zero `concat`enated: `[N, C·H·W + 1]`), one `gather` along axis 1 by a constant `i32` index per column element (a tap in the padding picks the zero), up to 2^20 of them; beyond, `x` padded with zeros (`concat` with constants), one strided `slice` `[N, C, OH, OW]` per kernel tap, `unsqueeze`d and `concat`enated; either `reshape`d to `[N, C·KH·KW, OH·OW]` (`[N, G, C/G·KH·KW, OH·OW]` with G groups); `matmul` with the weight reshaped to `[O, C·KH·KW]` (`[G, O/G, C/G·KH·KW]`); `add` of the bias as `[O, 1]`; `reshape` to `[N, O, OH, OW]` |
+/// | `conv2d(x, w, b)` | im2col: `x` padded with zeros (`concat` with constants), one strided `slice` `[N, C, OH, OW]` per kernel tap, `unsqueeze`d and `concat`enated to `[N, C, KH·KW, OH, OW]`, `reshape`d to `[N, C·KH·KW, OH·OW]` (`[N, G, C/G·KH·KW, OH·OW]` with G groups); `matmul` with the weight reshaped to `[O, C·KH·KW]` (`[G, O/G, C/G·KH·KW]`); `add` of the bias as `[O, 1]`; `reshape` to `[N, O, OH, OW]` |
 /// | `max_pool2d(x)` | `x` padded with −∞, `max` over the strided slices of the kernel taps |
 /// | `avg_pool2d(x)` | `x` padded with zeros, `add` over the strided slices of the kernel taps, `divs` by KH·KW (or `div` by a constant `[OH, OW]` of the taps inside the input, without `count_include_pad`) |
 ///
@@ -218,11 +218,6 @@ pub fn decompose_owned(mut graph: Graph) -> Result<(Graph, Vec<Range<usize>>), G
     }
     Ok((out, spans))
 }
-
-/// Most index elements (`C·KH·KW·OH·OW`) of a convolution whose im2col is
-/// one `gather` ([`Rewriter::im2col_gather`]); a larger one takes a strided
-/// slice per kernel tap, whose memory does not grow with the index.
-const MAX_IM2COL_INDICES: usize = 1 << 20;
 
 /// Moves one-operand element-wise operators above the final `reshape` of
 /// a convolution they alone use (see the module documentation).
@@ -759,21 +754,17 @@ impl Rewriter<'_> {
         let (oh, ow) = (extent(0, h, kh)?, extent(1, w, kw)?);
         let (g, kk, l) = (a.groups, kh * kw, oh * ow);
         let d = |v: usize| Dim::val(v as i64);
-        let stacked = if kk > 1 && c * kk * l <= MAX_IM2COL_INDICES {
-            self.im2col_gather(x[0], a, [c, h, w], [kh, kw], [oh, ow])?
+        let xp = self.pad2d(x[0], a.pads, 0.0)?;
+        let taps = self.taps(xp, [kh, kw], a.strides, a.dilations, [oh, ow])?;
+        let stacked = if taps.len() == 1 {
+            taps[0]
         } else {
-            let xp = self.pad2d(x[0], a.pads, 0.0)?;
-            let taps = self.taps(xp, [kh, kw], a.strides, a.dilations, [oh, ow])?;
-            if taps.len() == 1 {
-                taps[0]
-            } else {
-                let mut cols = Vec::with_capacity(taps.len());
-                for (i, &t) in taps.iter().enumerate() {
-                    let u = Op::Unsqueeze { axes: vec![2] };
-                    cols.push(self.node(&format!(".col{i}"), u, &[t])?);
-                }
-                self.node(".cols", Op::Concat { axis: 2 }, &cols)?
+            let mut cols = Vec::with_capacity(taps.len());
+            for (i, &t) in taps.iter().enumerate() {
+                let u = Op::Unsqueeze { axes: vec![2] };
+                cols.push(self.node(&format!(".col{i}"), u, &[t])?);
             }
+            self.node(".cols", Op::Concat { axis: 2 }, &cols)?
         };
         let (cols_shape, w_shape) = if g == 1 {
             (vec![n.clone(), d(c * kk), d(l)], vec![d(o), d(c * kk)])
@@ -799,59 +790,6 @@ impl Rewriter<'_> {
             y = self.node(".add", Op::Binary(Opcode::Add), &[y, bc])?;
         }
         self.shaped(None, Op::Reshape, &[y], &[n, d(o), d(oh), d(ow)])
-    }
-
-    /// The im2col columns of `x` `[N, C, H, W]` as one `gather` along the
-    /// flattened `[N, C·H·W]` (with a zero appended, `[N, C·H·W + 1]`, when
-    /// there is padding) by a constant `i32` index per column element, in
-    /// the order `(c, kernel row, kernel column, oh, ow)`; a tap in the
-    /// padding picks the appended zero. The result is `[N, C·KH·KW·OH·OW]`:
-    /// one launch (two with padding) where the strided slices need one per
-    /// tap and a concatenation.
-    fn im2col_gather(
-        &mut self,
-        x: NodeId,
-        a: &super::op::Conv2d,
-        [c, h, w]: [usize; 3],
-        [kh, kw]: [usize; 2],
-        [oh, ow]: [usize; 2],
-    ) -> Result<NodeId, GraphError> {
-        let n = self.g[x].shape[0].clone();
-        let dt = self.g[x].dtype;
-        let d = |v: usize| Dim::val(v as i64);
-        let chw = c * h * w;
-        let flat = self.shaped(Some(".flat"), Op::Reshape, &[x], &[n.clone(), d(chw)])?;
-        let padded = a.pads.iter().any(|&p| p > 0);
-        let table = if padded {
-            let zero = self.leaf(".zero", Op::Constant(vec![0.0]), dt, &[n, d(1)])?;
-            self.node(".zpad", Op::Concat { axis: 1 }, &[flat, zero])?
-        } else {
-            flat
-        };
-        let mut idx = Vec::with_capacity(c * kh * kw * oh * ow);
-        for ci in 0..c {
-            for ka in 0..kh {
-                for kb in 0..kw {
-                    for y in 0..oh {
-                        let hh = (y * a.strides[0] + ka * a.dilations[0]).checked_sub(a.pads[0]);
-                        for xo in 0..ow {
-                            let ww =
-                                (xo * a.strides[1] + kb * a.dilations[1]).checked_sub(a.pads[1]);
-                            let at = match (hh, ww) {
-                                (Some(hh), Some(ww)) if hh < h && ww < w => {
-                                    ci * h * w + hh * w + ww
-                                }
-                                _ => chw,
-                            };
-                            idx.push(at as f64);
-                        }
-                    }
-                }
-            }
-        }
-        let len = idx.len();
-        let idx = self.leaf(".taps", Op::Constant(idx), DType::I32, &[d(len)])?;
-        self.node(".gather", Op::Gather { axis: 1 }, &[table, idx])
     }
 
     /// The window's output extents over `x`.

@@ -147,9 +147,8 @@ pub enum Op {
     /// `[N, C, H, W]`, weight `[O, C/groups, KH, KW]` and an optional bias
     /// `[O]`; the result is `[N, O, OH, OW]` with
     /// `OH = ⌊(H + pad_top + pad_bottom − dh·(KH−1) − 1) / sh⌋ + 1` (and so
-    /// for W). Composite: im2col (a `gather` of the flattened input, or
-    /// zero padding and one strided slice per kernel tap, stacked) and a
-    /// matmul with the reshaped weight.
+    /// for W). Composite: im2col (zero padding, one strided slice per
+    /// kernel tap, stacked) and a matmul with the reshaped weight.
     Conv2d(Box<Conv2d>),
     /// 2-D max pooling over the last two axes of `[N, C, H, W]`, padding
     /// counting as −∞ (ONNX `MaxPool`). Composite: `max` over the strided

@@ -1072,7 +1072,7 @@ fn conv2d_decomposition_matches_definition() {
         u64,
         u64,
     );
-    let cases: [Case; 8] = [
+    let cases: [Case; 7] = [
         (3, 4, 1, [3, 3], [1, 1], [1, 1, 1, 1], [1, 1], 6, 5),
         (2, 3, 1, [1, 1], [1, 1], [0; 4], [1, 1], 4, 4),
         (4, 6, 2, [3, 2], [2, 1], [1, 0, 2, 1], [1, 1], 7, 6),
@@ -1080,8 +1080,6 @@ fn conv2d_decomposition_matches_definition() {
         (3, 2, 1, [3, 3], [1, 2], [2, 2, 2, 2], [2, 2], 6, 7),
         (2, 2, 1, [2, 2], [3, 3], [0; 4], [1, 1], 8, 8),
         (1, 2, 1, [5, 5], [1, 1], [0, 0, 0, 0], [1, 1], 5, 5),
-        // C·KH·KW·OH·OW = 16·9·96·96 > 2^20: strided slices, not a gather.
-        (16, 1, 1, [3, 3], [1, 1], [1, 1, 1, 1], [1, 1], 96, 96),
     ];
     for (c, o, groups, k, strides, pads, dilations, h, w) in cases {
         let n = 2;
@@ -1106,22 +1104,6 @@ fn conv2d_decomposition_matches_definition() {
             g.output("y", y).unwrap();
             let feeds = [("x", &x), ("w", &wt), ("b", &bt)];
             definition_vs_decomposition(&g, &feeds, 1e-6);
-            // im2col is one gather unless the index would be too large
-            // (or there is one tap: the input is its own column).
-            let l: i64 = g[y].shape[2..]
-                .iter()
-                .map(|e| e.as_const().unwrap())
-                .product();
-            let taps = k[0] * k[1];
-            let gather = taps > 1 && c * taps * l as u64 <= 1 << 20;
-            let dg = crate::decompose(&g).unwrap();
-            let has = |op: &str| dg.nodes().iter().any(|n| n.op.name() == op);
-            assert_eq!(has("gather"), gather, "case C={c} k={k:?} H={h}");
-            assert_eq!(
-                has("slice"),
-                taps > 1 && !gather,
-                "case C={c} k={k:?} H={h}"
-            );
         }
     }
 }
