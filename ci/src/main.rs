@@ -32,7 +32,7 @@ struct Task {
 const TASKS: &[Task] = &[
     Task {
         name: "test",
-        about: "everything CI checks: setup, fmt, clippy, docs, host tests, aarch64 build, firmware, aarch64 unit tests, QEMU conformance",
+        about: "everything CI checks: setup, fmt, clippy, docs, host tests, aarch64 build, firmware, aarch64 unit tests, QEMU conformance and ONNX zoo",
         steps: &[
             setup::SETUP,
             host::FMT,
@@ -47,7 +47,7 @@ const TASKS: &[Task] = &[
     },
     Task {
         name: "qemu",
-        about: "setup, firmware, aarch64 unit tests under qemu-user, conformance suite on the QEMU device",
+        about: "setup, firmware, aarch64 unit tests under qemu-user, conformance suite and ONNX zoo on the QEMU device",
         steps: &[
             setup::SETUP,
             qemu::FIRMWARE,
