@@ -5,7 +5,14 @@ Runtime, PyTorch eager, Inductor), drives them all in one interleaved run over
 the JSON-lines protocol, and writes bench/results/<date>.json, the Markdown
 table and the plots (report.py).
 
-    python orchestrate.py --dvm PATH [--quick | --smoke] [--workloads a,b] [--systems dvm,ort,...]
+    python orchestrate.py --dvm PATH [--quick | --smoke | --zoo] [--workloads a,b]
+        [--systems dvm,ort,...] [--lengths 16,128] [--threads 1,2]
+
+--zoo runs every workload defined by an .onnx file (the model zoo) on dvm
+and ONNX Runtime at S = 16, 128, 512, 2048 on one thread, without the
+random-length sequences and GEMM rooflines, and adds the zoo table (first
+call and steady state side by side) to the report. A workload whose `lens`
+is a list (the CNN's batch sizes) runs at those values in every mode.
 
 Per workload, S and thread count: warm-up calls, an output check of every
 system against the reference (PyTorch eager, else the first that ran), the
@@ -54,7 +61,11 @@ MODES = {
                   gemm=[1024], copy_mib=256, check_max_s=1024),
     "smoke": dict(lens=[17], long=[], threads=[1], rounds=3, batch_s=0.0, max_calls=1,
                   seq_calls=5, seq_max=32, gemm=[128], copy_mib=64, check_max_s=17),
+    "zoo": dict(lens=[16, 128, 512, 2048], long=[], threads=[1], rounds=7, batch_s=0.25,
+                max_calls=50, seq_calls=0, seq_max=0, gemm=[], copy_mib=256, check_max_s=2048),
 }
+# The systems a mode runs unless --systems says otherwise.
+DEFAULT_SYSTEMS = {"zoo": ONNX_SYSTEMS}
 
 
 class System:
@@ -188,7 +199,8 @@ class Suite:
         where = f"{spec['name']} S={s} threads={threads}"
         print(f"- {where}", file=sys.stderr)
         started = time.time()
-        case = {"workload": spec["name"], "s": s, "threads": threads, "systems": {}}
+        case = {"workload": spec["name"], "s": s, "threads": threads, "systems": {},
+                "onnx": bool(spec.get("onnx"))}
         ok = self.each({"cmd": "inputs", "s": s, "seed": s}, systems, where)
         systems = [x for x in systems if x.name in ok]
         warm = self.each({"cmd": "run", "calls": 2}, systems, where)
@@ -267,21 +279,54 @@ class Suite:
         self.sequences.append(seq)
 
 
+def passed_args():
+    """The orchestrator's arguments as `cargo ci bench` takes them (without --dvm)."""
+    out, skip = [], False
+    for a in sys.argv[1:]:
+        if skip:
+            skip = False
+        elif a == "--dvm":
+            skip = True
+        elif not a.startswith("--dvm="):
+            out.append(a)
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--dvm", required=True, help="the dvm-bench binary")
     g = ap.add_mutually_exclusive_group()
     g.add_argument("--quick", action="store_true", help="fewer S, reps and one thread count (< 10 min)")
     g.add_argument("--smoke", action="store_true", help="S = 17 only, 3 single-call rounds: checks the suite runs")
+    g.add_argument("--zoo", action="store_true",
+                   help="the ONNX model zoo on dvm and ONNX Runtime at S = 16, 128, 512, 2048")
     ap.add_argument("--spec", default=os.path.join(HERE, "workloads.json"),
                     help="the workload list (default: bench/workloads.json)")
     ap.add_argument("--workloads", help="comma-separated workload names (default: all of --spec)")
-    ap.add_argument("--systems", default="dvm," + ",".join(PEERS), help="comma-separated systems")
+    ap.add_argument("--systems", help="comma-separated systems (default: dvm and every peer; "
+                    "--zoo: dvm,ort)")
+    ap.add_argument("--lengths", help="comma-separated S values replacing the mode's")
+    ap.add_argument("--threads", help="comma-separated thread counts replacing the mode's")
     ap.add_argument("--out", default=os.path.join(HERE, "results"), help="results directory")
     args = ap.parse_args()
 
-    mode_name = "smoke" if args.smoke else "quick" if args.quick else "full"
+    mode_name = "smoke" if args.smoke else "quick" if args.quick else "zoo" if args.zoo else "full"
     m = dict(MODES[mode_name])
+
+    def counts(text, flag):
+        try:
+            vals = [int(v) for v in text.split(",")]
+        except ValueError:
+            vals = []
+        if not vals or min(vals) < 1:
+            ap.error(f"{flag}: comma-separated positive integers, not {text!r}")
+        return vals
+
+    if args.lengths:
+        m["lens"], m["long"] = counts(args.lengths, "--lengths"), []
+        m["check_max_s"] = max(m["check_max_s"], max(m["lens"]))
+    if args.threads:
+        m["threads"] = counts(args.threads, "--threads")
     m["threads_list"] = m["threads"] or [min(2, os.cpu_count() or 1)]
     with open(args.spec) as f:
         workloads = json.load(f)["workloads"]
@@ -294,7 +339,9 @@ def main():
         if unknown:
             ap.error(f"unknown workloads {unknown}; known: {[x['name'] for x in workloads]}")
         workloads = [w for w in workloads if w["name"] in wanted]
-    names = args.systems.split(",")
+    elif mode_name == "zoo":
+        workloads = [w for w in workloads if w.get("onnx")]
+    names = (args.systems or ",".join(DEFAULT_SYSTEMS.get(mode_name, ["dvm"] + PEERS))).split(",")
     unknown = [n for n in names if n not in ["dvm"] + PEERS]
     if unknown:
         ap.error(f"unknown systems {unknown}; known: dvm, {', '.join(PEERS)}")
@@ -342,10 +389,14 @@ def main():
                 systems_w = [s for s in suite.live() if s.name in loaded]
                 if not systems_w:
                     continue
-                lens = m["lens"] + (m["long"] if spec.get("lens") == "memory" else [])
+                if isinstance(spec.get("lens"), list):  # the workload's own values (CNN batch)
+                    lens = spec["lens"]
+                else:
+                    lens = m["lens"] + (m["long"] if spec.get("lens") == "memory" else [])
                 for s_len in lens:
                     suite.case(spec, s_len, threads, [s for s in systems_w if s.alive])
-                suite.sequence(spec, threads, [s for s in systems_w if s.alive])
+                if m["seq_calls"]:
+                    suite.sequence(spec, threads, [s for s in systems_w if s.alive])
         rooflines["copy_gbps"].append(copy_bandwidth(m["copy_mib"]))
     finally:
         for s in systems:
@@ -357,7 +408,7 @@ def main():
         "tolerance": {"atol": ATOL, "rtol": RTOL, "rule": "|out - ref| <= atol + rtol * |ref|"},
         "rooflines": rooflines, "cases": suite.cases, "sequences": suite.sequences,
         "errors": suite.errors, "duration_s": time.time() - start,
-        "command": "cargo ci bench" + {"full": "", "quick": " --quick", "smoke": " --smoke"}[mode_name],
+        "command": " ".join(["cargo ci bench"] + passed_args()),
     }
     json_path = os.path.join(args.out, f"{stem}.json")
     with open(json_path, "w") as f:

@@ -50,7 +50,12 @@ class Ort:
         return contextlib.nullcontext()
 
     def build(self, spec):
-        """What `fresh` needs, built untimed: the model's bytes."""
+        """What `fresh` needs, built untimed: the model's bytes, or for a
+        workload defined by an .onnx file its path (session creation, timed
+        in a first call, reads the file as dvm's import does)."""
+        if spec.get("onnx"):
+            path = spec["onnx"]
+            return path if os.path.isabs(path) else os.path.join(ROOT, path)
         return self.model_bytes(spec, ROOT)
 
     def fresh(self, built):

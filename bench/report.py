@@ -70,6 +70,21 @@ def sequence_table(results):
     return out
 
 
+def zoo_table(results):
+    """The ONNX workloads, dvm beside ONNX Runtime: first call and steady-state median, ms."""
+    out = ["| model | S | threads | dvm first | dvm steady | ONNX Runtime first | ONNX Runtime steady "
+           "| dvm / ORT steady |", "|" + "---|" * 8]
+    for c in results["cases"]:
+        if not c.get("onnx"):
+            continue
+        d, o = c["systems"].get("dvm", {}), c["systems"].get("ort", {})
+        ratio = f"{d['median'] / o['median']:.2f}" if d.get("median") and o.get("median") else "—"
+        name = c["workload"].removeprefix("zoo ")
+        out.append(f"| {name} | {c['s']} | {c['threads']} | {ms(d.get('first'))} | {ms(d.get('median'))} "
+                   f"| {ms(o.get('first'))} | {ms(o.get('median'))} | {ratio} |")
+    return out if len(out) > 2 else []
+
+
 def check_lines(results):
     out = []
     for c in results["cases"]:
@@ -100,12 +115,14 @@ def markdown(results):
     ]
     if results["skipped"]:
         lines += ["Skipped: " + "; ".join(f"{k}: {v}" for k, v in results["skipped"].items()), ""]
+    gemm = {t: per for t, per in roof["gemm_gflops"].items() if any(per.values())}
     lines += [
         "Rooflines: copy bandwidth (NumPy, bytes read + written) "
-        + ", ".join(f"{v:.1f}" for v in roof["copy_gbps"]) + " GB/s; best GEMM GFLOP/s:",
+        + ", ".join(f"{v:.1f}" for v in roof["copy_gbps"]) + " GB/s"
+        + ("; best GEMM GFLOP/s:" if gemm else "."),
         "",
     ]
-    for t, per in roof["gemm_gflops"].items():
+    for t, per in gemm.items():
         cells = [f"{LABELS.get(s, s)} {max(v.values()):.0f}" for s, v in per.items() if v]
         lines.append(f"- {t} thread(s): " + ", ".join(cells))
     lines += [
@@ -120,18 +137,33 @@ def markdown(results):
         "",
         "## First call at a new shape",
         "",
-        "From a fresh model state: dvm `Prepared::new` and an empty kernel cache; ONNX Runtime "
-        "session creation; Inductor `torch._dynamo.reset()` and `torch.compile`; PyTorch eager "
+        "From a fresh model state: dvm `Prepared::new` and an empty kernel cache (and the "
+        "import of an .onnx workload's file); ONNX Runtime session creation (from the file for an "
+        ".onnx workload); Inductor `torch._dynamo.reset()` and `torch.compile`; PyTorch eager "
         "nothing.",
         "",
-    ] + first_table(results) + [
-        "",
-        "## Sequences of random lengths",
-        "",
-        f"{results['settings']['seq_calls']} calls at lengths drawn in 1…{results['settings']['seq_max']} "
-        "(the same for every system); cold from a fresh model state, warm the same calls again.",
-        "",
-    ] + sequence_table(results) + [
+    ] + first_table(results)
+    zoo = zoo_table(results)
+    if zoo:
+        lines += [
+            "",
+            "## Model zoo",
+            "",
+            "The workloads defined by .onnx files, ms: dvm's first call (import, prepare, compile, "
+            "run) and ONNX Runtime's (session creation from the file, run), and each one's "
+            "steady-state median. For the CNN, S is the batch.",
+            "",
+        ] + zoo
+    if results["sequences"]:
+        lines += [
+            "",
+            "## Sequences of random lengths",
+            "",
+            f"{results['settings']['seq_calls']} calls at lengths drawn in 1…{results['settings']['seq_max']} "
+            "(the same for every system); cold from a fresh model state, warm the same calls again.",
+            "",
+        ] + sequence_table(results)
+    lines += [
         "",
         "## Output checks",
         "",

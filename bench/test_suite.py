@@ -27,6 +27,36 @@ class Inputs(unittest.TestCase):
         bits = inputs.values(4, 7, 1, 0.5).view(np.uint32).tolist()
         self.assertEqual(bits, [0xBE955063, 0x3ED9402A, 0x3E838386, 0xBDD67751])
 
+    def test_ints_same_as_dvm_bench(self):
+        # host/bench/src/inputs.rs, test `known_ints`.
+        self.assertEqual(inputs.ints(6, 7, 1, 96).tolist(), [20, 88, 72, 37, 46, 77])
+        v = inputs.ints(10_000, 3, 0, 96)
+        self.assertEqual((v.min(), v.max(), v.dtype), (0, 95, np.int64))
+        self.assertLess(int(inputs.ints(1000, 3, 0, 2**32).max()), 2**32)
+        with self.assertRaises(ValueError):
+            inputs.ints(4, 0, 0, 0)
+
+    def test_typed_inputs(self):
+        spec = {"inputs": [{"name": "tokens", "shape": [1, "S"], "dtype": "int64", "high": 96},
+                           {"name": "mask", "shape": ["S", "S"], "dtype": "bool"}]}
+        (_, t), (_, mask) = inputs.make_inputs(spec, 3, 4)
+        self.assertEqual((t.shape, t.dtype), ((1, 3), np.int64))
+        self.assertEqual(t.ravel().tolist(), inputs.ints(3, 4, 0, 96).tolist())
+        self.assertEqual(mask.tolist(), [[True, False, False], [True, True, False], [True, True, True]])
+        for bad in ({"name": "t", "shape": ["S"], "dtype": "int64"},
+                    {"name": "m", "shape": ["S"], "dtype": "bool"},
+                    {"name": "u", "shape": ["S"], "dtype": "uint8"}):
+            with self.assertRaises(ValueError):
+                inputs.make_inputs({"inputs": [bad]}, 3, 0)
+
+    def test_every_zoo_workload_has_inputs(self):
+        zoo = [w for w in WORKLOADS if w.get("onnx")]
+        self.assertGreaterEqual(len(zoo), 7)
+        for w in zoo:
+            self.assertTrue(os.path.exists(os.path.join(orchestrate.ROOT, w["onnx"])), w["onnx"])
+            for s in (w["lens"] if isinstance(w["lens"], list) else [3]):
+                self.assertTrue(inputs.make_inputs(w, s, 0))
+
     def test_shapes_and_symbols(self):
         spec = {"inputs": [{"name": "x", "shape": [2, "S"], "scale": 1.0}]}
         (name, x), = inputs.make_inputs(spec, 5, 0)
@@ -105,6 +135,11 @@ class Report(unittest.TestCase):
         with tempfile.TemporaryDirectory() as d:
             report.write(res, d, "t")
             self.assertTrue(os.path.exists(os.path.join(d, "plots", "smoke", "softmax.png")))
+        self.assertNotIn("## Model zoo", md)
+        zoo = dict(case, workload="zoo gpt", s=16, onnx=True)
+        md = report.markdown(dict(res, cases=[case, zoo]))
+        self.assertIn("## Model zoo", md)
+        self.assertIn("| gpt | 16 | 1 | 0.1 | 0.02 | 1 | 0.04 | 0.50 |", md)
 
 
 class Models(unittest.TestCase):

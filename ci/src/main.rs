@@ -33,7 +33,7 @@ struct Task {
 const TASKS: &[Task] = &[
     Task {
         name: "test",
-        about: "everything CI checks: setup, fmt, clippy, docs, host tests, aarch64 build, firmware, aarch64 unit tests, QEMU conformance, a short fuzz pass",
+        about: "everything CI checks: setup, fmt, clippy, docs, host tests, aarch64 build, firmware, aarch64 unit tests, QEMU conformance and ONNX zoo, a short fuzz pass",
         steps: &[
             setup::SETUP,
             host::FMT,
@@ -56,7 +56,7 @@ const TASKS: &[Task] = &[
     },
     Task {
         name: "qemu",
-        about: "setup, firmware, aarch64 unit tests under qemu-user, conformance suite on the QEMU device",
+        about: "setup, firmware, aarch64 unit tests under qemu-user, conformance suite and ONNX zoo on the QEMU device",
         steps: &[
             setup::SETUP,
             qemu::FIRMWARE,
@@ -86,7 +86,7 @@ const TASKS: &[Task] = &[
     },
     Task {
         name: "bench",
-        about: "side by side with ONNX Runtime, PyTorch eager and Inductor (--quick, --smoke; bench/)",
+        about: "side by side with ONNX Runtime, PyTorch eager and Inductor (--quick, --smoke, --zoo; bench/)",
         steps: &[bench::RUNNER, bench::VENV, bench::SELFTEST, bench::SUITE],
     },
     Task {

@@ -1,6 +1,7 @@
 //! The firmware and the QEMU device: build `dvm-firmware` for
-//! `aarch64-unknown-none`, report its sizes, and run the conformance suite on
-//! the QEMU device against the CPU device.
+//! `aarch64-unknown-none`, report its sizes, run the conformance suite on
+//! the QEMU device against the CPU device, and the ONNX model zoo on it
+//! against PyTorch's outputs.
 
 use std::path::PathBuf;
 
@@ -15,7 +16,8 @@ pub const FIRMWARE: Step = Step {
     name: "firmware",
     run: firmware,
 };
-/// Run the conformance suite and the bad-job tests on the QEMU device.
+/// Run the conformance suite, the bad-job tests and the ONNX model zoo on
+/// the QEMU device.
 pub const CONFORMANCE: Step = Step {
     name: "qemu-conformance",
     run: conformance,
@@ -101,6 +103,12 @@ fn conformance(ctx: &Ctx) -> Result {
         .run()?;
     #[rustfmt::skip]
     cmd!(ctx.sh, "cargo test -p dvm-tests --profile ci --test qemu -- --include-ignored --nocapture --test-threads 1")
+        .env("DVM_FIRMWARE", &fw)
+        .run()?;
+    // Every zoo model at every saved shape against PyTorch's outputs and
+    // the CPU device's bits (`host/dvm/tests/onnx_zoo.rs`).
+    #[rustfmt::skip]
+    cmd!(ctx.sh, "cargo test -p dvm --profile ci --test onnx_zoo -- --include-ignored --test-threads 1 qemu_")
         .env("DVM_FIRMWARE", &fw)
         .run()?;
     Ok(())

@@ -36,7 +36,8 @@ pub enum Request {
         calls: usize,
     },
     /// The first call on the kept inputs from a fresh model state (dvm:
-    /// `Prepared::new` and an empty kernel cache).
+    /// the ONNX import for a workload defined by a file, `Prepared::new`
+    /// and an empty kernel cache).
     First,
     /// From a fresh model state, one call per length (inputs for call `i`
     /// seeded `seed + i`), then the same calls again: cold and warm times.

@@ -55,8 +55,8 @@ impl Session {
             Request::Threads { n } => self.set_threads(n),
             Request::Load { workload } => self.load(workload),
             Request::Inputs { s, seed } => {
-                let spec = &self.loaded()?.spec;
-                self.inputs = spec.inputs(s, seed)?;
+                let l = self.loaded()?;
+                self.inputs = l.spec.inputs(&l.graph, s, seed)?;
                 Ok(json!({}))
             }
             Request::Run { calls } => self.run(calls),
@@ -122,11 +122,22 @@ impl Session {
         Ok(json!({ "times": times }))
     }
 
+    /// A fresh model state: the graph (imported again from its file for an
+    /// ONNX workload) and its prepared form. The caller times it.
+    fn fresh(l: &Loaded) -> Result<Prepared, String> {
+        if l.spec.onnx.is_some() {
+            let g = l.spec.graph()?;
+            Prepared::new(&g).map_err(|e| e.to_string())
+        } else {
+            Prepared::new(&l.graph).map_err(|e| e.to_string())
+        }
+    }
+
     fn first(&self) -> Answer {
         let (l, inputs) = self.kept()?;
         let rt = Runtime::with_cores(self.threads);
         let t = Instant::now();
-        let p = Prepared::new(&l.graph).map_err(|e| e.to_string())?;
+        let p = Self::fresh(l)?;
         let out = rt.run(&p, &inputs).map_err(|e| e.to_string())?;
         let time = t.elapsed().as_secs_f64();
         drop(out);
@@ -137,12 +148,12 @@ impl Session {
         let l = self.loaded()?;
         let rt = Runtime::with_cores(self.threads);
         let t = Instant::now();
-        let p = Prepared::new(&l.graph).map_err(|e| e.to_string())?;
+        let p = Self::fresh(l)?;
         let prepare = t.elapsed().as_secs_f64();
         let mut passes = [Vec::new(), Vec::new()];
         for pass in &mut passes {
             for (i, &s) in lens.iter().enumerate() {
-                let inputs = l.spec.inputs(s, seed + i as u64)?;
+                let inputs = l.spec.inputs(&l.graph, s, seed + i as u64)?;
                 let inputs = refs(&inputs);
                 let t = Instant::now();
                 let out = rt.run(&p, &inputs).map_err(|e| format!("S = {s}: {e}"))?;

@@ -812,3 +812,63 @@ fn validation_of_recorded_composites_agrees_with_the_fast_check() {
         "{checked} checked, {refused} refused"
     );
 }
+
+/// `relu(conv2d(x, w, b))` and a scaling after it: the decomposition moves
+/// both above the convolution's final reshape, into the matmul's group;
+/// with a second user of the convolution they stay where they are.
+#[test]
+fn an_activation_after_a_convolution_joins_its_matmul() {
+    let build = |shared: bool| {
+        let mut g = Graph::new();
+        let n = g.symbol("N", 1, 64).unwrap();
+        let x = g
+            .input("x", DType::F32, &[n.into(), c(3), c(8), c(8)])
+            .unwrap();
+        let w = g.input("w", DType::F32, &[c(4), c(3), c(3), c(3)]).unwrap();
+        let b = g.input("b", DType::F32, &[c(4)]).unwrap();
+        let attrs = dvm_graph::Conv2d {
+            pads: [1; 4],
+            ..dvm_graph::Conv2d::default()
+        };
+        let y = g.conv2d(x, w, Some(b), &attrs).unwrap();
+        let r = g.unary(Opcode::Relu, y).unwrap();
+        let s = g.scalar(Opcode::MulS, r, 2.0).unwrap();
+        g.output("y", s).unwrap();
+        if shared {
+            g.output("conv", y).unwrap();
+        }
+        let (d, spans) = decompose_with_spans(&g).unwrap();
+        let p = FusionPlan::with_composites(&d, &FuseOptions::default(), &spans).unwrap();
+        (d, p)
+    };
+    let (d, p) = build(false);
+    let mm = p
+        .groups
+        .iter()
+        .find(|gr| gr.kind == FusionKind::Matmul)
+        .expect("a matmul group");
+    let ops: Vec<&dvm_graph::Op> = mm.nodes.iter().map(|&n| &d[n].op).collect();
+    assert!(
+        ops.contains(&&dvm_graph::Op::Unary(Opcode::Relu))
+            && ops.contains(&&dvm_graph::Op::Scalar(Opcode::MulS, 2.0)),
+        "{ops:?}: {:?}",
+        names(&d, &mm.nodes)
+    );
+    let (name, out) = &d.outputs()[0];
+    assert_eq!(
+        (name.as_str(), d[*out].op.clone()),
+        ("y", dvm_graph::Op::Reshape)
+    );
+    assert_eq!(d[*out].shape.len(), 4);
+    let (d, p) = build(true);
+    for gr in &p.groups {
+        assert!(
+            !gr.nodes
+                .iter()
+                .any(|&n| d[n].op == dvm_graph::Op::Unary(Opcode::Relu))
+                || gr.kind != FusionKind::Matmul,
+            "the relu of a shared convolution moved: {:?}",
+            names(&d, &gr.nodes)
+        );
+    }
+}

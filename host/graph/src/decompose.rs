@@ -16,6 +16,14 @@
 //! following element-wise ops broadcast. Intermediate nodes are named after
 //! the composite (`y.max`, `y.exp`, …); the last one keeps its name, so
 //! outputs and later references are unchanged.
+//!
+//! A one-operand element-wise operator (`unary`, or with a scalar) that is
+//! a convolution's only user moves above the convolution's final
+//! `reshape`: `relu(conv2d(x, w, b))` becomes the matmul, the bias `add`,
+//! the `relu` (named `conv.act`) over `[N, O, OH·OW]` and the `reshape`
+//! (named as the `relu`), so that the fuser takes it into the matmul's
+//! epilogue as it does after a plain matmul. A chain of such operators
+//! moves one by one.
 
 use std::ops::Range;
 use std::sync::OnceLock;
@@ -94,13 +102,25 @@ fn decompose_but(
     // distinct and without dots: when no name of the graph has a dot, they
     // clash with nothing and need no lookup.
     let dotless = graph.nodes.iter().all(|n| !n.name.contains('.'));
-    for node in &graph.nodes {
+    let convs_decomposed = graph
+        .nodes
+        .iter()
+        .any(|n| matches!(n.op, Op::Conv2d(_)) && !keep(&n.op));
+    let mut sink = Sink::new(&graph.nodes, &graph.outputs, convs_decomposed);
+    // With dots in names a generated name may clash: look names up then.
+    let lookup = (!dotless).then_some(graph);
+    for (i, node) in graph.nodes.iter().enumerate() {
         let operands: Operands = node.operands.iter().map(|o| map[o.0]).collect();
         let id = if node.op.is_composite() && !keep(&node.op) {
             let lo = out.nodes.len();
             let id = Rewriter::new(&mut out, Some(graph), &node.name, dotless, &operands)
                 .composite(node, &operands)?;
             spans.push(lo..out.nodes.len());
+            sink.produced(i, node);
+            id
+        } else if let Some(id) =
+            sink.try_move(&mut out, lookup, i, node, node.operands.first(), &operands)
+        {
             id
         } else {
             out.push(Node {
@@ -169,7 +189,9 @@ pub fn decompose_owned(mut graph: Graph) -> Result<(Graph, Vec<Range<usize>>), G
     };
     out.nodes.reserve(nodes.len() + 11 * composites);
     let mut map: Vec<NodeId> = Vec::with_capacity(nodes.len());
-    for mut node in nodes {
+    let mut sink = Sink::new(&nodes, &graph.outputs, true);
+    for (i, mut node) in nodes.into_iter().enumerate() {
+        let first = node.operands.first().copied();
         for o in node.operands.iter_mut() {
             *o = map[o.0];
         }
@@ -179,6 +201,11 @@ pub fn decompose_owned(mut graph: Graph) -> Result<(Graph, Vec<Range<usize>>), G
             let id = Rewriter::new(&mut out, None, &node.name, true, &operands)
                 .composite(&node, &operands)?;
             spans.push(lo..out.nodes.len());
+            sink.produced(i, &node);
+            id
+        } else if let Some(id) =
+            sink.try_move(&mut out, None, i, &node, first.as_ref(), &node.operands)
+        {
             id
         } else {
             out.push(node)
@@ -190,6 +217,118 @@ pub fn decompose_owned(mut graph: Graph) -> Result<(Graph, Vec<Range<usize>>), G
         *id = map[id.0];
     }
     Ok((out, spans))
+}
+
+/// Moves one-operand element-wise operators above the final `reshape` of
+/// a convolution they alone use (see the module documentation).
+struct Sink {
+    /// Off: no convolution, or convolutions kept whole.
+    on: bool,
+    /// Users of each node of the graph being decomposed, an output
+    /// counting as one.
+    users: Vec<u32>,
+    /// The node of that graph became a `reshape` of a result of its shape
+    /// `[N, O, OH·OW]` that nothing else uses.
+    movable: Vec<bool>,
+}
+
+impl Sink {
+    fn new(nodes: &[Node], outputs: &[(String, NodeId)], allowed: bool) -> Sink {
+        let on = allowed && nodes.iter().any(|n| matches!(n.op, Op::Conv2d(_)));
+        if !on {
+            return Sink {
+                on,
+                users: Vec::new(),
+                movable: Vec::new(),
+            };
+        }
+        let mut users = vec![0u32; nodes.len()];
+        for n in nodes {
+            for o in n.operands.iter() {
+                users[o.0] += 1;
+            }
+        }
+        for (_, id) in outputs {
+            users[id.0] += 1;
+        }
+        Sink {
+            on,
+            users,
+            movable: vec![false; nodes.len()],
+        }
+    }
+
+    /// Composite `i` (`node`) was decomposed.
+    fn produced(&mut self, i: usize, node: &Node) {
+        if self.on && matches!(node.op, Op::Conv2d(_)) {
+            self.movable[i] = true;
+        }
+    }
+
+    /// If `node` (number `i`, first operand `old` in the graph being
+    /// decomposed, `operands` in `out`) is a one-operand element-wise
+    /// operator whose operand is a movable `reshape` that only it uses,
+    /// turns that `reshape` into the operator over the reshape's operand
+    /// (named `….act` after the reshape, or `….act_1`, … when `lookup`,
+    /// the graph being decomposed, or `out` has that name) and pushes the
+    /// `reshape` of it under `node`'s name; returns that new `reshape`.
+    fn try_move(
+        &mut self,
+        out: &mut Graph,
+        lookup: Option<&Graph>,
+        i: usize,
+        node: &Node,
+        old: Option<&NodeId>,
+        operands: &[NodeId],
+    ) -> Option<NodeId> {
+        if !self.on || !matches!(node.op, Op::Unary(_) | Op::Scalar(..)) {
+            return None;
+        }
+        let ([r], Some(old)) = (operands, old) else {
+            return None;
+        };
+        if !self.movable[old.0] || self.users[old.0] != 1 {
+            return None;
+        }
+        let reshape = &out.nodes[r.0];
+        if reshape.op != Op::Reshape {
+            return None;
+        }
+        let inner = reshape.operands[0];
+        let mut name = reshape.name.clone();
+        name.push_str(".act");
+        if let Some(orig) = lookup {
+            let taken = |n: &str| out.find(n).is_some() || orig.find(n).is_some();
+            if taken(&name) {
+                name = (1..)
+                    .map(|k| compact_str::format_compact!("{name}_{k}"))
+                    .find(|n| !taken(n))?;
+            }
+        }
+        if name.len() > super::MAX_NAME_LEN {
+            return None;
+        }
+        if out.names.get().is_some() {
+            // Keeps the name index right; the name is valid and unused.
+            out.rename(*r, &name).ok()?;
+        } else {
+            out.nodes[r.0].name = name;
+        }
+        let inner_shape = out.nodes[inner.0].shape.clone();
+        let moved = &mut out.nodes[r.0];
+        moved.op = node.op.clone();
+        moved.dtype = node.dtype;
+        moved.shape = inner_shape;
+        let id = out.push(Node {
+            op: Op::Reshape,
+            operands: std::iter::once(*r).collect(),
+            name: node.name.clone(),
+            dtype: node.dtype,
+            shape: node.shape.clone(),
+        });
+        self.movable[i] = true;
+        Some(id)
+    }
 }
 
 struct Rewriter<'a> {

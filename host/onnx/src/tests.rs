@@ -1110,6 +1110,16 @@ fn bad_window_attributes_are_errors_naming_the_node() {
         ("Conv", vec![attr_ints("strides", &[0, 1])], "strides"),
         ("Conv", vec![attr_ints("strides", &[1, 1, 1])], "strides"),
         ("Conv", vec![attr_ints("pads", &[-1, 0, 0, 0])], "pads"),
+        (
+            "Conv",
+            vec![attr_ints("pads", &[0, 0, 0, 1 << 40])],
+            "a pad of 1099511627776 along W",
+        ),
+        (
+            "MaxPool",
+            vec![k3(), attr_ints("pads", &[9, 0, 0, 0])],
+            "exceeds both",
+        ),
         ("Conv", vec![attr_ints("dilations", &[0, 1])], "dilations"),
         ("Conv", vec![attr_i("group", 0)], "group"),
         ("Conv", vec![attr_i("group", 3)], "group"),

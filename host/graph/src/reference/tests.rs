@@ -1108,6 +1108,58 @@ fn conv2d_decomposition_matches_definition() {
     }
 }
 
+/// An activation and a scaling after a convolution move above its final
+/// reshape (into the matmul's epilogue) and compute the same values; the
+/// output keeps its name as a reshape. With dotted names (as ONNX models
+/// have), a generated name that is taken gets a suffix.
+#[test]
+fn an_activation_after_conv2d_moves_above_its_reshape() {
+    let xs = [2, 3, 6, 5];
+    let ws = [4, 3, 3, 3];
+    let x = f32t(&xs, &ramp(2 * 3 * 6 * 5, 0.25));
+    let wt = f32t(&ws, &ramp(4 * 27, 0.125));
+    let bt = f32t(&[4], &ramp(4, 0.5));
+    let attrs = crate::Conv2d {
+        pads: [1, 1, 1, 1],
+        ..crate::Conv2d::default()
+    };
+    for dotted in [false, true] {
+        let mut g = Graph::new();
+        let xi = g.input("x", DType::F32, &dims(&xs)).unwrap();
+        let wi = g.input("w", DType::F32, &dims(&ws)).unwrap();
+        let bi = g.input("b", DType::F32, &[d(4)]).unwrap();
+        let y = g.conv2d(xi, wi, Some(bi), &attrs).unwrap();
+        let r = g.unary(Opcode::Relu, y).unwrap();
+        let s = g.scalar(Opcode::MulS, r, 0.5).unwrap();
+        if dotted {
+            g.rename(y, "c.out").unwrap();
+            g.rename(r, "c.out.act").unwrap();
+        }
+        g.output("y", s).unwrap();
+        let feeds = [("x", &x), ("w", &wt), ("b", &bt)];
+        let v = definition_vs_decomposition(&g, &feeds, 1e-6);
+        assert!(v.iter().all(|&e| e >= 0.0) && v.iter().any(|&e| e > 0.0));
+        let dg = crate::decompose(&g).unwrap();
+        let (_, out) = &dg.outputs()[0];
+        assert_eq!(dg[*out].op, Op::Reshape);
+        assert_eq!(dg[*out].shape, g[s].shape);
+        let moved = dg[*out].operands[0];
+        assert_eq!(dg[moved].op, Op::Scalar(Opcode::MulS, 0.5));
+        assert_eq!(dg[moved].shape.len(), 3, "over [N, O, OH·OW]");
+        let relu = dg[moved].operands[0];
+        assert_eq!(dg[relu].op, Op::Unary(Opcode::Relu));
+        let mut names: Vec<&str> = dg.nodes().iter().map(|n| n.name.as_str()).collect();
+        if dotted {
+            assert_eq!(dg[relu].name, "c.out.act_1");
+            assert_eq!(dg.find("c.out.act_1"), Some(relu));
+        }
+        let n = names.len();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), n, "names stay unique");
+    }
+}
+
 #[test]
 fn pool2d_decomposition_matches_definition() {
     let pools = [

@@ -110,6 +110,21 @@ fn window(cx: &NodeCx<'_>, hw: [usize; 2], kernel: [usize; 2]) -> Result<Pool2d,
         other => return Err(cx.err(format!("auto_pad `{other}` is not an ONNX value"))),
     };
     for i in 0..2 {
+        // A pad beyond both the window's span and the input's extent only
+        // adds outputs that see padding alone: refused, before the padded
+        // input is built.
+        let span = dilations[i].saturating_mul(kernel[i] - 1).saturating_add(1);
+        let cap = span.max(hw[i]);
+        for p in [pads[i], pads[i + 2]] {
+            if p > cap {
+                return Err(cx.err(format!(
+                    "attribute `pads` is {pads:?}: a pad of {p} along {} exceeds both the \
+                     window's span {span} and the input's extent {}",
+                    ["H", "W"][i],
+                    hw[i]
+                )));
+            }
+        }
         window_extent(
             hw[i],
             pads[i],
