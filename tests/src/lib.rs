@@ -16,10 +16,12 @@
 //! casts between dtypes, integer and half-precision arithmetic, symbolic
 //! shapes at several bindings (1-sized and prime extents included), the
 //! operators real models need (`engine_ops`: sin/cos in a rotary pattern,
-//! …), and a transformer encoder block.
+//! …), a transformer encoder block, and differential cases drawn from a
+//! seeded random-graph generator (`generated/SEED/…`).
 #![forbid(unsafe_code)]
 
 mod engine_ops;
+mod generated;
 
 use dvm_graph::models::{encoder_block, EncoderConfig};
 use dvm_graph::{Graph, GraphError, NodeId};
@@ -180,6 +182,7 @@ pub fn cases() -> R<Vec<Case>> {
     symbolic(&mut out)?;
     empty(&mut out)?;
     engine_ops::cases(&mut out)?;
+    generated::cases(&mut out)?;
     out.push(encoder()?);
     Ok(out)
 }

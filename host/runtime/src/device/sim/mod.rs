@@ -164,9 +164,7 @@ impl SimDevice {
             error,
         };
         let module = Module::parse(&kernel.module).map_err(|e| fail(e.to_string()))?;
-        let limits = DeviceLimits {
-            ub_bytes: self.spec.spec.ub_bytes,
-        };
+        let limits = DeviceLimits::with_ub_bytes(self.spec.spec.ub_bytes);
         let verified =
             dvm_isa::verify_kernel(&module, 0, &limits).map_err(|e| fail(e.to_string()))?;
         let program = lower(kernel, self.spec.spec.ub_bytes).map_err(fail)?;
@@ -249,7 +247,7 @@ impl Device for SimDevice {
 /// The verifier's or the lowering's message.
 pub fn lower(kernel: &ReadyKernel, ub_bytes: u32) -> Result<Box<SimProgram<SIM_INSTRS>>, String> {
     let module = Module::parse(&kernel.module).map_err(|e| e.to_string())?;
-    let verified = dvm_isa::verify_kernel(&module, 0, &DeviceLimits { ub_bytes })
+    let verified = dvm_isa::verify_kernel(&module, 0, &DeviceLimits::with_ub_bytes(ub_bytes))
         .map_err(|e| e.to_string())?;
     Ok(Box::new(
         SimProgram::new(&verified).map_err(|e| e.to_string())?,
