@@ -82,9 +82,11 @@ fn case(seed: u64) -> R<Case> {
             }
             4 => bl.g.scalar(Opcode::MulS, a, 0.75),
             5 if rank > 0 => bl.g.sum(a, &[axis], r.next(2) == 0),
-            // (The maximum of nothing has no value: not with S = 0.)
+            // The maximum of nothing has no value, and softmax takes one
+            // (so a softmax along an empty axis is refused, where PyTorch
+            // returns the empty tensor): neither with S = 0.
             6 if rank > 0 && s > 0 => bl.g.reduce_max(a, &[axis], true),
-            7 if rank > 0 => bl.g.softmax(a, axis),
+            7 if rank > 0 && s > 0 => bl.g.softmax(a, axis),
             8 if bl.g[a].shape.last() == Some(&Dim::from(c as i64)) => {
                 let z = bl.g.full(F32, &[Dim::from(c as i64)], 0.25)?;
                 bl.g.layer_norm(a, gamma, z, 1e-2)
