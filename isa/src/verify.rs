@@ -71,14 +71,14 @@ pub struct DeviceLimits {
 impl DeviceLimits {
     /// An Ascend 910B-sized UB (192 KiB); 65 535 blocks per launch (the
     /// NPU's largest block dimension); 65 536 instructions per kernel;
-    /// 2^24 tiles and 2^32 executed instructions per launch (far above
-    /// what the compiler emits: a 1 GiB element-wise operand is 2^16
-    /// tiles of a few instructions).
+    /// 2^32 tiles and 2^32 executed instructions per launch (above what
+    /// the compiler emits: its broadcast kernels over odd layouts reach
+    /// tens of millions of tiles of a few instructions).
     pub const DEFAULT: DeviceLimits = DeviceLimits {
         ub_bytes: 192 * 1024,
         max_blocks: 65_535,
         max_kernel_instrs: 1 << 16,
-        max_tiles: 1 << 24,
+        max_tiles: 1 << 32,
         max_launch_instrs: 1 << 32,
     };
 

@@ -1645,8 +1645,8 @@ fn bad_grid() {
         );
         assert_eq!(verify_text(&text), at_site(Site::Body, Rule::BadGrid(grid)));
     }
-    // 2^32 − 1 tiles is a grid (the default work limits refuse it:
-    // `work_limits`).
+    // 2^32 − 1 tiles is a grid (the default budget refuses it with more
+    // than one instruction per tile: `work_limits`).
     let text = kernel_text("none", "vector", "    end").replace("grid=4,1,1", "grid=65535,65537,1");
     let bytes = assemble(&text).unwrap();
     let roomy = DeviceLimits {
@@ -2209,13 +2209,19 @@ fn work_limits() {
     let e = verify_kernel(&m, 0, &limits(3, 4, 11)).unwrap_err();
     assert_eq!((e.site, e.body, e.word), (Site::Body, 0, 0));
     assert!(e.to_string().contains("budget of 11"), "{e}");
-    // A grid of 2^32 − 1 tiles: over the default tile limit.
-    let huge = kernel_text("none", "vector", "    end").replace("grid=4,1,1", "grid=65535,65537,1");
+    // A grid of 2^32 − 1 tiles of two instructions: over the default
+    // budget.
+    let huge = kernel_text(
+        "none",
+        "vector",
+        "    add dt=f32 dst=0 a=0 b=0 n=1\n    end",
+    )
+    .replace("grid=4,1,1", "grid=65535,65537,1");
     assert_eq!(
         verify_text(&huge).unwrap_err().rule,
-        Rule::TooManyTiles {
-            tiles: u64::from(u32::MAX),
-            max: DeviceLimits::DEFAULT.max_tiles
+        Rule::InstrBudget {
+            executed: 2 * u64::from(u32::MAX),
+            max: DeviceLimits::DEFAULT.max_launch_instrs
         }
     );
 }

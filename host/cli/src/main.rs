@@ -232,6 +232,7 @@ fn run_failure(e: RunError) -> Failure {
     fn build_code(e: &BuildError) -> u8 {
         match e {
             BuildError::Compile(CompileError::DoesNotFit(..) | CompileError::TooLarge(_))
+            | BuildError::Limits(_)
             | BuildError::Predecode(
                 PredecodeError::TooManyInstrs { .. } | PredecodeError::TooManyBodies { .. },
             ) => 2,

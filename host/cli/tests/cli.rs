@@ -863,11 +863,23 @@ fn shapes_too_large_for_the_executor_are_user_errors() {
         r#"{"inputs":[{"name":"x","dtype":"f32","shape":["S",1,"S",1,64]},
                       {"name":"y","dtype":"f32","shape":[1,"S",1,"S",64]}],
             "nodes":[{"name":"z","op":"add","inputs":["x","y"]}],"outputs":["z"]}"#,
+        "S=500",
+    );
+    assert_user_error(
+        &o,
+        "kernel does not fit the executor: the kernel has 500 bodies, the program holds at most",
+        &out,
+    );
+    // A launch over the device's instruction budget (`DeviceLimits`).
+    let o = explain(
+        r#"{"inputs":[{"name":"x","dtype":"f32","shape":["S",1,"S",1,64]},
+                      {"name":"y","dtype":"f32","shape":[1,"S",1,"S",64]}],
+            "nodes":[{"name":"z","op":"add","inputs":["x","y"]}],"outputs":["z"]}"#,
         "S=1000",
     );
     assert_user_error(
         &o,
-        "kernel does not fit the executor: the kernel has 1000 bodies, the program holds at most",
+        "kernel exceeds the device's work limits: a launch would execute 4302000000 instructions",
         &out,
     );
     let o = explain(

@@ -17,7 +17,7 @@ use dvm_isa::builder::{
 use dvm_isa::meta::MetaWriter;
 use dvm_isa::module::{BodyEntry, KernelEntry, ParamEntry};
 use dvm_isa::VerifyError;
-use dvm_isa::{DeviceLimits, KernelKind, Module, ParamAccess, ParseError};
+use dvm_isa::{DeviceLimits, KernelKind, Module, ParamAccess, ParseError, Rule};
 use zerocopy::little_endian::U32;
 
 use crate::codegen::{compile_into, CompileError, Compiled, Group, Scratch, Target, BODY_WORDS};
@@ -40,6 +40,11 @@ pub enum BuildError {
     /// The kernel does not fit the executor's program capacity.
     #[error("kernel does not fit the executor: {0}")]
     Predecode(PredecodeError),
+    /// The kernel is beyond the device's work limits (tiles, instructions,
+    /// the instruction budget: `DeviceLimits`): the shapes are too large
+    /// for one launch.
+    #[error("kernel exceeds the device's work limits: {}", .0.rule)]
+    Limits(VerifyError),
 }
 
 /// A kernel ready to launch: the module bytes (for `dvm compile`), the
@@ -315,6 +320,16 @@ fn finish(
     let verified = Program::init(&mut slot)
         .verify_and_predecode(&parsed, 0, &limits)
         .map_err(|e| match e {
+            LoadError::Verify(e)
+                if matches!(
+                    e.rule,
+                    Rule::TooManyTiles { .. }
+                        | Rule::TooManyInstrs { .. }
+                        | Rule::InstrBudget { .. }
+                ) =>
+            {
+                BuildError::Limits(e)
+            }
             LoadError::Verify(e) => BuildError::Verify(e),
             LoadError::Predecode(e) => BuildError::Predecode(e),
         })?;
