@@ -43,8 +43,8 @@ pub fn cmd_compile(graph: &Path, binds: &[String], output: &Path) -> Result<(), 
 /// Runs `dvm explain`: the fusion groups, why neighbours were not fused,
 /// and the kernels at `binds` tiled for `cores`.
 ///
-/// With `sim` (`--sim`), the kernels are then timed on the simulator
-/// (tiled for its spec; no values) and its report follows.
+/// With `sim` (`--sim`), the kernels are tiled for the simulator's spec
+/// and then timed on it (no values); its report follows.
 pub fn cmd_explain(
     graph: &Path,
     binds: &[String],
@@ -55,8 +55,16 @@ pub fn cmd_explain(
     let g = load_graph(graph)?;
     let complete = complete_binds(&g, binds)?;
     let dev = sim.map(|s| s.open(cores)).transpose()?;
-    let rt = Runtime::new(cores.unwrap_or_else(all_cores), 1024);
-    let text = dvm_runtime::explain::explain(&g, &complete, &fuse_options(no_fuse), &rt)
+    // With the simulator, the kernels listed are those it times.
+    let own;
+    let rt = match &dev {
+        Some(d) => d.runtime(),
+        None => {
+            own = Runtime::new(cores.unwrap_or_else(all_cores), 1024);
+            &own
+        }
+    };
+    let text = dvm_runtime::explain::explain(&g, &complete, &fuse_options(no_fuse), rt)
         .map_err(run_failure)?;
     out!("{text}")?;
     if let (Some(dev), Some(args)) = (dev, sim) {

@@ -38,14 +38,21 @@ impl SimArgs {
     /// a picture is to be written.
     ///
     /// # Errors
-    /// Exit code 2 for an unknown preset or a bad spec file.
+    /// Exit code 2 for an unknown preset, a bad spec file or more cores
+    /// than the simulator models.
     pub fn open(&self, cores: Option<usize>) -> Result<SimDevice, Failure> {
         let mut spec = match &self.spec {
             Some(s) => SimSpec::resolve(s).map_err(|e| Failure(format!("--spec: {e}"), 2))?,
             None => SimSpec::default_preset(),
         };
         if let Some(c) = cores {
-            spec.spec.cores = u32::try_from(c).unwrap_or(u32::MAX);
+            let max = dvm_device::sim::MAX_SIM_CORES;
+            spec.spec.cores = u32::try_from(c).ok().filter(|&c| c <= max).ok_or_else(|| {
+                Failure(
+                    format!("--cores {c}: the simulator models at most {max} cores"),
+                    2,
+                )
+            })?;
         }
         let dev = SimDevice::new(spec, all_cores(), 1024)
             .map_err(|e| Failure(format!("--spec: {e}"), 2))?;

@@ -95,7 +95,7 @@
 //! let want = reference.run(&prepared, &[("x", &x)])?;
 //! assert!(got["y"].allclose(&want["y"], 1e-6, 1e-6)?);
 //! for entry in device::DEVICES {
-//!     println!("{}: {}", entry.name, entry.about); // cpu, reference, qemu
+//!     println!("{}: {}", entry.name, entry.about); // cpu, reference, qemu, sim
 //! }
 //! # Ok(())
 //! # }

@@ -6,8 +6,9 @@
 //! the internals the CLI, the tests and the benchmarks use.
 //!
 //! - [`device`]: the [`Device`] trait, its implementations ([`Runtime`], the
-//!   CPU device; [`QemuDevice`]; [`ReferenceDevice`]) and the registry that
-//!   `--device NAME` resolves through.
+//!   CPU device; [`QemuDevice`]; [`ReferenceDevice`];
+//!   [`device::sim::SimDevice`], the instruction-level simulator) and the
+//!   registry that `--device NAME` resolves through.
 //! - [`Prepared`]: a graph decomposed and fused once, on its symbolic
 //!   shapes.
 //! - [`Compiler`]: a prepared graph at bound shapes → plan and ready

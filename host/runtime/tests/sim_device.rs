@@ -106,7 +106,8 @@ fn the_trace_is_json_with_a_track_per_core_and_pipe() {
             .iter()
             .any(|e| e["name"] == "process_name" && e["args"]["name"] == name.as_str()));
     }
-    for pipe in ["load", "vector", "cube", "store", "control"] {
+    assert!(events.iter().any(|e| e["ph"] == "X" && e["cat"] == "tile"));
+    for pipe in ["load", "vector", "cube", "store", "control", "tiles"] {
         assert!(events
             .iter()
             .any(|e| e["name"] == "thread_name" && e["args"]["name"] == pipe));

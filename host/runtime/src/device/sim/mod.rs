@@ -167,7 +167,8 @@ impl SimDevice {
         let limits = DeviceLimits::with_ub_bytes(self.spec.spec.ub_bytes);
         let verified =
             dvm_isa::verify_kernel(&module, 0, &limits).map_err(|e| fail(e.to_string()))?;
-        let program = lower(kernel, self.spec.spec.ub_bytes).map_err(fail)?;
+        let program: Box<SimProgram<SIM_INSTRS>> =
+            Box::new(SimProgram::new(&verified).map_err(|e| fail(e.to_string()))?);
         let mut sim = lock(&self.sim);
         let mut st = lock(&self.state);
         let stats = match st.timeline.as_mut() {

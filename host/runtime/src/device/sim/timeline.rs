@@ -5,7 +5,7 @@
 
 use std::fmt::Write as _;
 
-use dvm_device::sim::{InstrEvent, SimSink, Stalls, PIPES};
+use dvm_device::sim::{InstrEvent, SimSink, Stalls, TileEvent, PIPES};
 use dvm_isa::{Instr, Pipe, VerifiedKernel};
 use serde_json::{json, Value};
 
@@ -36,6 +36,23 @@ pub struct Slice {
     pub stall: Stalls,
 }
 
+/// One tile's span on its core.
+#[derive(Clone, Copy, Debug)]
+pub struct TileSpan {
+    /// Launch index in the timeline.
+    pub launch: u32,
+    /// Core.
+    pub core: u32,
+    /// Body.
+    pub body: u32,
+    /// Tile in the body.
+    pub tile: u32,
+    /// Its first instruction's start (from the timeline's start).
+    pub start: u64,
+    /// Its last instruction's completion.
+    pub end: u64,
+}
+
 /// One launch's span and its instructions' text.
 #[derive(Clone, Debug)]
 pub struct LaunchSpan {
@@ -58,6 +75,8 @@ pub struct Timeline {
     pub launches: Vec<LaunchSpan>,
     /// Slices, at most [`TIMELINE_CAP`].
     pub slices: Vec<Slice>,
+    /// Tiles, at most [`TIMELINE_CAP`].
+    pub tiles: Vec<TileSpan>,
     /// Slices not kept past the cap.
     pub dropped: u64,
     now: u64,
@@ -66,6 +85,7 @@ pub struct Timeline {
 /// The sink recording one launch's slices ([`Timeline::begin_launch`]).
 pub struct Recorder {
     slices: Vec<Slice>,
+    tiles: Vec<TileSpan>,
     dropped: u64,
     launch: u32,
     offset: u64,
@@ -90,6 +110,19 @@ impl SimSink for Recorder {
             stall: e.stall,
         });
     }
+
+    fn tile(&mut self, e: &TileEvent) {
+        if self.tiles.len() < TIMELINE_CAP {
+            self.tiles.push(TileSpan {
+                launch: self.launch,
+                core: e.core,
+                body: e.body,
+                tile: e.tile,
+                start: self.offset + e.start,
+                end: self.offset + e.end,
+            });
+        }
+    }
 }
 
 impl Timeline {
@@ -99,6 +132,7 @@ impl Timeline {
             spec,
             launches: Vec::new(),
             slices: Vec::new(),
+            tiles: Vec::new(),
             dropped: 0,
             now: 0,
         }
@@ -123,6 +157,7 @@ impl Timeline {
         });
         Recorder {
             slices: std::mem::take(&mut self.slices),
+            tiles: std::mem::take(&mut self.tiles),
             dropped: self.dropped,
             launch: self.launches.len() as u32 - 1,
             offset: self.now,
@@ -132,6 +167,7 @@ impl Timeline {
     /// Ends the launch `rec` recorded, `cycles` long.
     pub fn end_launch(&mut self, rec: Recorder, cycles: u64) {
         self.slices = rec.slices;
+        self.tiles = rec.tiles;
         self.dropped = rec.dropped;
         if let Some(l) = self.launches.last_mut() {
             l.cycles = cycles;
@@ -161,6 +197,9 @@ impl Timeline {
     }
 }
 
+/// The thread id of each core's `tiles` track (after the pipes).
+const TILES_TID: u32 = 5;
+
 /// Microseconds of `cycles` on `spec`.
 fn micros(tl: &Timeline, cycles: u64) -> f64 {
     tl.spec.spec.seconds(cycles) * 1e6
@@ -169,7 +208,9 @@ fn micros(tl: &Timeline, cycles: u64) -> f64 {
 /// The timeline as a Chrome trace (JSON object format): process `core N`
 /// per core, one thread per pipe, each instruction an `X` event named by
 /// its mnemonic with its assembly text, kernel, tile, bytes and stalls as
-/// arguments; a `launches` process holds one event per launch.
+/// arguments, and a `tiles` thread with one event per tile (its first
+/// start to its last completion); a `launches` process holds one event
+/// per launch.
 pub fn chrome_trace(tl: &Timeline) -> String {
     let mut events: Vec<Value> = Vec::new();
     let launch_pid = 1_000_000u32;
@@ -192,6 +233,23 @@ pub fn chrome_trace(tl: &Timeline) -> String {
                 "args": {"sort_index": p as u32}}),
             );
         }
+        events.push(
+            json!({"ph": "M", "name": "thread_name", "pid": core, "tid": TILES_TID,
+            "args": {"name": "tiles"}}),
+        );
+    }
+    for t in &tl.tiles {
+        let kernel = tl
+            .launches
+            .get(t.launch as usize)
+            .map_or("", |l| l.name.as_str());
+        let cycles = t.end.saturating_sub(t.start);
+        events.push(
+            json!({"ph": "X", "name": format!("tile {}", t.tile), "cat": "tile",
+            "pid": t.core, "tid": TILES_TID,
+            "ts": micros(tl, t.start), "dur": micros(tl, cycles),
+            "args": {"kernel": kernel, "body": t.body, "tile": t.tile, "cycles": cycles}}),
+        );
     }
     events.push(
         json!({"ph": "M", "name": "process_name", "pid": launch_pid, "tid": 0,
