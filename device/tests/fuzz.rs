@@ -308,7 +308,10 @@ fn exercise(bytes: &[u8]) {
         .expect("buffers sized by required_bytes bind");
         let mut ub = ub();
         let total = prog.total_tiles().max(1);
-        let dim = total.div_ceil(TILES_PER_BLOCK).min(u32::MAX as u64) as u32;
+        // At most the device's block limit: the launch check refuses more.
+        let dim = total
+            .div_ceil(TILES_PER_BLOCK)
+            .min(u64::from(prog.max_blocks())) as u32;
         let mut blocks = vec![0, dim / 2, dim - 1];
         blocks.dedup();
         for b in blocks {
