@@ -1,41 +1,22 @@
 //! The `dvm` command line: happy paths and bad input (exit code 2, a message
 //! naming the culprit, no output left behind).
 
-use std::path::{Path, PathBuf};
+mod common;
+
 use std::process::Command;
 
+use common::{attention_inputs, dvm, example_file, scratch};
 use dvm_tensor::npy;
 use dvm_tensor::sample_data as data;
 use dvm_tensor::Tensor;
-
-fn dvm() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_dvm"))
-}
+use std::path::{Path, PathBuf};
 
 fn example() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/attention.json")
-}
-
-/// A fresh directory for one test, removed when the test ends (also
-/// when it fails).
-fn scratch(name: &str) -> tempfile::TempDir {
-    tempfile::Builder::new()
-        .prefix(&format!("dvm-cli-{name}-"))
-        .tempdir()
-        .unwrap()
+    example_file("attention.json")
 }
 
 fn write_inputs(dir: &Path, s: u64) -> Vec<String> {
-    ["q", "k", "v"]
-        .iter()
-        .enumerate()
-        .map(|(i, n)| {
-            let t = Tensor::from_f32(&[s, 64], &data((s * 64) as usize, i as u32 + 1)).unwrap();
-            let p = dir.join(format!("{n}.npy"));
-            npy::write(&p, &t).unwrap();
-            format!("{n}={}", p.display())
-        })
-        .collect()
+    attention_inputs(dir, s)
 }
 
 fn run_graph(dir: &Path, inputs: &[String], device: &str, out: &Path) -> std::process::Output {

@@ -1,40 +1,17 @@
 //! `dvm run --device sim`, `--trace`, `--timeline`, `dvm explain --sim`,
 //! `dvm calibrate` and bad `--spec` values.
 
+mod common;
+
+use common::{attention_inputs, dvm, example_file, scratch};
 use std::path::{Path, PathBuf};
-use std::process::Command;
-
-use dvm_tensor::npy;
-use dvm_tensor::sample_data as data;
-use dvm_tensor::Tensor;
-
-fn dvm() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_dvm"))
-}
 
 fn example(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("../../examples/{name}"))
+    example_file(name)
 }
 
-fn scratch(name: &str) -> tempfile::TempDir {
-    tempfile::Builder::new()
-        .prefix(&format!("dvm-sim-cli-{name}-"))
-        .tempdir()
-        .unwrap()
-}
-
-/// `q`, `k`, `v` of `[s, 64]` for `examples/attention.json`.
 fn inputs(dir: &Path, s: u64) -> Vec<String> {
-    ["q", "k", "v"]
-        .iter()
-        .enumerate()
-        .map(|(i, n)| {
-            let t = Tensor::from_f32(&[s, 64], &data((s * 64) as usize, i as u32 + 1)).unwrap();
-            let p = dir.join(format!("{n}.npy"));
-            npy::write(&p, &t).unwrap();
-            format!("{n}={}", p.display())
-        })
-        .collect()
+    attention_inputs(dir, s)
 }
 
 fn run(dir: &Path, device: &str, out: &Path, extra: &[&str]) -> std::process::Output {
